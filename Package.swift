@@ -1,0 +1,60 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+// Swift 6 language mode (below) brings complete strict concurrency checking.
+let strict: [SwiftSetting] = [.enableUpcomingFeature("ExistentialAny")]
+
+let package = Package(
+    name: "AssetDepot",
+    platforms: [.macOS(.v15), .iOS(.v18)],
+    products: [
+        .library(name: "DepotCore", targets: ["DepotCore"]),
+        .library(name: "DepotClient", targets: ["DepotClient"]),
+        .library(name: "DepotHTTP", targets: ["DepotHTTP"]),
+        .library(name: "DepotServer", targets: ["DepotServer"]),
+        .executable(name: "depot", targets: ["depot"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+    ],
+    targets: [
+        .systemLibrary(
+            name: "CMicroHTTPD",
+            pkgConfig: "libmicrohttpd",
+            providers: [.apt(["libmicrohttpd-dev"])]
+        ),
+        .systemLibrary(
+            name: "COpenSSL",
+            pkgConfig: "openssl",
+            providers: [.apt(["libssl-dev"])]
+        ),
+        .target(name: "DepotCore", dependencies: ["COpenSSL"], swiftSettings: strict),
+        .target(name: "DepotHTTP", dependencies: ["CMicroHTTPD"], swiftSettings: strict),
+        .target(name: "DepotServer", dependencies: ["DepotCore", "DepotHTTP"], swiftSettings: strict),
+        .target(name: "DepotClient", dependencies: ["DepotCore"], swiftSettings: strict),
+        .executableTarget(
+            name: "depot",
+            dependencies: [
+                "DepotServer", "DepotClient", "DepotCore",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: strict
+        ),
+        .target(
+            name: "DepotTestSupport",
+            dependencies: ["DepotServer", "DepotCore", "DepotHTTP"],
+            path: "Tests/DepotTestSupport",
+            swiftSettings: strict
+        ),
+        .testTarget(name: "DepotCoreTests", dependencies: ["DepotCore"], exclude: ["Fixtures"], swiftSettings: strict),
+        .testTarget(name: "DepotHTTPTests", dependencies: ["DepotHTTP", "DepotTestSupport"], swiftSettings: strict),
+        .testTarget(name: "DepotServerTests", dependencies: ["DepotServer", "DepotCore", "DepotTestSupport"], swiftSettings: strict),
+        .testTarget(name: "DepotClientTests", dependencies: ["DepotClient", "DepotCore", "DepotTestSupport"], swiftSettings: strict),
+        .testTarget(
+            name: "EndToEndTests",
+            dependencies: ["DepotServer", "DepotClient", "DepotCore", "DepotTestSupport", "depot"],
+            swiftSettings: strict
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

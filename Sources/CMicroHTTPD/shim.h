@@ -1,0 +1,49 @@
+#ifndef CMICROHTTPD_SHIM_H
+#define CMICROHTTPD_SHIM_H
+#include <stdint.h>
+#include <stddef.h>
+#include <stdarg.h>
+#include <sys/types.h>
+#include <sys/socket.h>
+#include <microhttpd.h>
+
+/* MHD_start_daemon is variadic, which Swift cannot call: every option travels
+   through one MHD_OPTION_ARRAY, plus the three callbacks whose C types are
+   function pointers. */
+static inline struct MHD_Daemon *CMicroHTTPD_start(unsigned int flags,
+                                                   uint16_t port,
+                                                   const struct sockaddr *address,
+                                                   MHD_AccessHandlerCallback handler,
+                                                   void *handler_cls,
+                                                   MHD_RequestCompletedCallback completed,
+                                                   void *(*uri_log)(void *, const char *, struct MHD_Connection *),
+                                                   void *callbacks_cls,
+                                                   struct MHD_OptionItem *options) {
+  if (address != NULL) {
+    return MHD_start_daemon(flags, port, NULL, NULL, handler, handler_cls,
+                            MHD_OPTION_SOCK_ADDR, address,
+                            MHD_OPTION_NOTIFY_COMPLETED, completed, callbacks_cls,
+                            MHD_OPTION_URI_LOG_CALLBACK, uri_log, callbacks_cls,
+                            MHD_OPTION_ARRAY, options,
+                            MHD_OPTION_END);
+  }
+  return MHD_start_daemon(flags, port, NULL, NULL, handler, handler_cls,
+                          MHD_OPTION_NOTIFY_COMPLETED, completed, callbacks_cls,
+                          MHD_OPTION_URI_LOG_CALLBACK, uri_log, callbacks_cls,
+                          MHD_OPTION_ARRAY, options,
+                          MHD_OPTION_END);
+}
+
+/* MHD_get_daemon_info is variadic and returns a union. */
+static inline uint16_t CMicroHTTPD_bound_port(struct MHD_Daemon *daemon) {
+  const union MHD_DaemonInfo *info = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_BIND_PORT);
+  return info == NULL ? 0 : info->port;
+}
+
+/* MHD_get_connection_info is variadic and returns a union. */
+static inline const struct sockaddr *CMicroHTTPD_client_address(struct MHD_Connection *connection) {
+  const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+  return info == NULL ? NULL : info->client_addr;
+}
+
+#endif

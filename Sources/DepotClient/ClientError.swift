@@ -1,0 +1,29 @@
+/// Why a sync (or a publish) failed, in one sentence.
+public struct ClientError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// The kinds of failure, for callers that branch on them.
+    public enum Kind: Hashable, Sendable {
+        case http, transport, manifest, rollback, expired, wrongApp, integrity, install, state
+    }
+    /// What failed.
+    public let kind: Kind
+    public let description: String
+
+    init(_ kind: Kind, _ description: String) {
+        self.kind = kind
+        self.description = description
+    }
+
+    static func http(_ status: Int, _ url: String, _ body: String) -> ClientError {
+        ClientError(.http, "HTTP \(status) from \(url)\(body.isEmpty ? "" : ": " + body)")
+    }
+    static func transport(_ url: String, _ error: any Error) -> ClientError { ClientError(.transport, "cannot reach \(url): \(error)") }
+    static func manifest(_ why: String) -> ClientError { ClientError(.manifest, "manifest refused: \(why)") }
+    static func rollback(offered: Int, floor: Int) -> ClientError {
+        ClientError(.rollback, "manifest refused: version \(offered) is lower than version \(floor) already accepted (rollback)")
+    }
+    static func expired(_ version: Int) -> ClientError { ClientError(.expired, "manifest refused: version \(version) has expired") }
+    static func wrongApp(_ app: String) -> ClientError { ClientError(.wrongApp, "manifest refused: it is for app \(app)") }
+    static func integrity(_ pack: String, _ why: String) -> ClientError { ClientError(.integrity, "pack \(pack) refused: \(why)") }
+    static func install(_ pack: String, _ error: any Error) -> ClientError { ClientError(.install, "pack \(pack) not installed: \(error)") }
+    static func state(_ why: String) -> ClientError { ClientError(.state, "install state: \(why)") }
+}

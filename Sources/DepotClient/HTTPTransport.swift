@@ -1,0 +1,83 @@
+import DepotCore
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// The HTTP calls the client makes, over URLSession (libcurl on Linux, the system on Apple platforms).
+///
+/// Downloads go straight to a file, and uploads stream from one, so memory stays flat
+/// whatever the pack size.
+public struct HTTPTransport: Sendable {
+    /// A response with its body in memory (manifests, JSON answers).
+    public struct Response: Sendable {
+        public var status: Int
+        public var headers: [String: String]
+        public var body: [UInt8]
+        public func header(_ name: String) -> String? {
+            headers.first { $0.key.caseInsensitiveCompare(name) == .orderedSame }?.value
+        }
+    }
+
+    private let session: URLSession
+
+    public init(timeout: TimeInterval = 60) {
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.timeoutIntervalForRequest = timeout
+        configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
+        configuration.urlCache = nil
+        session = URLSession(configuration: configuration)
+    }
+
+    /// GETs a small resource, refusing a body over `limit` bytes.
+    public func get(_ url: URL, headers: [String: String] = [:], limit: Int = 8 << 20) async throws -> Response {
+        var request = URLRequest(url: url)
+        for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
+        let (data, response) = try await perform(url) { try await session.data(for: request) }
+        guard data.count <= limit else { throw ClientError.manifest("the response from \(url) is larger than \(limit) bytes") }
+        return Response(status: response.statusCode, headers: Self.headers(response), body: Array(data))
+    }
+
+    /// Downloads `url` into a new file at `path`; returns the status and headers.
+    public func download(_ url: URL, to path: String) async throws -> Response {
+        let (location, response) = try await perform(url) { try await session.download(for: URLRequest(url: url)) }
+        defer { try? FileManager.default.removeItem(at: location) }
+        if (200..<300).contains(response.statusCode) {
+            FileSystem.remove(path)
+            do {
+                try FileManager.default.moveItem(atPath: location.path, toPath: path)
+            } catch {
+                throw ClientError.install(FileSystem.lastComponent(of: path), error)
+            }
+            return Response(status: response.statusCode, headers: Self.headers(response), body: [])
+        }
+        let body = (try? FileSystem.readFile(location.path, limit: 4096)) ?? []
+        return Response(status: response.statusCode, headers: Self.headers(response), body: body)
+    }
+
+    /// Sends a file as the body of `method` to `url`, streamed from disk.
+    public func upload(file: String, to url: URL, method: String = "PUT", headers: [String: String] = [:]) async throws -> Response {
+        var request = URLRequest(url: url)
+        request.httpMethod = method
+        for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
+        let (data, response) = try await perform(url) {
+            try await session.upload(for: request, fromFile: URL(fileURLWithPath: file))
+        }
+        return Response(status: response.statusCode, headers: Self.headers(response), body: Array(data))
+    }
+
+    private func perform<T>(_ url: URL, _ body: () async throws -> (T, URLResponse)) async throws -> (T, HTTPURLResponse) {
+        let result: (T, URLResponse)
+        do { result = try await body() } catch { throw ClientError.transport(url.absoluteString, error) }
+        guard let http = result.1 as? HTTPURLResponse else { throw ClientError.transport(url.absoluteString, URLError(.badServerResponse)) }
+        return (result.0, http)
+    }
+
+    private static func headers(_ response: HTTPURLResponse) -> [String: String] {
+        var out: [String: String] = [:]
+        for (key, value) in response.allHeaderFields {
+            if let key = key as? String, let value = value as? String { out[key] = value }
+        }
+        return out
+    }
+}

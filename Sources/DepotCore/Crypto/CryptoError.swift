@@ -1,0 +1,34 @@
+/// An error from the cryptographic layer: OpenSSL refused an operation or an input had the wrong shape.
+public struct CryptoError: Error, Hashable, Sendable, CustomStringConvertible {
+    private enum Code: Hashable, Sendable {
+        case openSSL(String)
+        case invalidKeySize(expected: Int, got: Int)
+        case invalidNonceSize
+        case authenticationFailed
+        case invalidSignature
+    }
+    private let code: Code
+
+    /// OpenSSL reported a failure in the named call.
+    public static func openSSL(_ call: String) -> CryptoError { CryptoError(code: .openSSL(call)) }
+    /// A key had the wrong length.
+    public static func invalidKeySize(expected: Int, got: Int) -> CryptoError {
+        CryptoError(code: .invalidKeySize(expected: expected, got: got))
+    }
+    /// A nonce had the wrong length.
+    public static let invalidNonceSize = CryptoError(code: .invalidNonceSize)
+    /// An AEAD tag did not verify.
+    public static let authenticationFailed = CryptoError(code: .authenticationFailed)
+    /// A signature did not verify.
+    public static let invalidSignature = CryptoError(code: .invalidSignature)
+
+    public var description: String {
+        switch code {
+        case .openSSL(let call): return "OpenSSL call \(call) failed"
+        case .invalidKeySize(let expected, let got): return "key must be \(expected) bytes, got \(got)"
+        case .invalidNonceSize: return "nonce must be 12 bytes"
+        case .authenticationFailed: return "authentication tag did not verify"
+        case .invalidSignature: return "signature did not verify"
+        }
+    }
+}

@@ -1,0 +1,48 @@
+internal import COpenSSL
+
+/// Streaming SHA-256 over OpenSSL's EVP interface (SHA-NI where the CPU has it).
+///
+/// Owns one `EVP_MD_CTX`, freed in `deinit`. Not thread-safe: one hasher per stream.
+public final class SHA256Hasher {
+    // Owns the EVP_MD_CTX; never shared across threads.
+    private let context: OpaquePointer
+
+    /// Starts a new digest.
+    public init() {
+        guard let context = EVP_MD_CTX_new() else { fatalError("EVP_MD_CTX_new: out of memory") }
+        self.context = context
+        guard EVP_DigestInit_ex(context, EVP_sha256(), nil) == 1 else { fatalError("EVP_DigestInit_ex(sha256) failed") }
+    }
+
+    deinit { EVP_MD_CTX_free(context) }
+
+    /// Adds bytes to the digest.
+    public func update(_ bytes: UnsafeRawBufferPointer) {
+        guard bytes.count > 0 else { return }
+        _ = EVP_DigestUpdate(context, bytes.baseAddress, bytes.count)
+    }
+
+    /// Adds bytes to the digest.
+    public func update<Bytes: Sequence>(_ bytes: Bytes) where Bytes.Element == UInt8 {
+        if let done: Void = bytes.withContiguousStorageIfAvailable({ update(UnsafeRawBufferPointer($0)) }) {
+            return done
+        }
+        let array = Array(bytes)
+        array.withUnsafeBytes { update($0) }
+    }
+
+    /// Finishes the digest and returns its 32 bytes; the hasher cannot be used afterwards.
+    public func finalize() -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: 32)
+        var length: UInt32 = 32
+        _ = EVP_DigestFinal_ex(context, &out, &length)
+        return out
+    }
+
+    /// The SHA-256 of a byte sequence in one call.
+    public static func hash<Bytes: Sequence>(_ bytes: Bytes) -> [UInt8] where Bytes.Element == UInt8 {
+        let hasher = SHA256Hasher()
+        hasher.update(bytes)
+        return hasher.finalize()
+    }
+}

@@ -1,0 +1,27 @@
+/// The ids that appear in URLs and file names, and their rules.
+public enum Identifier {
+    /// An app id: 1–128 of `A-Z a-z 0-9 . -`, starting with a letter or digit, no `..`
+    /// (reverse-DNS names such as `com.example.game`).
+    public static func isValidApp(_ id: String) -> Bool { isValid(id, maxLength: 128) }
+
+    /// A pack id: 1–64 of `A-Z a-z 0-9 . -`, starting with a letter or digit, no `..`.
+    /// `_` is refused because Background Assets refuses it in asset pack ids.
+    public static func isValidPack(_ id: String) -> Bool { isValid(id, maxLength: 64) }
+
+    private static func isValid(_ id: String, maxLength: Int) -> Bool {
+        let utf8 = Array(id.utf8)
+        guard (1...maxLength).contains(utf8.count) else { return false }
+        guard isAlphanumeric(utf8[0]) else { return false }
+        var previous: UInt8 = 0
+        for c in utf8 {
+            guard isAlphanumeric(c) || c == 45 || c == 46 else { return false }
+            if c == 46 && previous == 46 { return false }
+            previous = c
+        }
+        return true
+    }
+
+    private static func isAlphanumeric(_ c: UInt8) -> Bool {
+        (c >= 48 && c <= 57) || (c >= 65 && c <= 90) || (c >= 97 && c <= 122)
+    }
+}

@@ -1,0 +1,108 @@
+import Foundation
+
+/// The list of packs an app should have: what a signed envelope carries. See <doc:Manifest>.
+public struct Manifest: Codable, Hashable, Sendable {
+    /// The schema this code writes.
+    public static let currentSchemaVersion = 1
+
+    /// Always 1 for now.
+    public var schemaVersion: Int
+    /// The app id.
+    public var app: String
+    /// Strictly increasing per app.
+    public var version: Int
+    /// When the server signed it (ISO 8601, UTC).
+    public var publishedAt: Date
+    /// After this instant clients refuse it (protection against a frozen origin).
+    public var expiresAt: Date
+    /// The packs, sorted by id.
+    public var packs: [PackEntry]
+
+    public init(app: String, version: Int, publishedAt: Date, expiresAt: Date, packs: [PackEntry]) {
+        self.schemaVersion = Self.currentSchemaVersion
+        self.app = app
+        self.version = version
+        self.publishedAt = publishedAt
+        self.expiresAt = expiresAt
+        self.packs = packs.sorted { $0.id < $1.id }
+    }
+
+    /// The pack with this id.
+    public subscript(pack id: String) -> PackEntry? { packs.first { $0.id == id } }
+
+    /// Canonical JSON: sorted keys, ISO 8601 dates, no escaped slashes.
+    public func encoded() -> [UInt8] {
+        Array(try! Manifest.encoder.encode(self))
+    }
+
+    /// Parses manifest JSON.
+    public static func decode(_ bytes: [UInt8]) throws -> Manifest {
+        try decoder.decode(Manifest.self, from: Data(bytes))
+    }
+
+    static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        encoder.dateEncodingStrategy = .iso8601
+        return encoder
+    }()
+
+    static let decoder: JSONDecoder = {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        return decoder
+    }()
+}
+
+/// One pack in a manifest.
+public struct PackEntry: Codable, Hashable, Sendable {
+    /// When the system downloads a pack, in Background Assets terms.
+    public enum Policy: String, Codable, Hashable, Sendable, CaseIterable {
+        /// Downloaded at install and update, before first launch.
+        case essential
+        /// Downloaded in the background after install.
+        case prefetch
+        /// Downloaded only when the app asks for it.
+        case onDemand
+    }
+
+    /// The pack id: 1–64 of `A-Z a-z 0-9 . -`.
+    public var id: String
+    /// Increases whenever the pack's content changes.
+    public var revision: Int
+    /// Absolute URL of the container, on the public URL.
+    public var url: String
+    /// Container size in bytes, exact.
+    public var size: Int64
+    /// SHA-256 of the container, lower-case hex.
+    public var sha256: String
+    /// Bytes on disk once installed (plaintext, or unpacked for a zip).
+    public var installSize: Int64
+    /// SHA-256 of the plaintext, lower-case hex.
+    public var plaintextSHA256: String
+    /// When it is downloaded.
+    public var policy: Policy
+    /// Free-form tags for on-demand selection.
+    public var tags: [String]
+    /// The master key id the container is encrypted under.
+    public var keyID: String
+    /// The plaintext's media type.
+    public var contentType: String
+
+    public init(
+        id: String, revision: Int, url: String, size: Int64, sha256: String, installSize: Int64,
+        plaintextSHA256: String, policy: Policy, tags: [String], keyID: String, contentType: String
+    ) {
+        self.id = id
+        self.revision = revision
+        self.url = url
+        self.size = size
+        self.sha256 = sha256
+        self.installSize = installSize
+        self.plaintextSHA256 = plaintextSHA256
+        self.policy = policy
+        self.tags = tags
+        self.keyID = keyID
+        self.contentType = contentType
+    }
+}

@@ -1,0 +1,116 @@
+/// Encrypts a stream of plaintext into a pack container v1, pushed chunk by chunk.
+///
+/// Holds at most one segment of plaintext and one of ciphertext, whatever the pack size:
+/// a segment is sealed as soon as the next byte proves it is not the last. The container's
+/// SHA-256 and size are computed on the way out. See <doc:PackContainer>.
+public final class PackEncryptor {
+    /// The header written at the start of the container.
+    public let header: PackHeader
+    private let encodedHeader: [UInt8]
+    private let cipher: AES256GCM
+    private let sink: (UnsafeRawBufferPointer) throws -> Void
+    private let segmentSize: Int
+    private var pending: [UInt8]
+    private var pendingCount = 0
+    private var sealed: [UInt8]
+    private var segmentIndex: UInt32 = 0
+    private let containerHash = SHA256Hasher()
+    private let plaintextHash = SHA256Hasher()
+    private var plaintextSize: Int64 = 0
+    private var containerSize: Int64 = 0
+    private var started = false
+    private var finished = false
+
+    /// Prepares an encryptor; nothing is written until the first ``update(_:)`` or ``finish()``.
+    ///
+    /// - Parameters:
+    ///   - header: the header (key id, segment size, fresh salt and nonce prefix).
+    ///   - masterKey: the 32-byte master key named by `header.keyID`.
+    ///   - sink: receives the container bytes in order.
+    public init(
+        header: PackHeader, masterKey: [UInt8], sink: @escaping (UnsafeRawBufferPointer) throws -> Void
+    ) throws(CryptoError) {
+        guard masterKey.count == 32 else { throw .invalidKeySize(expected: 32, got: masterKey.count) }
+        self.header = header
+        self.encodedHeader = header.encoded
+        self.cipher = try AES256GCM(key: header.dataKey(master: masterKey))
+        self.sink = sink
+        self.segmentSize = Int(header.segmentSize)
+        self.pending = [UInt8](repeating: 0, count: segmentSize)
+        self.sealed = [UInt8](repeating: 0, count: segmentSize + AES256GCM.tagSize)
+    }
+
+    /// Adds plaintext.
+    public func update(_ bytes: UnsafeRawBufferPointer) throws {
+        precondition(!finished, "update after finish")
+        try startIfNeeded()
+        var offset = 0
+        while offset < bytes.count {
+            if pendingCount == segmentSize {
+                try sealPending(final: false)
+            }
+            let take = min(segmentSize - pendingCount, bytes.count - offset)
+            pending.withUnsafeMutableBytes { dest in
+                dest.baseAddress!.advanced(by: pendingCount).copyMemory(from: bytes.baseAddress! + offset, byteCount: take)
+            }
+            pendingCount += take
+            offset += take
+        }
+        plaintextHash.update(bytes)
+        plaintextSize += Int64(bytes.count)
+    }
+
+    /// Adds plaintext.
+    public func update(_ bytes: [UInt8]) throws {
+        try bytes.withUnsafeBytes { try update($0) }
+    }
+
+    /// Seals the final segment and returns the container's numbers.
+    public func finish() throws -> PackSummary {
+        precondition(!finished, "finish called twice")
+        try startIfNeeded()
+        try sealPending(final: true)
+        finished = true
+        return PackSummary(
+            size: containerSize, sha256: Hex.encode(containerHash.finalize()),
+            plaintextSize: plaintextSize, plaintextSHA256: Hex.encode(plaintextHash.finalize()),
+            keyID: header.keyID
+        )
+    }
+
+    private func startIfNeeded() throws {
+        guard !started else { return }
+        started = true
+        try emit(encodedHeader.withUnsafeBytes { Array($0) }[...])
+    }
+
+    private func sealPending(final: Bool) throws {
+        let nonce = header.nonce(segment: segmentIndex, final: final)
+        let count = pendingCount
+        try pending.withUnsafeBytes { plain in
+            try sealed.withUnsafeMutableBytes { out in
+                try cipher.seal(UnsafeRawBufferPointer(rebasing: plain[0..<count]), nonce: nonce, aad: encodedHeader, into: out)
+            }
+        }
+        try emit(sealed[0..<(count + AES256GCM.tagSize)])
+        pendingCount = 0
+        segmentIndex += 1
+    }
+
+    private func emit(_ bytes: ArraySlice<UInt8>) throws {
+        try bytes.withUnsafeBytes { buffer in
+            containerHash.update(buffer)
+            try sink(buffer)
+        }
+        containerSize += Int64(bytes.count)
+    }
+
+    /// Encrypts a whole buffer in memory (tests and small inputs).
+    public static func encrypt(_ plaintext: [UInt8], header: PackHeader, masterKey: [UInt8]) throws -> [UInt8] {
+        var out: [UInt8] = []
+        let encryptor = try PackEncryptor(header: header, masterKey: masterKey) { out.append(contentsOf: $0) }
+        try encryptor.update(plaintext)
+        _ = try encryptor.finish()
+        return out
+    }
+}

@@ -1,0 +1,124 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Crash-safe file operations: write a temporary file in the same folder, fsync it,
+/// rename it over the target, fsync the folder.
+public enum FileSystem {
+    /// The folder part of a path.
+    public static func directory(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        return slash == path.startIndex ? "/" : String(path[..<slash])
+    }
+
+    /// The last component of a path.
+    public static func lastComponent(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return path }
+        return String(path[path.index(after: slash)...])
+    }
+
+    /// Creates a folder and its parents (mode 0755, or `mode`).
+    public static func createDirectory(_ path: String, mode: mode_t = 0o755) throws(SystemError) {
+        var current = path.hasPrefix("/") ? "" : "."
+        for part in path.split(separator: "/") {
+            current += "/" + part
+            if mkdir(current, mode) != 0 && errno != EEXIST {
+                throw SystemError(call: "mkdir", errno: errno, path: current)
+            }
+        }
+    }
+
+    /// Whether something exists at `path`.
+    public static func exists(_ path: String) -> Bool {
+        var info = stat()
+        return stat(path, &info) == 0
+    }
+
+    /// Whether a folder exists at `path`.
+    public static func isDirectory(_ path: String) -> Bool {
+        var info = stat()
+        return stat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
+    }
+
+    /// The size of the file at `path`, or nil if there is none.
+    public static func fileSize(_ path: String) -> Int64? {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        return Int64(info.st_size)
+    }
+
+    /// fsyncs a folder so that renames and creations in it are durable.
+    public static func syncDirectory(_ path: String) throws(SystemError) {
+        let fd = try FileDescriptor(path: path, flags: O_RDONLY | O_DIRECTORY)
+        try fd.sync()
+    }
+
+    /// A temporary path in the same folder as `path`, unique to this process and call.
+    public static func temporaryPath(besides path: String) -> String {
+        let random = Hex.encode(SecureRandom.bytes(6))
+        return directory(of: path) + "/.tmp-" + lastComponent(of: path) + "-" + random
+    }
+
+    /// Renames `from` over `to` and fsyncs the folder of `to`.
+    public static func durableRename(_ from: String, to: String) throws(SystemError) {
+        try systemCall("rename", path: to) { rename(from, to) }
+        try syncDirectory(directory(of: to))
+    }
+
+    /// Writes `bytes` to `path` atomically and durably.
+    public static func writeAtomically(_ bytes: [UInt8], to path: String, mode: mode_t = 0o644) throws(SystemError) {
+        let temporary = temporaryPath(besides: path)
+        do {
+            let fd = try FileDescriptor(path: temporary, flags: O_WRONLY | O_CREAT | O_EXCL, mode: mode)
+            try fd.write(bytes)
+            try fd.sync()
+            try fd.close()
+            try durableRename(temporary, to: path)
+        } catch {
+            unlink(temporary)
+            throw error
+        }
+    }
+
+    /// Reads a whole file, refusing one larger than `limit` bytes.
+    public static func readFile(_ path: String, limit: Int = 64 << 20) throws(SystemError) -> [UInt8] {
+        let fd = try FileDescriptor.openForReading(path)
+        let size = try fd.size()
+        guard size <= Int64(limit) else { throw SystemError(call: "read", errno: EFBIG, path: path) }
+        var bytes = [UInt8](repeating: 0, count: Int(size))
+        var count = 0
+        do { count = try bytes.withUnsafeMutableBytes { try fd.readFully(into: $0) } } catch let error as SystemError { throw error } catch {}
+        return Array(bytes[..<count])
+    }
+
+    /// Removes a file, ignoring a missing one.
+    public static func remove(_ path: String) {
+        unlink(path)
+    }
+
+    /// Names in a folder, without `.` and `..`; empty if it cannot be read.
+    public static func contents(of path: String) -> [String] {
+        guard let dir = opendir(path) else { return [] }
+        defer { closedir(dir) }
+        var names: [String] = []
+        while let entry = readdir(dir) {
+            let name = withUnsafePointer(to: entry.pointee.d_name) {
+                $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names.sorted()
+    }
+
+    /// Removes the temporary files (`.tmp-*`) that an interrupted write left in a folder.
+    @discardableResult
+    public static func removeTemporaryFiles(in path: String) -> Int {
+        var removed = 0
+        for name in contents(of: path) where name.hasPrefix(".tmp-") {
+            if unlink(path + "/" + name) == 0 { removed += 1 }
+        }
+        return removed
+    }
+}

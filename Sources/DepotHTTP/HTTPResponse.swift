@@ -1,0 +1,99 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A response: status, headers and a body from memory or from a file descriptor.
+public struct HTTPResponse: Sendable {
+    /// Where the body comes from.
+    public enum Body: Sendable {
+        /// No body (the length is 0).
+        case empty
+        /// Bytes copied to libmicrohttpd.
+        case bytes([UInt8])
+        /// A region of an open file, sent with sendfile.
+        case file(FileRegion)
+    }
+
+    /// The status code.
+    public var status: Int
+    /// Header fields; `Content-Length` and `Date` are added by the server.
+    public var headers: HTTPHeaders
+    /// The body.
+    public var body: Body
+    /// Whether the connection closes after this response.
+    public var closeConnection: Bool
+
+    public init(status: Int, headers: HTTPHeaders = HTTPHeaders(), body: Body = .empty, closeConnection: Bool = false) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+        self.closeConnection = closeConnection
+    }
+
+    /// A response with a body of bytes and a content type.
+    public static func bytes(_ bytes: [UInt8], status: Int = 200, contentType: String) -> HTTPResponse {
+        var headers = HTTPHeaders()
+        headers.add("Content-Type", contentType)
+        return HTTPResponse(status: status, headers: headers, body: .bytes(bytes))
+    }
+
+    /// A JSON error body `{"error": {"code": …, "message": …}}`.
+    public static func error(status: Int, code: String, message: String, closeConnection: Bool = false) -> HTTPResponse {
+        var response = bytes(Array(errorJSON(code: code, message: message).utf8), status: status, contentType: "application/json")
+        response.closeConnection = closeConnection
+        return response
+    }
+
+    /// The JSON text of an error body.
+    public static func errorJSON(code: String, message: String) -> String {
+        "{\"error\":{\"code\":\"\(jsonEscaped(code))\",\"message\":\"\(jsonEscaped(message))\"}}\n"
+    }
+
+    /// Escapes a string for inclusion inside JSON quotes.
+    public static func jsonEscaped(_ text: String) -> String {
+        var out = ""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            case _ where scalar.value < 0x20: out += String(format: scalar.value)
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        return out
+    }
+
+    private static func String(format value: UInt32) -> Swift.String {
+        let hex = Swift.String(value, radix: 16)
+        return "\\u" + Swift.String(repeating: "0", count: 4 - hex.count) + hex
+    }
+}
+
+/// A byte range of an open file, owned until libmicrohttpd takes the descriptor.
+public final class FileRegion: @unchecked Sendable {
+    // @unchecked: owns a file descriptor that only one thread uses (the one answering the request).
+    private var descriptor: Int32
+    /// The first byte sent.
+    public let offset: Int64
+    /// The number of bytes sent.
+    public let length: Int64
+
+    /// Takes ownership of `descriptor`.
+    public init(descriptor: Int32, offset: Int64, length: Int64) {
+        self.descriptor = descriptor
+        self.offset = offset
+        self.length = length
+    }
+
+    /// Hands the descriptor to a new owner, who must close it.
+    func take() -> Int32 {
+        let fd = descriptor
+        descriptor = -1
+        return fd
+    }
+
+    deinit { if descriptor >= 0 { close(descriptor) } }
+}

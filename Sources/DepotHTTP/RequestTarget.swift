@@ -1,0 +1,89 @@
+/// Parses and checks a raw request target before anything routes on it.
+///
+/// libmicrohttpd hands the application a percent-decoded, unnormalised path in which `%00`
+/// cuts the string short, so the server parses the raw target itself and refuses anything
+/// ambiguous instead of guessing.
+public struct RequestTarget: Sendable, Hashable {
+    /// The decoded path segments.
+    public var segments: [String]
+    /// The decoded query parameters.
+    public var query: [Pair]
+
+    /// A query parameter.
+    public struct Pair: Sendable, Hashable {
+        public var name: String
+        public var value: String
+    }
+
+    /// Why a target was refused.
+    public enum Failure: Error, Hashable, Sendable {
+        case tooLong, notOriginForm, badEscape, nulByte, dotSegment, encodedSlash, backslash, emptySegment, controlCharacter, invalidUTF8
+    }
+
+    /// The longest target accepted, in bytes.
+    public static let maximumLength = 2048
+
+    /// Parses `raw`, the request target exactly as received.
+    public static func parse(_ raw: String) throws(Failure) -> RequestTarget {
+        let bytes = Array(raw.utf8)
+        guard bytes.count <= maximumLength else { throw .tooLong }
+        guard bytes.first == UInt8(ascii: "/") else { throw .notOriginForm }
+        let queryStart = bytes.firstIndex(of: UInt8(ascii: "?")) ?? bytes.count
+        var pathBytes = bytes[1..<queryStart]
+        // One trailing slash names the same resource ("/a/" is "/a"); "//" anywhere is refused.
+        if pathBytes.last == UInt8(ascii: "/") { pathBytes = pathBytes.dropLast() }
+        var segments: [String] = []
+        if !pathBytes.isEmpty {
+            for part in pathBytes.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false) {
+                let decoded = try decode(part, plusIsSpace: false)
+                guard !decoded.isEmpty else { throw .emptySegment }
+                guard decoded != "." && decoded != ".." else { throw .dotSegment }
+                guard !decoded.contains("/") else { throw .encodedSlash }
+                segments.append(decoded)
+            }
+        }
+        var query: [Pair] = []
+        if queryStart < bytes.count {
+            for item in bytes[(queryStart + 1)...].split(separator: UInt8(ascii: "&")) {
+                let eq = item.firstIndex(of: UInt8(ascii: "=")) ?? item.endIndex
+                let name = try decode(item[item.startIndex..<eq], plusIsSpace: true)
+                let value = eq < item.endIndex ? try decode(item[(eq + 1)...], plusIsSpace: true) : ""
+                query.append(Pair(name: name, value: value))
+            }
+        }
+        return RequestTarget(segments: segments, query: query)
+    }
+
+    private static func decode(_ part: ArraySlice<UInt8>, plusIsSpace: Bool) throws(Failure) -> String {
+        var out: [UInt8] = []
+        out.reserveCapacity(part.count)
+        var i = part.startIndex
+        while i < part.endIndex {
+            let c = part[i]
+            if c == UInt8(ascii: "%") {
+                guard i + 2 < part.endIndex, let high = hexValue(part[i + 1]), let low = hexValue(part[i + 2]) else { throw .badEscape }
+                out.append(high << 4 | low)
+                i += 3
+            } else {
+                out.append(plusIsSpace && c == UInt8(ascii: "+") ? 0x20 : c)
+                i += 1
+            }
+        }
+        for c in out {
+            if c == 0 { throw .nulByte }
+            if c == UInt8(ascii: "\\") { throw .backslash }
+            if c < 0x20 || c == 0x7f { throw .controlCharacter }
+        }
+        guard let text = String(validating: out, as: UTF8.self) else { throw .invalidUTF8 }
+        return text
+    }
+
+    private static func hexValue(_ c: UInt8) -> UInt8? {
+        switch c {
+        case 48...57: return c - 48
+        case 97...102: return c - 87
+        case 65...70: return c - 55
+        default: return nil
+        }
+    }
+}

@@ -1,0 +1,35 @@
+import DepotHTTP
+import Foundation
+
+/// Everything `depot serve` can set.
+public struct OriginConfiguration: Sendable {
+    /// The data folder.
+    public var dataPath: String
+    /// The base URL that manifests put in front of blob paths (the CDN's or edge's URL).
+    /// Nil: `http://HOST:PORT` of the listening socket.
+    public var publicURL: String?
+    /// The folder served at `/` (the dashboard). Nil: no static files.
+    public var publicDirectory: String?
+    /// The largest pack accepted, in plaintext bytes.
+    public var maximumPackSize: Int64
+    /// How long a signed manifest stays valid.
+    public var manifestLifetime: TimeInterval
+    /// `max-age` of the live manifest, in seconds.
+    public var manifestMaxAge: Int
+    /// The listener.
+    public var http: HTTPServerConfiguration
+
+    public init(
+        dataPath: String, publicURL: String? = nil, publicDirectory: String? = nil,
+        maximumPackSize: Int64 = 16 << 30, manifestLifetime: TimeInterval = 90 * 86_400, manifestMaxAge: Int = 60,
+        http: HTTPServerConfiguration = HTTPServerConfiguration()
+    ) {
+        self.dataPath = dataPath
+        self.publicURL = publicURL
+        self.publicDirectory = publicDirectory
+        self.maximumPackSize = maximumPackSize
+        self.manifestLifetime = manifestLifetime
+        self.manifestMaxAge = manifestMaxAge
+        self.http = http
+    }
+}

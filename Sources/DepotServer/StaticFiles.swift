@@ -1,0 +1,27 @@
+import DepotCore
+import DepotHTTP
+
+/// Serves the dashboard folder (Public/) at `/`, from file descriptors.
+struct StaticFiles: Sendable {
+    let root: String
+
+    private static let types = [
+        "html": "text/html; charset=utf-8", "css": "text/css; charset=utf-8", "js": "text/javascript; charset=utf-8",
+        "json": "application/json", "svg": "image/svg+xml", "png": "image/png", "ico": "image/x-icon", "txt": "text/plain; charset=utf-8",
+    ]
+
+    /// The response for a path already checked by ``RequestTarget`` (no dot segments, no `%2f`, no NUL).
+    func response(for segments: [String]) -> HTTPResponse? {
+        let relative = segments.isEmpty ? "index.html" : segments.joined(separator: "/")
+        guard !segments.contains(where: { $0.hasPrefix(".") }) else { return nil }
+        let path = root + "/" + relative
+        guard !FileSystem.isDirectory(path), let file = try? FileDescriptor.openForReading(path), let size = try? file.size() else {
+            return nil
+        }
+        let ext = relative.split(separator: ".").last.map(String.init) ?? ""
+        var headers = HTTPHeaders()
+        headers.add("Content-Type", Self.types[ext] ?? "application/octet-stream")
+        headers.add("Cache-Control", "no-cache")
+        return HTTPResponse(status: 200, headers: headers, body: .file(FileRegion(descriptor: file.release(), offset: 0, length: size)))
+    }
+}

@@ -1,0 +1,88 @@
+import DepotCore
+import Foundation
+
+/// An app's settings, `apps/<app>/app.json`.
+public struct AppSettings: Codable, Sendable, Hashable {
+    /// The app id.
+    public var id: String
+    /// When it was created.
+    public var createdAt: Date
+}
+
+/// Creates and lists apps, and owns their pack master keys and the manifest signing key.
+public struct AppStore: Sendable {
+    let folder: DataFolder
+
+    public init(folder: DataFolder) { self.folder = folder }
+
+    /// Creates an app with a fresh pack master key; fails if it exists.
+    @discardableResult
+    public func create(_ id: String) throws -> AppSettings {
+        guard Identifier.isValidApp(id) else { throw DepotError.invalidID("app id") }
+        try folder.prepare()
+        guard !FileSystem.exists(folder.appSettings(id)) else { throw DepotError(409, "exists", "app \(id) already exists") }
+        try FileSystem.createDirectory(folder.releases(id))
+        if !FileSystem.exists(folder.packKeys(id)) {
+            let keyID = KeyRing.newKeyID()
+            try StoredJSON.write(PackKeys(current: keyID, keys: [keyID: Data(SecureRandom.bytes(32)).base64EncodedString()]),
+                                 to: folder.packKeys(id), mode: 0o600)
+        }
+        _ = try signingKey()
+        let settings = AppSettings(id: id, createdAt: Date())
+        try StoredJSON.write(settings, to: folder.appSettings(id))
+        return settings
+    }
+
+    /// The app's settings, or nil if there is no such app.
+    public func settings(_ id: String) -> AppSettings? {
+        guard Identifier.isValidApp(id) else { return nil }
+        return try? StoredJSON.read(AppSettings.self, from: folder.appSettings(id))
+    }
+
+    /// Every app id.
+    public func list() -> [String] {
+        FileSystem.contents(of: folder.apps).filter { FileSystem.exists(folder.appSettings($0)) }
+    }
+
+    /// The app's pack key ring and the id new packs are encrypted with.
+    public func packKeys(_ id: String) throws -> (ring: KeyRing, current: String) {
+        let stored = try StoredJSON.read(PackKeys.self, from: folder.packKeys(id))
+        var ring = try KeyRing([String: [UInt8]]())
+        for (keyID, text) in stored.keys {
+            guard let data = Data(base64Encoded: text) else { throw KeyError.invalidKey(keyID) }
+            try ring.insert(Array(data), id: keyID)
+        }
+        guard ring[stored.current] != nil else { throw KeyError.malformed("current key \(stored.current) is missing") }
+        return (ring, stored.current)
+    }
+
+    /// The manifest signing key, created on first use (one per data folder).
+    public func signingKey() throws -> Ed25519PrivateKey {
+        if let stored = try? StoredJSON.read(StoredSigningKey.self, from: folder.signingKey),
+           let seed = Data(base64Encoded: stored.seed) {
+            return try Ed25519PrivateKey(rawRepresentation: Array(seed))
+        }
+        guard !FileSystem.exists(folder.signingKey) else { throw KeyError.malformed("\(folder.signingKey) is unreadable") }
+        try FileSystem.createDirectory(folder.keys, mode: 0o700)
+        let key = Ed25519PrivateKey()
+        try StoredJSON.write(StoredSigningKey(seed: Data(key.rawRepresentation).base64EncodedString(), createdAt: Date()),
+                             to: folder.signingKey, mode: 0o600)
+        return key
+    }
+
+    /// What an app must be given: its key ring and the manifest public key.
+    public func clientConfiguration(_ id: String) throws -> ClientConfiguration {
+        guard settings(id) != nil else { throw DepotError.notFound("app \(id)") }
+        return ClientConfiguration(app: id, manifestPublicKeys: [try signingKey().publicKey], keyRing: try packKeys(id).ring)
+    }
+}
+
+struct PackKeys: Codable {
+    var current: String
+    var keys: [String: String]
+}
+
+struct StoredSigningKey: Codable {
+    var seed: String
+    var createdAt: Date
+}

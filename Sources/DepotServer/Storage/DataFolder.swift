@@ -1,0 +1,95 @@
+import DepotCore
+import Foundation
+
+/// The layout of the data folder. Every write is crash-safe (temporary file, fsync, rename,
+/// fsync of the folder); see the README's "Data folder" section.
+///
+/// ```
+/// blobs/ab/abcdef…         encrypted packs, named by SHA-256 of the container; immutable
+/// apps/<app>/app.json      settings
+/// apps/<app>/releases/NNNNNN.json   signed envelopes, immutable
+/// apps/<app>/current       the live release number
+/// uploads/                 uploads in progress, never served
+/// keys/                    0700: pack master keys (<app>.json), manifest signing key
+/// tokens.json              publish tokens as SHA-256 hashes
+/// ```
+public struct DataFolder: Sendable {
+    /// The folder's path.
+    public let root: String
+
+    public init(_ root: String) {
+        self.root = root.hasSuffix("/") && root.count > 1 ? String(root.dropLast()) : root
+    }
+
+    var blobs: String { root + "/blobs" }
+    var apps: String { root + "/apps" }
+    var uploads: String { root + "/uploads" }
+    var keys: String { root + "/keys" }
+    var tokens: String { root + "/tokens.json" }
+    var signingKey: String { keys + "/manifest-signing.json" }
+
+    func app(_ id: String) -> String { apps + "/" + id }
+    func appSettings(_ id: String) -> String { app(id) + "/app.json" }
+    func releases(_ id: String) -> String { app(id) + "/releases" }
+    func release(_ id: String, _ version: Int) -> String { releases(id) + "/" + Self.releaseName(version) }
+    func currentPointer(_ id: String) -> String { app(id) + "/current" }
+    func packKeys(_ id: String) -> String { keys + "/" + id + ".json" }
+    func blob(_ sha256: String) -> String { blobs + "/" + sha256.prefix(2) + "/" + sha256 }
+
+    static func releaseName(_ version: Int) -> String {
+        let digits = String(version)
+        return String(repeating: "0", count: max(0, 6 - digits.count)) + digits + ".json"
+    }
+
+    /// Whether the folder has been initialised.
+    public var exists: Bool { FileSystem.isDirectory(apps) }
+
+    /// Creates the folders (keys/ with mode 0700) and removes temporary files that a crash left.
+    public func prepare() throws {
+        try FileSystem.createDirectory(root)
+        for folder in [blobs, apps, uploads] { try FileSystem.createDirectory(folder) }
+        try FileSystem.createDirectory(keys, mode: 0o700)
+        chmod(keys, 0o700)
+        cleanTemporaryFiles()
+    }
+
+    /// Removes what interrupted writes and uploads left behind: nothing there was ever visible.
+    @discardableResult
+    public func cleanTemporaryFiles() -> Int {
+        var removed = FileSystem.removeTemporaryFiles(in: root) + FileSystem.removeTemporaryFiles(in: keys)
+        for name in FileSystem.contents(of: uploads) {
+            FileSystem.remove(uploads + "/" + name)
+            removed += 1
+        }
+        for prefix in FileSystem.contents(of: blobs) { removed += FileSystem.removeTemporaryFiles(in: blobs + "/" + prefix) }
+        for app in FileSystem.contents(of: apps) {
+            removed += FileSystem.removeTemporaryFiles(in: self.app(app))
+            removed += FileSystem.removeTemporaryFiles(in: releases(app))
+        }
+        return removed
+    }
+}
+
+/// JSON helpers for the data folder's small files.
+enum StoredJSON {
+    static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
+        encoder.dateEncodingStrategy = .iso8601
+        return encoder
+    }()
+
+    static let decoder: JSONDecoder = {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        return decoder
+    }()
+
+    static func read<T: Decodable>(_ type: T.Type, from path: String) throws -> T {
+        try decoder.decode(type, from: Data(FileSystem.readFile(path)))
+    }
+
+    static func write<T: Encodable>(_ value: T, to path: String, mode: mode_t = 0o644) throws {
+        try FileSystem.writeAtomically(Array(encoder.encode(value)) + [10], to: path, mode: mode)
+    }
+}

@@ -1,0 +1,87 @@
+import ArgumentParser
+import DepotCore
+import DepotServer
+import Foundation
+
+struct Apps: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Create and list apps.", subcommands: [Create.self, List.self])
+
+    struct Create: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Create an app with a fresh pack key.")
+        @OptionGroup var data: DataOptions
+        @Argument(help: "The app id (1–128 of A-Z a-z 0-9 . -), e.g. com.example.game.") var app: String
+
+        func validate() throws {
+            guard Identifier.isValidApp(app) else { throw ValidationError("invalid app id \"\(app)\": use 1–128 of A-Z a-z 0-9 . -") }
+        }
+
+        func run() throws {
+            try AppStore(folder: DataFolder(data.data)).create(app)
+            print("created app \(app)")
+        }
+    }
+
+    struct List: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List apps.")
+        @OptionGroup var data: DataOptions
+        func run() throws {
+            for app in AppStore(folder: DataFolder(data.data)).list() { print(app) }
+        }
+    }
+}
+
+struct Tokens: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Create and list publish tokens.", subcommands: [Create.self, List.self])
+
+    struct Create: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Create a token; it is printed once, on the last line, and stored only as a hash.")
+        @OptionGroup var data: DataOptions
+        @Option(help: "The app the token is scoped to.") var app: String
+        @Option(help: "publisher or admin.") var role: String = "publisher"
+
+        func validate() throws {
+            guard TokenRole(rawValue: role) != nil else { throw ValidationError("--role must be publisher or admin") }
+        }
+
+        func run() throws {
+            let folder = DataFolder(data.data)
+            guard AppStore(folder: folder).settings(app) != nil else { throw CLIError("no app \(app) in \(data.data)") }
+            let (token, record) = try TokenStore(folder: folder).create(app: app, role: TokenRole(rawValue: role)!)
+            print("created \(record.id) (\(record.role.rawValue) of \(record.app))")
+            print(token)
+        }
+    }
+
+    struct List: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List tokens (ids and scopes, never the tokens).")
+        @OptionGroup var data: DataOptions
+        func run() throws {
+            for token in try TokenStore(folder: DataFolder(data.data)).list() {
+                print("\(token.id)\t\(token.app)\t\(token.role.rawValue)\t\(ISO8601DateFormatter().string(from: token.createdAt))")
+            }
+        }
+    }
+}
+
+struct Keys: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Export an app's client keys.", subcommands: [Export.self])
+
+    struct Export: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Print the client configuration JSON to inject into the app: its pack key ring and the manifest public key."
+        )
+        @OptionGroup var data: DataOptions
+        @Option(help: "The app.") var app: String
+
+        func run() throws {
+            let configuration = try AppStore(folder: DataFolder(data.data)).clientConfiguration(app)
+            FileHandle.standardOutput.write(Data(configuration.encoded()))
+        }
+    }
+}
+
+/// A one-line failure for the command line.
+struct CLIError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}

@@ -1,0 +1,77 @@
+import ArgumentParser
+import DepotClient
+import DepotCore
+import Foundation
+
+struct Publish: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Upload a file as a pack; the origin encrypts it on the way in.",
+        discussion: "The file's SHA-256 is sent along and checked by the origin after encryption, end to end."
+    )
+
+    @Argument(help: "The file to publish.") var file: String
+    @Option(help: "The origin URL.") var server: String
+    @Option(help: "The app.") var app: String
+    @Option(help: "The pack id (1–64 of A-Z a-z 0-9 . -; no '_').") var pack: String
+    @Option(help: "A publisher token (default: $DEPOT_TOKEN).") var token: String?
+    @Option(help: "essential, prefetch or onDemand.") var policy: String = "prefetch"
+    @Option(help: "A tag (repeatable).") var tag: [String] = []
+    @Option(name: .customLong("content-type"), help: "The plaintext's media type.") var contentType: String = "application/octet-stream"
+    @Flag(help: "Publish at once as the next release (today every upload does).") var release = false
+
+    func validate() throws {
+        guard Identifier.isValidPack(pack) else { throw ValidationError("invalid pack id \"\(pack)\": 1–64 of A-Z a-z 0-9 . -, no '_'") }
+        guard Identifier.isValidApp(app) else { throw ValidationError("invalid app id \"\(app)\"") }
+        guard PackEntry.Policy(rawValue: policy) != nil else { throw ValidationError("--policy must be essential, prefetch or onDemand") }
+        guard URL(string: server)?.scheme != nil else { throw ValidationError("--server must be a URL such as http://127.0.0.1:8080") }
+    }
+
+    func run() async throws {
+        guard let token = token ?? ProcessInfo.processInfo.environment["DEPOT_TOKEN"] else {
+            throw CLIError("no token: pass --token or set DEPOT_TOKEN")
+        }
+        guard FileSystem.exists(file), !FileSystem.isDirectory(file) else { throw CLIError("\(file): no such file") }
+        let digest = try Self.sha256(of: file)
+        var components = URLComponents(url: URL(string: server)!.appendingPathComponent("v1/apps/\(app)/packs/\(pack)"), resolvingAgainstBaseURL: false)!
+        components.queryItems = [URLQueryItem(name: "policy", value: policy)] + tag.map { URLQueryItem(name: "tag", value: $0) }
+            + (release ? [URLQueryItem(name: "release", value: "true")] : [])
+        let response = try await HTTPTransport(timeout: 3600).upload(
+            file: file, to: components.url!,
+            headers: ["Authorization": "Bearer \(token)", "X-Depot-SHA256": digest, "Content-Type": contentType]
+        )
+        guard (200..<300).contains(response.status) else {
+            throw CLIError("publish failed: HTTP \(response.status): \(Self.message(response.body))")
+        }
+        let result = try JSONDecoder().decode(Result.self, from: Data(response.body))
+        if result.changed {
+            print("published \(result.pack.id) revision \(result.pack.revision) (\(result.pack.size) bytes, sha256 \(result.pack.sha256)) in release \(result.release) of \(result.app)")
+        } else {
+            print("unchanged: \(result.pack.id) already has this content in release \(result.release) of \(result.app)")
+        }
+    }
+
+    struct Result: Decodable {
+        var app: String
+        var pack: PackEntry
+        var release: Int
+        var changed: Bool
+    }
+
+    static func message(_ body: [UInt8]) -> String {
+        struct Body: Decodable { struct E: Decodable { var code: String; var message: String }; var error: E }
+        if let body = try? JSONDecoder().decode(Body.self, from: Data(body)) { return "\(body.error.code): \(body.error.message)" }
+        return String(decoding: body.prefix(300), as: UTF8.self)
+    }
+
+    static func sha256(of path: String) throws -> String {
+        let file = try FileDescriptor.openForReading(path)
+        let hasher = SHA256Hasher()
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        while true {
+            let n = try buffer.withUnsafeMutableBytes { try file.read(into: $0) }
+            if n == 0 { break }
+            buffer.withUnsafeBytes { hasher.update(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+        }
+        return Hex.encode(hasher.finalize())
+    }
+}

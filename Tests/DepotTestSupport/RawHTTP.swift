@@ -1,0 +1,78 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A raw HTTP/1.1 exchange over a socket: for requests no well-behaved client would send.
+public struct RawHTTP {
+    /// A parsed response.
+    public struct Response: Sendable {
+        public var status: Int
+        public var headers: [(String, String)]
+        public var body: [UInt8]
+        public func header(_ name: String) -> String? {
+            headers.first { $0.0.lowercased() == name.lowercased() }?.1
+        }
+        public var bodyText: String { String(decoding: body, as: UTF8.self) }
+    }
+
+    /// Sends `request` bytes to 127.0.0.1:`port` and reads until the server closes or `timeout` passes.
+    /// Returns every byte received.
+    public static func exchange(port: UInt16, _ request: [UInt8], timeout: TimeInterval = 5) throws -> [UInt8] {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw POSIXError(.EIO) }
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard connected == 0 else { throw POSIXError(.ECONNREFUSED) }
+        var tv = timeval(tv_sec: Int(timeout), tv_usec: Int((timeout - floor(timeout)) * 1_000_000))
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        var sent = 0
+        while sent < request.count {
+            let n = request.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + sent, request.count - sent, Int32(MSG_NOSIGNAL)) }
+            if n <= 0 { break }
+            sent += n
+        }
+        var received: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n <= 0 { break }
+            received += buffer[0..<n]
+        }
+        return received
+    }
+
+    /// Sends one request (text with `\r\n` line ends) and parses every response that came back.
+    public static func send(port: UInt16, _ text: String, body: [UInt8] = [], timeout: TimeInterval = 5) throws -> [Response] {
+        parse(try exchange(port: port, Array(text.utf8) + body, timeout: timeout))
+    }
+
+    /// Parses consecutive responses (bodies framed by Content-Length).
+    public static func parse(_ bytes: [UInt8]) -> [Response] {
+        var responses: [Response] = []
+        var rest = bytes[...]
+        let separator: [UInt8] = [13, 10, 13, 10]
+        while let end = rest.firstRange(of: separator) {
+            let head = String(decoding: rest[rest.startIndex..<end.lowerBound], as: UTF8.self)
+            var lines = head.components(separatedBy: "\r\n")
+            let statusLine = lines.removeFirst().split(separator: " ")
+            guard statusLine.count >= 2, let status = Int(statusLine[1]) else { break }
+            let headers = lines.compactMap { line -> (String, String)? in
+                guard let colon = line.firstIndex(of: ":") else { return nil }
+                return (String(line[..<colon]), line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces))
+            }
+            let length = headers.first { $0.0.lowercased() == "content-length" }.flatMap { Int($0.1) } ?? 0
+            let bodyStart = end.upperBound
+            let bodyEnd = min(rest.endIndex, bodyStart + length)
+            responses.append(Response(status: status, headers: headers, body: Array(rest[bodyStart..<bodyEnd])))
+            rest = rest[bodyEnd...]
+        }
+        return responses
+    }
+}

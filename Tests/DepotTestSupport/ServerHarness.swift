@@ -1,0 +1,38 @@
+import DepotCore
+import DepotHTTP
+import DepotServer
+import Foundation
+
+/// A running origin on an ephemeral port with a temporary data folder, an app and a token.
+public struct TestOrigin: Sendable {
+    public let server: DepotServer
+    public let data: TemporaryDirectory
+    public let app: String
+    public let token: String
+
+    public var port: UInt16 { server.port }
+    public var baseURL: URL { URL(string: "http://127.0.0.1:\(server.port)")! }
+
+    /// The client configuration an app of this origin would be given.
+    public func clientConfiguration() throws -> ClientConfiguration {
+        try AppStore(folder: DataFolder(data.path)).clientConfiguration(app)
+    }
+}
+
+/// Starts the real origin on port 0, runs `body`, and always stops it and removes its data.
+public func withServer<T>(
+    app: String = "com.example.game", configure: (inout OriginConfiguration) -> Void = { _ in },
+    _ body: (TestOrigin) async throws -> T
+) async throws -> T {
+    let data = TemporaryDirectory("depot-origin")
+    defer { data.remove() }
+    let folder = DataFolder(data.path)
+    try folder.prepare()
+    try AppStore(folder: folder).create(app)
+    let (token, _) = try TokenStore(folder: folder).create(app: app, role: .publisher)
+    var configuration = OriginConfiguration(dataPath: data.path, http: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threads: 2))
+    configure(&configuration)
+    let server = try DepotServer(configuration: configuration)
+    defer { server.stop() }
+    return try await body(TestOrigin(server: server, data: data, app: app, token: token))
+}
