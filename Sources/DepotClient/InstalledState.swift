@@ -11,6 +11,14 @@ public struct InstalledState: Codable, Hashable, Sendable {
         public var plaintextSHA256: String
         public var installSize: Int64
         public var installedAt: Date
+
+        public init(revision: Int, sha256: String, plaintextSHA256: String, installSize: Int64, installedAt: Date) {
+            self.revision = revision
+            self.sha256 = sha256
+            self.plaintextSHA256 = plaintextSHA256
+            self.installSize = installSize
+            self.installedAt = installedAt
+        }
     }
 
     /// The app.

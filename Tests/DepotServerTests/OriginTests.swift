@@ -1,0 +1,200 @@
+import DepotCore
+import DepotServer
+import DepotTestSupport
+import Foundation
+import Testing
+
+/// One request over a raw socket to the origin, closing the connection afterwards.
+func request(_ origin: TestOrigin, _ method: String, _ target: String, headers: [String] = [], body: [UInt8] = []) throws -> RawHTTP.Response {
+    var head = "\(method) \(target) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+    for header in headers { head += header + "\r\n" }
+    if method == "PUT" || !body.isEmpty { head += "Content-Length: \(body.count)\r\n" }
+    let responses = try RawHTTP.send(port: origin.port, head + "\r\n", body: body)
+    guard let first = responses.first else { throw POSIXError(.ECONNRESET) }
+    return first
+}
+
+func upload(_ origin: TestOrigin, pack: String, _ body: [UInt8], query: String = "", headers: [String] = []) throws -> RawHTTP.Response {
+    try request(origin, "PUT", "/v1/apps/\(origin.app)/packs/\(pack)\(query)",
+                headers: ["Authorization: Bearer \(origin.token)"] + headers, body: body)
+}
+
+func liveManifest(_ origin: TestOrigin) throws -> Manifest {
+    let response = try request(origin, "GET", "/v1/apps/\(origin.app)/manifest")
+    #expect(response.status == 200)
+    return try Envelope.decode(response.body).verifiedManifest(trusting: origin.clientConfiguration().trustedKeys())
+}
+
+@Suite("Origin: publish and read")
+struct OriginTests {
+    @Test("PUT encrypts, stores and publishes; the manifest is signed and the blob is exactly what it states")
+    func publishAndRead() async throws {
+        try await withServer { origin in
+            let plaintext = (0..<(1 << 20) + 3).map { UInt8(truncatingIfNeeded: $0 &* 13) }
+            let digest = Hex.encode(SHA256Hasher.hash(plaintext))
+            let response = try upload(origin, pack: "level-1", plaintext, query: "?policy=essential&tag=intro&tag=world-1",
+                                      headers: ["X-Depot-SHA256: \(digest)", "Content-Type: application/zip"])
+            #expect(response.status == 201, "\(response.bodyText)")
+
+            let manifest = try liveManifest(origin)
+            #expect(manifest.version == 1)
+            let entry = try #require(manifest[pack: "level-1"])
+            #expect(entry.policy == .essential)
+            #expect(entry.tags == ["intro", "world-1"])
+            #expect(entry.contentType == "application/zip")
+            #expect(entry.installSize == Int64(plaintext.count))
+            #expect(entry.plaintextSHA256 == digest)
+            #expect(entry.url == "http://127.0.0.1:\(origin.port)/v1/apps/\(origin.app)/blobs/\(entry.sha256)")
+
+            let blob = try request(origin, "GET", "/v1/apps/\(origin.app)/blobs/\(entry.sha256)")
+            #expect(blob.status == 200)
+            #expect(blob.header("Content-Length") == String(entry.size))
+            #expect(Int64(blob.body.count) == entry.size)
+            #expect(Hex.encode(SHA256Hasher.hash(blob.body)) == entry.sha256)
+            #expect(blob.header("ETag") == "\"\(entry.sha256)\"")
+            #expect(blob.header("Cache-Control") == "public, max-age=31536000, immutable")
+            #expect(try PackDecryptor.decrypt(blob.body, keyRing: origin.clientConfiguration().keyRing()) == plaintext)
+
+            let head = try request(origin, "HEAD", "/v1/apps/\(origin.app)/blobs/\(entry.sha256)")
+            #expect(head.status == 200 && head.body.isEmpty && head.header("Content-Length") == String(entry.size))
+        }
+    }
+
+    @Test("Republishing: new content gets the next revision and release; identical content changes nothing")
+    func republish() async throws {
+        try await withServer { origin in
+            #expect(try upload(origin, pack: "a", [1, 2, 3]).status == 201)
+            #expect(try upload(origin, pack: "b", [4]).status == 201)
+            let first = try liveManifest(origin)
+            let same = try upload(origin, pack: "a", [1, 2, 3])
+            #expect(same.status == 200)
+            #expect(same.bodyText.contains("\"changed\" : false"))
+            #expect(try liveManifest(origin) == first)
+            #expect(try upload(origin, pack: "a", [1, 2, 3, 4]).status == 201)
+            let third = try liveManifest(origin)
+            #expect(third.version == 3)
+            #expect(third[pack: "a"]?.revision == 2)
+            #expect(third[pack: "b"] == first[pack: "b"])
+            // Only the blobs the releases reference are stored: the duplicate upload was dropped.
+            let blobs = FileSystem.contents(of: origin.data.path + "/blobs").flatMap { FileSystem.contents(of: origin.data.path + "/blobs/" + $0) }
+            #expect(Set(blobs) == Set([first[pack: "a"]!.sha256, first[pack: "b"]!.sha256, third[pack: "a"]!.sha256]))
+        }
+    }
+
+    @Test("The live manifest answers If-None-Match with 304")
+    func conditionalManifest() async throws {
+        try await withServer { origin in
+            _ = try upload(origin, pack: "a", [1])
+            let first = try request(origin, "GET", "/v1/apps/\(origin.app)/manifest")
+            let etag = try #require(first.header("ETag"))
+            #expect(first.header("Cache-Control")?.contains("must-revalidate") == true)
+            #expect(try request(origin, "GET", "/v1/apps/\(origin.app)/manifest", headers: ["If-None-Match: \(etag)"]).status == 304)
+            #expect(try request(origin, "GET", "/v1/apps/\(origin.app)/manifest", headers: ["If-None-Match: \"other\""]).status == 200)
+        }
+    }
+
+    @Test("A plaintext checksum mismatch stores and publishes nothing")
+    func checksumMismatch() async throws {
+        try await withServer { origin in
+            let response = try upload(origin, pack: "a", [1, 2, 3], headers: ["X-Depot-SHA256: " + String(repeating: "0", count: 64)])
+            #expect(response.status == 400)
+            #expect(response.bodyText.contains("\"code\":\"checksum_mismatch\""))
+            #expect(try request(origin, "GET", "/v1/apps/\(origin.app)/manifest").status == 404)
+            #expect(FileSystem.contents(of: origin.data.path + "/blobs").isEmpty)
+            #expect(FileSystem.contents(of: origin.data.path + "/uploads").isEmpty)
+        }
+    }
+
+    @Test("A body over the size limit gets 413 before anything is stored")
+    func sizeLimit() async throws {
+        try await withServer(configure: { $0.maximumPackSize = 1000 }) { origin in
+            let response = try upload(origin, pack: "a", [UInt8](repeating: 1, count: 1001))
+            #expect(response.status == 413)
+            #expect(response.bodyText.contains("\"code\":\"too_large\""))
+            #expect(FileSystem.contents(of: origin.data.path + "/uploads").isEmpty)
+            #expect(try upload(origin, pack: "a", [UInt8](repeating: 1, count: 1000)).status == 201)
+        }
+    }
+
+    @Test("Temporary files left by a crash are removed at start-up")
+    func crashLeftovers() async throws {
+        let data = TemporaryDirectory("depot-crash")
+        defer { data.remove() }
+        let folder = DataFolder(data.path)
+        try folder.prepare()
+        try AppStore(folder: folder).create("com.example.crash")
+        try FileSystem.writeAtomically([1], to: data.path + "/uploads/abc.upload")
+        try FileSystem.writeAtomically([1], to: data.path + "/apps/com.example.crash/releases/x")
+        FileSystem.remove(data.path + "/apps/com.example.crash/releases/x")
+        let stray = data.path + "/apps/com.example.crash/releases/.tmp-000001.json-1234"
+        try FileSystem.writeAtomically([1], to: stray)
+        let server = try DepotServer(configuration: OriginConfiguration(dataPath: data.path, http: .init(host: "127.0.0.1", port: 0, threads: 1)))
+        server.stop()
+        #expect(!FileSystem.exists(stray))
+        #expect(FileSystem.contents(of: data.path + "/uploads").isEmpty)
+    }
+}
+
+@Suite("Origin: bad input gets a JSON 4xx")
+struct OriginBadInputTests {
+    @Test("Token matrix on upload: none, malformed, wrong, another app's")
+    func tokens() async throws {
+        try await withServer { origin in
+            let folder = DataFolder(origin.data.path)
+            try AppStore(folder: folder).create("com.example.other")
+            let (other, _) = try TokenStore(folder: folder).create(app: "com.example.other", role: .publisher)
+            let path = "/v1/apps/\(origin.app)/packs/a"
+            let cases: [([String], Int)] = [
+                ([], 401), (["Authorization: Basic dXNlcjpwYXNz"], 401), (["Authorization: Bearer"], 401),
+                (["Authorization: Bearer dpt_wrong"], 401), (["Authorization: Bearer \(other)"], 403),
+            ]
+            for (headers, status) in cases {
+                let response = try request(origin, "PUT", path, headers: headers, body: [1, 2, 3])
+                #expect(response.status == status, "\(headers)")
+                #expect(response.header("Content-Type") == "application/json")
+                #expect(response.bodyText.contains("\"error\""))
+                if status == 401 { #expect(response.header("WWW-Authenticate")?.hasPrefix("Bearer") == true) }
+            }
+            #expect(FileSystem.contents(of: origin.data.path + "/blobs").isEmpty)
+        }
+    }
+
+    @Test("Hostile app and pack ids on the three endpoints", arguments: [
+        ("PUT", "/v1/apps/com.example.game/packs/..", 400),
+        ("PUT", "/v1/apps/com.example.game/packs/%2e%2e", 400),
+        ("PUT", "/v1/apps/com.example.game/packs/a%00b", 400),
+        ("PUT", "/v1/apps/com.example.game/packs/a%2fb", 400),
+        ("PUT", "/v1/apps/com.example.game/packs/a/b", 404),
+        ("PUT", "/v1/apps/com.example.game/packs/level_1", 400),
+        ("PUT", "/v1/apps/com.example.game/packs/" + String(repeating: "a", count: 65), 400),
+        ("PUT", "/v1/apps/com.example.game/packs/" + String(repeating: "a", count: 3000), 414),
+        ("PUT", "/v1/apps/../packs/a", 400),
+        ("PUT", "/v1/apps/com..example/packs/a", 400),
+        ("GET", "/v1/apps/%2e%2e/manifest", 400),
+        ("GET", "/v1/apps/a%00/manifest", 400),
+        ("GET", "/v1/apps/" + String(repeating: "a", count: 129) + "/manifest", 400),
+        ("GET", "/v1/apps/com.example.nope/manifest", 404),
+        ("GET", "/v1/apps/com.example.game/manifest", 404),
+        ("GET", "/v1/apps/com.example.game/blobs/abc", 400),
+        ("GET", "/v1/apps/com.example.game/blobs/" + String(repeating: "A", count: 64), 400),
+        ("GET", "/v1/apps/com.example.game/blobs/" + String(repeating: "g", count: 64), 400),
+        ("GET", "/v1/apps/com.example.game/blobs/" + String(repeating: "a", count: 65), 400),
+        ("GET", "/v1/apps/com.example.game/blobs/" + String(repeating: "a", count: 64), 404),
+        ("GET", "/v1/apps/com.example.game/blobs/..%2f..%2fkeys", 400),
+        ("DELETE", "/v1/apps/com.example.game/manifest", 405),
+        ("GET", "/v1/apps/com.example.game/packs/a", 405),
+        ("GET", "/v1/nothing", 404),
+    ])
+    func hostile(method: String, target: String, status: Int) async throws {
+        try await withServer { origin in
+            let response = try request(origin, method, target, headers: ["Authorization: Bearer \(origin.token)"],
+                                       body: method == "PUT" ? [1, 2, 3] : [])
+            #expect(response.status == status)
+            #expect(response.header("Content-Type") == "application/json")
+            #expect(response.bodyText.hasPrefix("{\"error\":{\"code\":"))
+            // Nothing was stored, and the server still works.
+            #expect(FileSystem.contents(of: origin.data.path + "/blobs").isEmpty)
+            #expect(try upload(origin, pack: "ok", [1]).status == 201)
+        }
+    }
+}

@@ -1,0 +1,129 @@
+import DepotClient
+import DepotCore
+import DepotServer
+import DepotTestSupport
+import Foundation
+import Testing
+
+/// Publishes through the real HTTP upload path with the client's transport, as `depot publish` does.
+func publish(_ origin: TestOrigin, file: String, pack: String) async throws {
+    let url = origin.baseURL.appendingPathComponent("v1/apps/\(origin.app)/packs/\(pack)")
+    let response = try await HTTPTransport().upload(file: file, to: url, headers: ["Authorization": "Bearer \(origin.token)"])
+    #expect(response.status == 201, "\(String(decoding: response.body, as: UTF8.self))")
+}
+
+@Suite("End to end: origin and client")
+struct EndToEndTests {
+    @Test("Three packs (empty, 5 MiB, 3 MiB + 1) sync byte-identical; a second sync downloads nothing; republishing one replaces exactly it")
+    func foundationTour() async throws {
+        try await withServer { origin in
+            let work = TemporaryDirectory("depot-e2e")
+            defer { work.remove() }
+            let files = [
+                "empty": try work.file("empty", size: 0),
+                "big": try work.file("big", size: 5 << 20, seed: 2),
+                "odd": try work.file("odd", size: (3 << 20) + 1, seed: 3),
+            ]
+            for (pack, file) in files { try await publish(origin, file: file, pack: pack) }
+
+            let sync = DepotSync(server: origin.baseURL, configuration: try origin.clientConfiguration(), destination: work.path + "/dest")
+            let first = try await sync.run()
+            #expect(first.manifestVersion == 3)
+            #expect(Set(first.installed) == ["empty", "big", "odd"])
+            for (pack, file) in files {
+                #expect(try FileSystem.readFile(work.path + "/dest/packs/" + pack) == FileSystem.readFile(file), "\(pack)")
+            }
+
+            let second = try await sync.run()
+            #expect(second.installed.isEmpty)
+            #expect(second.bytesDownloaded == 0)
+            #expect(Set(second.unchanged) == ["empty", "big", "odd"])
+
+            let changed = try work.file("odd2", size: (3 << 20) + 1, seed: 4)
+            try await publish(origin, file: changed, pack: "odd")
+            let third = try await sync.run()
+            #expect(third.installed == ["odd"])
+            #expect(third.manifestVersion == 4)
+            #expect(try FileSystem.readFile(work.path + "/dest/packs/odd") == FileSystem.readFile(changed))
+            #expect(try FileSystem.readFile(work.path + "/dest/packs/big") == FileSystem.readFile(files["big"]!))
+            #expect(FileSystem.contents(of: work.path + "/dest/packs") == ["big", "empty", "odd"])
+            #expect(FileSystem.contents(of: work.path + "/dest/.depot/downloads").isEmpty)
+        }
+    }
+
+    @Test("A client with the wrong manifest key refuses to sync and installs nothing")
+    func untrusted() async throws {
+        try await withServer { origin in
+            let work = TemporaryDirectory("depot-e2e-untrusted")
+            defer { work.remove() }
+            try await publish(origin, file: try work.file("a", size: 100), pack: "a")
+            var configuration = try origin.clientConfiguration()
+            configuration.manifestPublicKeys = [Data(Ed25519PrivateKey().publicKey.rawRepresentation).base64EncodedString()]
+            await #expect(throws: ClientError.self) {
+                try await DepotSync(server: origin.baseURL, configuration: configuration, destination: work.path + "/dest").run()
+            }
+            #expect(FileSystem.contents(of: work.path + "/dest/packs").isEmpty)
+        }
+    }
+}
+
+@Suite("End to end: the README tour with the real depot binary")
+struct CommandLineTourTests {
+    @Test("depot serve bootstraps a data folder; publish, keys export and sync work as printed")
+    func tour() async throws {
+        let work = TemporaryDirectory("depot-tour")
+        defer { work.remove() }
+        let depot = Processes.depotBinary
+        let server = Process()
+        server.executableURL = URL(fileURLWithPath: depot)
+        server.arguments = ["serve", "--data", work.path + "/data", "--listen", "127.0.0.1:0"]
+        let output = Pipe()
+        server.standardOutput = output
+        try server.run()
+        defer {
+            server.terminate()
+            server.waitUntilExit()
+        }
+        // Read the banner: the port and the token.
+        var banner = ""
+        let handle = output.fileHandleForReading
+        while !banner.contains("depot sync") {
+            let data = handle.availableData
+            if data.isEmpty { break }
+            banner += String(decoding: data, as: UTF8.self)
+        }
+        let port = try #require(banner.split(separator: "\n").first?.split(separator: ":").last?.split(separator: ",").first.map(String.init))
+        let token = try #require(banner.split(separator: "\n").first { $0.contains("export DEPOT_TOKEN=") }?.split(separator: "=").last.map(String.init))
+        let url = "http://127.0.0.1:\(port)"
+
+        let file = try work.file("content.bin", size: 1_000_003)
+        let published = try Processes.run(depot, ["publish", file, "--server", url, "--app", "com.example.dev", "--pack", "content", "--token", token, "--release"])
+        #expect(published.status == 0, "\(published.stderr)")
+        #expect(published.stdout.contains("published content revision 1"))
+
+        let exported = try Processes.run(depot, ["keys", "export", "--data", work.path + "/data", "--app", "com.example.dev"])
+        #expect(exported.status == 0)
+        try FileSystem.writeAtomically(Array(exported.stdout.utf8), to: work.path + "/client.json")
+
+        let synced = try Processes.run(depot, ["sync", "--server", url, "--app", "com.example.dev", "--config", work.path + "/client.json", "--dest", work.path + "/installed"])
+        #expect(synced.status == 0, "\(synced.stderr)")
+        #expect(synced.stdout.contains("1 installed"))
+        #expect(try FileSystem.readFile(work.path + "/installed/packs/content") == FileSystem.readFile(file))
+
+        let denied = try Processes.run(depot, ["publish", file, "--server", url, "--app", "com.example.dev", "--pack", "content", "--token", "dpt_wrong"])
+        #expect(denied.status != 0)
+        #expect(denied.stderr.contains("401"))
+        #expect(denied.stderr.split(separator: "\n").count == 1)
+
+        let bad = try Processes.run(depot, ["publish", file, "--server", url, "--app", "com.example.dev", "--pack", "bad_id", "--token", token])
+        #expect(bad.status != 0)
+
+        let token2 = try Processes.run(depot, ["tokens", "create", "--data", work.path + "/data", "--app", "com.example.dev", "--role", "publisher"])
+        #expect(token2.status == 0)
+        #expect(token2.stdout.split(separator: "\n").last?.hasPrefix("dpt_") == true)
+
+        let page = try RawHTTP.send(port: UInt16(port)!, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first
+        #expect(page?.status == 200)
+        #expect(page?.bodyText.contains("AssetDepot") == true)
+    }
+}
