@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# AssetDepot set-up, shared by the README's commands and CI (.ci/run).
+#
+#   Deploy/setup.sh serve [depot serve options]   install what is missing, build, start the origin
+#   Deploy/setup.sh test                          install what is missing, run the whole test suite
+#   Deploy/setup.sh deps                          only install what is missing
+#
+# Needs a Swift 6 toolchain on PATH (https://www.swift.org/install/linux/); system packages
+# come from apt (Debian 12 / Ubuntu 22.04 or later).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(libmicrohttpd-dev libssl-dev pkg-config curl python3 python3-cryptography)
+
+install_missing() {
+  local missing=()
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    echo "installing: ${missing[*]}" >&2
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+  if ! command -v swift >/dev/null; then
+    echo "error: no Swift toolchain on PATH; install Swift 6 from https://www.swift.org/install/linux/" >&2
+    exit 1
+  fi
+}
+
+case "${1:-}" in
+  deps)
+    install_missing ;;
+  serve)
+    shift
+    install_missing
+    swift build -c release --product depot
+    exec .build/release/depot serve "$@" ;;
+  test)
+    install_missing
+    exec swift test --disable-xctest ;;
+  *)
+    echo "usage: Deploy/setup.sh serve [options] | test | deps" >&2
+    exit 2 ;;
+esac
