@@ -16,7 +16,7 @@ public struct Installer: Sendable {
         }
         let digest: String
         do {
-            digest = try Self.sha256(of: file)
+            digest = try SHA256Hasher.hexDigest(ofFile: file)
         } catch {
             throw ClientError.install(entry.id, error)
         }
@@ -32,18 +32,5 @@ public struct Installer: Sendable {
         guard summary.plaintextSHA256 == entry.plaintextSHA256 else {
             throw ClientError.integrity(entry.id, "decrypted content does not match the manifest's plaintext SHA-256")
         }
-    }
-
-    /// SHA-256 of a file, read in 1 MiB blocks.
-    static func sha256(of path: String) throws -> String {
-        let file = try FileDescriptor.openForReading(path)
-        let hasher = SHA256Hasher()
-        var buffer = [UInt8](repeating: 0, count: 1 << 20)
-        while true {
-            let n = try buffer.withUnsafeMutableBytes { try file.read(into: $0) }
-            if n == 0 { break }
-            buffer.withUnsafeBytes { hasher.update(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
-        }
-        return Hex.encode(hasher.finalize())
     }
 }

@@ -31,7 +31,7 @@ struct Publish: AsyncParsableCommand {
             throw CLIError("no token: pass --token or set DEPOT_TOKEN")
         }
         guard FileSystem.exists(file), !FileSystem.isDirectory(file) else { throw CLIError("\(file): no such file") }
-        let digest = try Self.sha256(of: file)
+        let digest = try SHA256Hasher.hexDigest(ofFile: file)
         var components = URLComponents(url: URL(string: server)!.appendingPathComponent("v1/apps/\(app)/packs/\(pack)"), resolvingAgainstBaseURL: false)!
         components.queryItems = [URLQueryItem(name: "policy", value: policy)] + tag.map { URLQueryItem(name: "tag", value: $0) }
             + (release ? [URLQueryItem(name: "release", value: "true")] : [])
@@ -61,17 +61,5 @@ struct Publish: AsyncParsableCommand {
         struct Body: Decodable { struct E: Decodable { var code: String; var message: String }; var error: E }
         if let body = try? JSONDecoder().decode(Body.self, from: Data(body)) { return "\(body.error.code): \(body.error.message)" }
         return String(decoding: body.prefix(300), as: UTF8.self)
-    }
-
-    static func sha256(of path: String) throws -> String {
-        let file = try FileDescriptor.openForReading(path)
-        let hasher = SHA256Hasher()
-        var buffer = [UInt8](repeating: 0, count: 1 << 20)
-        while true {
-            let n = try buffer.withUnsafeMutableBytes { try file.read(into: $0) }
-            if n == 0 { break }
-            buffer.withUnsafeBytes { hasher.update(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
-        }
-        return Hex.encode(hasher.finalize())
     }
 }

@@ -46,3 +46,19 @@ public final class SHA256Hasher {
         return hasher.finalize()
     }
 }
+
+extension SHA256Hasher {
+    /// The SHA-256 of a file, lower-case hex, read in 1 MiB blocks.
+    public static func hexDigest(ofFile path: String) throws(SystemError) -> String {
+        let file = try FileDescriptor.openForReading(path)
+        let hasher = SHA256Hasher()
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        while true {
+            var n = 0
+            do { n = try buffer.withUnsafeMutableBytes { try file.read(into: $0) } } catch let error as SystemError { throw error } catch {}
+            if n == 0 { break }
+            buffer.withUnsafeBytes { hasher.update(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+        }
+        return Hex.encode(hasher.finalize())
+    }
+}
