@@ -16,6 +16,9 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
     ],
     targets: [
         .systemLibrary(
@@ -30,19 +33,29 @@ let package = Package(
         ),
         .target(name: "DepotCore", dependencies: ["COpenSSL"], swiftSettings: strict),
         .target(name: "DepotHTTP", dependencies: ["CMicroHTTPD"], swiftSettings: strict),
-        .target(name: "DepotServer", dependencies: ["DepotCore", "DepotHTTP"], swiftSettings: strict),
+        .target(
+            name: "DepotServer",
+            dependencies: [
+                "DepotCore", "DepotHTTP",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+            ],
+            swiftSettings: strict
+        ),
         .target(name: "DepotClient", dependencies: ["DepotCore"], swiftSettings: strict),
         .executableTarget(
             name: "depot",
             dependencies: [
                 "DepotServer", "DepotClient", "DepotCore",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strict
         ),
         .target(
             name: "DepotTestSupport",
-            dependencies: ["DepotServer", "DepotCore", "DepotHTTP"],
+            dependencies: ["DepotServer", "DepotCore", "DepotHTTP", .product(name: "Logging", package: "swift-log")],
             path: "Tests/DepotTestSupport",
             swiftSettings: strict
         ),

@@ -20,4 +20,30 @@ public protocol HTTPBodyReceiver: AnyObject {
 public protocol HTTPHandler: Sendable {
     /// Decides what to do with a request whose head has arrived.
     func handle(_ request: HTTPRequest) -> HTTPDisposition
+    /// Called once per request when its exchange ends (sent, or cut short), for logs and metrics.
+    func completed(_ record: HTTPExchangeRecord)
+}
+
+extension HTTPHandler {
+    public func completed(_ record: HTTPExchangeRecord) {}
+}
+
+/// What happened to one request, reported when its exchange ends.
+public struct HTTPExchangeRecord: Sendable {
+    /// The method.
+    public var method: String
+    /// The decoded path (the raw target, without its query, when it could not be decoded).
+    public var path: String
+    /// The status sent, 0 if none was.
+    public var status: Int
+    /// Body bytes queued for sending (0 for HEAD, 204 and 304).
+    public var bodyBytes: Int64
+    /// From the request line to the end of the exchange.
+    public var duration: Duration
+    /// The response's route label, for metrics.
+    public var route: String
+    /// The peer's address.
+    public var clientAddress: String?
+    /// False when the client left, timed out or the server stopped before the end.
+    public var completedNormally: Bool
 }

@@ -22,12 +22,24 @@ public struct HTTPResponse: Sendable {
     public var body: Body
     /// Whether the connection closes after this response.
     public var closeConnection: Bool
+    /// A low-cardinality name of what answered (`blob`, `manifest`, …), reported in ``HTTPExchangeRecord``.
+    public var route: String
 
-    public init(status: Int, headers: HTTPHeaders = HTTPHeaders(), body: Body = .empty, closeConnection: Bool = false) {
+    public init(status: Int, headers: HTTPHeaders = HTTPHeaders(), body: Body = .empty, closeConnection: Bool = false, route: String = "other") {
         self.status = status
         self.headers = headers
         self.body = body
         self.closeConnection = closeConnection
+        self.route = route
+    }
+
+    /// The number of body bytes this response carries.
+    public var bodyLength: Int64 {
+        switch body {
+        case .empty: return 0
+        case .bytes(let bytes): return Int64(bytes.count)
+        case .file(let region): return region.length
+        }
     }
 
     /// A response with a body of bytes and a content type.
@@ -41,6 +53,7 @@ public struct HTTPResponse: Sendable {
     public static func error(status: Int, code: String, message: String, closeConnection: Bool = false) -> HTTPResponse {
         var response = bytes(Array(errorJSON(code: code, message: message).utf8), status: status, contentType: "application/json")
         response.closeConnection = closeConnection
+        response.route = "error"
         return response
     }
 

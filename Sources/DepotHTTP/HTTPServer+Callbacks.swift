@@ -11,30 +11,57 @@ import Glibc
 /// One request's state; only the thread serving its connection touches it.
 final class RequestState {
     let rawTarget: String
+    let start = ContinuousClock.now
     var started = false
     var pending: HTTPResponse?
     var receiver: (any HTTPBodyReceiver)?
     var finished = false
+    // What the exchange record reports.
+    var method = ""
+    var path: String
+    var clientAddress: String?
+    var status = 0
+    var bodyBytes: Int64 = 0
+    var route = "other"
 
-    init(rawTarget: String) { self.rawTarget = rawTarget }
+    init(rawTarget: String) {
+        self.rawTarget = rawTarget
+        self.path = String(rawTarget.prefix(while: { $0 != "?" }).prefix(512))
+    }
+
+    func record(_ response: HTTPResponse) {
+        status = response.status
+        route = response.route
+        bodyBytes = method == "HEAD" || response.status == 304 || response.status == 204 ? 0 : response.bodyLength
+    }
 }
 
 let uriLogCallback: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<CChar>?, OpaquePointer?) -> UnsafeMutableRawPointer? = {
-    _, uri, _ in
+    cls, uri, _ in
+    if let cls { Unmanaged<ServerContext>.fromOpaque(cls).takeUnretainedValue().inFlight.add(1, ordering: .relaxed) }
     let raw = uri.map { String(cString: $0) } ?? ""
     return Unmanaged.passRetained(RequestState(rawTarget: raw)).toOpaque()
 }
 
 let requestCompletedCallback: @convention(c) (
     UnsafeMutableRawPointer?, OpaquePointer?, UnsafeMutablePointer<UnsafeMutableRawPointer?>?, MHD_RequestTerminationCode
-) -> Void = { _, _, reqCls, _ in
-    guard let reqCls, let pointer = reqCls.pointee else { return }
+) -> Void = { cls, _, reqCls, termination in
+    guard let cls, let reqCls, let pointer = reqCls.pointee else { return }
     reqCls.pointee = nil
+    let context = Unmanaged<ServerContext>.fromOpaque(cls).takeUnretainedValue()
     let state = Unmanaged<RequestState>.fromOpaque(pointer).takeRetainedValue()
     if !state.finished, let receiver = state.receiver {
         state.finished = true
         receiver.abort()
     }
+    if state.started {
+        context.handler.completed(HTTPExchangeRecord(
+            method: state.method, path: state.path, status: state.status, bodyBytes: state.bodyBytes,
+            duration: ContinuousClock.now - state.start, route: state.route, clientAddress: state.clientAddress,
+            completedNormally: termination == .REQUEST_TERMINATED_COMPLETED_OK
+        ))
+    }
+    context.inFlight.subtract(1, ordering: .relaxed)
 }
 
 let accessHandlerCallback: @convention(c) (
@@ -54,13 +81,14 @@ let accessHandlerCallback: @convention(c) (
 
     if !state.started {
         state.started = true
-        let request = HTTPRequestReader.read(
-            connection: connection, method: method.map { String(cString: $0) } ?? "", rawTarget: state.rawTarget
-        )
+        state.method = method.map { String(cString: $0) } ?? ""
+        let request = HTTPRequestReader.read(connection: connection, method: state.method, rawTarget: state.rawTarget)
         let disposition: HTTPDisposition
         switch request {
         case .failure(let response): disposition = .respond(response)
         case .success(let request):
+            state.path = request.path
+            state.clientAddress = request.clientAddress
             disposition = context.handler.handle(request)
             if case .respond(let response) = disposition, !request.hasBody {
                 // Answer on the next call: queuing in the headers-only call makes 0.9.75 close keep-alive.
@@ -73,7 +101,7 @@ let accessHandlerCallback: @convention(c) (
             // A body was announced but will not be read: close so its bytes are never parsed as a request.
             response.closeConnection = true
             state.finished = true
-            return queue(response, on: connection)
+            return queue(response, for: state, on: connection)
         case .receiveBody(let receiver):
             state.receiver = receiver
             return .YES
@@ -89,7 +117,7 @@ let accessHandlerCallback: @convention(c) (
             receiver.abort()
             var response = early
             response.closeConnection = true
-            return queue(response, on: connection)
+            return queue(response, for: state, on: connection)
         }
         return .YES
     }
@@ -97,17 +125,18 @@ let accessHandlerCallback: @convention(c) (
     if let response = state.pending {
         state.pending = nil
         state.finished = true
-        return queue(response, on: connection)
+        return queue(response, for: state, on: connection)
     }
     if let receiver = state.receiver, !state.finished {
         state.finished = true
-        return queue(receiver.finish(), on: connection)
+        return queue(receiver.finish(), for: state, on: connection)
     }
     return .YES
 }
 
 /// Hands a response to libmicrohttpd. The response's file descriptor, if any, passes to MHD.
-private func queue(_ response: HTTPResponse, on connection: OpaquePointer) -> MHD_Result {
+private func queue(_ response: HTTPResponse, for state: RequestState, on connection: OpaquePointer) -> MHD_Result {
+    state.record(response)
     let mhdResponse: OpaquePointer?
     switch response.body {
     case .empty:

@@ -32,7 +32,8 @@ public final class HTTPServer: Sendable {
             MHD_OptionItem(option: .LISTENING_ADDRESS_REUSE, value: 1, ptr_value: nil),
             MHD_OptionItem(option: .END, value: 0, ptr_value: nil),
         ]
-        let flags = MHD_USE_INTERNAL_POLLING_THREAD.rawValue | MHD_USE_EPOLL.rawValue
+        // ITC lets MHD_quiesce_daemon stop accepting while the threads keep serving (graceful stop).
+        let flags = MHD_USE_INTERNAL_POLLING_THREAD.rawValue | MHD_USE_EPOLL.rawValue | MHD_USE_ITC.rawValue
             | (address.isIPv6 ? MHD_USE_IPv6.rawValue : 0)
         let started = address.withSockaddr { sockaddr in
             options.withUnsafeMutableBufferPointer { items in
@@ -53,6 +54,26 @@ public final class HTTPServer: Sendable {
         self.port = CMicroHTTPD_bound_port(started)
     }
 
+    /// Requests whose exchange has begun and not yet ended.
+    public var inFlightRequests: Int { context.takeUnretainedValue().inFlight.load(ordering: .relaxed) }
+
+    /// Stops accepting connections, lets requests in flight finish for up to `gracePeriod`,
+    /// then stops. Returns the number of requests that were still running when it stopped.
+    @discardableResult
+    public func shutdown(gracePeriod: Duration) -> Int {
+        let running = daemon.withLock { $0 }
+        guard let running = OpaquePointer(bitPattern: running) else { return 0 }
+        let listener = MHD_quiesce_daemon(running)
+        if listener >= 0 { close(listener) }
+        let deadline = ContinuousClock.now + gracePeriod
+        while inFlightRequests > 0 && ContinuousClock.now < deadline {
+            usleep(10_000)
+        }
+        let left = inFlightRequests
+        stop()
+        return left
+    }
+
     /// Stops listening, closes every connection and joins libmicrohttpd's threads. Idempotent.
     public func stop() {
         let running = daemon.withLock { value -> Int in
@@ -69,9 +90,10 @@ public final class HTTPServer: Sendable {
     deinit { stop() }
 }
 
-/// What libmicrohttpd's callbacks share: the handler. Immutable, so safe on every thread.
+/// What libmicrohttpd's callbacks share: the handler and the in-flight count. Safe on every thread.
 final class ServerContext: Sendable {
     let handler: any HTTPHandler
+    let inFlight = Atomic<Int>(0)
     init(handler: any HTTPHandler) { self.handler = handler }
 }
 

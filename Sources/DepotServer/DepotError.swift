@@ -21,8 +21,19 @@ public struct DepotError: Error, Sendable, CustomStringConvertible {
     /// The JSON error response.
     var response: HTTPResponse {
         var response = HTTPResponse.error(status: status, code: code, message: message)
-        if status == 401 { response.headers.add("WWW-Authenticate", "Bearer realm=\"assetdepot\"") }
+        if let challenge { response.headers.add("WWW-Authenticate", challenge) } else if status == 401 {
+            response.headers.add("WWW-Authenticate", "Bearer realm=\"assetdepot\"")
+        }
         return response
+    }
+
+    /// A `WWW-Authenticate` challenge other than the bearer one.
+    var challenge: String?
+
+    static func downloadCredentials(_ app: String) -> DepotError {
+        var error = DepotError(401, "unauthorized", "app \(app) requires download credentials (HTTP Basic)")
+        error.challenge = "Basic realm=\"AssetDepot \(app)\", charset=\"UTF-8\""
+        return error
     }
 
     static func notFound(_ what: String) -> DepotError { DepotError(404, "not_found", "\(what) not found") }

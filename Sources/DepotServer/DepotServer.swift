@@ -18,6 +18,8 @@ public final class DepotServer: Sendable {
         http = try HTTPServer(configuration: configuration.http, handler: origin)
         let host = configuration.http.host.contains(":") ? "[\(configuration.http.host)]" : configuration.http.host
         origin.publicURL = configuration.publicURL ?? "http://\(host):\(http.port)"
+        let http = self.http
+        origin.setInFlightProvider { http.inFlightRequests }
     }
 
     /// The bound port.
@@ -27,4 +29,9 @@ public final class DepotServer: Sendable {
 
     /// Stops listening and joins the server's threads.
     public func stop() { http.stop() }
+
+    /// Stops accepting, lets requests in flight finish for up to `gracePeriod`, then stops.
+    /// Returns how many requests were cut off.
+    @discardableResult
+    public func shutdown(gracePeriod: Duration) -> Int { http.shutdown(gracePeriod: gracePeriod) }
 }

@@ -1,6 +1,7 @@
 import DepotCore
 import DepotHTTP
 import Foundation
+import Logging
 import Synchronization
 
 /// The origin's request handler: routes, authentication and publishing over the data folder.
@@ -12,10 +13,15 @@ final class Origin: HTTPHandler {
     let releases: ReleaseStore
     let tokens: TokenStore
     let staticFiles: StaticFiles?
+    let metrics = OriginMetrics()
+    let logger: Logger
+    private let settingsCache = FileStampCache<AppSettings>()
     private let publicURLValue = Mutex("")
+    private let inFlightProvider = Mutex<(@Sendable () -> Int)?>(nil)
 
     init(configuration: OriginConfiguration) throws {
         self.configuration = configuration
+        logger = configuration.logger
         folder = DataFolder(configuration.dataPath)
         try folder.prepare()
         apps = AppStore(folder: folder)
@@ -32,6 +38,17 @@ final class Origin: HTTPHandler {
         set { publicURLValue.withLock { $0 = newValue.hasSuffix("/") ? String(newValue.dropLast()) : newValue } }
     }
 
+    /// Where `/metrics` reads the number of requests in flight.
+    func setInFlightProvider(_ provider: @escaping @Sendable () -> Int) {
+        inFlightProvider.withLock { $0 = provider }
+    }
+
+    /// An app's settings, re-read only when app.json changes.
+    func settings(_ app: String) -> AppSettings? {
+        guard Identifier.isValidApp(app) else { return nil }
+        return settingsCache.value(at: folder.appSettings(app)) { try StoredJSON.read(AppSettings.self, from: $0) }
+    }
+
     func handle(_ request: HTTPRequest) -> HTTPDisposition {
         do {
             return try route(request)
@@ -42,11 +59,38 @@ final class Origin: HTTPHandler {
         }
     }
 
+    func completed(_ record: HTTPExchangeRecord) {
+        metrics.record(record)
+        // The access log: never a header, so never a token or credentials.
+        logger.info("access", metadata: [
+            "method": .string(record.method), "path": .string(record.path), "status": .stringConvertible(record.status),
+            "bytes": .stringConvertible(record.bodyBytes), "duration_ms": .string(Self.milliseconds(record.duration)),
+            "route": .string(record.route), "client": .string(record.clientAddress ?? "-"),
+            "complete": .stringConvertible(record.completedNormally),
+        ])
+    }
+
+    private static func milliseconds(_ duration: Duration) -> String {
+        let ms = Double(duration.components.seconds) * 1000 + Double(duration.components.attoseconds) / 1e15
+        return String(format: "%.3f", ms)
+    }
+
     private func route(_ request: HTTPRequest) throws -> HTTPDisposition {
         let s = request.pathSegments
         if s.count == 1 && s[0] == "healthz" {
             try allow(request, "GET, HEAD")
-            return .respond(.bytes(Array("{\"status\":\"ok\"}\n".utf8), contentType: "application/json"))
+            var response = HTTPResponse.bytes(Array("{\"status\":\"ok\"}\n".utf8), contentType: "application/json")
+            response.headers.add("Cache-Control", "no-store")
+            response.route = "healthz"
+            return .respond(response)
+        }
+        if s.count == 1 && s[0] == "metrics" {
+            try allow(request, "GET, HEAD")
+            let inFlight = inFlightProvider.withLock { $0 }?() ?? 0
+            var response = HTTPResponse.bytes(metrics.render(inFlightRequests: inFlight), contentType: "text/plain; version=0.0.4; charset=utf-8")
+            response.headers.add("Cache-Control", "no-store")
+            response.route = "metrics"
+            return .respond(response)
         }
         guard s.first == "v1" else {
             try allow(request, "GET, HEAD")
@@ -60,9 +104,18 @@ final class Origin: HTTPHandler {
         case ("manifest", 4):
             try allow(request, "GET, HEAD")
             return .respond(try manifest(app, request))
+        case ("releases", 4):
+            try allow(request, "GET, HEAD")
+            return .respond(try releaseList(app, request))
+        case ("releases", 5):
+            try allow(request, "GET, HEAD")
+            return .respond(try release(app, s[4], request))
         case ("blobs", 5):
             try allow(request, "GET, HEAD")
-            return .respond(try blob(app, s[4]))
+            return .respond(try blob(app, s[4], request))
+        case ("info-plist", 4):
+            try allow(request, "GET, HEAD")
+            return .respond(try infoPlist(app, request))
         case ("packs", 5):
             try allow(request, "PUT")
             return try upload(app, s[4], request)
@@ -77,44 +130,21 @@ final class Origin: HTTPHandler {
         }
     }
 
-    private func requireApp(_ app: String) throws {
-        guard apps.settings(app) != nil else { throw DepotError.notFound("app \(app)") }
+    /// The app's settings, or 404.
+    func requireApp(_ app: String) throws -> AppSettings {
+        guard let settings = settings(app) else { throw DepotError.notFound("app \(app)") }
+        return settings
     }
 
-    // MARK: Reads
-
-    private func manifest(_ app: String, _ request: HTTPRequest) throws -> HTTPResponse {
-        try requireApp(app)
-        guard let live = try releases.current(app) else { throw DepotError.notFound("a release of app \(app)") }
-        var headers = HTTPHeaders()
-        headers.add("ETag", live.etag)
-        headers.add("Cache-Control", "public, max-age=\(configuration.manifestMaxAge), must-revalidate")
-        if let tags = request.headers["If-None-Match"], tags.split(separator: ",").contains(where: {
-            let tag = $0.trimmingCharacters(in: .whitespaces)
-            return tag == live.etag || tag == "W/" + live.etag || tag == "*"
-        }) {
-            return HTTPResponse(status: 304, headers: headers)
-        }
-        headers.add("Content-Type", "application/json")
-        return HTTPResponse(status: 200, headers: headers, body: .bytes(live.envelope))
+    /// Checks the app's download credentials, when it has them; returns whether it does.
+    func requireDownloadAccess(_ settings: AppSettings, _ request: HTTPRequest) throws -> Bool {
+        guard let credentials = settings.downloadCredentials else { return false }
+        guard credentials.accepts(request.headers["Authorization"]) else { throw DepotError.downloadCredentials(settings.id) }
+        return true
     }
 
-    private func blob(_ app: String, _ sha256: String) throws -> HTTPResponse {
-        guard Hex.isSHA256(sha256) else { throw DepotError(400, "invalid_hash", "a blob is named by 64 lower-case hex digits") }
-        try requireApp(app)
-        guard let file = blobs.open(sha256) else { throw DepotError.notFound("blob \(sha256)") }
-        let size = try file.size()
-        var headers = HTTPHeaders()
-        headers.add("Content-Type", "application/octet-stream")
-        headers.add("ETag", "\"\(sha256)\"")
-        headers.add("Cache-Control", "public, max-age=31536000, immutable")
-        // The descriptor passes to the response, which passes it to libmicrohttpd (sendfile).
-        return HTTPResponse(status: 200, headers: headers, body: .file(FileRegion(descriptor: file.release(), offset: 0, length: size)))
-    }
-
-    // MARK: Writes
-
-    private func authorize(_ request: HTTPRequest, app: String) throws {
+    /// Checks a publish token for this app.
+    func authorize(_ request: HTTPRequest, app: String) throws {
         guard let header = request.headers["Authorization"] else { throw DepotError.missingToken }
         let parts = header.split(separator: " ", maxSplits: 1)
         guard parts.count == 2, parts[0].lowercased() == "bearer" else { throw DepotError.missingToken }
@@ -122,85 +152,4 @@ final class Origin: HTTPHandler {
         guard token.app == app else { throw DepotError.forbidden("this token is scoped to another app") }
         guard token.role == .publisher || token.role == .admin else { throw DepotError.forbidden("this token cannot publish") }
     }
-
-    private func upload(_ app: String, _ pack: String, _ request: HTTPRequest) throws -> HTTPDisposition {
-        guard Identifier.isValidPack(pack) else { throw DepotError.invalidID("pack id") }
-        try authorize(request, app: app)
-        try requireApp(app)
-        let length = request.contentLength
-        if request.headers["Transfer-Encoding"] == nil && length == nil {
-            throw DepotError(411, "length_required", "send Content-Length or Transfer-Encoding: chunked")
-        }
-        if let length, length > configuration.maximumPackSize { throw DepotError.tooLarge(configuration.maximumPackSize) }
-        let policyText = request.queryValue("policy") ?? "prefetch"
-        guard let policy = PackEntry.Policy(rawValue: policyText) else {
-            throw DepotError.badRequest("policy must be essential, prefetch or onDemand")
-        }
-        let tags = request.query.filter { $0.name == "tag" }.map(\.value)
-        guard tags.allSatisfy({ !$0.isEmpty && $0.count <= 64 }), tags.count <= 32 else {
-            throw DepotError.badRequest("tags are 1–64 characters, at most 32")
-        }
-        var expected: String?
-        if let checksum = request.headers["X-Depot-SHA256"] {
-            guard Hex.isSHA256(checksum.lowercased()) else { throw DepotError.badRequest("X-Depot-SHA256 must be 64 hex digits") }
-            expected = checksum.lowercased()
-        }
-        let contentType = request.headers["Content-Type"] ?? "application/octet-stream"
-        let upload = PackUploadRequest(
-            app: app, pack: pack, policy: policy, tags: Array(Set(tags)).sorted(), contentType: contentType,
-            expectedPlaintextSHA256: expected, declaredLength: length
-        )
-        let receiver = try PackUpload(request: upload, origin: self)
-        if length == 0 { return .respond(receiver.finish()) }
-        return .receiveBody(receiver)
-    }
-
-    /// Puts a stored blob into the app's next release, published at once.
-    func publish(_ summary: PackSummary, for request: PackUploadRequest) throws -> HTTPResponse {
-        let url = publicURL + "/v1/apps/\(request.app)/blobs/\(summary.sha256)"
-        var entry = PackEntry(
-            id: request.pack, revision: 1, url: url, size: summary.size, sha256: summary.sha256,
-            installSize: summary.plaintextSize, plaintextSHA256: summary.plaintextSHA256, policy: request.policy,
-            tags: request.tags, keyID: summary.keyID, contentType: request.contentType
-        )
-        var keptOldBlob = false
-        let published = try releases.publish(request.app) { packs in
-            var packs = packs
-            if let index = packs.firstIndex(where: { $0.id == request.pack }) {
-                let old = packs[index]
-                if old.plaintextSHA256 == summary.plaintextSHA256 {
-                    // Same content: keep the stored container (devices keep their copy) and its revision.
-                    keptOldBlob = true
-                    entry = PackEntry(
-                        id: old.id, revision: old.revision, url: old.url, size: old.size, sha256: old.sha256,
-                        installSize: old.installSize, plaintextSHA256: old.plaintextSHA256, policy: request.policy,
-                        tags: request.tags, keyID: old.keyID, contentType: request.contentType
-                    )
-                    if entry == old { return nil }
-                } else {
-                    entry.revision = old.revision + 1
-                }
-                packs[index] = entry
-            } else {
-                packs.append(entry)
-            }
-            return packs
-        }
-        if keptOldBlob { blobs.remove(summary.sha256) }
-        let version = try published?.version ?? releases.current(request.app)?.version ?? 0
-        let body = PublishResult(
-            app: request.app, pack: entry, release: version, changed: published != nil,
-            manifestURL: publicURL + "/v1/apps/\(request.app)/manifest"
-        )
-        return .bytes(Array(try StoredJSON.encoder.encode(body)) + [10], status: published != nil ? 201 : 200, contentType: "application/json")
-    }
-}
-
-/// The body of a successful upload.
-struct PublishResult: Codable {
-    var app: String
-    var pack: PackEntry
-    var release: Int
-    var changed: Bool
-    var manifestURL: String
 }

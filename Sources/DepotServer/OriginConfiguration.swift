@@ -1,5 +1,6 @@
 import DepotHTTP
 import Foundation
+import Logging
 
 /// Everything `depot serve` can set.
 public struct OriginConfiguration: Sendable {
@@ -18,11 +19,13 @@ public struct OriginConfiguration: Sendable {
     public var manifestMaxAge: Int
     /// The listener.
     public var http: HTTPServerConfiguration
+    /// Where the access log and server events go.
+    public var logger: Logger
 
     public init(
         dataPath: String, publicURL: String? = nil, publicDirectory: String? = nil,
         maximumPackSize: Int64 = 16 << 30, manifestLifetime: TimeInterval = 90 * 86_400, manifestMaxAge: Int = 60,
-        http: HTTPServerConfiguration = HTTPServerConfiguration()
+        http: HTTPServerConfiguration = HTTPServerConfiguration(), logger: Logger = Logger(label: "assetdepot")
     ) {
         self.dataPath = dataPath
         self.publicURL = publicURL
@@ -31,5 +34,6 @@ public struct OriginConfiguration: Sendable {
         self.manifestLifetime = manifestLifetime
         self.manifestMaxAge = manifestMaxAge
         self.http = http
+        self.logger = logger
     }
 }

@@ -4,7 +4,7 @@ import DepotServer
 import Foundation
 
 struct Apps: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Create and list apps.", subcommands: [Create.self, List.self])
+    static let configuration = CommandConfiguration(abstract: "Create and list apps.", subcommands: [Create.self, List.self, Credentials.self])
 
     struct Create: ParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Create an app with a fresh pack key.")
@@ -18,6 +18,29 @@ struct Apps: ParsableCommand {
         func run() throws {
             try AppStore(folder: DataFolder(data.data)).create(app)
             print("created app \(app)")
+        }
+    }
+
+    struct Credentials: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Require HTTP Basic credentials to download an app's manifest, releases and blobs, or stop requiring them.",
+            discussion: "--enable prints a new username and password once (a Background Assets extension answers the challenge); --disable removes them."
+        )
+        @OptionGroup var data: DataOptions
+        @Argument(help: "The app.") var app: String
+        @Flag(exclusivity: .exclusive) var mode: Mode
+
+        enum Mode: EnumerableFlag { case enable, disable }
+
+        func run() throws {
+            let store = AppStore(folder: DataFolder(data.data))
+            guard store.settings(app) != nil else { throw CLIError("no app \(app) in \(data.data)") }
+            if let created = try store.setDownloadCredentials(app, enabled: mode == .enable) {
+                print("download credentials of \(app) (the password is shown only now):")
+                print("\(created.username):\(created.password)")
+            } else {
+                print("\(app) is downloadable without credentials")
+            }
         }
     }
 

@@ -9,12 +9,12 @@ struct Depot: AsyncParsableCommand {
             Server-side admin commands (apps, tokens, keys) work on the data folder directly;
             publish and sync talk HTTP. A failing command prints one line to stderr and exits non-zero.
             """,
-        subcommands: [Serve.self, Apps.self, Tokens.self, Keys.self, Publish.self, Sync.self, Inspect.self]
+        subcommands: [Serve.self, Apps.self, Tokens.self, Keys.self, Publish.self, Plist.self, Sync.self, Inspect.self]
     )
 }
 
 /// The data folder option shared by server-side commands.
 struct DataOptions: ParsableArguments {
-    @Option(name: .long, help: "The data folder.")
-    var data: String = "./depot-data"
+    @Option(name: .long, help: "The data folder (env DEPOT_DATA).")
+    var data: String = Environment.string("DEPOT_DATA", "./depot-data")
 }

@@ -3,45 +3,90 @@ import DepotCore
 import DepotHTTP
 import DepotServer
 import Foundation
+import Logging
 
 struct Serve: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run the origin.",
-        discussion: "A data folder that does not exist yet is created with a dev app, its keys and a publish token, which are printed."
+        discussion: """
+            Every option can also come from the environment variable named in its help (the flag wins).
+            A data folder that does not exist yet is created with a dev app, its keys and a publish token,
+            which are printed. SIGTERM or SIGINT stops accepting connections, lets requests in flight
+            finish for up to --drain-timeout seconds, then exits 0. The access log goes to stderr.
+            """
     )
 
     @OptionGroup var data: DataOptions
 
-    @Option(help: "HOST:PORT to listen on (port 0 picks a free port).")
-    var listen: String = "127.0.0.1:8080"
+    @Option(help: "HOST:PORT to listen on; port 0 picks a free port (env DEPOT_LISTEN).")
+    var listen: String = Environment.string("DEPOT_LISTEN", "127.0.0.1:8080")
 
-    @Option(name: .customLong("public-url"), help: "Base URL that manifests put in front of blob paths (your CDN or edge). Default: http://HOST:PORT.")
-    var publicURL: String?
+    @Option(name: .customLong("public-url"), help: "Base URL that manifests put in front of blob paths: your CDN or edge (env DEPOT_PUBLIC_URL). Default: http://HOST:PORT.")
+    var publicURL: String = Environment.string("DEPOT_PUBLIC_URL", "")
 
-    @Option(name: .customLong("public-dir"), help: "Folder served at / (the dashboard). Default: ./Public, or the Public folder of the source tree.")
-    var publicDir: String?
+    @Option(name: .customLong("public-dir"), help: "Folder served at / (env DEPOT_PUBLIC_DIR). Default: ./Public, or the Public folder of the source tree.")
+    var publicDir: String = Environment.string("DEPOT_PUBLIC_DIR", "")
 
-    @Option(help: "Server threads.")
-    var threads: Int = 4
+    @Option(help: "Server threads (env DEPOT_THREADS).")
+    var threads: Int = Environment.int("DEPOT_THREADS", 4)
 
-    @Option(name: .customLong("max-pack-size"), help: "Largest pack accepted, in bytes.")
-    var maxPackSize: Int64 = 16 << 30
+    @Option(name: .customLong("max-pack-size"), help: "Largest pack accepted, in bytes (env DEPOT_MAX_PACK_SIZE).")
+    var maxPackSize: Int64 = Environment.int("DEPOT_MAX_PACK_SIZE", Int64(16) << 30)
+
+    @Option(name: .customLong("connection-limit"), help: "Most connections open at once (env DEPOT_CONNECTION_LIMIT).")
+    var connectionLimit: Int = Environment.int("DEPOT_CONNECTION_LIMIT", 1024)
+
+    @Option(name: .customLong("per-ip-limit"), help: "Most connections from one IP address, 0 for no limit; keep 0 behind a CDN or edge (env DEPOT_PER_IP_LIMIT).")
+    var perIPLimit: Int = Environment.int("DEPOT_PER_IP_LIMIT", 0)
+
+    @Option(help: "Seconds of inactivity before a connection is closed (env DEPOT_TIMEOUT).")
+    var timeout: Int = Environment.int("DEPOT_TIMEOUT", 30)
+
+    @Option(name: .customLong("connection-memory"), help: "Bytes of buffer per connection; bounds request headers (env DEPOT_CONNECTION_MEMORY).")
+    var connectionMemory: Int = Environment.int("DEPOT_CONNECTION_MEMORY", 64 << 10)
+
+    @Option(name: .customLong("manifest-max-age"), help: "max-age, in seconds, of the live manifest (env DEPOT_MANIFEST_MAX_AGE).")
+    var manifestMaxAge: Int = Environment.int("DEPOT_MANIFEST_MAX_AGE", 60)
+
+    @Option(name: .customLong("manifest-lifetime-days"), help: "How long a signed manifest stays valid (env DEPOT_MANIFEST_LIFETIME_DAYS).")
+    var manifestLifetimeDays: Int = Environment.int("DEPOT_MANIFEST_LIFETIME_DAYS", 90)
+
+    @Option(name: .customLong("drain-timeout"), help: "Seconds that requests in flight may take to finish after SIGTERM (env DEPOT_DRAIN_TIMEOUT).")
+    var drainTimeout: Int = Environment.int("DEPOT_DRAIN_TIMEOUT", 30)
+
+    @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical (env DEPOT_LOG_LEVEL).")
+    var logLevel: String = Environment.string("DEPOT_LOG_LEVEL", "info")
 
     func validate() throws {
         _ = try parseListen()
-        guard threads >= 1 && threads <= 256 else { throw ValidationError("--threads must be 1–256") }
-        if let publicURL, URL(string: publicURL)?.scheme == nil { throw ValidationError("--public-url must be an absolute URL") }
+        guard (1...256).contains(threads) else { throw ValidationError("--threads must be 1–256") }
+        guard connectionLimit >= 1, perIPLimit >= 0, timeout >= 1, connectionMemory >= 4096 else {
+            throw ValidationError("--connection-limit and --timeout must be at least 1, --connection-memory at least 4096")
+        }
+        guard manifestMaxAge >= 0, manifestLifetimeDays >= 1, drainTimeout >= 0, maxPackSize >= 0 else {
+            throw ValidationError("sizes and durations must not be negative")
+        }
+        guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical") }
+        if !publicURL.isEmpty, URL(string: publicURL)?.scheme == nil { throw ValidationError("--public-url must be an absolute URL") }
     }
 
     func parseListen() throws -> (String, UInt16) {
         guard let colon = listen.lastIndex(of: ":"), let port = UInt16(listen[listen.index(after: colon)...]) else {
             throw ValidationError("--listen must be HOST:PORT")
         }
-        return (String(listen[..<colon]), port)
+        var host = String(listen[..<colon])
+        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        return (host, port)
     }
 
     func run() throws {
         let (host, port) = try parseListen()
+        let level = Logger.Level(rawValue: logLevel)!
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
         let bootstrap = try Bootstrap.ifNeeded(dataPath: data.data)
         // Block the stop signals before any server thread starts, so that only sigwait sees them.
         var signals = sigset_t()
@@ -50,17 +95,25 @@ struct Serve: ParsableCommand {
         sigaddset(&signals, SIGTERM)
         pthread_sigmask(SIG_BLOCK, &signals, nil)
 
+        let http = HTTPServerConfiguration(
+            host: host, port: port, threads: threads, connectionLimit: connectionLimit, perIPConnectionLimit: perIPLimit,
+            connectionTimeout: timeout, connectionMemoryLimit: connectionMemory
+        )
         let server = try DepotServer(configuration: OriginConfiguration(
-            dataPath: data.data, publicURL: publicURL, publicDirectory: publicDir ?? Self.defaultPublicDirectory(),
-            maximumPackSize: maxPackSize, http: HTTPServerConfiguration(host: host, port: port, threads: threads)
+            dataPath: data.data, publicURL: publicURL.isEmpty ? nil : publicURL,
+            publicDirectory: publicDir.isEmpty ? Self.defaultPublicDirectory() : publicDir,
+            maximumPackSize: maxPackSize, manifestLifetime: TimeInterval(manifestLifetimeDays) * 86_400, manifestMaxAge: manifestMaxAge,
+            http: http, logger: Logger(label: "assetdepot")
         ))
         print("AssetDepot listening on \(host.contains(":") ? "[\(host)]" : host):\(server.port), data \(data.data), public URL \(server.publicURL)")
         if let bootstrap { print(bootstrap.instructions(server: server.publicURL, dataPath: data.data)) }
         fflush(nil)
         var received: Int32 = 0
         sigwait(&signals, &received)
-        print("stopping (signal \(received))")
-        server.stop()
+        print("stopping (signal \(received)): draining requests for up to \(drainTimeout) s")
+        fflush(nil)
+        let cut = server.shutdown(gracePeriod: .seconds(drainTimeout))
+        print(cut == 0 ? "stopped" : "stopped; \(cut) requests were cut off at the deadline")
     }
 
     static func defaultPublicDirectory() -> String? {

@@ -1,3 +1,4 @@
+import struct Foundation.Date
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
@@ -93,6 +94,13 @@ public final class FileDescriptor {
         var info = stat()
         try systemCall("fstat", path: path) { fstat(rawValue, &info) }
         return Int64(info.st_size)
+    }
+
+    /// The file's size in bytes and its last modification time.
+    public func sizeAndModification() throws(SystemError) -> (size: Int64, modified: Date) {
+        var info = stat()
+        try systemCall("fstat", path: path) { fstat(rawValue, &info) }
+        return (Int64(info.st_size), Date(timeIntervalSince1970: Double(info.st_mtim.tv_sec)))
     }
 
     /// Truncates or extends the file.

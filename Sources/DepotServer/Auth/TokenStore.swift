@@ -1,6 +1,5 @@
 import DepotCore
 import Foundation
-import Synchronization
 
 /// What a token may do.
 public enum TokenRole: String, Codable, Sendable, CaseIterable {
@@ -28,7 +27,7 @@ public struct StoredToken: Codable, Sendable, Hashable {
 /// `depot tokens create` takes effect on a running server.
 public final class TokenStore: Sendable {
     private let path: String
-    private let cache = Mutex<(stamp: String, tokens: [StoredToken])>(("", []))
+    private let cache = FileStampCache<[StoredToken]>()
 
     public init(folder: DataFolder) { self.path = folder.tokens }
 
@@ -62,22 +61,12 @@ public final class TokenStore: Sendable {
     }
 
     private func current() -> [StoredToken] {
-        let stamp = Self.stamp(path)
-        if let hit = cache.withLock({ $0.stamp == stamp ? $0.tokens : nil }) { return hit }
-        let tokens = (try? load()) ?? []
-        cache.withLock { $0 = (stamp, tokens) }
-        return tokens
+        cache.value(at: path) { try StoredJSON.read(TokenFile.self, from: $0).tokens } ?? []
     }
 
     private func load() throws -> [StoredToken] {
         guard FileSystem.exists(path) else { return [] }
         return try StoredJSON.read(TokenFile.self, from: path).tokens
-    }
-
-    private static func stamp(_ path: String) -> String {
-        var info = stat()
-        guard stat(path, &info) == 0 else { return "missing" }
-        return "\(info.st_mtim.tv_sec).\(info.st_mtim.tv_nsec).\(info.st_size).\(info.st_ino)"
     }
 }
 

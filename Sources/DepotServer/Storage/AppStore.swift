@@ -7,6 +7,27 @@ public struct AppSettings: Codable, Sendable, Hashable {
     public var id: String
     /// When it was created.
     public var createdAt: Date
+    /// HTTP Basic credentials required to read the app's manifest, releases and blobs; nil: open.
+    public var downloadCredentials: DownloadCredentials?
+}
+
+/// A username and the SHA-256 of a random password (high-entropy, so a fast hash suffices).
+public struct DownloadCredentials: Codable, Sendable, Hashable {
+    public var username: String
+    public var passwordSHA256: String
+
+    /// Whether an `Authorization: Basic …` value carries these credentials (constant-time on the password).
+    func accepts(_ header: String?) -> Bool {
+        guard let header else { return false }
+        let parts = header.split(separator: " ", maxSplits: 1)
+        guard parts.count == 2, parts[0].lowercased() == "basic", let data = Data(base64Encoded: String(parts[1]).trimmingCharacters(in: .whitespaces)),
+              let text = String(data: data, encoding: .utf8), let colon = text.firstIndex(of: ":") else { return false }
+        let presented = SHA256Hasher.hash(Array(text[text.index(after: colon)...].utf8))
+        guard let stored = Hex.decode(passwordSHA256), stored.count == 32 else { return false }
+        var difference: UInt8 = text[..<colon] == username ? 0 : 1
+        for i in 0..<32 { difference |= stored[i] ^ presented[i] }
+        return difference == 0
+    }
 }
 
 /// Creates and lists apps, and owns their pack master keys and the manifest signing key.
@@ -28,7 +49,7 @@ public struct AppStore: Sendable {
                                  to: folder.packKeys(id), mode: 0o600)
         }
         _ = try signingKey()
-        let settings = AppSettings(id: id, createdAt: Date())
+        let settings = AppSettings(id: id, createdAt: Date(), downloadCredentials: nil)
         try StoredJSON.write(settings, to: folder.appSettings(id))
         return settings
     }
@@ -37,6 +58,21 @@ public struct AppStore: Sendable {
     public func settings(_ id: String) -> AppSettings? {
         guard Identifier.isValidApp(id) else { return nil }
         return try? StoredJSON.read(AppSettings.self, from: folder.appSettings(id))
+    }
+
+    /// Turns HTTP Basic download credentials on (returning the new password, shown once) or off.
+    @discardableResult
+    public func setDownloadCredentials(_ id: String, enabled: Bool) throws -> (username: String, password: String)? {
+        guard var settings = settings(id) else { throw DepotError.notFound("app \(id)") }
+        guard enabled else {
+            settings.downloadCredentials = nil
+            try StoredJSON.write(settings, to: folder.appSettings(id))
+            return nil
+        }
+        let password = Hex.encode(SecureRandom.bytes(16))
+        settings.downloadCredentials = DownloadCredentials(username: id, passwordSHA256: Hex.encode(SHA256Hasher.hash(Array(password.utf8))))
+        try StoredJSON.write(settings, to: folder.appSettings(id))
+        return (id, password)
     }
 
     /// Every app id.

@@ -48,6 +48,20 @@ public final class ReleaseStore: Sendable {
         return LiveManifest(version: version, envelope: bytes, etag: "\"" + Hex.encode(SHA256Hasher.hash(bytes)) + "\"", manifest: manifest)
     }
 
+    /// An older (or the live) release by number, or nil if there is none.
+    func release(_ app: String, _ version: Int) throws -> LiveManifest? {
+        guard FileSystem.exists(folder.release(app, version)) else { return nil }
+        return try load(app, version)
+    }
+
+    /// Every release of the app, oldest first.
+    func list(_ app: String) throws -> [Manifest] {
+        let versions = FileSystem.contents(of: folder.releases(app)).compactMap { name -> Int? in
+            name.hasSuffix(".json") && !name.hasPrefix(".") ? Int(name.dropLast(5)) : nil
+        }
+        return try versions.sorted().map { try load(app, $0).manifest }
+    }
+
     /// Publishes the next release: `change` edits the live pack list; returns nil if it changed nothing.
     func publish(_ app: String, change: ([PackEntry]) throws -> [PackEntry]?) throws -> LiveManifest? {
         try publishLock.withLock { _ in

@@ -1,0 +1,81 @@
+/// The Info.plist keys Background Assets needs, computed from a release. See <doc:InfoPlistKeys>.
+public struct BackgroundAssetsKeys: Hashable, Sendable {
+    /// `BAManifestURL`: where the extension fetches the signed manifest.
+    public var manifestURL: String
+    /// `BAInitialDownloadRestrictions.BADownloadDomainAllowList`: hosts of the manifest and pack URLs.
+    public var domainAllowList: [String]
+    /// `BAInitialDownloadRestrictions.BAEssentialDownloadAllowance`: manifest bytes + essential pack container bytes.
+    public var essentialDownloadAllowance: Int64
+    /// `BAInitialDownloadRestrictions.BADownloadAllowance`: manifest bytes + prefetch pack container bytes.
+    public var downloadAllowance: Int64
+    /// `BAEssentialMaxInstallSize`: installed bytes of the essential packs.
+    public var essentialMaxInstallSize: Int64
+    /// `BAMaxInstallSize`: installed bytes of the prefetch packs (the non-essential ones downloaded right after install).
+    public var maxInstallSize: Int64
+
+    /// Computes the keys for `manifest`, whose signed envelope is `manifestSize` bytes.
+    public init(manifest: Manifest, manifestSize: Int64, manifestURL: String) {
+        self.manifestURL = manifestURL
+        let essential = manifest.packs.filter { $0.policy == .essential }
+        let prefetch = manifest.packs.filter { $0.policy == .prefetch }
+        essentialDownloadAllowance = manifestSize + essential.reduce(0) { $0 + $1.size }
+        downloadAllowance = manifestSize + prefetch.reduce(0) { $0 + $1.size }
+        essentialMaxInstallSize = essential.reduce(0) { $0 + $1.installSize }
+        maxInstallSize = prefetch.reduce(0) { $0 + $1.installSize }
+        var hosts: [String] = []
+        for url in [manifestURL] + manifest.packs.map(\.url) {
+            if let host = Self.host(of: url), !hosts.contains(host) { hosts.append(host) }
+        }
+        domainAllowList = hosts
+    }
+
+    /// The host of an absolute URL, without port or user info.
+    static func host(of url: String) -> String? {
+        guard let schemeEnd = url.range(of: "://") else { return nil }
+        var authority = url[schemeEnd.upperBound...].prefix { $0 != "/" && $0 != "?" && $0 != "#" }
+        if let at = authority.lastIndex(of: "@") { authority = authority[authority.index(after: at)...] }
+        if authority.hasPrefix("[") { return authority.firstIndex(of: "]").map { String(authority[...$0]) } }
+        let host = authority.prefix { $0 != ":" }
+        return host.isEmpty ? nil : host.lowercased()
+    }
+
+    /// A complete XML property list whose top-level dictionary holds the keys: merge its
+    /// entries into the app's Info.plist (or the extension's, per Apple's documentation).
+    public var xml: String {
+        func escaped(_ text: String) -> String {
+            text.replacingAll("&", "&amp;").replacingAll("<", "&lt;").replacingAll(">", "&gt;")
+        }
+        return """
+            <?xml version="1.0" encoding="UTF-8"?>
+            <!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">
+            <plist version="1.0">
+            <dict>
+            \t<key>BAInitialDownloadRestrictions</key>
+            \t<dict>
+            \t\t<key>BADownloadAllowance</key>
+            \t\t<integer>\(downloadAllowance)</integer>
+            \t\t<key>BADownloadDomainAllowList</key>
+            \t\t<array>
+            \(domainAllowList.map { "\t\t\t<string>\(escaped($0))</string>" }.joined(separator: "\n"))
+            \t\t</array>
+            \t\t<key>BAEssentialDownloadAllowance</key>
+            \t\t<integer>\(essentialDownloadAllowance)</integer>
+            \t</dict>
+            \t<key>BAEssentialMaxInstallSize</key>
+            \t<integer>\(essentialMaxInstallSize)</integer>
+            \t<key>BAManifestURL</key>
+            \t<string>\(escaped(manifestURL))</string>
+            \t<key>BAMaxInstallSize</key>
+            \t<integer>\(maxInstallSize)</integer>
+            </dict>
+            </plist>
+
+            """
+    }
+}
+
+extension String {
+    func replacingAll(_ target: String, _ replacement: String) -> String {
+        split(separator: target, omittingEmptySubsequences: false).joined(separator: replacement)
+    }
+}

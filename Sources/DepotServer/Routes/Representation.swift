@@ -1,0 +1,99 @@
+import DepotCore
+import DepotHTTP
+import Foundation
+
+/// One resource as served: the single place that applies validators, preconditions and ranges
+/// (RFC 9110 §13 and §14) to manifests, releases and blobs alike.
+struct Representation {
+    /// Where the bytes come from.
+    enum Source {
+        case bytes([UInt8])
+        /// An open file; its descriptor passes to the response.
+        case file(FileDescriptor)
+    }
+
+    var source: Source
+    var size: Int64
+    /// A strong entity tag, quoted.
+    var etag: String
+    var lastModified: Date?
+    var contentType: String
+    var cacheControl: String
+    var route: String
+
+    func response(to request: HTTPRequest) -> HTTPResponse {
+        var headers = HTTPHeaders()
+        headers.add("ETag", etag)
+        headers.add("Cache-Control", cacheControl)
+        if let lastModified { headers.add("Last-Modified", HTTPDate.format(lastModified)) }
+        headers.add("Accept-Ranges", "bytes")
+
+        // Preconditions, in RFC 9110 §13.2.2 order.
+        if let ifMatch = request.headers["If-Match"] {
+            if !Self.list(ifMatch, matches: etag, weak: false) { return failure(412, "precondition_failed", "If-Match does not match", headers) }
+        } else if let since = request.headers["If-Unmodified-Since"].flatMap(HTTPDate.parse), let lastModified,
+                  lastModified.timeIntervalSince1970.rounded(.down) > since.timeIntervalSince1970 {
+            return failure(412, "precondition_failed", "modified since If-Unmodified-Since", headers)
+        }
+        if let ifNoneMatch = request.headers["If-None-Match"] {
+            if Self.list(ifNoneMatch, matches: etag, weak: true) { return HTTPResponse(status: 304, headers: headers, route: route) }
+        } else if let since = request.headers["If-Modified-Since"].flatMap(HTTPDate.parse), let lastModified,
+                  lastModified.timeIntervalSince1970.rounded(.down) <= since.timeIntervalSince1970 {
+            return HTTPResponse(status: 304, headers: headers, route: route)
+        }
+
+        headers.add("Content-Type", contentType)
+        var range = request.method == "GET" ? RangeRequest.parse(request.headers["Range"], size: size) : .whole
+        if range != .whole, let ifRange = request.headers["If-Range"], !ifRangeHolds(ifRange) { range = .whole }
+        switch range {
+        case .whole:
+            return HTTPResponse(status: 200, headers: headers, body: body(offset: 0, length: size), route: route)
+        case .bytes(let first, let last):
+            headers.add("Content-Range", "bytes \(first)-\(last)/\(size)")
+            return HTTPResponse(status: 206, headers: headers, body: body(offset: first, length: last - first + 1), route: route)
+        case .unsatisfiable:
+            var response = failure(416, "range_not_satisfiable", "the range does not overlap the \(size) bytes of this resource", headers)
+            response.headers.set("Content-Range", "bytes */\(size)")
+            return response
+        }
+    }
+
+    /// If-Range holds when it is our strong ETag, or exactly our Last-Modified date.
+    private func ifRangeHolds(_ value: String) -> Bool {
+        let trimmed = value.trimmingWhitespace
+        if trimmed.hasPrefix("\"") || trimmed.hasPrefix("W/") { return trimmed == etag }
+        guard let date = HTTPDate.parse(trimmed), let lastModified else { return false }
+        return date.timeIntervalSince1970 == lastModified.timeIntervalSince1970.rounded(.down)
+    }
+
+    private func body(offset: Int64, length: Int64) -> HTTPResponse.Body {
+        switch source {
+        case .bytes(let bytes):
+            return .bytes(Array(bytes[Int(offset)..<Int(offset + length)]))
+        case .file(let file):
+            // The descriptor passes to the response, which passes it to libmicrohttpd (sendfile).
+            return .file(FileRegion(descriptor: file.release(), offset: offset, length: length))
+        }
+    }
+
+    private func failure(_ status: Int, _ code: String, _ message: String, _ headers: HTTPHeaders) -> HTTPResponse {
+        var response = HTTPResponse.error(status: status, code: code, message: message)
+        for (name, value) in headers where name != "Accept-Ranges" { response.headers.add(name, value) }
+        response.route = route
+        return response
+    }
+
+    /// Whether a list of entity tags (or `*`) names `etag`; weak comparison ignores `W/`.
+    static func list(_ header: String, matches etag: String, weak: Bool) -> Bool {
+        for item in header.split(separator: ",") {
+            var tag = String(item).trimmingWhitespace
+            if tag == "*" { return true }
+            if tag.hasPrefix("W/") {
+                guard weak else { continue }
+                tag.removeFirst(2)
+            }
+            if tag == etag { return true }
+        }
+        return false
+    }
+}
