@@ -94,7 +94,7 @@ final class Origin: HTTPHandler {
         }
         guard s.first == "v1" else {
             try allow(request, "GET, HEAD")
-            guard let staticFiles, let response = staticFiles.response(for: s) else { throw DepotError.notFound("\(request.path)") }
+            guard let staticFiles, let response = staticFiles.response(for: s, request: request) else { throw DepotError.notFound("\(request.path)") }
             return .respond(response)
         }
         guard s.count >= 4, s[1] == "apps" else { throw DepotError.notFound("route \(request.path)") }

@@ -1,7 +1,8 @@
 import DepotCore
 import DepotHTTP
 
-/// Serves the dashboard folder (Public/) at `/`, from file descriptors.
+/// Serves the dashboard folder (Public/) at `/`, from file descriptors, with the same
+/// validators and range handling as everything else.
 struct StaticFiles: Sendable {
     let root: String
 
@@ -11,17 +12,17 @@ struct StaticFiles: Sendable {
     ]
 
     /// The response for a path already checked by ``RequestTarget`` (no dot segments, no `%2f`, no NUL).
-    func response(for segments: [String]) -> HTTPResponse? {
+    func response(for segments: [String], request: HTTPRequest) -> HTTPResponse? {
         let relative = segments.isEmpty ? "index.html" : segments.joined(separator: "/")
         guard !segments.contains(where: { $0.hasPrefix(".") }) else { return nil }
         let path = root + "/" + relative
-        guard !FileSystem.isDirectory(path), let file = try? FileDescriptor.openForReading(path), let size = try? file.size() else {
-            return nil
-        }
+        guard !FileSystem.isDirectory(path), let file = try? FileDescriptor.openForReading(path),
+              let (size, modified) = try? file.sizeAndModification() else { return nil }
         let ext = relative.split(separator: ".").last.map(String.init) ?? ""
-        var headers = HTTPHeaders()
-        headers.add("Content-Type", Self.types[ext] ?? "application/octet-stream")
-        headers.add("Cache-Control", "no-cache")
-        return HTTPResponse(status: 200, headers: headers, body: .file(FileRegion(descriptor: file.release(), offset: 0, length: size)))
+        let etag = "\"\(size)-\(Int64(modified.timeIntervalSince1970))\""
+        return Representation(
+            source: .file(file), size: size, etag: etag, lastModified: modified, contentType: Self.types[ext] ?? "application/octet-stream",
+            cacheControl: "no-cache", route: "static"
+        ).response(to: request)
     }
 }

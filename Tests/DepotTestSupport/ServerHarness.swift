@@ -2,6 +2,7 @@ import DepotCore
 import DepotHTTP
 import DepotServer
 import Foundation
+import Logging
 
 /// A running origin on an ephemeral port with a temporary data folder, an app and a token.
 public struct TestOrigin: Sendable {
@@ -30,7 +31,10 @@ public func withServer<T>(
     try folder.prepare()
     try AppStore(folder: folder).create(app)
     let (token, _) = try TokenStore(folder: folder).create(app: app, role: .publisher)
-    var configuration = OriginConfiguration(dataPath: data.path, http: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threads: 2))
+    var configuration = OriginConfiguration(
+        dataPath: data.path, http: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threads: 2),
+        logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
+    )
     configure(&configuration)
     let server = try DepotServer(configuration: configuration)
     defer { server.stop() }

@@ -1,0 +1,62 @@
+import DepotServer
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A client that sends a request and then reads its answer slowly, to keep it in flight.
+public final class SlowReader: @unchecked Sendable {
+    // @unchecked: owns one socket, used by one test at a time.
+    private let fd: Int32
+
+    public init(port: UInt16, request: String) throws {
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var size: Int32 = 4096
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard connected == 0 else { throw POSIXError(.ECONNREFUSED) }
+        _ = request.withCString { Glibc.send(fd, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+    }
+
+    /// Reads everything, in small slow steps at first; returns the body bytes received.
+    public func readAll() throws -> Int {
+        var total = 0
+        var buffer = [UInt8](repeating: 0, count: 1 << 16)
+        var steps = 0
+        while true {
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, steps < 20 ? 4096 : $0.count, 0) }
+            if n <= 0 { break }
+            total += n
+            steps += 1
+            if steps < 20 { usleep(50_000) }
+        }
+        return total
+    }
+
+    deinit { close(fd) }
+}
+
+extension DepotServer {
+    /// Starts ``shutdown(gracePeriod:)`` on another thread (it blocks until the drain ends).
+    public func shutdownInBackground(gracePeriod: Duration) -> Bool {
+        Thread.detachNewThread { [self] in _ = self.shutdown(gracePeriod: gracePeriod) }
+        return true
+    }
+}
+
+/// Streams a file as a PUT body over a socket.
+public enum HTTPTransportForTests {
+    public static func put(port: UInt16, path: String, file: String, token: String) async throws -> RawHTTP.Response {
+        let size = FileManager.default.fileExists(atPath: file) ? (try FileManager.default.attributesOfItem(atPath: file)[.size] as? Int ?? 0) : 0
+        let body = try Array(Data(contentsOf: URL(fileURLWithPath: file)))
+        let head = "PUT \(path) HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\nContent-Length: \(size)\r\nConnection: close\r\n\r\n"
+        guard let response = try RawHTTP.send(port: port, head, body: body, timeout: 30).first else { throw POSIXError(.ECONNRESET) }
+        return response
+    }
+}
