@@ -1,5 +1,6 @@
 import DepotCore
 import Foundation
+import Synchronization
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -20,13 +21,14 @@ public struct HTTPTransport: Sendable {
     }
 
     private let session: URLSession
+    private let decliner = ChallengeDecliner()
 
     public init(timeout: TimeInterval = 60) {
         let configuration = URLSessionConfiguration.ephemeral
         configuration.timeoutIntervalForRequest = timeout
         configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
         configuration.urlCache = nil
-        session = URLSession(configuration: configuration)
+        session = URLSession(configuration: configuration, delegate: decliner, delegateQueue: nil)
     }
 
     /// GETs a small resource, refusing a body over `limit` bytes.
@@ -68,7 +70,12 @@ public struct HTTPTransport: Sendable {
 
     private func perform<T>(_ url: URL, _ body: () async throws -> (T, URLResponse)) async throws -> (T, HTTPURLResponse) {
         let result: (T, URLResponse)
-        do { result = try await body() } catch { throw ClientError.transport(url.absoluteString, error) }
+        do {
+            result = try await body()
+        } catch {
+            if decliner.challenged(url) { throw ClientError.http(401, url.absoluteString, "the server requires credentials") }
+            throw ClientError.transport(url.absoluteString, error)
+        }
         guard let http = result.1 as? HTTPURLResponse else { throw ClientError.transport(url.absoluteString, URLError(.badServerResponse)) }
         return (result.0, http)
     }
@@ -79,5 +86,30 @@ public struct HTTPTransport: Sendable {
             if let key = key as? String, let value = value as? String { out[key] = value }
         }
         return out
+    }
+}
+
+/// Declines authentication challenges so that a 401 comes back as a response: credentials are
+/// sent up front by the caller. (Without a delegate, URLSession on Linux waits forever on a
+/// `WWW-Authenticate: Basic` challenge.)
+final class ChallengeDecliner: NSObject, URLSessionTaskDelegate, Sendable {
+    private let challengedURLs = Mutex<Set<String>>([])
+
+    /// Whether a request to `url` was answered with a challenge (corelibs then cancels it).
+    func challenged(_ url: URL) -> Bool { challengedURLs.withLock { $0.contains(url.absoluteString) } }
+
+    func urlSession(
+        _ session: URLSession, task: URLSessionTask, didReceive challenge: URLAuthenticationChallenge,
+        completionHandler: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
+    ) {
+        if let url = task.originalRequest?.url { challengedURLs.withLock { _ = $0.insert(url.absoluteString) } }
+        completionHandler(.rejectProtectionSpace, nil)
+    }
+
+    func urlSession(
+        _ session: URLSession, didReceive challenge: URLAuthenticationChallenge,
+        completionHandler: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
+    ) {
+        completionHandler(.rejectProtectionSpace, nil)
     }
 }

@@ -88,12 +88,7 @@ struct Serve: ParsableCommand {
             return handler
         }
         let bootstrap = try Bootstrap.ifNeeded(dataPath: data.data)
-        // Block the stop signals before any server thread starts, so that only sigwait sees them.
-        var signals = sigset_t()
-        sigemptyset(&signals)
-        sigaddset(&signals, SIGINT)
-        sigaddset(&signals, SIGTERM)
-        pthread_sigmask(SIG_BLOCK, &signals, nil)
+        let stop = StopSignal()
 
         let http = HTTPServerConfiguration(
             host: host, port: port, threads: threads, connectionLimit: connectionLimit, perIPConnectionLimit: perIPLimit,
@@ -108,8 +103,7 @@ struct Serve: ParsableCommand {
         print("AssetDepot listening on \(host.contains(":") ? "[\(host)]" : host):\(server.port), data \(data.data), public URL \(server.publicURL)")
         if let bootstrap { print(bootstrap.instructions(server: server.publicURL, dataPath: data.data)) }
         fflush(nil)
-        var received: Int32 = 0
-        sigwait(&signals, &received)
+        let received = stop.wait()
         print("stopping (signal \(received)): draining requests for up to \(drainTimeout) s")
         fflush(nil)
         let cut = server.shutdown(gracePeriod: .seconds(drainTimeout))
@@ -125,6 +119,34 @@ struct Serve: ParsableCommand {
             folder = FileSystem.directory(of: folder)
         }
         return nil
+    }
+}
+
+/// Waits for SIGINT or SIGTERM. The signals are ignored process-wide (their default action would
+/// kill every thread at once) and observed through dispatch sources instead.
+final class StopSignal: @unchecked Sendable {
+    // @unchecked: the sources and semaphore are thread-safe; the received value is written before the semaphore is signalled.
+    private let semaphore = DispatchSemaphore(value: 0)
+    private var sources: [any DispatchSourceSignal] = []
+    private var received: Int32 = 0
+
+    init() {
+        for number in [SIGINT, SIGTERM] {
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler { [unowned self] in
+                self.received = number
+                self.semaphore.signal()
+            }
+            source.resume()
+            sources.append(source)
+        }
+    }
+
+    /// Blocks until a stop signal arrives; returns its number.
+    func wait() -> Int32 {
+        semaphore.wait()
+        return received
     }
 }
 

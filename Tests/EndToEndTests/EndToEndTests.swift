@@ -92,7 +92,7 @@ struct CommandLineTourTests {
             if data.isEmpty { break }
             banner += String(decoding: data, as: UTF8.self)
         }
-        let port = try #require(banner.split(separator: "\n").first?.split(separator: ":").last?.split(separator: ",").first.map(String.init))
+        let port = try #require(banner.split(separator: "\n").first?.split(separator: ",").first?.split(separator: ":").last.map(String.init))
         let token = try #require(banner.split(separator: "\n").first { $0.contains("export DEPOT_TOKEN=") }?.split(separator: "=").last.map(String.init))
         let url = "http://127.0.0.1:\(port)"
 
