@@ -82,11 +82,7 @@ struct Serve: ParsableCommand {
     func run() throws {
         let (host, port) = try parseListen()
         let level = Logger.Level(rawValue: logLevel)!
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
-        }
+        LoggingSystem.bootstrap { label in BufferedLogHandler(label: label, logLevel: level) }
         let bootstrap = try Bootstrap.ifNeeded(dataPath: data.data)
         let stop = StopSignal()
 
@@ -107,6 +103,7 @@ struct Serve: ParsableCommand {
         print("stopping (signal \(received)): draining requests for up to \(drainTimeout) s")
         fflush(nil)
         let cut = server.shutdown(gracePeriod: .seconds(drainTimeout))
+        BufferedLogHandler.Sink.shared.flush()
         print(cut == 0 ? "stopped" : "stopped; \(cut) requests were cut off at the deadline")
     }
 
