@@ -31,6 +31,17 @@ final class ServeProcess {
 
     var url: String { "http://127.0.0.1:\(port)" }
 
+    /// Reads stdout until a line containing `text` appears (or the output ends); returns what was read.
+    func waitForOutput(_ text: String) -> String {
+        var seen = ""
+        while !seen.contains(text) {
+            let chunk = output.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            seen += String(decoding: chunk, as: UTF8.self)
+        }
+        return seen
+    }
+
     /// Everything printed on stdout after the banner, once the process has ended.
     func remainingOutput() -> String { String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }
     func errorOutput() -> String { String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }
@@ -54,16 +65,29 @@ struct ServeLifecycleTests {
         #expect(manifest?.header("Cache-Control") == "public, max-age=7, must-revalidate")
         let blob = try #require(FileSystem.contents(of: work.path + "/data/blobs").first.flatMap { FileSystem.contents(of: work.path + "/data/blobs/" + $0).first })
 
-        // curl, rate-limited, keeps a request in flight for about two seconds.
+        // curl, rate-limited, keeps a request in flight for about six seconds.
         let curl = Process()
         curl.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
-        curl.arguments = ["-sf", "--limit-rate", "24M", "-o", work.path + "/out", "\(server.url)/v1/apps/com.example.dev/blobs/\(blob)"]
+        curl.arguments = ["-sf", "--limit-rate", "8M", "-o", work.path + "/out", "\(server.url)/v1/apps/com.example.dev/blobs/\(blob)"]
         try curl.run()
-        try await Task.sleep(for: .milliseconds(300))
+        // Stop only once the response is flowing, so the request is certainly in flight.
+        for _ in 0..<500 where (FileSystem.fileSize(work.path + "/out") ?? 0) == 0 { try await Task.sleep(for: .milliseconds(10)) }
+        let total = try #require(FileSystem.fileSize(work.path + "/data/blobs/\(blob.prefix(2))/\(blob)"))
+        let atSignal = FileSystem.fileSize(work.path + "/out") ?? 0
         kill(server.process.processIdentifier, SIGTERM)
-        try await Task.sleep(for: .milliseconds(300))
-        #expect(throws: (any Error).self) { try RawHTTP.exchange(port: UInt16(server.port)!, Array("GET /healthz HTTP/1.1\r\n\r\n".utf8), timeout: 1) }
-        #expect(server.process.isRunning, "the server must wait for the download in flight")
+        #expect(server.waitForOutput("stopping").contains("draining"))
+        // The server stays up while the response is sent; libmicrohttpd reports the exchange done
+        // once the last byte is in the kernel's socket buffer, so curl may still be reading the
+        // tail when the server exits, and loses nothing.
+        for _ in 0..<3000 where server.process.isRunning {
+            if curl.isRunning {
+                #expect(throws: (any Error).self) { try RawHTTP.exchange(port: UInt16(server.port)!, Array("GET /healthz HTTP/1.1\r\n\r\n".utf8), timeout: 1) }
+            }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        let atServerExit = FileSystem.fileSize(work.path + "/out") ?? 0
+        #expect(atSignal < total / 2, "the download must still have most of its bytes to go at SIGTERM (\(atSignal) of \(total))")
+        #expect(atServerExit > total / 2, "the server must stay up while the response is sent (\(atServerExit) of \(total) at exit)")
         curl.waitUntilExit()
         server.process.waitUntilExit()
         #expect(curl.terminationStatus == 0)
