@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(libmicrohttpd-dev libssl-dev pkg-config curl python3 python3-cryptography)
+packages=(libmicrohttpd-dev libssl-dev pkg-config curl python3 python3-cryptography nginx-light)
 
 install_missing() {
   local missing=()

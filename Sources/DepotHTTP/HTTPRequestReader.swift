@@ -11,7 +11,7 @@ enum HTTPRequestReader {
         case failure(HTTPResponse)
     }
 
-    static func read(connection: OpaquePointer, method: String, rawTarget: String) -> Outcome {
+    static func read(connection: OpaquePointer, method: String, version: String, rawTarget: String) -> Outcome {
         let target: RequestTarget
         do {
             target = try RequestTarget.parse(rawTarget)
@@ -42,6 +42,11 @@ enum HTTPRequestReader {
             if codings.count > 1 || codings[0].lowercased() != "chunked" {
                 return .failure(.error(status: 400, code: "bad_framing", message: "only the chunked transfer coding is accepted", closeConnection: true))
             }
+        }
+        // RFC 9112 §3.2: an HTTP/1.1 request without exactly one Host gets 400.
+        let hosts = headers.values("Host")
+        if hosts.count > 1 || (version == "HTTP/1.1" && hosts.isEmpty) {
+            return .failure(.error(status: 400, code: "bad_host", message: "an HTTP/1.1 request needs exactly one Host header", closeConnection: true))
         }
         for field in headers where field.name.utf8.contains(where: { $0 == 0x20 || $0 == 0x09 }) || field.name.isEmpty {
             return .failure(.error(status: 400, code: "bad_header", message: "malformed header field name", closeConnection: true))

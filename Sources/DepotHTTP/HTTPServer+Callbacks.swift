@@ -67,7 +67,7 @@ let requestCompletedCallback: @convention(c) (
 let accessHandlerCallback: @convention(c) (
     UnsafeMutableRawPointer?, OpaquePointer?, UnsafePointer<CChar>?, UnsafePointer<CChar>?, UnsafePointer<CChar>?,
     UnsafePointer<CChar>?, UnsafeMutablePointer<Int>?, UnsafeMutablePointer<UnsafeMutableRawPointer?>?
-) -> MHD_Result = { cls, connection, _, method, _, uploadData, uploadDataSize, reqCls in
+) -> MHD_Result = { cls, connection, _, method, version, uploadData, uploadDataSize, reqCls in
     guard let cls, let connection, let reqCls, let uploadDataSize else { return .NO }
     let state: RequestState
     if let pointer = reqCls.pointee {
@@ -82,7 +82,9 @@ let accessHandlerCallback: @convention(c) (
     if !state.started {
         state.started = true
         state.method = method.map { String(cString: $0) } ?? ""
-        let request = HTTPRequestReader.read(connection: connection, method: state.method, rawTarget: state.rawTarget)
+        let request = HTTPRequestReader.read(
+            connection: connection, method: state.method, version: version.map { String(cString: $0) } ?? "", rawTarget: state.rawTarget
+        )
         let disposition: HTTPDisposition
         switch request {
         case .failure(let response): disposition = .respond(response)

@@ -16,6 +16,8 @@ struct HardeningTests {
         "GET /v1/apps/a/b/c/d/e/f/%2e%2e/%2e%2e HTTP/1.1\r\nHost: x\r\n\r\n",
         "GET /v1/apps\\..\\keys HTTP/1.1\r\nHost: x\r\n\r\n",
         "GET /healthz HTTP/9.9\r\nHost: x\r\n\r\n",
+        "GET /healthz HTTP/1.1\r\n\r\n",
+        "GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
     ])
     func malformed(text: String) async throws {
         try await withServer { origin in

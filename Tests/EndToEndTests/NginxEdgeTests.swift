@@ -1,0 +1,129 @@
+import DepotClient
+import DepotCore
+import DepotServer
+import DepotTestSupport
+import Foundation
+import Testing
+
+/// A real nginx using Deploy/nginx/assetdepot-locations.conf, verbatim, in front of an origin.
+final class NginxEdge {
+    let port: UInt16
+    let folder: TemporaryDirectory
+    private let process = Process()
+
+    static var locationsFile: String {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Deploy/nginx/assetdepot-locations.conf").path
+    }
+
+    static func freePort() throws -> UInt16 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
+        return UInt16(bigEndian: address.sin_port)
+    }
+
+    init(port: UInt16, originPort: UInt16) throws {
+        self.port = port
+        folder = TemporaryDirectory("depot-nginx")
+        let config = """
+            daemon off;
+            worker_processes 1;
+            user root;
+            pid \(folder.path)/nginx.pid;
+            error_log \(folder.path)/error.log;
+            events { worker_connections 256; }
+            http {
+              access_log off;
+              client_body_temp_path \(folder.path)/body;
+              proxy_temp_path \(folder.path)/proxy;
+              fastcgi_temp_path \(folder.path)/fastcgi;
+              uwsgi_temp_path \(folder.path)/uwsgi;
+              scgi_temp_path \(folder.path)/scgi;
+              upstream assetdepot_origin { server 127.0.0.1:\(originPort); keepalive 8; }
+              proxy_cache_path \(folder.path)/cache keys_zone=assetdepot:8m use_temp_path=off;
+              server {
+                listen 127.0.0.1:\(port);
+                client_header_timeout 10s;
+                include \(Self.locationsFile);
+              }
+            }
+            """
+        try FileSystem.writeAtomically(Array(config.utf8), to: folder.path + "/nginx.conf")
+        process.executableURL = URL(fileURLWithPath: "/usr/sbin/nginx")
+        process.arguments = ["-c", folder.path + "/nginx.conf", "-p", folder.path]
+        try process.run()
+        for _ in 0..<200 {
+            if (try? RawHTTP.exchange(port: port, Array("GET /nothing HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".utf8), timeout: 1)) != nil { return }
+            usleep(20_000)
+        }
+    }
+
+    deinit {
+        // nginx inherits the test thread's blocked signal mask; its master process sets its own,
+        // but fall back to SIGKILL so that a stuck edge can never hang the suite.
+        process.terminate()
+        for _ in 0..<200 where process.isRunning { usleep(10_000) }
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        process.waitUntilExit()
+        folder.remove()
+    }
+}
+
+@Suite("End to end: behind a real nginx edge")
+struct NginxEdgeTests {
+    @Test("Deploy/nginx config: publish and sync through the edge; blobs cached; ranges; operations endpoints hidden")
+    func edge() async throws {
+        #expect(FileManager.default.isExecutableFile(atPath: "/usr/sbin/nginx"), "nginx is not installed: run Deploy/setup.sh deps")
+        let edgePort = try NginxEdge.freePort()
+        try await withServer(configure: { $0.publicURL = "http://127.0.0.1:\(edgePort)" }) { origin in
+            let edge = try NginxEdge(port: edgePort, originPort: origin.port)
+            let work = TemporaryDirectory("depot-edge")
+            defer { work.remove() }
+            let file = try work.file("pack", size: (2 << 20) + 17)
+
+            // Publishing streams through the edge.
+            let url = URL(string: "http://127.0.0.1:\(edge.port)/v1/apps/\(origin.app)/packs/level")!
+            let published = try await HTTPTransport().upload(file: file, to: url, headers: ["Authorization": "Bearer \(origin.token)"])
+            #expect(published.status == 201)
+
+            // The client syncs through the edge: the manifest's URLs are on the edge.
+            let sync = DepotSync(server: URL(string: "http://127.0.0.1:\(edge.port)")!, configuration: try origin.clientConfiguration(),
+                                 destination: work.path + "/dest")
+            let report = try await sync.run()
+            #expect(report.installed == ["level"])
+            #expect(try FileSystem.readFile(work.path + "/dest/packs/level") == FileSystem.readFile(file))
+
+            func get(_ path: String, _ headers: [String] = []) throws -> RawHTTP.Response {
+                let head = "GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + headers.map { $0 + "\r\n" }.joined() + "\r\n"
+                return try #require(try RawHTTP.send(port: edge.port, head).first)
+            }
+            let envelope = try get("/v1/apps/\(origin.app)/manifest").body
+            let manifest = try Envelope.decode(envelope).verifiedManifest(trusting: origin.clientConfiguration().trustedKeys())
+            let entry = try #require(manifest[pack: "level"])
+            let blobPath = "/v1/apps/\(origin.app)/blobs/\(entry.sha256)"
+            let first = try get(blobPath)
+            let second = try get(blobPath)
+            #expect(first.status == 200 && second.status == 200)
+            #expect(second.header("X-Cache-Status") == "HIT")
+            #expect(Int64(second.body.count) == entry.size)
+            #expect(Hex.encode(SHA256Hasher.hash(second.body)) == entry.sha256)
+            #expect(second.header("Cache-Control") == "public, max-age=31536000, immutable")
+
+            let range = try get(blobPath, ["Range: bytes=100-199"])
+            #expect(range.status == 206)
+            #expect(range.header("Content-Range") == "bytes 100-199/\(entry.size)")
+            #expect(range.body == Array(second.body[100...199]))
+
+            let again = try get("/v1/apps/\(origin.app)/manifest")
+            #expect(again.status == 200 && again.header("ETag") != nil && again.body == envelope)
+            #expect(try get("/metrics").status == 404)
+            #expect(try get("/healthz").status == 404)
+        }
+    }
+}
