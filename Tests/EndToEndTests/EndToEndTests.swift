@@ -74,27 +74,8 @@ struct CommandLineTourTests {
         let work = TemporaryDirectory("depot-tour")
         defer { work.remove() }
         let depot = Processes.depotBinary
-        let server = Process()
-        server.executableURL = URL(fileURLWithPath: depot)
-        server.arguments = ["serve", "--data", work.path + "/data", "--listen", "127.0.0.1:0"]
-        let output = Pipe()
-        server.standardOutput = output
-        try server.run()
-        defer {
-            server.terminate()
-            server.waitUntilExit()
-        }
-        // Read the banner: the port and the token.
-        var banner = ""
-        let handle = output.fileHandleForReading
-        while !banner.contains("depot sync") {
-            let data = handle.availableData
-            if data.isEmpty { break }
-            banner += String(decoding: data, as: UTF8.self)
-        }
-        let port = try #require(banner.split(separator: "\n").first?.split(separator: ",").first?.split(separator: ":").last.map(String.init))
-        let token = try #require(banner.split(separator: "\n").first { $0.contains("export DEPOT_TOKEN=") }?.split(separator: "=").last.map(String.init))
-        let url = "http://127.0.0.1:\(port)"
+        let server = try ServeProcess(data: work.path + "/data", environment: [:])
+        let (port, token, url) = (server.port, server.token, server.url)
 
         let file = try work.file("content.bin", size: 1_000_003)
         let published = try Processes.run(depot, ["publish", file, "--server", url, "--app", "com.example.dev", "--pack", "content", "--token", token, "--release"])

@@ -3,54 +3,6 @@ import DepotTestSupport
 import Foundation
 import Testing
 
-/// The real `depot serve` process, configured through DEPOT_* variables.
-final class ServeProcess {
-    let process = Process()
-    let port: String
-    let token: String
-    private let output = Pipe()
-    private let errors = Pipe()
-
-    init(data: String, environment: [String: String]) throws {
-        process.executableURL = URL(fileURLWithPath: Processes.depotBinary)
-        process.arguments = ["serve"]
-        process.environment = ProcessInfo.processInfo.environment.merging(["DEPOT_DATA": data, "DEPOT_LISTEN": "127.0.0.1:0"].merging(environment) { $1 }) { $1 }
-        process.standardOutput = output
-        process.standardError = errors
-        try process.run()
-        var banner = ""
-        while !banner.contains("depot sync") {
-            let chunk = output.fileHandleForReading.availableData
-            if chunk.isEmpty { break }
-            banner += String(decoding: chunk, as: UTF8.self)
-        }
-        let first = banner.split(separator: "\n").first ?? ""
-        port = first.split(separator: ",").first?.split(separator: ":").last.map(String.init) ?? "0"
-        token = banner.split(separator: "\n").first { $0.contains("export DEPOT_TOKEN=") }?.split(separator: "=").last.map(String.init) ?? ""
-    }
-
-    var url: String { "http://127.0.0.1:\(port)" }
-
-    /// Reads stdout until a line containing `text` appears (or the output ends); returns what was read.
-    func waitForOutput(_ text: String) -> String {
-        var seen = ""
-        while !seen.contains(text) {
-            let chunk = output.fileHandleForReading.availableData
-            if chunk.isEmpty { break }
-            seen += String(decoding: chunk, as: UTF8.self)
-        }
-        return seen
-    }
-
-    /// Everything printed on stdout after the banner, once the process has ended.
-    func remainingOutput() -> String { String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }
-    func errorOutput() -> String { String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }
-
-    deinit {
-        if process.isRunning { process.terminate() }
-    }
-}
-
 @Suite("End to end: serving and stopping the real binary")
 struct ServeLifecycleTests {
     @Test("SIGTERM drains: a download in flight completes, new connections are refused, exit status 0")
