@@ -148,7 +148,13 @@ final class Origin: HTTPHandler {
         guard let header = request.headers["Authorization"] else { throw DepotError.missingToken }
         let parts = header.split(separator: " ", maxSplits: 1)
         guard parts.count == 2, parts[0].lowercased() == "bearer" else { throw DepotError.missingToken }
-        guard let token = tokens.authenticate(String(parts[1]).trimmingCharacters(in: .whitespaces)) else { throw DepotError.badToken }
+        let token: StoredToken
+        switch tokens.check(String(parts[1]).trimmingCharacters(in: .whitespaces)) {
+        case .valid(let record): token = record
+        case .unknown: throw DepotError.badToken
+        case .expired: throw DepotError(401, "token_expired", "the bearer token has expired")
+        case .revoked: throw DepotError(401, "token_revoked", "the bearer token was revoked")
+        }
         guard token.app == app else { throw DepotError.forbidden("this token is scoped to another app") }
         guard token.role == .publisher || token.role == .admin else { throw DepotError.forbidden("this token cannot publish") }
     }

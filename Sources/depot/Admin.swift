@@ -54,34 +54,65 @@ struct Apps: ParsableCommand {
 }
 
 struct Tokens: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Create and list publish tokens.", subcommands: [Create.self, List.self])
+    static let configuration = CommandConfiguration(abstract: "Create, list and revoke publish tokens.", subcommands: [Create.self, List.self, Revoke.self])
 
     struct Create: ParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Create a token; it is printed once, on the last line, and stored only as a hash.")
         @OptionGroup var data: DataOptions
         @Option(help: "The app the token is scoped to.") var app: String
         @Option(help: "publisher or admin.") var role: String = "publisher"
+        @Option(help: "When it expires: a duration such as 90d, 12h or 30m, or an ISO 8601 date. Default: never.")
+        var expires: String?
 
         func validate() throws {
             guard TokenRole(rawValue: role) != nil else { throw ValidationError("--role must be publisher or admin") }
+            if let expires { _ = try Self.expiry(expires, from: Date()) }
+        }
+
+        /// `90d`, `12h`, `30m` from now, or an ISO 8601 instant in the future.
+        static func expiry(_ text: String, from now: Date) throws -> Date {
+            if let unit = text.last, let amount = Int(text.dropLast()), amount > 0, let seconds = ["d": 86_400, "h": 3_600, "m": 60][String(unit)] {
+                return now.addingTimeInterval(TimeInterval(amount * seconds))
+            }
+            if let date = ISO8601DateFormatter().date(from: text), date > now { return date }
+            throw ValidationError("--expires must be a duration such as 90d, 12h, 30m, or a future ISO 8601 date")
         }
 
         func run() throws {
             let folder = DataFolder(data.data)
             guard AppStore(folder: folder).settings(app) != nil else { throw CLIError("no app \(app) in \(data.data)") }
-            let (token, record) = try TokenStore(folder: folder).create(app: app, role: TokenRole(rawValue: role)!)
-            print("created \(record.id) (\(record.role.rawValue) of \(record.app))")
+            let expiry = try expires.map { try Self.expiry($0, from: Date()) }
+            let (token, record) = try TokenStore(folder: folder).create(app: app, role: TokenRole(rawValue: role)!, expiresAt: expiry)
+            let until = record.expiresAt.map { ", expires \(ISO8601DateFormatter().string(from: $0))" } ?? ""
+            print("created \(record.id) (\(record.role.rawValue) of \(record.app)\(until))")
             print(token)
         }
     }
 
     struct List: ParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "List tokens (ids and scopes, never the tokens).")
+        static let configuration = CommandConfiguration(
+            abstract: "List tokens: id, app, role, created, expires, state (never the tokens themselves)."
+        )
         @OptionGroup var data: DataOptions
         func run() throws {
+            let format = ISO8601DateFormatter()
+            let now = Date()
             for token in try TokenStore(folder: DataFolder(data.data)).list() {
-                print("\(token.id)\t\(token.app)\t\(token.role.rawValue)\t\(ISO8601DateFormatter().string(from: token.createdAt))")
+                let state = token.revokedAt != nil ? "revoked" : (token.expiresAt.map { $0 <= now } ?? false) ? "expired" : "active"
+                print([token.id, token.app, token.role.rawValue, format.string(from: token.createdAt),
+                       token.expiresAt.map(format.string(from:)) ?? "never", state].joined(separator: "\t"))
             }
+        }
+    }
+
+    struct Revoke: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Revoke a token by id; a running server refuses it from then on.")
+        @OptionGroup var data: DataOptions
+        @Argument(help: "The token id (tok-…), as `depot tokens list` shows it.") var id: String
+
+        func run() throws {
+            guard try TokenStore(folder: DataFolder(data.data)).revoke(id: id) else { throw CLIError("no token \(id) in \(data.data)") }
+            print("revoked \(id)")
         }
     }
 }

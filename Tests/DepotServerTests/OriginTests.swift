@@ -2,6 +2,7 @@ import DepotCore
 import DepotServer
 import DepotTestSupport
 import Foundation
+import Synchronization
 import Testing
 
 /// One request over a raw socket to the origin, closing the connection afterwards.
@@ -137,25 +138,37 @@ struct OriginTests {
 
 @Suite("Origin: bad input gets a JSON 4xx")
 struct OriginBadInputTests {
-    @Test("Token matrix on upload: none, malformed, wrong, another app's")
+    @Test("Token matrix on upload: none, malformed, wrong, revoked, expired, another app's, admin")
     func tokens() async throws {
         try await withServer { origin in
             let folder = DataFolder(origin.data.path)
+            let store = TokenStore(folder: folder)
             try AppStore(folder: folder).create("com.example.other")
-            let (other, _) = try TokenStore(folder: folder).create(app: "com.example.other", role: .publisher)
+            let (other, _) = try store.create(app: "com.example.other", role: .publisher)
+            let (revoked, record) = try store.create(app: origin.app, role: .publisher)
+            #expect(try upload(origin, pack: "before", [1], headers: []).status == 201)
+            #expect(try request(origin, "PUT", "/v1/apps/\(origin.app)/packs/r", headers: ["Authorization: Bearer \(revoked)"], body: [1]).status == 201)
+            #expect(try store.revoke(id: record.id))
+            let (expired, _) = try store.create(app: origin.app, role: .publisher, expiresAt: Date().addingTimeInterval(-1))
+            let (admin, _) = try store.create(app: origin.app, role: .admin, expiresAt: Date().addingTimeInterval(3600))
             let path = "/v1/apps/\(origin.app)/packs/a"
-            let cases: [([String], Int)] = [
-                ([], 401), (["Authorization: Basic dXNlcjpwYXNz"], 401), (["Authorization: Bearer"], 401),
-                (["Authorization: Bearer dpt_wrong"], 401), (["Authorization: Bearer \(other)"], 403),
+            let cases: [([String], Int, String)] = [
+                ([], 401, "unauthorized"), (["Authorization: Basic dXNlcjpwYXNz"], 401, "unauthorized"), (["Authorization: Bearer"], 401, "unauthorized"),
+                (["Authorization: Bearer dpt_wrong"], 401, "unauthorized"), (["Authorization: Bearer \(revoked)"], 401, "token_revoked"),
+                (["Authorization: Bearer \(expired)"], 401, "token_expired"), (["Authorization: Bearer \(other)"], 403, "forbidden"),
             ]
-            for (headers, status) in cases {
+            for (headers, status, code) in cases {
                 let response = try request(origin, "PUT", path, headers: headers, body: [1, 2, 3])
                 #expect(response.status == status, "\(headers)")
+                #expect(response.bodyText.contains("\"code\":\"\(code)\""), "\(headers)")
                 #expect(response.header("Content-Type") == "application/json")
                 #expect(response.bodyText.contains("\"error\""))
                 if status == 401 { #expect(response.header("WWW-Authenticate")?.hasPrefix("Bearer") == true) }
             }
-            #expect(FileSystem.contents(of: origin.data.path + "/blobs").isEmpty)
+            #expect(try liveManifest(origin).packs.map(\.id) == ["before", "r"])
+            #expect(try request(origin, "PUT", path, headers: ["Authorization: Bearer \(admin)"], body: [1]).status == 201)
+            let states = try store.list().map { ($0.revokedAt != nil, $0.expiresAt != nil) }
+            #expect(states.filter(\.0).count == 1 && states.filter(\.1).count == 2)
         }
     }
 
@@ -196,5 +209,31 @@ struct OriginBadInputTests {
             #expect(FileSystem.contents(of: origin.data.path + "/blobs").isEmpty)
             #expect(try upload(origin, pack: "ok", [1]).status == 201)
         }
+    }
+}
+
+@Suite("Token store")
+struct TokenStoreTests {
+    @Test("Eight creators at once: no token is lost; only hashes are stored, file mode 0600")
+    func concurrentCreation() throws {
+        let data = TemporaryDirectory("depot-tokens")
+        defer { data.remove() }
+        let folder = DataFolder(data.path)
+        try folder.prepare()
+        let created = Mutex<[String]>([])
+        DispatchQueue.concurrentPerform(iterations: 8) { _ in
+            let (token, _) = try! TokenStore(folder: folder).create(app: "com.example.x", role: .publisher)
+            created.withLock { $0.append(token) }
+        }
+        let store = TokenStore(folder: folder)
+        #expect(try store.list().count == 8)
+        for token in created.withLock({ $0 }) {
+            guard case .valid = store.check(token) else { Issue.record("token lost"); continue }
+        }
+        let text = String(decoding: try FileSystem.readFile(data.path + "/tokens.json"), as: UTF8.self)
+        #expect(!created.withLock { $0 }.contains { text.contains($0) })
+        var info = stat()
+        stat(data.path + "/tokens.json", &info)
+        #expect(info.st_mode & 0o777 == 0o600)
     }
 }

@@ -14,7 +14,19 @@ public final class SlowReader: @unchecked Sendable {
         _ = request.withCString { Glibc.send(fd, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
     }
 
-    /// Reads everything, in small slow steps at first; returns the body bytes received.
+    /// Reads until at least `count` bytes have arrived (or the peer closes); returns the count read.
+    public func read(atLeast count: Int) -> Int {
+        var total = 0
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while total < count {
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n <= 0 { break }
+            total += n
+        }
+        return total
+    }
+
+    /// Reads everything, in small slow steps at first; returns the bytes received.
     public func readAll() throws -> Int {
         var total = 0
         var buffer = [UInt8](repeating: 0, count: 1 << 16)

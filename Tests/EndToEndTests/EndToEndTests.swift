@@ -99,9 +99,18 @@ struct CommandLineTourTests {
         let bad = try Processes.run(depot, ["publish", file, "--server", url, "--app", "com.example.dev", "--pack", "bad_id", "--token", token])
         #expect(bad.status != 0)
 
-        let token2 = try Processes.run(depot, ["tokens", "create", "--data", work.path + "/data", "--app", "com.example.dev", "--role", "publisher"])
+        let token2 = try Processes.run(depot, ["tokens", "create", "--data", work.path + "/data", "--app", "com.example.dev", "--role", "publisher", "--expires", "30d"])
         #expect(token2.status == 0)
-        #expect(token2.stdout.split(separator: "\n").last?.hasPrefix("dpt_") == true)
+        let second = try #require(token2.stdout.split(separator: "\n").last.map(String.init))
+        #expect(second.hasPrefix("dpt_"))
+        let id = try #require(token2.stdout.split(separator: " ").dropFirst().first.map(String.init))
+        #expect(try Processes.run(depot, ["publish", file, "--server", url, "--app", "com.example.dev", "--pack", "second", "--token", second]).status == 0)
+        #expect(try Processes.run(depot, ["tokens", "revoke", id, "--data", work.path + "/data"]).status == 0)
+        let afterRevoke = try Processes.run(depot, ["publish", file, "--server", url, "--app", "com.example.dev", "--pack", "third", "--token", second])
+        #expect(afterRevoke.status != 0 && afterRevoke.stderr.contains("token_revoked"))
+        let listed = try Processes.run(depot, ["tokens", "list", "--data", work.path + "/data"])
+        #expect(listed.stdout.contains(id) && listed.stdout.contains("revoked") && !listed.stdout.contains(second))
+        #expect(try Processes.run(depot, ["tokens", "create", "--data", work.path + "/data", "--app", "com.example.dev", "--expires", "yesterday"]).status != 0)
 
         let page = try RawHTTP.send(port: UInt16(port)!, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first
         #expect(page?.status == 200)

@@ -21,10 +21,23 @@ public struct StoredToken: Codable, Sendable, Hashable {
     public var role: TokenRole
     /// When it was created.
     public var createdAt: Date
+    /// After this instant the token is refused; nil: it does not expire.
+    public var expiresAt: Date?
+    /// When it was revoked; a revoked token is refused and kept for the record.
+    public var revokedAt: Date?
 }
 
-/// Publish tokens, stored as hashes in `tokens.json`, re-read when the file changes so that
-/// `depot tokens create` takes effect on a running server.
+/// Why a presented token was refused, or the token it names.
+public enum TokenCheck: Sendable, Equatable {
+    case valid(StoredToken)
+    case unknown
+    case expired
+    case revoked
+}
+
+/// Publish tokens, stored as hashes in `tokens.json` (0600), re-read when the file changes so
+/// that `depot tokens create` and `revoke` take effect on a running server. Changes are made
+/// under an exclusive lock, so two commands at once never lose a token.
 public final class TokenStore: Sendable {
     private let path: String
     private let cache = FileStampCache<[StoredToken]>()
@@ -32,41 +45,61 @@ public final class TokenStore: Sendable {
     public init(folder: DataFolder) { self.path = folder.tokens }
 
     /// Creates a token and returns it; only its hash is stored.
-    public func create(app: String, role: TokenRole) throws -> (token: String, record: StoredToken) {
+    public func create(app: String, role: TokenRole, expiresAt: Date? = nil) throws -> (token: String, record: StoredToken) {
         let token = "dpt_" + Hex.encode(SecureRandom.bytes(24))
         let record = StoredToken(
             id: "tok-" + Hex.encode(SecureRandom.bytes(4)), sha256: Hex.encode(SHA256Hasher.hash(Array(token.utf8))),
-            app: app, role: role, createdAt: Date()
+            app: app, role: role, createdAt: Date(), expiresAt: expiresAt, revokedAt: nil
         )
-        var all = try load()
-        all.append(record)
-        try StoredJSON.write(TokenFile(tokens: all), to: path, mode: 0o600)
+        try modify { $0.append(record) }
         return (token, record)
+    }
+
+    /// Revokes a token by id; returns false if there is no such token.
+    @discardableResult
+    public func revoke(id: String) throws -> Bool {
+        var found = false
+        try modify { tokens in
+            for index in tokens.indices where tokens[index].id == id {
+                found = true
+                if tokens[index].revokedAt == nil { tokens[index].revokedAt = Date() }
+            }
+        }
+        return found
     }
 
     /// Every stored token record.
     public func list() throws -> [StoredToken] { try load() }
 
-    /// The record of a presented token, compared in constant time against every stored hash.
-    public func authenticate(_ token: String) -> StoredToken? {
+    /// Checks a presented token, comparing its hash in constant time against every stored hash.
+    public func check(_ token: String, now: Date = Date()) -> TokenCheck {
         let presented = SHA256Hasher.hash(Array(token.utf8))
         var match: StoredToken?
-        for record in current() {
+        for record in cache.value(at: path, load: { try StoredJSON.read(TokenFile.self, from: $0).tokens }) ?? [] {
             guard let stored = Hex.decode(record.sha256), stored.count == 32 else { continue }
             var difference: UInt8 = 0
             for i in 0..<32 { difference |= stored[i] ^ presented[i] }
             if difference == 0 { match = record }
         }
-        return match
-    }
-
-    private func current() -> [StoredToken] {
-        cache.value(at: path) { try StoredJSON.read(TokenFile.self, from: $0).tokens } ?? []
+        guard let match else { return .unknown }
+        if match.revokedAt != nil { return .revoked }
+        if let expiry = match.expiresAt, expiry <= now { return .expired }
+        return .valid(match)
     }
 
     private func load() throws -> [StoredToken] {
         guard FileSystem.exists(path) else { return [] }
         return try StoredJSON.read(TokenFile.self, from: path).tokens
+    }
+
+    /// Read, change and write tokens.json under an exclusive lock on a file beside it.
+    private func modify(_ change: (inout [StoredToken]) throws -> Void) throws {
+        let lock = try FileDescriptor(path: path + ".lock", flags: O_RDWR | O_CREAT, mode: 0o600)
+        try systemCall("flock", path: lock.path) { flock(lock.rawValue, LOCK_EX) }
+        defer { flock(lock.rawValue, LOCK_UN) }
+        var tokens = try load()
+        try change(&tokens)
+        try StoredJSON.write(TokenFile(tokens: tokens), to: path, mode: 0o600)
     }
 }
 
