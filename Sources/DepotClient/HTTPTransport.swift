@@ -57,6 +57,15 @@ public struct HTTPTransport: Sendable {
         return Response(status: response.statusCode, headers: Self.headers(response), body: body)
     }
 
+    /// Sends a request without a body (POST, DELETE) and returns the answer.
+    public func send(method: String, to url: URL, headers: [String: String] = [:]) async throws -> Response {
+        var request = URLRequest(url: url)
+        request.httpMethod = method
+        for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
+        let (data, response) = try await perform(url) { try await session.data(for: request) }
+        return Response(status: response.statusCode, headers: Self.headers(response), body: Array(data))
+    }
+
     /// Sends a file as the body of `method` to `url`, streamed from disk.
     public func upload(file: String, to url: URL, method: String = "PUT", headers: [String: String] = [:]) async throws -> Response {
         var request = URLRequest(url: url)

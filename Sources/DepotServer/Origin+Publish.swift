@@ -83,6 +83,57 @@ extension Origin {
     }
 }
 
+extension Origin {
+    /// `POST …/rollback?to=N`: publishes a new release (versions only go up) whose packs are
+    /// release N's. A pack whose content differs from the live one gets the next revision, so
+    /// devices replace it; blobs are never deleted, so every older release stays installable.
+    func rollback(_ app: String, _ request: HTTPRequest) throws -> HTTPResponse {
+        try authorize(request, app: app, admin: true)
+        _ = try requireApp(app)
+        guard let text = request.queryValue("to"), text.count <= 9, let target = Int(text), target > 0 else {
+            throw DepotError.badRequest("name the release to roll back to: ?to=N")
+        }
+        guard let old = try releases.release(app, target) else { throw DepotError.notFound("release \(target) of app \(app)") }
+        for pack in old.manifest.packs where !blobs.contains(pack.sha256) {
+            throw DepotError(409, "blob_missing", "release \(target) references blob \(pack.sha256), which is no longer stored")
+        }
+        var removed: [String] = []
+        let published = try releases.publish(app) { live in
+            removed = live.map(\.id).filter { id in !old.manifest.packs.contains { $0.id == id } }
+            let current = Dictionary(live.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+            let restored = old.manifest.packs.map { pack -> PackEntry in
+                guard let now = current[pack.id] else { return pack }
+                var restored = pack
+                // Same container: the live revision; other content: the next one, so devices replace it.
+                restored.revision = now.sha256 == pack.sha256 ? now.revision : now.revision + 1
+                return restored
+            }
+            return restored.sorted { $0.id < $1.id } == live.sorted { $0.id < $1.id } ? nil : restored
+        }
+        let version = try published?.version ?? releases.current(app)?.version ?? 0
+        let body = RollbackResult(
+            app: app, rolledBackTo: target, release: version, changed: published != nil, packs: old.manifest.packs.map(\.id), removed: removed
+        )
+        var response = HTTPResponse.bytes(
+            Array(try StoredJSON.encoder.encode(body)) + [10], status: published != nil ? 201 : 200, contentType: "application/json"
+        )
+        response.route = "rollback"
+        return response
+    }
+}
+
+/// The body of a rollback.
+struct RollbackResult: Codable {
+    var app: String
+    var rolledBackTo: Int
+    /// The new release (or the live one, when it already had that content).
+    var release: Int
+    var changed: Bool
+    var packs: [String]
+    /// Packs of the live release that the older one did not have: devices delete them.
+    var removed: [String]
+}
+
 /// The body of a successful upload.
 struct PublishResult: Codable {
     var app: String

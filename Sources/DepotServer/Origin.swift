@@ -119,6 +119,9 @@ final class Origin: HTTPHandler {
         case ("packs", 5):
             try allow(request, "PUT")
             return try upload(app, s[4], request)
+        case ("rollback", 4):
+            try allow(request, "POST")
+            return .respond(try rollback(app, request))
         default:
             throw DepotError.notFound("route \(request.path)")
         }
@@ -143,8 +146,8 @@ final class Origin: HTTPHandler {
         return true
     }
 
-    /// Checks a publish token for this app.
-    func authorize(_ request: HTTPRequest, app: String) throws {
+    /// Checks a publish token for this app; `admin` requires the admin role.
+    func authorize(_ request: HTTPRequest, app: String, admin: Bool = false) throws {
         guard let header = request.headers["Authorization"] else { throw DepotError.missingToken }
         let parts = header.split(separator: " ", maxSplits: 1)
         guard parts.count == 2, parts[0].lowercased() == "bearer" else { throw DepotError.missingToken }
@@ -157,5 +160,6 @@ final class Origin: HTTPHandler {
         }
         guard token.app == app else { throw DepotError.forbidden("this token is scoped to another app") }
         guard token.role == .publisher || token.role == .admin else { throw DepotError.forbidden("this token cannot publish") }
+        if admin && token.role != .admin { throw DepotError.forbidden("this call needs an admin token of the app") }
     }
 }

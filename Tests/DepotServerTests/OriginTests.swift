@@ -237,3 +237,39 @@ struct TokenStoreTests {
         #expect(info.st_mode & 0o777 == 0o600)
     }
 }
+
+@Suite("Rollback")
+struct RollbackTests {
+    @Test("Rollback publishes a new release with an older content set; revisions go up for changed packs")
+    func rollback() async throws {
+        try await withServer { origin in
+            let folder = DataFolder(origin.data.path)
+            let (admin, _) = try TokenStore(folder: folder).create(app: origin.app, role: .admin)
+            #expect(try upload(origin, pack: "a", [1]).status == 201)           // release 1: a r1
+            #expect(try upload(origin, pack: "keep", [7]).status == 201)        // release 2: a r1, keep r1
+            let two = try liveManifest(origin)
+            #expect(try upload(origin, pack: "a", [2]).status == 201)           // release 3: a r2, keep r1
+            #expect(try upload(origin, pack: "b", [3]).status == 201)           // release 4: + b
+
+            let refused = try request(origin, "POST", "/v1/apps/\(origin.app)/rollback?to=2", headers: ["Authorization: Bearer \(origin.token)"])
+            #expect(refused.status == 403)
+            for (query, status) in [("", 400), ("?to=0", 400), ("?to=x", 400), ("?to=99", 404)] {
+                #expect(try request(origin, "POST", "/v1/apps/\(origin.app)/rollback\(query)", headers: ["Authorization: Bearer \(admin)"]).status == status, "\(query)")
+            }
+
+            let response = try request(origin, "POST", "/v1/apps/\(origin.app)/rollback?to=2", headers: ["Authorization: Bearer \(admin)"])
+            #expect(response.status == 201)
+            #expect(response.bodyText.contains("\"removed\" : [\n    \"b\"\n  ]"))
+            let five = try liveManifest(origin)
+            #expect(five.version == 5)
+            #expect(five.packs.map(\.id) == ["a", "keep"])
+            #expect(five[pack: "a"]?.sha256 == two[pack: "a"]?.sha256)
+            #expect(five[pack: "a"]?.revision == 3)
+            #expect(five[pack: "keep"] == two[pack: "keep"])
+
+            let again = try request(origin, "POST", "/v1/apps/\(origin.app)/rollback?to=2", headers: ["Authorization: Bearer \(admin)"])
+            #expect(again.status == 200 && again.bodyText.contains("\"changed\" : false"))
+            #expect(try liveManifest(origin).version == 5)
+        }
+    }
+}

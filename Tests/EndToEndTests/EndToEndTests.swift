@@ -3,6 +3,9 @@ import DepotCore
 import DepotServer
 import DepotTestSupport
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 import Testing
 
 /// Publishes through the real HTTP upload path with the client's transport, as `depot publish` does.
@@ -48,6 +51,31 @@ struct EndToEndTests {
             #expect(try FileSystem.readFile(work.path + "/dest/packs/big") == FileSystem.readFile(files["big"]!))
             #expect(FileSystem.contents(of: work.path + "/dest/packs") == ["big", "empty", "odd"])
             #expect(FileSystem.contents(of: work.path + "/dest/.depot/downloads").isEmpty)
+        }
+    }
+
+    @Test("After a rollback, a device installs the older content and deletes the pack the older release lacked")
+    func rollbackSync() async throws {
+        try await withServer { origin in
+            let work = TemporaryDirectory("depot-e2e-rollback")
+            defer { work.remove() }
+            let (admin, _) = try TokenStore(folder: DataFolder(origin.data.path)).create(app: origin.app, role: .admin)
+            let v1 = try work.file("v1", size: 300_000, seed: 11)
+            try await publish(origin, file: v1, pack: "level")
+            try await publish(origin, file: try work.file("v2", size: 300_001, seed: 12), pack: "level")
+            try await publish(origin, file: try work.file("extra", size: 10, seed: 13), pack: "extra")
+            let sync = DepotSync(server: origin.baseURL, configuration: try origin.clientConfiguration(), destination: work.path + "/dest")
+            _ = try await sync.run()
+            #expect(FileSystem.contents(of: work.path + "/dest/packs") == ["extra", "level"])
+
+            let url = URL(string: "\(origin.baseURL.absoluteString)/v1/apps/\(origin.app)/rollback?to=1")!
+            let response = try await HTTPTransport().send(method: "POST", to: url, headers: ["Authorization": "Bearer \(admin)"])
+            #expect(response.status == 201)
+            let report = try await sync.run()
+            #expect(report.manifestVersion == 4)
+            #expect(report.installed == ["level"] && report.removed == ["extra"])
+            #expect(try FileSystem.readFile(work.path + "/dest/packs/level") == FileSystem.readFile(v1))
+            #expect(FileSystem.contents(of: work.path + "/dest/packs") == ["level"])
         }
     }
 
@@ -111,6 +139,20 @@ struct CommandLineTourTests {
         let listed = try Processes.run(depot, ["tokens", "list", "--data", work.path + "/data"])
         #expect(listed.stdout.contains(id) && listed.stdout.contains("revoked") && !listed.stdout.contains(second))
         #expect(try Processes.run(depot, ["tokens", "create", "--data", work.path + "/data", "--app", "com.example.dev", "--expires", "yesterday"]).status != 0)
+
+        // Releases 1 (content) and 2 (content + second); roll back to 1 with an admin token.
+        let adminToken = try #require(try Processes.run(depot, ["tokens", "create", "--data", work.path + "/data", "--app", "com.example.dev", "--role", "admin"])
+            .stdout.split(separator: "\n").last.map(String.init))
+        let denied2 = try Processes.run(depot, ["rollback", "--server", url, "--app", "com.example.dev", "--to", "1", "--token", token])
+        #expect(denied2.status != 0 && denied2.stderr.contains("403"))
+        let rolled = try Processes.run(depot, ["rollback", "--server", url, "--app", "com.example.dev", "--to", "1", "--token", adminToken])
+        #expect(rolled.status == 0, "\(rolled.stderr)")
+        #expect(rolled.stdout.contains("release 3 restores the content of release 1"))
+        #expect(rolled.stdout.contains("removed (devices will delete them): second"))
+        let releases = try Processes.run(depot, ["releases", "--server", url, "--app", "com.example.dev"])
+        let versions: [String] = releases.stdout.split(separator: "\n").map { line in String(line.prefix { $0 != "\t" }) }
+        #expect(versions == ["1", "2", "3"])
+        #expect(releases.stdout.split(separator: "\n").last?.hasSuffix("live") == true)
 
         let page = try RawHTTP.send(port: UInt16(port)!, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first
         #expect(page?.status == 200)

@@ -1,0 +1,61 @@
+import ArgumentParser
+import DepotClient
+import Foundation
+
+struct Releases: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "List an app's releases, marking the live one.")
+
+    @Option(help: "The origin URL.") var server: String
+    @Option(help: "The app.") var app: String
+    @Option(help: "USER:PASSWORD, when the app has download credentials (env DEPOT_DOWNLOAD_CREDENTIALS).")
+    var credentials: String = Environment.string("DEPOT_DOWNLOAD_CREDENTIALS", "")
+
+    func validate() throws {
+        guard URL(string: server)?.scheme != nil else { throw ValidationError("--server must be a URL such as http://127.0.0.1:8080") }
+    }
+
+    struct List: Decodable {
+        struct Release: Decodable { var version: Int; var publishedAt: String; var packs: Int; var live: Bool }
+        var releases: [Release]
+    }
+
+    func run() async throws {
+        var headers: [String: String] = [:]
+        if !credentials.isEmpty { headers["Authorization"] = "Basic " + Data(credentials.utf8).base64EncodedString() }
+        let response = try await HTTPTransport().get(URL(string: server)!.appendingPathComponent("v1/apps/\(app)/releases"), headers: headers)
+        guard response.status == 200 else { throw CLIError("releases failed: HTTP \(response.status): \(Publish.message(response.body))") }
+        for release in try JSONDecoder().decode(List.self, from: Data(response.body)).releases {
+            print("\(release.version)\t\(release.publishedAt)\t\(release.packs) packs\(release.live ? "\tlive" : "")")
+        }
+    }
+}
+
+struct Rollback: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Publish a new release with the content of an older one (versions only go up).",
+        discussion: "Needs an admin token. Packs the older release did not have are removed, so devices delete them; the command lists them."
+    )
+
+    @Option(help: "The origin URL.") var server: String
+    @Option(help: "The app.") var app: String
+    @Option(help: "An admin token (default: $DEPOT_TOKEN).") var token: String?
+    @Option(help: "The release whose content to restore.") var to: Int
+
+    func validate() throws {
+        guard URL(string: server)?.scheme != nil else { throw ValidationError("--server must be a URL such as http://127.0.0.1:8080") }
+        guard to > 0 else { throw ValidationError("--to must be a release number") }
+    }
+
+    struct Result: Decodable { var release: Int; var rolledBackTo: Int; var changed: Bool; var removed: [String] }
+
+    func run() async throws {
+        guard let token = token ?? ProcessInfo.processInfo.environment["DEPOT_TOKEN"] else { throw CLIError("no token: pass --token or set DEPOT_TOKEN") }
+        var components = URLComponents(url: URL(string: server)!.appendingPathComponent("v1/apps/\(app)/rollback"), resolvingAgainstBaseURL: false)!
+        components.queryItems = [URLQueryItem(name: "to", value: String(to))]
+        let response = try await HTTPTransport().send(method: "POST", to: components.url!, headers: ["Authorization": "Bearer \(token)"])
+        guard (200..<300).contains(response.status) else { throw CLIError("rollback failed: HTTP \(response.status): \(Publish.message(response.body))") }
+        let result = try JSONDecoder().decode(Result.self, from: Data(response.body))
+        print(result.changed ? "release \(result.release) restores the content of release \(result.rolledBackTo)" : "release \(result.release) already has the content of release \(result.rolledBackTo)")
+        if !result.removed.isEmpty { print("removed (devices will delete them): \(result.removed.joined(separator: ", "))") }
+    }
+}
