@@ -118,7 +118,21 @@ struct Tokens: ParsableCommand {
 }
 
 struct Keys: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Export an app's client keys.", subcommands: [Export.self])
+    static let configuration = CommandConfiguration(abstract: "Export and rotate an app's keys.", subcommands: [Export.self, Rotate.self])
+
+    struct Rotate: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Add a new current pack key: new packs use it, older packs keep theirs.",
+            discussion: "Export the configuration again and ship it in the next app build: builds that lack the new key cannot decrypt packs published after the rotation."
+        )
+        @OptionGroup var data: DataOptions
+        @Option(help: "The app.") var app: String
+
+        func run() throws {
+            let keyID = try AppStore(folder: DataFolder(data.data)).rotatePackKey(app)
+            print("new packs of \(app) are encrypted with key \(keyID); run `depot keys export --app \(app)` for the app's new configuration")
+        }
+    }
 
     struct Export: ParsableCommand {
         static let configuration = CommandConfiguration(

@@ -273,3 +273,53 @@ struct RollbackTests {
         }
     }
 }
+
+@Suite("Pack key rotation")
+struct KeyRotationTests {
+    @Test("After a rotation new packs use the new key, old packs keep theirs, and the exported ring opens both")
+    func rotate() async throws {
+        try await withServer { origin in
+            let apps = AppStore(folder: DataFolder(origin.data.path))
+            let before = try origin.clientConfiguration()
+            #expect(try upload(origin, pack: "old", [1, 2, 3]).status == 201)
+            let newKey = try apps.rotatePackKey(origin.app)
+            #expect(try upload(origin, pack: "new", [4, 5, 6]).status == 201)
+            let manifest = try liveManifest(origin)
+            #expect(manifest[pack: "new"]?.keyID == newKey)
+            #expect(manifest[pack: "old"]?.keyID != newKey)
+            #expect(before.packKeys[newKey] == nil)
+            let after = try origin.clientConfiguration()
+            #expect(Set(after.packKeys.keys) == Set(before.packKeys.keys).union([newKey]))
+            let ring = try after.keyRing()
+            for (id, plaintext) in [("old", [UInt8]([1, 2, 3])), ("new", [4, 5, 6])] {
+                let blob = try request(origin, "GET", "/v1/apps/\(origin.app)/blobs/\(manifest[pack: id]!.sha256)").body
+                #expect(try PackDecryptor.decrypt(blob, keyRing: ring) == plaintext)
+            }
+            // An app built before the rotation cannot open the new pack, and says why.
+            let newBlob = try request(origin, "GET", "/v1/apps/\(origin.app)/blobs/\(manifest[pack: "new"]!.sha256)").body
+            #expect(throws: PackError.unknownKeyID(newKey)) { try PackDecryptor.decrypt(newBlob, keyRing: before.keyRing()) }
+        }
+    }
+
+    @Test("Expect: 100-continue is answered before the body is sent")
+    func expectContinue() async throws {
+        try await withServer { origin in
+            let fd = try RawHTTP.connect(port: origin.port)
+            defer { close(fd) }
+            let head = "PUT /v1/apps/\(origin.app)/packs/c HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(origin.token)\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n"
+            _ = head.withCString { send(fd, $0, strlen($0), 0) }
+            var buffer = [UInt8](repeating: 0, count: 256)
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            #expect(String(decoding: buffer[0..<max(0, n)], as: UTF8.self).hasPrefix("HTTP/1.1 100 Continue"))
+            _ = "abc".withCString { send(fd, $0, 3, 0) }
+            var rest: [UInt8] = []
+            while true {
+                let m = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+                if m <= 0 { break }
+                rest += buffer[0..<m]
+                if String(decoding: rest, as: UTF8.self).contains("\"changed\"") { break }
+            }
+            #expect(String(decoding: rest, as: UTF8.self).hasPrefix("HTTP/1.1 201"))
+        }
+    }
+}

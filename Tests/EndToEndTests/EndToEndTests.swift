@@ -140,6 +140,11 @@ struct CommandLineTourTests {
         #expect(listed.stdout.contains(id) && listed.stdout.contains("revoked") && !listed.stdout.contains(second))
         #expect(try Processes.run(depot, ["tokens", "create", "--data", work.path + "/data", "--app", "com.example.dev", "--expires", "yesterday"]).status != 0)
 
+        // Rotating the pack key: the exported configuration then carries both keys.
+        #expect(try Processes.run(depot, ["keys", "rotate", "--data", work.path + "/data", "--app", "com.example.dev"]).status == 0)
+        let rotated = try ClientConfiguration.decode(Array(try Processes.run(depot, ["keys", "export", "--data", work.path + "/data", "--app", "com.example.dev"]).stdout.utf8))
+        #expect(rotated.packKeys.count == 2)
+
         // Releases 1 (content) and 2 (content + second); roll back to 1 with an admin token.
         let adminToken = try #require(try Processes.run(depot, ["tokens", "create", "--data", work.path + "/data", "--app", "com.example.dev", "--role", "admin"])
             .stdout.split(separator: "\n").last.map(String.init))

@@ -92,6 +92,20 @@ public struct AppStore: Sendable {
         return (ring, stored.current)
     }
 
+    /// Adds a fresh pack master key and makes it current: new packs use it, older packs keep
+    /// theirs (the key ring keeps every key). Returns the new key id.
+    @discardableResult
+    public func rotatePackKey(_ id: String) throws -> String {
+        guard settings(id) != nil else { throw DepotError.notFound("app \(id)") }
+        var stored = try StoredJSON.read(PackKeys.self, from: folder.packKeys(id))
+        var keyID = KeyRing.newKeyID()
+        while stored.keys[keyID] != nil { keyID = KeyRing.newKeyID() }
+        stored.keys[keyID] = Data(SecureRandom.bytes(32)).base64EncodedString()
+        stored.current = keyID
+        try StoredJSON.write(stored, to: folder.packKeys(id), mode: 0o600)
+        return keyID
+    }
+
     /// The manifest signing key, created on first use (one per data folder).
     public func signingKey() throws -> Ed25519PrivateKey {
         if let stored = try? StoredJSON.read(StoredSigningKey.self, from: folder.signingKey),
