@@ -29,56 +29,121 @@ extension Origin {
         let contentType = request.headers["Content-Type"] ?? "application/octet-stream"
         let upload = PackUploadRequest(
             app: app, pack: pack, policy: policy, tags: Array(Set(tags)).sorted(), contentType: contentType,
-            expectedPlaintextSHA256: expected, declaredLength: length
+            expectedPlaintextSHA256: expected, declaredLength: length, release: request.queryValue("release") == "true",
+            base: try baseParameter(request)
         )
         let receiver = try PackUpload(request: upload, origin: self)
         if length == 0 { return .respond(receiver.finish()) }
         return .receiveBody(receiver)
     }
 
-    /// Puts a stored blob into the app's next release, published at once.
+    /// Stages a stored blob for the app's next release, and publishes it at once with `?release=true`.
     func publish(_ summary: PackSummary, for request: PackUploadRequest) throws -> HTTPResponse {
-        let url = publicURL + "/v1/apps/\(request.app)/blobs/\(summary.sha256)"
-        var entry = PackEntry(
-            id: request.pack, revision: 1, url: url, size: summary.size, sha256: summary.sha256,
-            installSize: summary.plaintextSize, plaintextSHA256: summary.plaintextSHA256, policy: request.policy,
+        let entry = PackEntry(
+            id: request.pack, revision: 0, url: publicURL + "/v1/apps/\(request.app)/blobs/\(summary.sha256)", size: summary.size,
+            sha256: summary.sha256, installSize: summary.plaintextSize, plaintextSHA256: summary.plaintextSHA256, policy: request.policy,
             tags: request.tags, keyID: summary.keyID, contentType: request.contentType
         )
-        var keptOldBlob = false
-        let published = try releases.publish(request.app) { packs in
-            var packs = packs
-            if let index = packs.firstIndex(where: { $0.id == request.pack }) {
-                let old = packs[index]
-                if old.plaintextSHA256 == summary.plaintextSHA256 {
-                    // Same content: keep the stored container (devices keep their copy) and its revision.
-                    keptOldBlob = true
-                    entry = PackEntry(
-                        id: old.id, revision: old.revision, url: old.url, size: old.size, sha256: old.sha256,
-                        installSize: old.installSize, plaintextSHA256: old.plaintextSHA256, policy: request.policy,
-                        tags: request.tags, keyID: old.keyID, contentType: request.contentType
-                    )
-                    if entry == old { return nil }
-                } else {
-                    entry.revision = old.revision + 1
-                }
-                packs[index] = entry
-            } else {
-                packs.append(entry)
+        // A pack staged twice: the earlier upload's blob is deleted once the draft no longer needs it.
+        var superseded: String?
+        let add: (inout Staging, [PackEntry]) -> Void = { staging, live in
+            if let earlier = staging.upserts[request.pack], !live.contains(where: { $0.sha256 == earlier.sha256 }) {
+                superseded = earlier.sha256
             }
-            return packs
+            staging.upserts[request.pack] = entry
+            staging.removals.remove(request.pack)
         }
-        if keptOldBlob { blobs.remove(summary.sha256) }
-        metrics.published(app: request.app, changed: published != nil)
         metrics.uploaded(bytes: summary.plaintextSize)
-        let version = try published?.version ?? releases.current(request.app)?.version ?? 0
+        if request.release {
+            let response: HTTPResponse
+            do {
+                response = try releaseStaged(request.app, base: request.base, pack: request.pack, adding: add)
+            } catch let error as DepotError where error.status == 409 {
+                // Refused before anything changed: nothing was staged, the new blob is not needed.
+                blobs.remove(summary.sha256)
+                throw error
+            }
+            if let superseded { blobs.remove(superseded) }
+            return response
+        }
+        let live = try releases.stage(request.app, add)
+        if let superseded { blobs.remove(superseded) }
+        let preview = Staging(upserts: [request.pack: entry]).merged(into: live).packs.first { $0.id == request.pack } ?? entry
+        let body = PublishResult(app: request.app, pack: preview, release: try releases.current(request.app)?.version, staged: true,
+                                 changed: true, manifestURL: publicURL + "/v1/apps/\(request.app)/manifest")
+        return try json(body, status: 202, route: "publish")
+    }
+
+    /// Publishes the staged draft; answers with the release and, for an upload, its pack.
+    func releaseStaged(
+        _ app: String, base: Int?, pack: String? = nil, adding: ((inout Staging, [PackEntry]) throws -> Void)? = nil
+    ) throws -> HTTPResponse {
+        let (release, unused) = try releases.publishStaged(app, base: base, adding: adding)
+        for blob in unused { blobs.remove(blob) }
+        metrics.published(app: app, changed: release != nil)
+        let live = try releases.current(app)
         let body = PublishResult(
-            app: request.app, pack: entry, release: version, changed: published != nil,
-            manifestURL: publicURL + "/v1/apps/\(request.app)/manifest"
+            app: app, pack: pack.flatMap { live?.manifest[pack: $0] }, release: live?.version, staged: false, changed: release != nil,
+            manifestURL: publicURL + "/v1/apps/\(app)/manifest"
         )
-        var response = HTTPResponse.bytes(
-            Array(try StoredJSON.encoder.encode(body)) + [10], status: published != nil ? 201 : 200, contentType: "application/json"
-        )
-        response.route = "publish"
+        return try json(body, status: release != nil ? 201 : 200, route: "publish")
+    }
+
+    /// `POST …/releases[?base=N]`: the staged draft becomes the next signed release.
+    func publishRelease(_ app: String, _ request: HTTPRequest) throws -> HTTPResponse {
+        try authorize(request, app: app)
+        _ = try requireApp(app)
+        return try releaseStaged(app, base: try baseParameter(request))
+    }
+
+    /// `DELETE …/packs/{pack}[?removeLive=true]`: stages the pack's removal (or drops its staged upload).
+    func removePack(_ app: String, _ pack: String, _ request: HTTPRequest) throws -> HTTPResponse {
+        guard Identifier.isValidPack(pack) else { throw DepotError.invalidID("pack id") }
+        try authorize(request, app: app)
+        _ = try requireApp(app)
+        let confirmed = request.queryValue("removeLive") == "true"
+        var isLive = false
+        var dropped: String?
+        try releases.stage(app) { staging, live in
+            isLive = live.contains { $0.id == pack }
+            let staged = staging.upserts.removeValue(forKey: pack)
+            guard isLive || staged != nil else { throw DepotError.notFound("pack \(pack) in the live release or the draft of app \(app)") }
+            if isLive {
+                guard confirmed else {
+                    throw DepotError(409, "live_pack", "pack \(pack) is live: devices that installed it will delete it at their next sync; repeat with ?removeLive=true to stage its removal")
+                }
+                staging.removals.insert(pack)
+            }
+            if let staged, !live.contains(where: { $0.sha256 == staged.sha256 }) { dropped = staged.sha256 }
+        }
+        // Only once the draft no longer references it.
+        if let dropped { blobs.remove(dropped) }
+        if request.queryValue("release") == "true" { return try releaseStaged(app, base: try baseParameter(request)) }
+        let note = isLive ? "staged: the next release drops \(pack), and devices that installed it will delete it" : "the staged upload of \(pack) was dropped"
+        return try json(RemovalResult(app: app, pack: pack, live: isLive, note: note), status: 200, route: "publish")
+    }
+
+    /// `GET …/staging`: the draft, as the next release would list it.
+    func stagingView(_ app: String, _ request: HTTPRequest) throws -> HTTPResponse {
+        try authorize(request, app: app)
+        _ = try requireApp(app)
+        let staging = try releases.staging(app)
+        let live = try releases.current(app)
+        let next = staging.merged(into: live?.manifest.packs ?? []).packs
+        let body = StagingView(app: app, base: live?.version ?? 0, changed: staging.upserts.keys.sorted(),
+                               removed: staging.removals.sorted(), next: next)
+        return try json(body, status: 200, route: "staging")
+    }
+
+    func baseParameter(_ request: HTTPRequest) throws -> Int? {
+        guard let text = request.queryValue("base") else { return nil }
+        guard text.count <= 9, let base = Int(text), base >= 0 else { throw DepotError.badRequest("base must be the live release number") }
+        return base
+    }
+
+    func json(_ value: some Encodable, status: Int, route: String) throws -> HTTPResponse {
+        var response = HTTPResponse.bytes(Array(try StoredJSON.encoder.encode(value)) + [10], status: status, contentType: "application/json")
+        response.route = route
         return response
     }
 }
@@ -114,11 +179,7 @@ extension Origin {
         let body = RollbackResult(
             app: app, rolledBackTo: target, release: version, changed: published != nil, packs: old.manifest.packs.map(\.id), removed: removed
         )
-        var response = HTTPResponse.bytes(
-            Array(try StoredJSON.encoder.encode(body)) + [10], status: published != nil ? 201 : 200, contentType: "application/json"
-        )
-        response.route = "rollback"
-        return response
+        return try json(body, status: published != nil ? 201 : 200, route: "rollback")
     }
 }
 
@@ -134,11 +195,29 @@ struct RollbackResult: Codable {
     var removed: [String]
 }
 
-/// The body of a successful upload.
+/// The body of an upload or a release.
 struct PublishResult: Codable {
     var app: String
-    var pack: PackEntry
-    var release: Int
+    /// The pack as the release lists it (or, when staged, would list it).
+    var pack: PackEntry?
+    /// The live release after the call; nil while nothing was ever released.
+    var release: Int?
+    var staged: Bool
     var changed: Bool
     var manifestURL: String
+}
+
+struct RemovalResult: Codable {
+    var app: String
+    var pack: String
+    var live: Bool
+    var note: String
+}
+
+struct StagingView: Codable {
+    var app: String
+    var base: Int
+    var changed: [String]
+    var removed: [String]
+    var next: [PackEntry]
 }

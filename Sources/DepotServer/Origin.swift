@@ -105,8 +105,11 @@ final class Origin: HTTPHandler {
             try allow(request, "GET, HEAD")
             return .respond(try manifest(app, request))
         case ("releases", 4):
-            try allow(request, "GET, HEAD")
-            return .respond(try releaseList(app, request))
+            try allow(request, "GET, HEAD, POST")
+            return .respond(request.method == "POST" ? try publishRelease(app, request) : try releaseList(app, request))
+        case ("staging", 4):
+            try allow(request, "GET")
+            return .respond(try stagingView(app, request))
         case ("releases", 5):
             try allow(request, "GET, HEAD")
             return .respond(try release(app, s[4], request))
@@ -117,8 +120,8 @@ final class Origin: HTTPHandler {
             try allow(request, "GET, HEAD")
             return .respond(try infoPlist(app, request))
         case ("packs", 5):
-            try allow(request, "PUT")
-            return try upload(app, s[4], request)
+            try allow(request, "PUT, DELETE")
+            return request.method == "DELETE" ? .respond(try removePack(app, s[4], request)) : try upload(app, s[4], request)
         case ("rollback", 4):
             try allow(request, "POST")
             return .respond(try rollback(app, request))

@@ -11,6 +11,10 @@ struct PackUploadRequest: Sendable {
     var contentType: String
     var expectedPlaintextSHA256: String?
     var declaredLength: Int64?
+    /// Publish the staged changes at once (`?release=true`).
+    var release: Bool
+    /// The live version the publisher saw (`?base=N`): 409 if another publish came first.
+    var base: Int?
 }
 
 /// Receives one `PUT …/packs/{pack}` body: encrypts each chunk as it arrives into a file in

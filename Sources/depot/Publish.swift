@@ -17,7 +17,9 @@ struct Publish: AsyncParsableCommand {
     @Option(help: "essential, prefetch or onDemand.") var policy: String = "prefetch"
     @Option(help: "A tag (repeatable).") var tag: [String] = []
     @Option(name: .customLong("content-type"), help: "The plaintext's media type.") var contentType: String = "application/octet-stream"
-    @Flag(help: "Publish at once as the next release (today every upload does).") var release = false
+    @Flag(help: "Publish the staged changes at once as the next release; without it the upload is only staged (see `depot release`).")
+    var release = false
+    @Option(help: "With --release: the live release you expect; another publish first makes this one fail with 409.") var base: Int?
 
     func validate() throws {
         guard Identifier.isValidPack(pack) else { throw ValidationError("invalid pack id \"\(pack)\": 1–64 of A-Z a-z 0-9 . -, no '_'") }
@@ -34,7 +36,7 @@ struct Publish: AsyncParsableCommand {
         let digest = try SHA256Hasher.hexDigest(ofFile: file)
         var components = URLComponents(url: URL(string: server)!.appendingPathComponent("v1/apps/\(app)/packs/\(pack)"), resolvingAgainstBaseURL: false)!
         components.queryItems = [URLQueryItem(name: "policy", value: policy)] + tag.map { URLQueryItem(name: "tag", value: $0) }
-            + (release ? [URLQueryItem(name: "release", value: "true")] : [])
+            + (release ? [URLQueryItem(name: "release", value: "true")] : []) + (base.map { [URLQueryItem(name: "base", value: String($0))] } ?? [])
         let response = try await HTTPTransport(timeout: 3600).upload(
             file: file, to: components.url!,
             headers: ["Authorization": "Bearer \(token)", "X-Depot-SHA256": digest, "Content-Type": contentType]
@@ -43,17 +45,21 @@ struct Publish: AsyncParsableCommand {
             throw CLIError("publish failed: HTTP \(response.status): \(Self.message(response.body))")
         }
         let result = try JSONDecoder().decode(Result.self, from: Data(response.body))
-        if result.changed {
-            print("published \(result.pack.id) revision \(result.pack.revision) (\(result.pack.size) bytes, sha256 \(result.pack.sha256)) in release \(result.release) of \(result.app)")
+        let pack = result.pack
+        if result.staged {
+            print("staged \(pack?.id ?? self.pack) (\(pack?.size ?? 0) bytes) for the next release of \(result.app); publish it with `depot release`")
+        } else if result.changed, let pack, let release = result.release {
+            print("published \(pack.id) revision \(pack.revision) (\(pack.size) bytes, sha256 \(pack.sha256)) in release \(release) of \(result.app)")
         } else {
-            print("unchanged: \(result.pack.id) already has this content in release \(result.release) of \(result.app)")
+            print("unchanged: \(self.pack) already has this content in release \(result.release ?? 0) of \(result.app)")
         }
     }
 
     struct Result: Decodable {
         var app: String
-        var pack: PackEntry
-        var release: Int
+        var pack: PackEntry?
+        var release: Int?
+        var staged: Bool
         var changed: Bool
     }
 

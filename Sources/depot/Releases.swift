@@ -59,3 +59,31 @@ struct Rollback: AsyncParsableCommand {
         if !result.removed.isEmpty { print("removed (devices will delete them): \(result.removed.joined(separator: ", "))") }
     }
 }
+
+struct Release: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Publish the staged changes as the next signed release, in one atomic switch.",
+        discussion: "With --base, the release is refused (409, nothing published) if another publish made a newer release first."
+    )
+
+    @Option(help: "The origin URL.") var server: String
+    @Option(help: "The app.") var app: String
+    @Option(help: "A publisher token (default: $DEPOT_TOKEN).") var token: String?
+    @Option(help: "The live release you expect.") var base: Int?
+
+    func validate() throws {
+        guard URL(string: server)?.scheme != nil else { throw ValidationError("--server must be a URL such as http://127.0.0.1:8080") }
+    }
+
+    struct Result: Decodable { var release: Int?; var changed: Bool }
+
+    func run() async throws {
+        guard let token = token ?? ProcessInfo.processInfo.environment["DEPOT_TOKEN"] else { throw CLIError("no token: pass --token or set DEPOT_TOKEN") }
+        var components = URLComponents(url: URL(string: server)!.appendingPathComponent("v1/apps/\(app)/releases"), resolvingAgainstBaseURL: false)!
+        if let base { components.queryItems = [URLQueryItem(name: "base", value: String(base))] }
+        let response = try await HTTPTransport().send(method: "POST", to: components.url!, headers: ["Authorization": "Bearer \(token)"])
+        guard (200..<300).contains(response.status) else { throw CLIError("release failed: HTTP \(response.status): \(Publish.message(response.body))") }
+        let result = try JSONDecoder().decode(Result.self, from: Data(response.body))
+        print(result.changed ? "published release \(result.release ?? 0) of \(app)" : "nothing changed: release \(result.release ?? 0) of \(app) stays live")
+    }
+}

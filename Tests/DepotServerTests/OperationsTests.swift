@@ -152,7 +152,7 @@ struct OperationsTests {
         let server = try DepotServer(configuration: OriginConfiguration(dataPath: data.path, http: .init(host: "127.0.0.1", port: 0, threads: 2)))
         let port = server.port
         let file = try data.file("big", size: 32 << 20)
-        _ = try await HTTPTransportForTests.put(port: port, path: "/v1/apps/com.example.drain/packs/big", file: file, token: token)
+        _ = try await HTTPTransportForTests.put(port: port, path: "/v1/apps/com.example.drain/packs/big?release=true", file: file, token: token)
         let blob = try #require(FileSystem.contents(of: data.path + "/blobs").first.flatMap { FileSystem.contents(of: data.path + "/blobs/" + $0).first })
         let size = try #require(FileSystem.fileSize(data.path + "/blobs/\(blob.prefix(2))/\(blob)"))
 

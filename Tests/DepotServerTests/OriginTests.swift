@@ -15,9 +15,10 @@ func request(_ origin: TestOrigin, _ method: String, _ target: String, headers: 
     return first
 }
 
-func upload(_ origin: TestOrigin, pack: String, _ body: [UInt8], query: String = "", headers: [String] = []) throws -> RawHTTP.Response {
-    try request(origin, "PUT", "/v1/apps/\(origin.app)/packs/\(pack)\(query)",
-                headers: ["Authorization: Bearer \(origin.token)"] + headers, body: body)
+/// Uploads a pack and, unless `release` is false, publishes it at once (`?release=true`).
+func upload(_ origin: TestOrigin, pack: String, _ body: [UInt8], query: String = "", headers: [String] = [], release: Bool = true) throws -> RawHTTP.Response {
+    let target = "/v1/apps/\(origin.app)/packs/\(pack)" + query + (release ? (query.isEmpty ? "?" : "&") + "release=true" : "")
+    return try request(origin, "PUT", target, headers: ["Authorization: Bearer \(origin.token)"] + headers, body: body)
 }
 
 func liveManifest(_ origin: TestOrigin) throws -> Manifest {
@@ -147,7 +148,7 @@ struct OriginBadInputTests {
             let (other, _) = try store.create(app: "com.example.other", role: .publisher)
             let (revoked, record) = try store.create(app: origin.app, role: .publisher)
             #expect(try upload(origin, pack: "before", [1], headers: []).status == 201)
-            #expect(try request(origin, "PUT", "/v1/apps/\(origin.app)/packs/r", headers: ["Authorization: Bearer \(revoked)"], body: [1]).status == 201)
+            #expect(try request(origin, "PUT", "/v1/apps/\(origin.app)/packs/r?release=true", headers: ["Authorization: Bearer \(revoked)"], body: [1]).status == 201)
             #expect(try store.revoke(id: record.id))
             let (expired, _) = try store.create(app: origin.app, role: .publisher, expiresAt: Date().addingTimeInterval(-1))
             let (admin, _) = try store.create(app: origin.app, role: .admin, expiresAt: Date().addingTimeInterval(3600))
@@ -166,7 +167,7 @@ struct OriginBadInputTests {
                 if status == 401 { #expect(response.header("WWW-Authenticate")?.hasPrefix("Bearer") == true) }
             }
             #expect(try liveManifest(origin).packs.map(\.id) == ["before", "r"])
-            #expect(try request(origin, "PUT", path, headers: ["Authorization: Bearer \(admin)"], body: [1]).status == 201)
+            #expect(try request(origin, "PUT", path + "?release=true", headers: ["Authorization: Bearer \(admin)"], body: [1]).status == 201)
             let states = try store.list().map { ($0.revokedAt != nil, $0.expiresAt != nil) }
             #expect(states.filter(\.0).count == 1 && states.filter(\.1).count == 2)
         }
@@ -306,7 +307,7 @@ struct KeyRotationTests {
         try await withServer { origin in
             let fd = try RawHTTP.connect(port: origin.port)
             defer { close(fd) }
-            let head = "PUT /v1/apps/\(origin.app)/packs/c HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(origin.token)\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n"
+            let head = "PUT /v1/apps/\(origin.app)/packs/c?release=true HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(origin.token)\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n"
             _ = head.withCString { send(fd, $0, strlen($0), 0) }
             var buffer = [UInt8](repeating: 0, count: 256)
             let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }

@@ -10,7 +10,7 @@ import Testing
 
 /// Publishes through the real HTTP upload path with the client's transport, as `depot publish` does.
 func publish(_ origin: TestOrigin, file: String, pack: String) async throws {
-    let url = origin.baseURL.appendingPathComponent("v1/apps/\(origin.app)/packs/\(pack)")
+    let url = URL(string: origin.baseURL.absoluteString + "/v1/apps/\(origin.app)/packs/\(pack)?release=true")!
     let response = try await HTTPTransport().upload(file: file, to: url, headers: ["Authorization": "Bearer \(origin.token)"])
     #expect(response.status == 201, "\(String(decoding: response.body, as: UTF8.self))")
 }
@@ -132,9 +132,9 @@ struct CommandLineTourTests {
         let second = try #require(token2.stdout.split(separator: "\n").last.map(String.init))
         #expect(second.hasPrefix("dpt_"))
         let id = try #require(token2.stdout.split(separator: " ").dropFirst().first.map(String.init))
-        #expect(try Processes.run(depot, ["publish", file, "--server", url, "--app", "com.example.dev", "--pack", "second", "--token", second]).status == 0)
+        #expect(try Processes.run(depot, ["publish", file, "--server", url, "--app", "com.example.dev", "--pack", "second", "--token", second, "--release"]).status == 0)
         #expect(try Processes.run(depot, ["tokens", "revoke", id, "--data", work.path + "/data"]).status == 0)
-        let afterRevoke = try Processes.run(depot, ["publish", file, "--server", url, "--app", "com.example.dev", "--pack", "third", "--token", second])
+        let afterRevoke = try Processes.run(depot, ["publish", file, "--server", url, "--app", "com.example.dev", "--pack", "third", "--token", second, "--release"])
         #expect(afterRevoke.status != 0 && afterRevoke.stderr.contains("token_revoked"))
         let listed = try Processes.run(depot, ["tokens", "list", "--data", work.path + "/data"])
         #expect(listed.stdout.contains(id) && listed.stdout.contains("revoked") && !listed.stdout.contains(second))

@@ -88,7 +88,7 @@ struct NginxEdgeTests {
             let file = try work.file("pack", size: (2 << 20) + 17)
 
             // Publishing streams through the edge.
-            let url = URL(string: "http://127.0.0.1:\(edge.port)/v1/apps/\(origin.app)/packs/level")!
+            let url = URL(string: "http://127.0.0.1:\(edge.port)/v1/apps/\(origin.app)/packs/level?release=true")!
             let published = try await HTTPTransport().upload(file: file, to: url, headers: ["Authorization": "Bearer \(origin.token)"])
             #expect(published.status == 201)
 

@@ -11,7 +11,7 @@ struct ServeLifecycleTests {
         defer { work.remove() }
         let server = try ServeProcess(data: work.path + "/data", environment: ["DEPOT_DRAIN_TIMEOUT": "30", "DEPOT_MANIFEST_MAX_AGE": "7"])
         let file = try work.file("pack", size: 48 << 20)
-        let published = try Processes.run(Processes.depotBinary, ["publish", file, "--server", server.url, "--app", "com.example.dev", "--pack", "big", "--token", server.token])
+        let published = try Processes.run(Processes.depotBinary, ["publish", file, "--server", server.url, "--app", "com.example.dev", "--pack", "big", "--token", server.token, "--release"])
         #expect(published.status == 0, "\(published.stderr)")
         let manifest = try RawHTTP.send(port: UInt16(server.port)!, "GET /v1/apps/com.example.dev/manifest HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first
         #expect(manifest?.header("Cache-Control") == "public, max-age=7, must-revalidate")
@@ -45,7 +45,7 @@ struct ServeLifecycleTests {
         let server = try ServeProcess(data: work.path + "/data", environment: ["DEPOT_PUBLIC_URL": "https://edge.example.net"])
         let depot = Processes.depotBinary
         let file = try work.file("pack", size: 12345)
-        #expect(try Processes.run(depot, ["publish", file, "--server", server.url, "--app", "com.example.dev", "--pack", "a", "--policy", "essential", "--token", server.token]).status == 0)
+        #expect(try Processes.run(depot, ["publish", file, "--server", server.url, "--app", "com.example.dev", "--pack", "a", "--policy", "essential", "--token", server.token, "--release"]).status == 0)
 
         let plist = try Processes.run(depot, ["plist", "--server", server.url, "--app", "com.example.dev"])
         #expect(plist.status == 0)

@@ -33,6 +33,7 @@ public struct DataFolder: Sendable {
     func releases(_ id: String) -> String { app(id) + "/releases" }
     func release(_ id: String, _ version: Int) -> String { releases(id) + "/" + Self.releaseName(version) }
     func currentPointer(_ id: String) -> String { app(id) + "/current" }
+    func staging(_ id: String) -> String { app(id) + "/staging.json" }
     func packKeys(_ id: String) -> String { keys + "/" + id + ".json" }
     func blob(_ sha256: String) -> String { blobs + "/" + sha256.prefix(2) + "/" + sha256 }
 

@@ -62,11 +62,72 @@ public final class ReleaseStore: Sendable {
         return try versions.sorted().map { try load(app, $0).manifest }
     }
 
+    /// The staged changes of an app.
+    func staging(_ app: String) throws -> Staging {
+        guard FileSystem.exists(folder.staging(app)) else { return Staging() }
+        return try StoredJSON.read(Staging.self, from: folder.staging(app))
+    }
+
+    /// Changes the staged draft, under the publish lock; returns the live packs it was staged against.
+    @discardableResult
+    func stage(_ app: String, _ change: (inout Staging, [PackEntry]) throws -> Void) throws -> [PackEntry] {
+        try publishLock.withLock { _ in
+            var staging = try self.staging(app)
+            let live = try current(app)?.manifest.packs ?? []
+            try change(&staging, live)
+            try saveStaging(app, staging)
+            return live
+        }
+    }
+
+    private func saveStaging(_ app: String, _ staging: Staging) throws {
+        if staging.isEmpty {
+            FileSystem.remove(folder.staging(app))
+            try FileSystem.syncDirectory(folder.app(app))
+        } else {
+            try StoredJSON.write(staging, to: folder.staging(app))
+        }
+    }
+
+    /// Publishes the staged changes as the next release and empties the draft. `base`, when
+    /// given, must be the live version: a publisher that raced another gets ``DepotError`` 409.
+    /// Returns the new release and the blobs that ended up unused, or nil if nothing changed.
+    /// `adding` changes the draft first, in the same lock hold: an upload with `?release=true`
+    /// is staged and published in one step, or (on a conflict) not staged at all.
+    func publishStaged(
+        _ app: String, base: Int?, adding: ((inout Staging, [PackEntry]) throws -> Void)? = nil
+    ) throws -> (release: LiveManifest?, unusedBlobs: [String]) {
+        var unused: [String] = []
+        let release = try publish(app, base: base, change: { live in
+            var staging = try self.staging(app)
+            try adding?(&staging, live)
+            guard !staging.isEmpty else { throw DepotError(409, "nothing_staged", "nothing is staged for app \(app)") }
+            let merged = staging.merged(into: live)
+            unused = merged.unusedBlobs
+            return merged.packs == live ? nil : merged.packs
+        }, then: {
+            // The release is live (or nothing changed): the draft is spent. Still under the lock,
+            // so a pack staged meanwhile is not lost; a crash before this line leaves a draft
+            // whose changes are already live, which publishing again finds unchanged.
+            try self.saveStaging(app, Staging())
+        })
+        return (release, unused)
+    }
+
     /// Publishes the next release: `change` edits the live pack list; returns nil if it changed nothing.
-    func publish(_ app: String, change: ([PackEntry]) throws -> [PackEntry]?) throws -> LiveManifest? {
+    /// With `base`, the live version must equal it (409 otherwise), checked under the lock.
+    func publish(
+        _ app: String, base expected: Int? = nil, change: ([PackEntry]) throws -> [PackEntry]?, then: (() throws -> Void)? = nil
+    ) throws -> LiveManifest? {
         try publishLock.withLock { _ in
             let base = try current(app)
-            guard let packs = try change(base?.manifest.packs ?? []) else { return nil }
+            if let expected, expected != (base?.version ?? 0) {
+                throw DepotError(409, "conflict", "the live release is \(base?.version ?? 0), not \(expected): another publish came first; nothing was published")
+            }
+            guard let packs = try change(base?.manifest.packs ?? []) else {
+                try then?()
+                return nil
+            }
             // Versions come from the files, not the pointer, so a release written before a crash
             // (but never made live) is never overwritten: versions only go up.
             let onDisk = FileSystem.contents(of: folder.releases(app)).compactMap { name -> Int? in
@@ -84,6 +145,7 @@ public final class ReleaseStore: Sendable {
                 version: version, envelope: envelope, etag: "\"" + Hex.encode(SHA256Hasher.hash(envelope)) + "\"", manifest: manifest
             )
             live.withLock { $0[app] = published }
+            try then?()
             return published
         }
     }

@@ -1,0 +1,43 @@
+import DepotCore
+import Foundation
+
+/// The draft of an app's next release, `apps/<app>/staging.json`: packs uploaded or removed
+/// since the live release. It becomes a release only through ``ReleaseStore/publish(_:base:change:)``.
+struct Staging: Codable, Sendable, Equatable {
+    /// Uploaded packs by id; their `revision` is decided when they are released.
+    var upserts: [String: PackEntry] = [:]
+    /// Pack ids to drop from the next release.
+    var removals: Set<String> = []
+
+    var isEmpty: Bool { upserts.isEmpty && removals.isEmpty }
+
+    /// The next release's packs: `live` with the staged changes. A staged pack whose plaintext
+    /// equals the live one keeps the live container and revision (devices keep their copy);
+    /// other content gets the next revision. Returns the packs and the staged blobs that ended
+    /// up unused (identical content), which the caller deletes.
+    func merged(into live: [PackEntry]) -> (packs: [PackEntry], unusedBlobs: [String]) {
+        var packs = Dictionary(live.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+        var unused: [String] = []
+        for id in removals { packs[id] = nil }
+        for (id, staged) in upserts {
+            guard let old = packs[id] else {
+                var entry = staged
+                entry.revision = 1
+                packs[id] = entry
+                continue
+            }
+            var entry = staged
+            if old.plaintextSHA256 == staged.plaintextSHA256 && old.keyID == staged.keyID {
+                unused.append(staged.sha256)
+                entry.url = old.url
+                entry.size = old.size
+                entry.sha256 = old.sha256
+                entry.revision = old.revision
+            } else {
+                entry.revision = old.revision + 1
+            }
+            packs[id] = entry
+        }
+        return (packs.values.sorted { $0.id < $1.id }, unused)
+    }
+}

@@ -1,0 +1,133 @@
+import DepotCore
+import DepotServer
+import DepotTestSupport
+import Foundation
+import Synchronization
+import Testing
+
+private func post(_ origin: TestOrigin, _ target: String, token: String? = nil) throws -> RawHTTP.Response {
+    try request(origin, "POST", target, headers: ["Authorization: Bearer \(token ?? origin.token)"])
+}
+
+private func blobCount(_ origin: TestOrigin) -> Int {
+    FileSystem.contents(of: origin.data.path + "/blobs").reduce(0) { $0 + FileSystem.contents(of: origin.data.path + "/blobs/" + $1).count }
+}
+
+@Suite("Staging and releases")
+struct StagingTests {
+    @Test("Uploads are staged; POST /releases publishes them together in one release")
+    func stageThenRelease() async throws {
+        try await withServer { origin in
+            let first = try upload(origin, pack: "a", [1], release: false)
+            #expect(first.status == 202 && first.bodyText.contains("\"staged\" : true"))
+            #expect(try upload(origin, pack: "b", [2], query: "?policy=essential", release: false).status == 202)
+            #expect(try request(origin, "GET", "/v1/apps/\(origin.app)/manifest").status == 404)
+
+            let draft = try request(origin, "GET", "/v1/apps/\(origin.app)/staging", headers: ["Authorization: Bearer \(origin.token)"])
+            #expect(draft.status == 200 && draft.bodyText.contains("\"changed\" : [\n    \"a\",\n    \"b\"\n  ]"))
+            #expect(try request(origin, "GET", "/v1/apps/\(origin.app)/staging").status == 401)
+
+            let released = try post(origin, "/v1/apps/\(origin.app)/releases")
+            #expect(released.status == 201, "\(released.bodyText)")
+            let manifest = try liveManifest(origin)
+            #expect(manifest.version == 1 && manifest.packs.map(\.id) == ["a", "b"])
+            #expect(manifest[pack: "b"]?.policy == .essential)
+            #expect(!FileSystem.exists(origin.data.path + "/apps/\(origin.app)/staging.json"))
+
+            let empty = try post(origin, "/v1/apps/\(origin.app)/releases")
+            #expect(empty.status == 409 && empty.bodyText.contains("nothing_staged"))
+        }
+    }
+
+    @Test("Removing a live pack needs ?removeLive=true and says devices will delete it; a staged upload can be dropped")
+    func removal() async throws {
+        try await withServer { origin in
+            #expect(try upload(origin, pack: "a", [1]).status == 201)
+            #expect(try upload(origin, pack: "b", [2]).status == 201)
+            let auth = ["Authorization: Bearer \(origin.token)"]
+            let refused = try request(origin, "DELETE", "/v1/apps/\(origin.app)/packs/a", headers: auth)
+            #expect(refused.status == 409 && refused.bodyText.contains("live_pack"))
+            #expect(try request(origin, "DELETE", "/v1/apps/\(origin.app)/packs/nope", headers: auth).status == 404)
+            #expect(try request(origin, "DELETE", "/v1/apps/\(origin.app)/packs/a?removeLive=true").status == 401)
+            let staged = try request(origin, "DELETE", "/v1/apps/\(origin.app)/packs/a?removeLive=true", headers: auth)
+            #expect(staged.status == 200 && staged.bodyText.contains("will delete it"))
+            #expect(try liveManifest(origin).packs.map(\.id) == ["a", "b"])
+
+            // A staged upload dropped again leaves no blob behind.
+            let before = blobCount(origin)
+            #expect(try upload(origin, pack: "c", [3], release: false).status == 202)
+            #expect(blobCount(origin) == before + 1)
+            let dropped = try request(origin, "DELETE", "/v1/apps/\(origin.app)/packs/c", headers: auth)
+            #expect(dropped.status == 200 && dropped.bodyText.contains("dropped"))
+            #expect(blobCount(origin) == before)
+
+            #expect(try post(origin, "/v1/apps/\(origin.app)/releases").status == 201)
+            #expect(try liveManifest(origin).packs.map(\.id) == ["b"])
+        }
+    }
+
+    @Test("A publish based on a stale release gets 409 and changes nothing")
+    func staleBase() async throws {
+        try await withServer { origin in
+            #expect(try upload(origin, pack: "a", [1]).status == 201)
+            let before = blobCount(origin)
+            let stale = try upload(origin, pack: "b", [2], query: "?base=0")
+            #expect(stale.status == 409 && stale.bodyText.contains("\"code\":\"conflict\""))
+            #expect(blobCount(origin) == before)
+            #expect(try request(origin, "GET", "/v1/apps/\(origin.app)/staging", headers: ["Authorization: Bearer \(origin.token)"]).bodyText.contains("\"changed\" : [\n\n  ]"))
+            #expect(try liveManifest(origin).version == 1)
+            #expect(try upload(origin, pack: "b", [2], query: "?base=1").status == 201)
+        }
+    }
+
+    @Test("Eight publishers racing from the same base: contiguous versions, nothing lost, losers get 409")
+    func racingPublishers() async throws {
+        try await withServer { origin in
+            let conflicts = Atomic<Int>(0)
+            let arrived = Atomic<Int>(0)
+            let published = Mutex<[Int]>([])
+            let done = DispatchGroup()
+            for index in 0..<8 {
+                done.enter()
+                Thread.detachNewThread {
+                    defer { done.leave() }
+                    var first = true
+                    while true {
+                        let envelope = try? request(origin, "GET", "/v1/apps/\(origin.app)/manifest")
+                        let base = envelope.flatMap { $0.status == 200 ? try? Envelope.decode($0.body) : nil }
+                            .flatMap { Data(base64Encoded: $0.payload) }.flatMap { try? Manifest.decode(Array($0)) }?.version ?? 0
+                        if first {
+                            // A barrier: all eight read the same base before anyone publishes.
+                            first = false
+                            arrived.add(1, ordering: .relaxed)
+                            while arrived.load(ordering: .relaxed) < 8 { usleep(1000) }
+                        }
+                        let body = [UInt8](repeating: UInt8(index), count: 1000 + index)
+                        guard let response = try? upload(origin, pack: "pack-\(index)", body, query: "?base=\(base)") else { continue }
+                        if response.status == 409 {
+                            conflicts.add(1, ordering: .relaxed)
+                            continue
+                        }
+                        #expect(response.status == 201, "\(response.bodyText)")
+                        let release = (try? JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any])?["release"] as? Int ?? -1
+                        published.withLock { $0.append(release) }
+                        return
+                    }
+                }
+            }
+            done.wait()
+            let manifest = try liveManifest(origin)
+            #expect(manifest.version == 8)
+            #expect(manifest.packs.map(\.id).sorted() == (0..<8).map { "pack-\($0)" })
+            #expect(published.withLock { $0 }.sorted() == Array(1...8))
+            #expect(blobCount(origin) == 8)
+            for version in 1...8 {
+                let release = try request(origin, "GET", "/v1/apps/\(origin.app)/releases/\(version)")
+                #expect(release.status == 200)
+                #expect(try Envelope.decode(release.body).verifiedManifest(trusting: origin.clientConfiguration().trustedKeys()).packs.count == version)
+            }
+            // All eight raced on base 0: exactly one won, so at least seven lost, and published nothing.
+            #expect(conflicts.load(ordering: .relaxed) >= 7)
+        }
+    }
+}
