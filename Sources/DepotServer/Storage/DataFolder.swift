@@ -9,6 +9,7 @@ import Foundation
 /// apps/<app>/app.json      settings
 /// apps/<app>/releases/NNNNNN.json   signed envelopes, immutable
 /// apps/<app>/current       the live release number
+/// apps/<app>/staging.json  the draft of the next release
 /// uploads/                 uploads in progress, never served
 /// keys/                    0700: pack master keys (<app>.json), manifest signing key
 /// tokens.json              publish tokens as SHA-256 hashes
