@@ -30,6 +30,7 @@ final class Origin: HTTPHandler {
         tokens = TokenStore(folder: folder)
         staticFiles = configuration.publicDirectory.map(StaticFiles.init(root:))
         _ = try apps.signingKey()
+        try releases.removeUnpublishedReleases()
     }
 
     /// The base of every URL a manifest carries, without a trailing slash.

@@ -131,3 +131,44 @@ struct StagingTests {
         }
     }
 }
+
+@Suite("Crash recovery of releases and drafts")
+struct CrashRecoveryTests {
+    @Test("A draft left by a crash after its release went live does not delete the live blob when released again")
+    func staleDraft() async throws {
+        try await withServer { origin in
+            #expect(try upload(origin, pack: "a", [1, 2, 3]).status == 201)
+            let live = try liveManifest(origin)
+            // The crash: the draft still names the pack that is now live.
+            let draft = "{\"removals\":[],\"upserts\":{\"a\":" + String(decoding: try JSONEncoder().encode(live[pack: "a"]!), as: UTF8.self) + "}}"
+            try FileSystem.writeAtomically(Array(draft.utf8), to: origin.data.path + "/apps/\(origin.app)/staging.json")
+            let response = try post(origin, "/v1/apps/\(origin.app)/releases")
+            #expect(response.status == 200 && response.bodyText.contains("\"changed\" : false"))
+            let blob = try request(origin, "GET", "/v1/apps/\(origin.app)/blobs/\(live[pack: "a"]!.sha256)")
+            #expect(blob.status == 200 && Int64(blob.body.count) == live[pack: "a"]!.size)
+        }
+    }
+
+    @Test("A release written but never made live is removed at start-up and never served")
+    func unpublishedRelease() async throws {
+        let data = TemporaryDirectory("depot-unpublished")
+        defer { data.remove() }
+        let folder = DataFolder(data.path)
+        try folder.prepare()
+        try AppStore(folder: folder).create("com.example.u")
+        let (token, _) = try TokenStore(folder: folder).create(app: "com.example.u", role: .publisher)
+        var server = try DepotServer(configuration: OriginConfiguration(dataPath: data.path, http: .init(host: "127.0.0.1", port: 0, threads: 1)))
+        let put = "PUT /v1/apps/com.example.u/packs/a?release=true HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\nContent-Length: 1\r\nConnection: close\r\n\r\nz"
+        #expect(try RawHTTP.send(port: server.port, put).first?.status == 201)
+        server.stop()
+        // The crash: release 2's file is written, `current` still says 1.
+        let one = try FileSystem.readFile(data.path + "/apps/com.example.u/releases/000001.json")
+        try FileSystem.writeAtomically(one, to: data.path + "/apps/com.example.u/releases/000002.json")
+        server = try DepotServer(configuration: OriginConfiguration(dataPath: data.path, http: .init(host: "127.0.0.1", port: 0, threads: 1)))
+        defer { server.stop() }
+        #expect(!FileSystem.exists(data.path + "/apps/com.example.u/releases/000002.json"))
+        #expect(try RawHTTP.send(port: server.port, "GET /v1/apps/com.example.u/releases/2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first?.status == 404)
+        #expect(try RawHTTP.send(port: server.port, put.replacingOccurrences(of: "\r\n\r\nz", with: "\r\n\r\ny")).first?.status == 201)
+        #expect(FileSystem.exists(data.path + "/apps/com.example.u/releases/000002.json"))
+    }
+}

@@ -9,7 +9,8 @@ final class ServeProcess {
     private let output = Pipe()
     private let errors = Pipe()
 
-    init(data: String, environment: [String: String]) throws {
+    /// Starts `depot serve`; with `bootstrap`, waits for the banner of a new data folder (its token).
+    init(data: String, environment: [String: String], bootstrap: Bool = true) throws {
         process.executableURL = URL(fileURLWithPath: Processes.depotBinary)
         process.arguments = ["serve"]
         process.environment = ProcessInfo.processInfo.environment.merging(["DEPOT_DATA": data, "DEPOT_LISTEN": "127.0.0.1:0"].merging(environment) { $1 }) { $1 }
@@ -17,7 +18,7 @@ final class ServeProcess {
         process.standardError = errors
         try process.run()
         var banner = ""
-        while !banner.contains("depot sync") {
+        while !banner.contains(bootstrap ? "depot sync" : "public URL") || !banner.hasSuffix("\n") {
             let chunk = output.fileHandleForReading.availableData
             if chunk.isEmpty { break }
             banner += String(decoding: chunk, as: UTF8.self)

@@ -48,18 +48,35 @@ public final class ReleaseStore: Sendable {
         return LiveManifest(version: version, envelope: bytes, etag: "\"" + Hex.encode(SHA256Hasher.hash(bytes)) + "\"", manifest: manifest)
     }
 
-    /// An older (or the live) release by number, or nil if there is none.
+    /// An older (or the live) release by number, or nil if there is none. A release exists only
+    /// once `current` has named it: a file above the live number is a publish still in progress.
     func release(_ app: String, _ version: Int) throws -> LiveManifest? {
-        guard FileSystem.exists(folder.release(app, version)) else { return nil }
+        guard let live = try current(app), version <= live.version, FileSystem.exists(folder.release(app, version)) else { return nil }
         return try load(app, version)
     }
 
     /// Every release of the app, oldest first.
     func list(_ app: String) throws -> [Manifest] {
-        let versions = FileSystem.contents(of: folder.releases(app)).compactMap { name -> Int? in
+        guard let live = try current(app) else { return [] }
+        return try Self.versions(in: folder.releases(app)).filter { $0 <= live.version }.map { try load(app, $0).manifest }
+    }
+
+    static func versions(in folder: String) -> [Int] {
+        FileSystem.contents(of: folder).compactMap { name -> Int? in
             name.hasSuffix(".json") && !name.hasPrefix(".") ? Int(name.dropLast(5)) : nil
+        }.sorted()
+    }
+
+    /// Crash recovery, at start-up: removes release files that a publish wrote but never made
+    /// live (the process died before renaming `current`). Their draft is still there to publish.
+    func removeUnpublishedReleases() throws {
+        for app in FileSystem.contents(of: folder.apps) where FileSystem.isDirectory(folder.releases(app)) {
+            let live = try current(app)?.version ?? 0
+            for version in Self.versions(in: folder.releases(app)) where version > live {
+                FileSystem.remove(folder.release(app, version))
+            }
+            try FileSystem.syncDirectory(folder.releases(app))
         }
-        return try versions.sorted().map { try load(app, $0).manifest }
     }
 
     /// The staged changes of an app.
@@ -128,12 +145,9 @@ public final class ReleaseStore: Sendable {
                 try then?()
                 return nil
             }
-            // Versions come from the files, not the pointer, so a release written before a crash
-            // (but never made live) is never overwritten: versions only go up.
-            let onDisk = FileSystem.contents(of: folder.releases(app)).compactMap { name -> Int? in
-                name.hasSuffix(".json") ? Int(name.dropLast(5)) : nil
-            }
-            let version = max(base?.version ?? 0, onDisk.max() ?? 0) + 1
+            // Start-up removed any release a crash left unpublished, so the next number is free;
+            // the files still count, so that a number is never written twice.
+            let version = max(base?.version ?? 0, Self.versions(in: folder.releases(app)).last ?? 0) + 1
             let now = Date()
             let manifest = Manifest(
                 app: app, version: version, publishedAt: now, expiresAt: now.addingTimeInterval(manifestLifetime), packs: packs

@@ -28,7 +28,9 @@ struct Staging: Codable, Sendable, Equatable {
             }
             var entry = staged
             if old.plaintextSHA256 == staged.plaintextSHA256 && old.keyID == staged.keyID {
-                unused.append(staged.sha256)
+                // A draft left by a crash after its release went live names the live container
+                // itself: that blob is in use, never unused.
+                if staged.sha256 != old.sha256 { unused.append(staged.sha256) }
                 entry.url = old.url
                 entry.size = old.size
                 entry.sha256 = old.sha256

@@ -1,0 +1,107 @@
+import DepotCore
+import DepotTestSupport
+import Foundation
+import Synchronization
+import Testing
+
+@Suite("End to end: crashes")
+struct CrashTests {
+    /// What must hold on disk after any crash: every release verifies and references only
+    /// complete blobs, the live pointer names a release, the draft references stored blobs, and
+    /// no temporary file or upload survives a restart.
+    /// Blobs are immutable: one hash check each is enough (`verified` carries them across rounds).
+    static func checkInvariants(data: String, app: String, keys: [Ed25519PublicKey], verified: inout Set<String>) throws -> Int {
+        let releases = data + "/apps/\(app)/releases"
+        var newest = 0
+        for name in FileSystem.contents(of: releases) {
+            #expect(name.hasSuffix(".json") && !name.hasPrefix("."), "stray file \(name)")
+            let manifest = try Envelope.decode(FileSystem.readFile(releases + "/" + name)).verifiedManifest(trusting: keys)
+            newest = max(newest, manifest.version)
+            for pack in manifest.packs {
+                let blob = data + "/blobs/\(pack.sha256.prefix(2))/\(pack.sha256)"
+                #expect(FileSystem.fileSize(blob) == pack.size, "release \(manifest.version) pack \(pack.id): blob missing or partial")
+                if !verified.contains(pack.sha256), FileSystem.exists(blob) {
+                    #expect(try SHA256Hasher.hexDigest(ofFile: blob) == pack.sha256)
+                    verified.insert(pack.sha256)
+                }
+            }
+        }
+        if let pointer = try? FileSystem.readFile(data + "/apps/\(app)/current") {
+            let live = Int(String(decoding: pointer, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1
+            #expect(FileSystem.exists(releases + "/" + String(format: "%06d.json", live)), "current names release \(live), which is missing")
+        }
+        if let draft = try? FileSystem.readFile(data + "/apps/\(app)/staging.json") {
+            struct Draft: Decodable { var upserts: [String: PackEntry] }
+            for (id, entry) in try JSONDecoder().decode(Draft.self, from: Data(draft)).upserts {
+                #expect(FileSystem.fileSize(data + "/blobs/\(entry.sha256.prefix(2))/\(entry.sha256)") == entry.size,
+                        "the draft's \(id) references a missing or partial blob")
+            }
+        }
+        #expect(FileSystem.contents(of: data + "/uploads").isEmpty)
+        for folder in [data, data + "/apps/\(app)", releases, data + "/keys"] + FileSystem.contents(of: data + "/blobs").map({ data + "/blobs/" + $0 }) {
+            #expect(!FileSystem.contents(of: folder).contains { $0.hasPrefix(".tmp-") }, "temporary file left in \(folder)")
+        }
+        return newest
+    }
+
+    @Test("SIGKILL at random points of uploads and releases, 20 times: every release verifies, nothing partial, no leftovers")
+    func killRepeatedly() async throws {
+        let work = TemporaryDirectory("depot-crash")
+        defer { work.remove() }
+        let data = work.path + "/data"
+        let app = "com.example.dev"
+        var server = try ServeProcess(data: data, environment: [:])
+        let token = server.token
+        let keys = try AppStoreKeys.trusted(data: data, app: app)
+        var generator = SystemRandomNumberGenerator()
+        var releasesSeen = 0
+        var verified: Set<String> = []
+
+        for round in 0..<20 {
+            let port = UInt16(server.port)!
+            let stop = Atomic<Bool>(false)
+            let done = DispatchGroup()
+            // Two clients keep uploading (some staged, some released) and releasing.
+            for client in 0..<2 {
+                done.enter()
+                Thread.detachNewThread {
+                    defer { done.leave() }
+                    var n = 0
+                    while !stop.load(ordering: .relaxed) && n < 50 {
+                        n += 1
+                        let size = Int.random(in: 0...(3 << 20))
+                        let query = n % 3 == 0 ? "" : "?release=true"
+                        let head = "PUT /v1/apps/\(app)/packs/p\(client)-\(n % 4)\(query) HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\nContent-Length: \(size)\r\nConnection: close\r\n\r\n"
+                        _ = try? RawHTTP.exchange(port: port, Array(head.utf8) + [UInt8](repeating: UInt8(n & 0xff), count: size), timeout: 5)
+                        if n % 5 == 0 {
+                            let release = "POST /v1/apps/\(app)/releases HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\nConnection: close\r\n\r\n"
+                            _ = try? RawHTTP.exchange(port: port, Array(release.utf8), timeout: 5)
+                        }
+                    }
+                }
+            }
+            try await Task.sleep(for: .milliseconds(Int.random(in: 50...600, using: &generator)))
+            kill(server.process.processIdentifier, SIGKILL)
+            server.process.waitUntilExit()
+            stop.store(true, ordering: .relaxed)
+            done.wait()
+            #expect(server.process.terminationReason == .uncaughtSignal, "round \(round)")
+
+            // Restart: start-up removes what the crash left; then the invariants must hold.
+            server = try ServeProcess(data: data, environment: [:], bootstrap: false)
+            releasesSeen = try Self.checkInvariants(data: data, app: app, keys: keys, verified: &verified)
+        }
+        #expect(releasesSeen > 0, "the rounds must have published something")
+        // The server still works after all that.
+        let response = try RawHTTP.send(port: UInt16(server.port)!, "GET /v1/apps/\(app)/manifest HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first
+        #expect(response?.status == 200)
+    }
+}
+
+/// The trusted manifest keys of a data folder's app.
+enum AppStoreKeys {
+    static func trusted(data: String, app: String) throws -> [Ed25519PublicKey] {
+        let exported = try Processes.run(Processes.depotBinary, ["keys", "export", "--data", data, "--app", app])
+        return try ClientConfiguration.decode(Array(exported.stdout.utf8)).trustedKeys()
+    }
+}
