@@ -30,7 +30,7 @@ extension Origin {
         let upload = PackUploadRequest(
             app: app, pack: pack, policy: policy, tags: Array(Set(tags)).sorted(), contentType: contentType,
             expectedPlaintextSHA256: expected, declaredLength: length, release: request.queryValue("release") == "true",
-            base: try baseParameter(request)
+            base: try baseParameter(request), force: request.queryValue("force") == "true"
         )
         let receiver = try PackUpload(request: upload, origin: self)
         if length == 0 { return .respond(receiver.finish()) }
@@ -57,7 +57,7 @@ extension Origin {
         if request.release {
             let response: HTTPResponse
             do {
-                response = try releaseStaged(request.app, base: request.base, pack: request.pack, adding: add)
+                response = try releaseStaged(request.app, base: request.base, force: request.force, pack: request.pack, adding: add)
             } catch let error as DepotError where error.status == 409 {
                 // Refused before anything changed: nothing was staged, the new blob is not needed.
                 blobs.remove(summary.sha256)
@@ -76,9 +76,9 @@ extension Origin {
 
     /// Publishes the staged draft; answers with the release and, for an upload, its pack.
     func releaseStaged(
-        _ app: String, base: Int?, pack: String? = nil, adding: ((inout Staging, [PackEntry]) throws -> Void)? = nil
+        _ app: String, base: Int?, force: Bool, pack: String? = nil, adding: ((inout Staging, [PackEntry]) throws -> Void)? = nil
     ) throws -> HTTPResponse {
-        let (release, unused) = try releases.publishStaged(app, base: base, adding: adding)
+        let (release, unused) = try releases.publishStaged(app, base: base, adding: adding, check: force ? nil : allowanceGuard(app))
         for blob in unused { blobs.remove(blob) }
         metrics.published(app: app, changed: release != nil)
         let live = try releases.current(app)
@@ -93,7 +93,21 @@ extension Origin {
     func publishRelease(_ app: String, _ request: HTTPRequest) throws -> HTTPResponse {
         try authorize(request, app: app)
         _ = try requireApp(app)
-        return try releaseStaged(app, base: try baseParameter(request))
+        return try releaseStaged(app, base: try baseParameter(request), force: request.queryValue("force") == "true")
+    }
+
+    /// Refuses a release whose Info.plist keys exceed the allowances recorded for shipped builds.
+    func allowanceGuard(_ app: String) -> (Manifest, Int64) throws -> Void {
+        let allowances = settings(app)?.allowances
+        let manifestURL = publicURL + "/v1/apps/\(app)/manifest"
+        return { manifest, envelopeSize in
+            guard let allowances else { return }
+            let excesses = allowances.excesses(BackgroundAssetsKeys(manifest: manifest, manifestSize: envelopeSize, manifestURL: manifestURL))
+            guard excesses.isEmpty else {
+                throw DepotError(409, "allowance_exceeded", excesses.joined(separator: "; ")
+                    + ". Nothing was published; ship builds with larger allowances, or repeat with ?force=true")
+            }
+        }
     }
 
     /// `DELETE …/packs/{pack}[?removeLive=true]`: stages the pack's removal (or drops its staged upload).
@@ -118,7 +132,9 @@ extension Origin {
         }
         // Only once the draft no longer references it.
         if let dropped { blobs.remove(dropped) }
-        if request.queryValue("release") == "true" { return try releaseStaged(app, base: try baseParameter(request)) }
+        if request.queryValue("release") == "true" {
+            return try releaseStaged(app, base: try baseParameter(request), force: request.queryValue("force") == "true")
+        }
         let note = isLive ? "staged: the next release drops \(pack), and devices that installed it will delete it" : "the staged upload of \(pack) was dropped"
         return try json(RemovalResult(app: app, pack: pack, live: isLive, note: note), status: 200, route: "publish")
     }
@@ -163,7 +179,7 @@ extension Origin {
             throw DepotError(409, "blob_missing", "release \(target) references blob \(pack.sha256), which is no longer stored")
         }
         var removed: [String] = []
-        let published = try releases.publish(app) { live in
+        let published = try releases.publish(app, change: { live in
             removed = live.map(\.id).filter { id in !old.manifest.packs.contains { $0.id == id } }
             let current = Dictionary(live.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
             let restored = old.manifest.packs.map { pack -> PackEntry in
@@ -174,7 +190,7 @@ extension Origin {
                 return restored
             }
             return restored.sorted { $0.id < $1.id } == live.sorted { $0.id < $1.id } ? nil : restored
-        }
+        }, check: request.queryValue("force") == "true" ? nil : allowanceGuard(app))
         let version = try published?.version ?? releases.current(app)?.version ?? 0
         let body = RollbackResult(
             app: app, rolledBackTo: target, release: version, changed: published != nil, packs: old.manifest.packs.map(\.id), removed: removed

@@ -15,6 +15,8 @@ struct PackUploadRequest: Sendable {
     var release: Bool
     /// The live version the publisher saw (`?base=N`): 409 if another publish came first.
     var base: Int?
+    /// Publish even past the recorded allowances (`?force=true`).
+    var force: Bool = false
 }
 
 /// Receives one `PUT …/packs/{pack}` body: encrypts each chunk as it arrives into a file in

@@ -4,7 +4,7 @@ import DepotServer
 import Foundation
 
 struct Apps: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Create and list apps.", subcommands: [Create.self, List.self, Credentials.self])
+    static let configuration = CommandConfiguration(abstract: "Create and list apps.", subcommands: [Create.self, List.self, Credentials.self, Allowances.self])
 
     struct Create: ParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Create an app with a fresh pack key.")
@@ -41,6 +41,52 @@ struct Apps: ParsableCommand {
             } else {
                 print("\(app) is downloadable without credentials")
             }
+        }
+    }
+
+    struct Allowances: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Record the Info.plist allowances of the app's shipped builds; releases that exceed them are refused (409) unless forced.",
+            discussion: "Take them from the plist you shipped (`depot plist … > shipped.plist`, then --from-plist shipped.plist), or give them one by one. With several builds in use, record the smallest."
+        )
+        @OptionGroup var data: DataOptions
+        @Argument(help: "The app.") var app: String
+        @Option(name: .customLong("from-plist"), help: "An Info.plist (or `depot plist` output) to read the four keys from.") var plist: String?
+        @Option(name: .customLong("essential-download"), help: "BAEssentialDownloadAllowance, bytes.") var essentialDownload: Int64?
+        @Option(help: "BADownloadAllowance, bytes.") var download: Int64?
+        @Option(name: .customLong("essential-install"), help: "BAEssentialMaxInstallSize, bytes.") var essentialInstall: Int64?
+        @Option(help: "BAMaxInstallSize, bytes.") var install: Int64?
+        @Flag(help: "Forget the recorded allowances.") var clear = false
+
+        func run() throws {
+            let store = AppStore(folder: DataFolder(data.data))
+            guard store.settings(app) != nil else { throw CLIError("no app \(app) in \(data.data)") }
+            if clear {
+                try store.setAllowances(app, nil)
+                print("\(app): no allowances recorded; releases are not checked")
+                return
+            }
+            var allowances = BuildAllowances()
+            if let plist {
+                guard let data = FileManager.default.contents(atPath: plist),
+                      let root = try? PropertyListSerialization.propertyList(from: data, format: nil) as? [String: Any] else {
+                    throw CLIError("\(plist) is not a property list")
+                }
+                let initial = root["BAInitialDownloadRestrictions"] as? [String: Any] ?? [:]
+                allowances.essentialDownloadAllowance = (initial["BAEssentialDownloadAllowance"] as? Int).map(Int64.init)
+                allowances.downloadAllowance = (initial["BADownloadAllowance"] as? Int).map(Int64.init)
+                allowances.essentialMaxInstallSize = (root["BAEssentialMaxInstallSize"] as? Int).map(Int64.init)
+                allowances.maxInstallSize = (root["BAMaxInstallSize"] as? Int).map(Int64.init)
+            }
+            allowances.essentialDownloadAllowance = essentialDownload ?? allowances.essentialDownloadAllowance
+            allowances.downloadAllowance = download ?? allowances.downloadAllowance
+            allowances.essentialMaxInstallSize = essentialInstall ?? allowances.essentialMaxInstallSize
+            allowances.maxInstallSize = install ?? allowances.maxInstallSize
+            guard allowances != BuildAllowances() else { throw CLIError("give --from-plist or at least one allowance (or --clear)") }
+            try store.setAllowances(app, allowances)
+            func show(_ value: Int64?) -> String { value.map(String.init) ?? "not checked" }
+            print("\(app) allowances: essential download \(show(allowances.essentialDownloadAllowance)), download \(show(allowances.downloadAllowance)), "
+                + "essential install \(show(allowances.essentialMaxInstallSize)), install \(show(allowances.maxInstallSize))")
         }
     }
 

@@ -20,6 +20,7 @@ struct Publish: AsyncParsableCommand {
     @Flag(help: "Publish the staged changes at once as the next release; without it the upload is only staged (see `depot release`).")
     var release = false
     @Option(help: "With --release: the live release you expect; another publish first makes this one fail with 409.") var base: Int?
+    @Flag(help: "With --release: publish even if the release exceeds the allowances recorded for shipped builds.") var force = false
 
     func validate() throws {
         guard Identifier.isValidPack(pack) else { throw ValidationError("invalid pack id \"\(pack)\": 1–64 of A-Z a-z 0-9 . -, no '_'") }
@@ -37,6 +38,7 @@ struct Publish: AsyncParsableCommand {
         var components = URLComponents(url: URL(string: server)!.appendingPathComponent("v1/apps/\(app)/packs/\(pack)"), resolvingAgainstBaseURL: false)!
         components.queryItems = [URLQueryItem(name: "policy", value: policy)] + tag.map { URLQueryItem(name: "tag", value: $0) }
             + (release ? [URLQueryItem(name: "release", value: "true")] : []) + (base.map { [URLQueryItem(name: "base", value: String($0))] } ?? [])
+            + (force ? [URLQueryItem(name: "force", value: "true")] : [])
         let response = try await HTTPTransport(timeout: 3600).upload(
             file: file, to: components.url!,
             headers: ["Authorization": "Bearer \(token)", "X-Depot-SHA256": digest, "Content-Type": contentType]

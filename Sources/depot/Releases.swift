@@ -40,6 +40,7 @@ struct Rollback: AsyncParsableCommand {
     @Option(help: "The app.") var app: String
     @Option(help: "An admin token (default: $DEPOT_TOKEN).") var token: String?
     @Option(help: "The release whose content to restore.") var to: Int
+    @Flag(help: "Roll back even if the result exceeds the allowances recorded for shipped builds.") var force = false
 
     func validate() throws {
         guard URL(string: server)?.scheme != nil else { throw ValidationError("--server must be a URL such as http://127.0.0.1:8080") }
@@ -51,7 +52,7 @@ struct Rollback: AsyncParsableCommand {
     func run() async throws {
         guard let token = token ?? ProcessInfo.processInfo.environment["DEPOT_TOKEN"] else { throw CLIError("no token: pass --token or set DEPOT_TOKEN") }
         var components = URLComponents(url: URL(string: server)!.appendingPathComponent("v1/apps/\(app)/rollback"), resolvingAgainstBaseURL: false)!
-        components.queryItems = [URLQueryItem(name: "to", value: String(to))]
+        components.queryItems = [URLQueryItem(name: "to", value: String(to))] + (force ? [URLQueryItem(name: "force", value: "true")] : [])
         let response = try await HTTPTransport().send(method: "POST", to: components.url!, headers: ["Authorization": "Bearer \(token)"])
         guard (200..<300).contains(response.status) else { throw CLIError("rollback failed: HTTP \(response.status): \(Publish.message(response.body))") }
         let result = try JSONDecoder().decode(Result.self, from: Data(response.body))
@@ -70,6 +71,7 @@ struct Release: AsyncParsableCommand {
     @Option(help: "The app.") var app: String
     @Option(help: "A publisher token (default: $DEPOT_TOKEN).") var token: String?
     @Option(help: "The live release you expect.") var base: Int?
+    @Flag(help: "Publish even if the release exceeds the allowances recorded for shipped builds.") var force = false
 
     func validate() throws {
         guard URL(string: server)?.scheme != nil else { throw ValidationError("--server must be a URL such as http://127.0.0.1:8080") }
@@ -80,7 +82,9 @@ struct Release: AsyncParsableCommand {
     func run() async throws {
         guard let token = token ?? ProcessInfo.processInfo.environment["DEPOT_TOKEN"] else { throw CLIError("no token: pass --token or set DEPOT_TOKEN") }
         var components = URLComponents(url: URL(string: server)!.appendingPathComponent("v1/apps/\(app)/releases"), resolvingAgainstBaseURL: false)!
-        if let base { components.queryItems = [URLQueryItem(name: "base", value: String(base))] }
+        components.queryItems = (base.map { [URLQueryItem(name: "base", value: String($0))] } ?? [])
+            + (force ? [URLQueryItem(name: "force", value: "true")] : [])
+        if components.queryItems?.isEmpty == true { components.queryItems = nil }
         let response = try await HTTPTransport().send(method: "POST", to: components.url!, headers: ["Authorization": "Bearer \(token)"])
         guard (200..<300).contains(response.status) else { throw CLIError("release failed: HTTP \(response.status): \(Publish.message(response.body))") }
         let result = try JSONDecoder().decode(Result.self, from: Data(response.body))

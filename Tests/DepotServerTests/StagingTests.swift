@@ -172,3 +172,34 @@ struct CrashRecoveryTests {
         #expect(FileSystem.exists(data.path + "/apps/com.example.u/releases/000002.json"))
     }
 }
+
+@Suite("Allowance guard")
+struct AllowanceGuardTests {
+    @Test("A release over the shipped builds' allowances is refused with the numbers, unless forced")
+    func guardAllowances() async throws {
+        try await withServer { origin in
+            let apps = AppStore(folder: DataFolder(origin.data.path))
+            #expect(try upload(origin, pack: "e", [UInt8](repeating: 1, count: 1000), query: "?policy=essential").status == 201)
+            let keys = try request(origin, "GET", "/v1/apps/\(origin.app)/info-plist").body
+            let plist = try #require(try PropertyListSerialization.propertyList(from: Data(keys), format: nil) as? [String: Any])
+            let essential = Int64(try #require((plist["BAInitialDownloadRestrictions"] as? [String: Any])?["BAEssentialDownloadAllowance"] as? Int))
+            try apps.setAllowances(origin.app, BuildAllowances(essentialDownloadAllowance: essential + 4000, essentialMaxInstallSize: 1200))
+
+            // 300 more installed bytes of essential content: over both limits.
+            let over = try upload(origin, pack: "e2", [UInt8](repeating: 2, count: 300), query: "?policy=essential")
+            #expect(over.status == 409)
+            #expect(over.bodyText.contains("allowance_exceeded"))
+            #expect(over.bodyText.contains("BAEssentialMaxInstallSize: the release needs 1300 installed bytes, the shipped builds allow 1200, 100 over"))
+            #expect(try liveManifest(origin).version == 1)
+
+            // Prefetch content is not limited by the essential install size (the envelope grows, within the 4000-byte margin).
+            #expect(try upload(origin, pack: "p", [UInt8](repeating: 3, count: 5000)).status == 201)
+
+            // Staged, then released: refused; forced: published.
+            #expect(try upload(origin, pack: "e2", [UInt8](repeating: 2, count: 300), query: "?policy=essential", release: false).status == 202)
+            #expect(try request(origin, "POST", "/v1/apps/\(origin.app)/releases", headers: ["Authorization: Bearer \(origin.token)"]).status == 409)
+            #expect(try request(origin, "POST", "/v1/apps/\(origin.app)/releases?force=true", headers: ["Authorization: Bearer \(origin.token)"]).status == 201)
+            #expect(try liveManifest(origin)[pack: "e2"] != nil)
+        }
+    }
+}

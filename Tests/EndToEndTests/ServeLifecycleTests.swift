@@ -53,6 +53,16 @@ struct ServeLifecycleTests {
         #expect(parsed["BAManifestURL"] as? String == "https://edge.example.net/v1/apps/com.example.dev/manifest")
         #expect(parsed["BAEssentialMaxInstallSize"] as? Int == 12345)
 
+        // The shipped build's allowances, recorded from the plist itself: a bigger essential pack is refused.
+        try FileSystem.writeAtomically(Array(plist.stdout.utf8), to: work.path + "/shipped.plist")
+        let recorded = try Processes.run(depot, ["apps", "allowances", "com.example.dev", "--from-plist", work.path + "/shipped.plist", "--data", work.path + "/data"])
+        #expect(recorded.status == 0 && recorded.stdout.contains("essential install 12345"))
+        let bigger = try work.file("bigger", size: 20000)
+        let refusedRelease = try Processes.run(depot, ["publish", bigger, "--server", server.url, "--app", "com.example.dev", "--pack", "a", "--policy", "essential", "--token", server.token, "--release"])
+        #expect(refusedRelease.status != 0 && refusedRelease.stderr.contains("allowance_exceeded"))
+        let forced = try Processes.run(depot, ["publish", bigger, "--server", server.url, "--app", "com.example.dev", "--pack", "a", "--policy", "essential", "--token", server.token, "--release", "--force"])
+        #expect(forced.status == 0, "\(forced.stderr)")
+
         let enabled = try Processes.run(depot, ["apps", "credentials", "com.example.dev", "--enable", "--data", work.path + "/data"])
         #expect(enabled.status == 0)
         let credentials = try #require(enabled.stdout.split(separator: "\n").last.map(String.init))

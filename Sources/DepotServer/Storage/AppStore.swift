@@ -9,6 +9,38 @@ public struct AppSettings: Codable, Sendable, Hashable {
     public var createdAt: Date
     /// HTTP Basic credentials required to read the app's manifest, releases and blobs; nil: open.
     public var downloadCredentials: DownloadCredentials?
+    /// The Info.plist allowances baked into the app's shipped builds; releases must fit them.
+    public var allowances: BuildAllowances?
+}
+
+/// The Background Assets allowances of shipped builds (the smallest across builds still in use).
+/// A release whose keys exceed any recorded one is refused unless forced. Nil fields are not checked.
+public struct BuildAllowances: Codable, Sendable, Hashable {
+    public var essentialDownloadAllowance: Int64?
+    public var downloadAllowance: Int64?
+    public var essentialMaxInstallSize: Int64?
+    public var maxInstallSize: Int64?
+
+    public init(essentialDownloadAllowance: Int64? = nil, downloadAllowance: Int64? = nil, essentialMaxInstallSize: Int64? = nil, maxInstallSize: Int64? = nil) {
+        self.essentialDownloadAllowance = essentialDownloadAllowance
+        self.downloadAllowance = downloadAllowance
+        self.essentialMaxInstallSize = essentialMaxInstallSize
+        self.maxInstallSize = maxInstallSize
+    }
+
+    /// What `keys` exceeds, one sentence per key with the numbers; empty when it fits.
+    public func excesses(_ keys: BackgroundAssetsKeys) -> [String] {
+        let checks: [(String, Int64?, Int64, String)] = [
+            ("BAEssentialDownloadAllowance", essentialDownloadAllowance, keys.essentialDownloadAllowance, "downloaded"),
+            ("BADownloadAllowance", downloadAllowance, keys.downloadAllowance, "downloaded"),
+            ("BAEssentialMaxInstallSize", essentialMaxInstallSize, keys.essentialMaxInstallSize, "installed"),
+            ("BAMaxInstallSize", maxInstallSize, keys.maxInstallSize, "installed"),
+        ]
+        return checks.compactMap { name, limit, value, kind in
+            guard let limit, value > limit else { return nil }
+            return "\(name): the release needs \(value) \(kind) bytes, the shipped builds allow \(limit), \(value - limit) over"
+        }
+    }
 }
 
 /// A username and the SHA-256 of a random password (high-entropy, so a fast hash suffices).
@@ -49,7 +81,7 @@ public struct AppStore: Sendable {
                                  to: folder.packKeys(id), mode: 0o600)
         }
         _ = try signingKey()
-        let settings = AppSettings(id: id, createdAt: Date(), downloadCredentials: nil)
+        let settings = AppSettings(id: id, createdAt: Date(), downloadCredentials: nil, allowances: nil)
         try StoredJSON.write(settings, to: folder.appSettings(id))
         return settings
     }
@@ -73,6 +105,13 @@ public struct AppStore: Sendable {
         settings.downloadCredentials = DownloadCredentials(username: id, passwordSHA256: Hex.encode(SHA256Hasher.hash(Array(password.utf8))))
         try StoredJSON.write(settings, to: folder.appSettings(id))
         return (id, password)
+    }
+
+    /// Records (or, with nil, clears) the allowances of the app's shipped builds.
+    public func setAllowances(_ id: String, _ allowances: BuildAllowances?) throws {
+        guard var settings = settings(id) else { throw DepotError.notFound("app \(id)") }
+        settings.allowances = allowances
+        try StoredJSON.write(settings, to: folder.appSettings(id))
     }
 
     /// Every app id.

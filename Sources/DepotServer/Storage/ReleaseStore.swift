@@ -112,7 +112,8 @@ public final class ReleaseStore: Sendable {
     /// `adding` changes the draft first, in the same lock hold: an upload with `?release=true`
     /// is staged and published in one step, or (on a conflict) not staged at all.
     func publishStaged(
-        _ app: String, base: Int?, adding: ((inout Staging, [PackEntry]) throws -> Void)? = nil
+        _ app: String, base: Int?, adding: ((inout Staging, [PackEntry]) throws -> Void)? = nil,
+        check: ((Manifest, Int64) throws -> Void)? = nil
     ) throws -> (release: LiveManifest?, unusedBlobs: [String]) {
         var unused: [String] = []
         let release = try publish(app, base: base, change: { live in
@@ -122,7 +123,7 @@ public final class ReleaseStore: Sendable {
             let merged = staging.merged(into: live)
             unused = merged.unusedBlobs
             return merged.packs == live ? nil : merged.packs
-        }, then: {
+        }, check: check, then: {
             // The release is live (or nothing changed): the draft is spent. Still under the lock,
             // so a pack staged meanwhile is not lost; a crash before this line leaves a draft
             // whose changes are already live, which publishing again finds unchanged.
@@ -133,8 +134,11 @@ public final class ReleaseStore: Sendable {
 
     /// Publishes the next release: `change` edits the live pack list; returns nil if it changed nothing.
     /// With `base`, the live version must equal it (409 otherwise), checked under the lock.
+    /// `check` sees the signed manifest and its envelope size before anything is written, and
+    /// may refuse it (the allowance guard).
     func publish(
-        _ app: String, base expected: Int? = nil, change: ([PackEntry]) throws -> [PackEntry]?, then: (() throws -> Void)? = nil
+        _ app: String, base expected: Int? = nil, change: ([PackEntry]) throws -> [PackEntry]?,
+        check: ((Manifest, Int64) throws -> Void)? = nil, then: (() throws -> Void)? = nil
     ) throws -> LiveManifest? {
         try publishLock.withLock { _ in
             let base = try current(app)
@@ -153,6 +157,7 @@ public final class ReleaseStore: Sendable {
                 app: app, version: version, publishedAt: now, expiresAt: now.addingTimeInterval(manifestLifetime), packs: packs
             )
             let envelope = try Envelope.sign(manifest, with: [apps.signingKey()]).encoded()
+            try check?(manifest, Int64(envelope.count))
             try FileSystem.writeAtomically(envelope, to: folder.release(app, version))
             try FileSystem.writeAtomically(Array("\(version)\n".utf8), to: folder.currentPointer(app))
             let published = LiveManifest(
