@@ -1,5 +1,7 @@
 import DepotCore
 import DepotHTTP
+import Foundation
+import Synchronization
 
 /// The AssetDepot origin: a data folder served over HTTP.
 ///
@@ -20,7 +22,10 @@ public final class DepotServer: Sendable {
         origin.publicURL = configuration.publicURL ?? "http://\(host):\(http.port)"
         let http = self.http
         origin.setInFlightProvider { http.inFlightRequests }
+        refresher = ManifestRefresher(origin: origin, interval: configuration.refreshInterval)
     }
+
+    private let refresher: ManifestRefresher
 
     /// The bound port.
     public var port: UInt16 { http.port }
@@ -28,10 +33,44 @@ public final class DepotServer: Sendable {
     public var publicURL: String { origin.publicURL }
 
     /// Stops listening and joins the server's threads.
-    public func stop() { http.stop() }
+    public func stop() {
+        refresher.stop()
+        http.stop()
+    }
 
     /// Stops accepting, lets requests in flight finish for up to `gracePeriod`, then stops.
     /// Returns how many requests were cut off.
     @discardableResult
-    public func shutdown(gracePeriod: Duration) -> Int { http.shutdown(gracePeriod: gracePeriod) }
+    public func shutdown(gracePeriod: Duration) -> Int {
+        refresher.stop()
+        return http.shutdown(gracePeriod: gracePeriod)
+    }
+}
+
+/// Re-signs expiring manifests at start-up and then every `interval`, on a thread of its own.
+final class ManifestRefresher: Sendable {
+    private let stopped = Mutex(false)
+    private let wake = DispatchSemaphore(value: 0)
+
+    init(origin: Origin, interval: TimeInterval) {
+        Thread.detachNewThread { [self] in
+            repeat {
+                do {
+                    for app in try origin.releases.refreshExpiring() {
+                        origin.logger.notice("re-signed the live manifest before it expires", metadata: ["app": .string(app)])
+                    }
+                } catch {
+                    origin.logger.error("could not re-sign expiring manifests: \(error)")
+                }
+            } while wake.wait(timeout: .now() + interval) == .timedOut && !stopped.withLock({ $0 })
+        }
+    }
+
+    func stop() {
+        let wasRunning = stopped.withLock { value -> Bool in
+            defer { value = true }
+            return !value
+        }
+        if wasRunning { wake.signal() }
+    }
 }

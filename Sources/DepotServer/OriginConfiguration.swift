@@ -17,6 +17,8 @@ public struct OriginConfiguration: Sendable {
     public var manifestLifetime: TimeInterval
     /// `max-age` of the live manifest, in seconds.
     public var manifestMaxAge: Int
+    /// How often the origin looks for live manifests to re-sign before they expire.
+    public var refreshInterval: TimeInterval = 3600
     /// The listener.
     public var http: HTTPServerConfiguration
     /// Where the access log and server events go.

@@ -164,3 +164,25 @@ struct CommandLineTourTests {
         #expect(page?.bodyText.contains("AssetDepot") == true)
     }
 }
+
+@Suite("End to end: manifest expiry")
+struct ManifestRefreshTests {
+    @Test("A quiet app's live manifest is re-signed before it expires; devices keep syncing and download nothing")
+    func refresh() async throws {
+        try await withServer(configure: {
+            $0.manifestLifetime = 3
+            $0.refreshInterval = 0.2
+        }) { origin in
+            let work = TemporaryDirectory("depot-refresh")
+            defer { work.remove() }
+            try await publish(origin, file: try work.file("a", size: 1000), pack: "a")
+            let sync = DepotSync(server: origin.baseURL, configuration: try origin.clientConfiguration(), destination: work.path + "/dest")
+            let first = try await sync.run()
+            try await Task.sleep(for: .seconds(4))
+            // Past the first manifest's expiry: a refreshed one is live, and it is accepted.
+            let later = try await sync.run()
+            #expect(later.manifestVersion > first.manifestVersion)
+            #expect(later.installed.isEmpty && later.unchanged == ["a"])
+        }
+    }
+}

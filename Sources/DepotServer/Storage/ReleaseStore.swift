@@ -67,6 +67,22 @@ public final class ReleaseStore: Sendable {
         }.sorted()
     }
 
+    /// Re-signs live manifests that are close to expiry: when less than a third of the lifetime
+    /// is left, the same packs are published as the next version with a fresh `expiresAt`, so a
+    /// quiet app never leaves devices with an expired (refused) manifest. Returns the apps refreshed.
+    @discardableResult
+    func refreshExpiring(now: Date = Date()) throws -> [String] {
+        var refreshed: [String] = []
+        for app in FileSystem.contents(of: folder.apps) where FileSystem.isDirectory(folder.releases(app)) {
+            guard let live = try current(app), live.manifest.expiresAt.timeIntervalSince(now) < manifestLifetime / 3 else { continue }
+            let version = live.version
+            if try publish(app, change: { packs in try self.current(app)?.version == version ? packs : nil }) != nil {
+                refreshed.append(app)
+            }
+        }
+        return refreshed
+    }
+
     /// Crash recovery, at start-up: removes release files that a publish wrote but never made
     /// live (the process died before renaming `current`). Their draft is still there to publish.
     func removeUnpublishedReleases() throws {
