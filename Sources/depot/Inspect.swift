@@ -31,7 +31,6 @@ struct Inspect: ParsableCommand {
         guard let payload = Data(base64Encoded: envelope.payload) else { throw EnvelopeError.malformed }
         print("DSSE envelope, payload type \(envelope.payloadType), signed by \(envelope.signatures.map(\.keyid).joined(separator: ", "))")
         print("(signatures not checked; `depot sync` checks them against the app's configuration)")
-        FileHandle.standardOutput.write(payload)
-        print("")
+        print(String(decoding: payload, as: UTF8.self))
     }
 }
