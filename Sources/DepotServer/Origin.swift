@@ -29,7 +29,7 @@ final class Origin: HTTPHandler {
         releases = ReleaseStore(folder: folder, apps: apps, manifestLifetime: configuration.manifestLifetime)
         tokens = TokenStore(folder: folder)
         staticFiles = configuration.publicDirectory.map(StaticFiles.init(root:))
-        _ = try apps.signingKey()
+        _ = try apps.signingKeys()
         try releases.removeUnpublishedReleases()
     }
 

@@ -51,6 +51,9 @@ struct Serve: ParsableCommand {
     @Option(name: .customLong("manifest-lifetime-days"), help: "How long a signed manifest stays valid (env DEPOT_MANIFEST_LIFETIME_DAYS).")
     var manifestLifetimeDays: Int = Environment.int("DEPOT_MANIFEST_LIFETIME_DAYS", 90)
 
+    @Option(name: .customLong("refresh-interval"), help: "Seconds between checks for live manifests to re-sign: near expiry, or after a signing key rotation (env DEPOT_REFRESH_INTERVAL).")
+    var refreshInterval: Int = Environment.int("DEPOT_REFRESH_INTERVAL", 3600)
+
     @Option(name: .customLong("drain-timeout"), help: "Seconds that requests in flight may take to finish after SIGTERM (env DEPOT_DRAIN_TIMEOUT).")
     var drainTimeout: Int = Environment.int("DEPOT_DRAIN_TIMEOUT", 30)
 
@@ -63,7 +66,7 @@ struct Serve: ParsableCommand {
         guard connectionLimit >= 1, perIPLimit >= 0, timeout >= 1, connectionMemory >= 4096 else {
             throw ValidationError("--connection-limit and --timeout must be at least 1, --connection-memory at least 4096")
         }
-        guard manifestMaxAge >= 0, manifestLifetimeDays >= 1, drainTimeout >= 0, maxPackSize >= 0 else {
+        guard manifestMaxAge >= 0, manifestLifetimeDays >= 1, drainTimeout >= 0, maxPackSize >= 0, refreshInterval >= 1 else {
             throw ValidationError("sizes and durations must not be negative")
         }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical") }
@@ -90,12 +93,14 @@ struct Serve: ParsableCommand {
             host: host, port: port, threads: threads, connectionLimit: connectionLimit, perIPConnectionLimit: perIPLimit,
             connectionTimeout: timeout, connectionMemoryLimit: connectionMemory
         )
-        let server = try DepotServer(configuration: OriginConfiguration(
+        var configuration = OriginConfiguration(
             dataPath: data.data, publicURL: publicURL.isEmpty ? nil : publicURL,
             publicDirectory: publicDir.isEmpty ? Self.defaultPublicDirectory() : publicDir,
             maximumPackSize: maxPackSize, manifestLifetime: TimeInterval(manifestLifetimeDays) * 86_400, manifestMaxAge: manifestMaxAge,
             http: http, logger: Logger(label: "assetdepot")
-        ))
+        )
+        configuration.refreshInterval = TimeInterval(refreshInterval)
+        let server = try DepotServer(configuration: configuration)
         print("AssetDepot listening on \(host.contains(":") ? "[\(host)]" : host):\(server.port), data \(data.data), public URL \(server.publicURL)")
         if let bootstrap { print(bootstrap.instructions(server: server.publicURL, dataPath: data.data)) }
         fflush(nil)

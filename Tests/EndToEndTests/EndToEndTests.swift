@@ -186,3 +186,46 @@ struct ManifestRefreshTests {
         }
     }
 }
+
+@Suite("End to end: manifest signing key rotation")
+struct SigningRotationTests {
+    @Test("During the grace period both keys sign and old and new builds sync; after it, only builds with the new key do")
+    func rotation() async throws {
+        try await withServer(configure: { $0.refreshInterval = 0.2 }) { origin in
+            let work = TemporaryDirectory("depot-signing")
+            defer { work.remove() }
+            let apps = AppStore(folder: DataFolder(origin.data.path))
+            try await publish(origin, file: try work.file("a", size: 500), pack: "a")
+            let oldBuild = try origin.clientConfiguration()
+            #expect(oldBuild.manifestPublicKeys.count == 1)
+
+            let newID = try apps.rotateSigningKey(grace: 3600)
+            let bothKeys = try origin.clientConfiguration()
+            #expect(bothKeys.manifestPublicKeys.count == 2)
+            var newOnly = bothKeys
+            newOnly.manifestPublicKeys = [bothKeys.manifestPublicKeys[1]]
+            // The running server re-signs the live manifest with both keys without a publish.
+            func signers() async throws -> [String] {
+                let response = try await HTTPTransport().get(URL(string: origin.baseURL.absoluteString + "/v1/apps/\(origin.app)/manifest")!)
+                return try Envelope.decode(response.body).signatures.map(\.keyid)
+            }
+            for _ in 0..<50 where try await signers().count < 2 { try await Task.sleep(for: .milliseconds(100)) }
+            #expect(try await signers().contains(newID))
+            for (name, configuration) in [("old", oldBuild), ("both", bothKeys), ("new", newOnly)] {
+                let report = try await DepotSync(server: origin.baseURL, configuration: configuration, destination: work.path + "/\(name)").run()
+                #expect(report.installed == ["a"], "\(name)")
+            }
+
+            // The grace period ends: only the newest key signs; a build that knows only the old key is refused.
+            _ = try apps.rotateSigningKey(grace: 0)
+            for _ in 0..<50 where try await signers().count != 1 { try await Task.sleep(for: .milliseconds(100)) }
+            #expect(try await signers().count == 1)
+            await #expect(throws: ClientError.self) {
+                try await DepotSync(server: origin.baseURL, configuration: oldBuild, destination: work.path + "/old").run()
+            }
+            let latest = try origin.clientConfiguration()
+            #expect(latest.manifestPublicKeys.count == 1)
+            #expect(try await DepotSync(server: origin.baseURL, configuration: latest, destination: work.path + "/latest").run().installed == ["a"])
+        }
+    }
+}

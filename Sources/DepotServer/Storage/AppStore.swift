@@ -80,7 +80,7 @@ public struct AppStore: Sendable {
             try StoredJSON.write(PackKeys(current: keyID, keys: [keyID: Data(SecureRandom.bytes(32)).base64EncodedString()]),
                                  to: folder.packKeys(id), mode: 0o600)
         }
-        _ = try signingKey()
+        _ = try signingKeys()
         let settings = AppSettings(id: id, createdAt: Date(), downloadCredentials: nil, allowances: nil)
         try StoredJSON.write(settings, to: folder.appSettings(id))
         return settings
@@ -145,24 +145,55 @@ public struct AppStore: Sendable {
         return keyID
     }
 
-    /// The manifest signing key, created on first use (one per data folder).
-    public func signingKey() throws -> Ed25519PrivateKey {
-        if let stored = try? StoredJSON.read(StoredSigningKey.self, from: folder.signingKey),
-           let seed = Data(base64Encoded: stored.seed) {
+    /// The manifest signing keys in force, newest last, created on first use (one set per data
+    /// folder). During a rotation's grace period both the old and the new key sign every manifest.
+    public func signingKeys(now: Date = Date()) throws -> [Ed25519PrivateKey] {
+        let stored = try storedSigningKeys()
+        return try stored.filter { ($0.retireAt ?? .distantFuture) > now }.map { key in
+            guard let seed = Data(base64Encoded: key.seed) else { throw KeyError.malformed("\(folder.signingKey): a seed is not base64") }
             return try Ed25519PrivateKey(rawRepresentation: Array(seed))
         }
-        guard !FileSystem.exists(folder.signingKey) else { throw KeyError.malformed("\(folder.signingKey) is unreadable") }
+    }
+
+    /// The newest signing key.
+    public func signingKey() throws -> Ed25519PrivateKey {
+        guard let key = try signingKeys().last else { throw KeyError.malformed("\(folder.signingKey) has no key in force") }
+        return key
+    }
+
+    /// Adds a new manifest signing key. The current keys keep signing for `grace` more (so that
+    /// app builds trusting only them keep working while builds with the new key ship), then retire.
+    /// Returns the new key's id.
+    @discardableResult
+    public func rotateSigningKey(grace: TimeInterval, now: Date = Date()) throws -> String {
+        var stored = try storedSigningKeys()
+        for index in stored.indices where stored[index].retireAt == nil || stored[index].retireAt! > now + grace {
+            stored[index].retireAt = now + grace
+        }
+        let key = Ed25519PrivateKey()
+        stored.append(StoredSigningKey(seed: Data(key.rawRepresentation).base64EncodedString(), createdAt: now, retireAt: nil))
+        try StoredJSON.write(StoredSigningKeys(keys: stored), to: folder.signingKey, mode: 0o600)
+        return ManifestSigningKey.keyID(for: key.publicKey)
+    }
+
+    private func storedSigningKeys() throws -> [StoredSigningKey] {
+        if FileSystem.exists(folder.signingKey) {
+            if let set = try? StoredJSON.read(StoredSigningKeys.self, from: folder.signingKey) { return set.keys }
+            // The first format held one key.
+            if let single = try? StoredJSON.read(StoredSigningKey.self, from: folder.signingKey) { return [single] }
+            throw KeyError.malformed("\(folder.signingKey) is unreadable")
+        }
         try FileSystem.createDirectory(folder.keys, mode: 0o700)
         let key = Ed25519PrivateKey()
-        try StoredJSON.write(StoredSigningKey(seed: Data(key.rawRepresentation).base64EncodedString(), createdAt: Date()),
-                             to: folder.signingKey, mode: 0o600)
-        return key
+        let first = StoredSigningKey(seed: Data(key.rawRepresentation).base64EncodedString(), createdAt: Date(), retireAt: nil)
+        try StoredJSON.write(StoredSigningKeys(keys: [first]), to: folder.signingKey, mode: 0o600)
+        return [first]
     }
 
     /// What an app must be given: its key ring and the manifest public key.
     public func clientConfiguration(_ id: String) throws -> ClientConfiguration {
         guard settings(id) != nil else { throw DepotError.notFound("app \(id)") }
-        return ClientConfiguration(app: id, manifestPublicKeys: [try signingKey().publicKey], keyRing: try packKeys(id).ring)
+        return ClientConfiguration(app: id, manifestPublicKeys: try signingKeys().map(\.publicKey), keyRing: try packKeys(id).ring)
     }
 }
 
@@ -174,4 +205,10 @@ struct PackKeys: Codable {
 struct StoredSigningKey: Codable {
     var seed: String
     var createdAt: Date
+    /// After this instant the key no longer signs; nil: in force.
+    var retireAt: Date?
+}
+
+struct StoredSigningKeys: Codable {
+    var keys: [StoredSigningKey]
 }

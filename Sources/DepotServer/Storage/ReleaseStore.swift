@@ -67,14 +67,20 @@ public final class ReleaseStore: Sendable {
         }.sorted()
     }
 
-    /// Re-signs live manifests that are close to expiry: when less than a third of the lifetime
-    /// is left, the same packs are published as the next version with a fresh `expiresAt`, so a
-    /// quiet app never leaves devices with an expired (refused) manifest. Returns the apps refreshed.
+    /// Re-signs live manifests that are close to expiry (less than a third of the lifetime left)
+    /// or signed by other keys than those in force: the same packs are published as the next
+    /// version, so a quiet app never leaves devices with an expired (refused) manifest, and a key
+    /// rotation reaches the live manifest without a publish. Returns the apps refreshed.
     @discardableResult
     func refreshExpiring(now: Date = Date()) throws -> [String] {
         var refreshed: [String] = []
         for app in FileSystem.contents(of: folder.apps) where FileSystem.isDirectory(folder.releases(app)) {
-            guard let live = try current(app), live.manifest.expiresAt.timeIntervalSince(now) < manifestLifetime / 3 else { continue }
+            guard let live = try current(app) else { continue }
+            // Also re-sign when the signing keys changed (a rotation began or a grace period ended),
+            // so that builds trusting only the new key can read the live manifest at once.
+            let signers = Set((try? Envelope.decode(live.envelope))?.signatures.map(\.keyid) ?? [])
+            let inForce = Set(try apps.signingKeys(now: now).map { ManifestSigningKey.keyID(for: $0.publicKey) })
+            guard live.manifest.expiresAt.timeIntervalSince(now) < manifestLifetime / 3 || signers != inForce else { continue }
             let version = live.version
             if try publish(app, change: { packs in try self.current(app)?.version == version ? packs : nil }) != nil {
                 refreshed.append(app)
@@ -172,7 +178,7 @@ public final class ReleaseStore: Sendable {
             let manifest = Manifest(
                 app: app, version: version, publishedAt: now, expiresAt: now.addingTimeInterval(manifestLifetime), packs: packs
             )
-            let envelope = try Envelope.sign(manifest, with: [apps.signingKey()]).encoded()
+            let envelope = try Envelope.sign(manifest, with: apps.signingKeys()).encoded()
             try check?(manifest, Int64(envelope.count))
             try FileSystem.writeAtomically(envelope, to: folder.release(app, version))
             try FileSystem.writeAtomically(Array("\(version)\n".utf8), to: folder.currentPointer(app))
