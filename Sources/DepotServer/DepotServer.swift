@@ -22,7 +22,7 @@ public final class DepotServer: Sendable {
         origin.publicURL = configuration.publicURL ?? "http://\(host):\(http.port)"
         let http = self.http
         origin.setInFlightProvider { http.inFlightRequests }
-        refresher = ManifestRefresher(origin: origin, interval: configuration.refreshInterval)
+        refresher = ManifestRefresher(origin: origin, configuration: configuration)
     }
 
     private let refresher: ManifestRefresher
@@ -36,6 +36,7 @@ public final class DepotServer: Sendable {
     public func stop() {
         refresher.stop()
         http.stop()
+        origin.releaseFolderLock()
     }
 
     /// Stops accepting, lets requests in flight finish for up to `gracePeriod`, then stops.
@@ -43,26 +44,33 @@ public final class DepotServer: Sendable {
     @discardableResult
     public func shutdown(gracePeriod: Duration) -> Int {
         refresher.stop()
-        return http.shutdown(gracePeriod: gracePeriod)
+        let cut = http.shutdown(gracePeriod: gracePeriod)
+        origin.releaseFolderLock()
+        return cut
     }
 }
 
-/// Re-signs expiring manifests at start-up and then every `interval`, on a thread of its own.
+/// Re-signs manifests and sweeps unneeded blobs at start-up and then every `refreshInterval`,
+/// on a thread of its own.
 final class ManifestRefresher: Sendable {
     private let stopped = Mutex(false)
     private let wake = DispatchSemaphore(value: 0)
 
-    init(origin: Origin, interval: TimeInterval) {
+    init(origin: Origin, configuration: OriginConfiguration) {
         Thread.detachNewThread { [self] in
             repeat {
                 do {
                     for app in try origin.releases.refreshExpiring() {
-                        origin.logger.notice("re-signed the live manifest before it expires", metadata: ["app": .string(app)])
+                        origin.logger.notice("re-signed the live manifest", metadata: ["app": .string(app)])
+                    }
+                    let swept = try origin.releases.collectGarbage(retention: configuration.blobRetention, grace: configuration.blobGrace)
+                    if !swept.blobs.isEmpty {
+                        origin.logger.notice("removed unneeded blobs", metadata: ["count": .stringConvertible(swept.blobs.count), "bytes": .stringConvertible(swept.bytes)])
                     }
                 } catch {
-                    origin.logger.error("could not re-sign expiring manifests: \(error)")
+                    origin.logger.error("maintenance failed: \(error)")
                 }
-            } while wake.wait(timeout: .now() + interval) == .timedOut && !stopped.withLock({ $0 })
+            } while wake.wait(timeout: .now() + configuration.refreshInterval) == .timedOut && !stopped.withLock({ $0 })
         }
     }
 
@@ -72,5 +80,25 @@ final class ManifestRefresher: Sendable {
             return !value
         }
         if wasRunning { wake.signal() }
+    }
+}
+
+/// Maintenance of a data folder that no server is using (it holds the folder's lock meanwhile).
+public struct OfflineMaintenance {
+    private let lock: FileDescriptor
+    private let releases: ReleaseStore
+
+    /// Takes the folder's lock; fails with `data_folder_busy` while a server runs on it.
+    public init(dataPath: String) throws {
+        let folder = DataFolder(dataPath)
+        guard folder.exists else { throw DepotError.notFound("a data folder at \(dataPath)") }
+        lock = try folder.lockExclusively()
+        releases = ReleaseStore(folder: folder, apps: AppStore(folder: folder), manifestLifetime: 90 * 86_400)
+    }
+
+    /// Removes (or lists, with `dryRun`) blobs no live release, recent release or draft needs.
+    public func collectGarbage(retention: TimeInterval, grace: TimeInterval, dryRun: Bool) throws -> (blobs: [String], bytes: Int64) {
+        _ = lock
+        return try releases.collectGarbage(retention: retention, grace: grace, dryRun: dryRun)
     }
 }

@@ -16,6 +16,8 @@ final class Origin: HTTPHandler {
     let metrics = OriginMetrics()
     let logger: Logger
     private let settingsCache = FileStampCache<AppSettings>()
+    /// The data folder's lock, as a raw descriptor (-1 once released).
+    private let folderLock: Mutex<Int32>
     private let publicURLValue = Mutex("")
     private let inFlightProvider = Mutex<(@Sendable () -> Int)?>(nil)
 
@@ -23,6 +25,7 @@ final class Origin: HTTPHandler {
         self.configuration = configuration
         logger = configuration.logger
         folder = DataFolder(configuration.dataPath)
+        folderLock = Mutex(try folder.lockExclusively().release())
         try folder.prepare()
         apps = AppStore(folder: folder)
         blobs = BlobStore(folder: folder)
@@ -32,6 +35,17 @@ final class Origin: HTTPHandler {
         _ = try apps.signingKeys()
         try releases.removeUnpublishedReleases()
     }
+
+    /// Releases the data folder for another process (at stop).
+    func releaseFolderLock() {
+        let fd = folderLock.withLock { value -> Int32 in
+            defer { value = -1 }
+            return value
+        }
+        if fd >= 0 { close(fd) }
+    }
+
+    deinit { releaseFolderLock() }
 
     /// The base of every URL a manifest carries, without a trailing slash.
     var publicURL: String {

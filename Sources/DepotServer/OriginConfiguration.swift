@@ -17,8 +17,12 @@ public struct OriginConfiguration: Sendable {
     public var manifestLifetime: TimeInterval
     /// `max-age` of the live manifest, in seconds.
     public var manifestMaxAge: Int
-    /// How often the origin looks for live manifests to re-sign before they expire.
+    /// How often the origin looks for live manifests to re-sign, and sweeps unneeded blobs.
     public var refreshInterval: TimeInterval = 3600
+    /// Blobs of releases published within this window are kept (they stay restorable by rollback).
+    public var blobRetention: TimeInterval = 30 * 86_400
+    /// A blob younger than this is never swept (it may be about to be staged).
+    public var blobGrace: TimeInterval = 3600
     /// The listener.
     public var http: HTTPServerConfiguration
     /// Where the access log and server events go.

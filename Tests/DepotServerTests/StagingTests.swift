@@ -203,3 +203,59 @@ struct AllowanceGuardTests {
         }
     }
 }
+
+@Suite("Garbage collection")
+struct GarbageCollectionTests {
+    @Test("Sweeping keeps live, recent and staged blobs, removes the rest; a rollback to a swept release gets 409")
+    func sweep() async throws {
+        let data = TemporaryDirectory("depot-gc")
+        defer { data.remove() }
+        let folder = DataFolder(data.path)
+        try folder.prepare()
+        try AppStore(folder: folder).create("com.example.gc")
+        let (admin, _) = try TokenStore(folder: folder).create(app: "com.example.gc", role: .admin)
+        var server: DepotServer? = try DepotServer(configuration: OriginConfiguration(dataPath: data.path, http: .init(host: "127.0.0.1", port: 0, threads: 1)))
+        let port = server!.port
+        func put(_ pack: String, _ byte: UInt8, release: Bool = true) throws -> Int {
+            let head = "PUT /v1/apps/com.example.gc/packs/\(pack)\(release ? "?release=true" : "") HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(admin)\r\nContent-Length: 100\r\nConnection: close\r\n\r\n"
+            return try RawHTTP.send(port: port, head, body: [UInt8](repeating: byte, count: 100)).first?.status ?? 0
+        }
+        #expect(try put("a", 1) == 201)                 // release 1: a(1)
+        #expect(try put("a", 2) == 201)                 // release 2: a(2); a(1) only in release 1
+        #expect(try put("b", 3, release: false) == 202) // staged
+        #expect(throws: DepotError.self) { try OfflineMaintenance(dataPath: data.path) }
+        server?.stop()
+        server = nil
+
+        let all = { FileSystem.contents(of: data.path + "/blobs").flatMap { FileSystem.contents(of: data.path + "/blobs/" + $0) } }
+        #expect(all().count == 3)
+        do {
+            // Offline maintenance holds the folder while it runs.
+            let maintenance = try OfflineMaintenance(dataPath: data.path)
+            // Everything is recent: nothing goes.
+            #expect(try maintenance.collectGarbage(retention: 86_400, grace: 0, dryRun: false).blobs.isEmpty)
+            try await Task.sleep(for: .milliseconds(1100))
+            let dry = try maintenance.collectGarbage(retention: 0.5, grace: 0.5, dryRun: true)
+            #expect(dry.blobs.count == 1 && all().count == 3)
+            let swept = try maintenance.collectGarbage(retention: 0.5, grace: 0.5, dryRun: false)
+            #expect(swept.blobs == dry.blobs && swept.bytes > 100)
+            #expect(all().count == 2)
+        }
+
+        server = try DepotServer(configuration: OriginConfiguration(dataPath: data.path, http: .init(host: "127.0.0.1", port: 0, threads: 1)))
+        defer { server?.stop() }
+        let live = try RawHTTP.send(port: server!.port, "GET /v1/apps/com.example.gc/manifest HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first
+        #expect(live?.status == 200)
+        let rollback = try RawHTTP.send(port: server!.port, "POST /v1/apps/com.example.gc/rollback?to=1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(admin)\r\nConnection: close\r\n\r\n").first
+        #expect(rollback?.status == 409 && rollback?.bodyText.contains("blob_missing") == true)
+    }
+
+    @Test("Two servers never share a data folder")
+    func exclusiveFolder() async throws {
+        try await withServer { origin in
+            #expect(throws: DepotError.self) {
+                try DepotServer(configuration: OriginConfiguration(dataPath: origin.data.path, http: .init(host: "127.0.0.1", port: 0, threads: 1)))
+            }
+        }
+    }
+}

@@ -21,6 +21,7 @@ public struct TestOrigin: Sendable {
 }
 
 /// Starts the real origin on port 0, runs `body`, and always stops it and removes its data.
+@discardableResult
 public func withServer<T>(
     app: String = "com.example.game", configure: (inout OriginConfiguration) -> Void = { _ in },
     _ body: (TestOrigin) async throws -> T

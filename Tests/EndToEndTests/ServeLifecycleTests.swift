@@ -70,8 +70,13 @@ struct ServeLifecycleTests {
         #expect(refused.status != 0 && refused.stderr.contains("401"))
         let allowed = try Processes.run(depot, ["plist", "--server", server.url, "--app", "com.example.dev", "--credentials", credentials])
         #expect(allowed.status == 0 && allowed.stdout.contains("BAManifestURL"))
+        let busy = try Processes.run(depot, ["gc", "--data", work.path + "/data"])
+        #expect(busy.status != 0 && busy.stderr.contains("in use"))
         server.process.terminate()
         server.process.waitUntilExit()
         #expect(server.process.terminationStatus == 0)
+        // Offline, nothing is old enough to go: the live release and recent ones keep their blobs.
+        let swept = try Processes.run(depot, ["gc", "--data", work.path + "/data", "--dry-run"])
+        #expect(swept.status == 0 && swept.stdout.contains("would remove 0 blobs"))
     }
 }

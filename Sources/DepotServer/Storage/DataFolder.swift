@@ -43,6 +43,17 @@ public struct DataFolder: Sendable {
         return String(repeating: "0", count: max(0, 6 - digits.count)) + digits + ".json"
     }
 
+    /// Takes the folder's exclusive lock (`serve.lock`), held by a running server and by offline
+    /// maintenance, so that neither runs on a folder the other is using. Closing the descriptor releases it.
+    public func lockExclusively() throws -> FileDescriptor {
+        try FileSystem.createDirectory(root)
+        let lock = try FileDescriptor(path: root + "/serve.lock", flags: O_RDWR | O_CREAT, mode: 0o600)
+        guard flock(lock.rawValue, LOCK_EX | LOCK_NB) == 0 else {
+            throw DepotError(409, "data_folder_busy", "\(root) is in use by another depot process (a running `depot serve`?)")
+        }
+        return lock
+    }
+
     /// Whether the folder has been initialised.
     public var exists: Bool { FileSystem.isDirectory(apps) }
 

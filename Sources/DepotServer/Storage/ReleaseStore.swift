@@ -89,6 +89,39 @@ public final class ReleaseStore: Sendable {
         return refreshed
     }
 
+    /// Removes blobs that nothing needs any more: not in any app's live release, not in a release
+    /// published within `retention`, not in a draft, and older than `grace` (a blob is committed a
+    /// moment before it is staged). Runs under the publish lock, so no publish or rollback can
+    /// pick a blob up while it goes. Returns the blobs removed (or, with `dryRun`, that would be).
+    @discardableResult
+    func collectGarbage(retention: TimeInterval, grace: TimeInterval, now: Date = Date(), dryRun: Bool = false) throws -> (blobs: [String], bytes: Int64) {
+        try publishLock.withLock { _ in
+            var needed = Set<String>()
+            for app in FileSystem.contents(of: folder.apps) where FileSystem.isDirectory(folder.releases(app)) {
+                let live = try current(app)
+                for pack in live?.manifest.packs ?? [] { needed.insert(pack.sha256) }
+                for version in Self.versions(in: folder.releases(app)) {
+                    let manifest = try load(app, version).manifest
+                    if manifest.publishedAt >= now.addingTimeInterval(-retention) { for pack in manifest.packs { needed.insert(pack.sha256) } }
+                }
+                for pack in try staging(app).upserts.values { needed.insert(pack.sha256) }
+            }
+            var removed: [String] = []
+            var bytes: Int64 = 0
+            for prefix in FileSystem.contents(of: folder.blobs) {
+                for name in FileSystem.contents(of: folder.blobs + "/" + prefix) where Hex.isSHA256(name) && !needed.contains(name) {
+                    let path = folder.blob(name)
+                    guard let file = try? FileDescriptor.openForReading(path), let (size, modified) = try? file.sizeAndModification(),
+                          modified < now.addingTimeInterval(-grace) else { continue }
+                    if !dryRun { FileSystem.remove(path) }
+                    removed.append(name)
+                    bytes += size
+                }
+            }
+            return (removed, bytes)
+        }
+    }
+
     /// Crash recovery, at start-up: removes release files that a publish wrote but never made
     /// live (the process died before renaming `current`). Their draft is still there to publish.
     func removeUnpublishedReleases() throws {
