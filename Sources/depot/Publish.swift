@@ -10,10 +10,9 @@ struct Publish: AsyncParsableCommand {
     )
 
     @Argument(help: "The file to publish.") var file: String
-    @Option(help: "The origin URL.") var server: String
-    @Option(help: "The app.") var app: String
+    @OptionGroup var origin: ServerOptions
     @Option(help: "The pack id (1–64 of A-Z a-z 0-9 . -; no '_').") var pack: String
-    @Option(help: "A publisher token (default: $DEPOT_TOKEN).") var token: String?
+    @OptionGroup var token: TokenOption
     @Option(help: "essential, prefetch or onDemand.") var policy: String = "prefetch"
     @Option(help: "A tag (repeatable).") var tag: [String] = []
     @Option(name: .customLong("content-type"), help: "The plaintext's media type.") var contentType: String = "application/octet-stream"
@@ -24,24 +23,20 @@ struct Publish: AsyncParsableCommand {
 
     func validate() throws {
         guard Identifier.isValidPack(pack) else { throw ValidationError("invalid pack id \"\(pack)\": 1–64 of A-Z a-z 0-9 . -, no '_'") }
-        guard Identifier.isValidApp(app) else { throw ValidationError("invalid app id \"\(app)\"") }
+        guard Identifier.isValidApp(origin.app) else { throw ValidationError("invalid app id \"\(origin.app)\"") }
         guard PackEntry.Policy(rawValue: policy) != nil else { throw ValidationError("--policy must be essential, prefetch or onDemand") }
-        guard URL(string: server)?.scheme != nil else { throw ValidationError("--server must be a URL such as http://127.0.0.1:8080") }
     }
 
     func run() async throws {
-        guard let token = token ?? ProcessInfo.processInfo.environment["DEPOT_TOKEN"] else {
-            throw CLIError("no token: pass --token or set DEPOT_TOKEN")
-        }
+        let authorization = try token.headers()
         guard FileSystem.exists(file), !FileSystem.isDirectory(file) else { throw CLIError("\(file): no such file") }
         let digest = try SHA256Hasher.hexDigest(ofFile: file)
-        var components = URLComponents(url: URL(string: server)!.appendingPathComponent("v1/apps/\(app)/packs/\(pack)"), resolvingAgainstBaseURL: false)!
-        components.queryItems = [URLQueryItem(name: "policy", value: policy)] + tag.map { URLQueryItem(name: "tag", value: $0) }
+        let query = [URLQueryItem(name: "policy", value: policy)] + tag.map { URLQueryItem(name: "tag", value: $0) }
             + (release ? [URLQueryItem(name: "release", value: "true")] : []) + (base.map { [URLQueryItem(name: "base", value: String($0))] } ?? [])
             + (force ? [URLQueryItem(name: "force", value: "true")] : [])
         let response = try await HTTPTransport(timeout: 3600).upload(
-            file: file, to: components.url!,
-            headers: ["Authorization": "Bearer \(token)", "X-Depot-SHA256": digest, "Content-Type": contentType]
+            file: file, to: origin.endpoint("packs/\(pack)", query),
+            headers: authorization.merging(["X-Depot-SHA256": digest, "Content-Type": contentType]) { $1 }
         )
         guard (200..<300).contains(response.status) else {
             throw CLIError("publish failed: HTTP \(response.status): \(Self.message(response.body))")

@@ -5,14 +5,8 @@ import Foundation
 struct Releases: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "List an app's releases, marking the live one.")
 
-    @Option(help: "The origin URL.") var server: String
-    @Option(help: "The app.") var app: String
-    @Option(help: "USER:PASSWORD, when the app has download credentials (env DEPOT_DOWNLOAD_CREDENTIALS).")
-    var credentials: String = Environment.string("DEPOT_DOWNLOAD_CREDENTIALS", "")
-
-    func validate() throws {
-        guard URL(string: server)?.scheme != nil else { throw ValidationError("--server must be a URL such as http://127.0.0.1:8080") }
-    }
+    @OptionGroup var origin: ServerOptions
+    @OptionGroup var credentials: CredentialsOption
 
     struct List: Decodable {
         struct Release: Decodable { var version: Int; var publishedAt: String; var packs: Int; var live: Bool }
@@ -20,9 +14,7 @@ struct Releases: AsyncParsableCommand {
     }
 
     func run() async throws {
-        var headers: [String: String] = [:]
-        if !credentials.isEmpty { headers["Authorization"] = "Basic " + Data(credentials.utf8).base64EncodedString() }
-        let response = try await HTTPTransport().get(URL(string: server)!.appendingPathComponent("v1/apps/\(app)/releases"), headers: headers)
+        let response = try await HTTPTransport().get(origin.endpoint("releases"), headers: credentials.headers)
         guard response.status == 200 else { throw CLIError("releases failed: HTTP \(response.status): \(Publish.message(response.body))") }
         for release in try JSONDecoder().decode(List.self, from: Data(response.body)).releases {
             print("\(release.version)\t\(release.publishedAt)\t\(release.packs) packs\(release.live ? "\tlive" : "")")
@@ -36,24 +28,20 @@ struct Rollback: AsyncParsableCommand {
         discussion: "Needs an admin token. Packs the older release did not have are removed, so devices delete them; the command lists them."
     )
 
-    @Option(help: "The origin URL.") var server: String
-    @Option(help: "The app.") var app: String
-    @Option(help: "An admin token (default: $DEPOT_TOKEN).") var token: String?
+    @OptionGroup var origin: ServerOptions
+    @OptionGroup var token: TokenOption
     @Option(help: "The release whose content to restore.") var to: Int
     @Flag(help: "Roll back even if the result exceeds the allowances recorded for shipped builds.") var force = false
 
     func validate() throws {
-        guard URL(string: server)?.scheme != nil else { throw ValidationError("--server must be a URL such as http://127.0.0.1:8080") }
         guard to > 0 else { throw ValidationError("--to must be a release number") }
     }
 
     struct Result: Decodable { var release: Int; var rolledBackTo: Int; var changed: Bool; var removed: [String] }
 
     func run() async throws {
-        guard let token = token ?? ProcessInfo.processInfo.environment["DEPOT_TOKEN"] else { throw CLIError("no token: pass --token or set DEPOT_TOKEN") }
-        var components = URLComponents(url: URL(string: server)!.appendingPathComponent("v1/apps/\(app)/rollback"), resolvingAgainstBaseURL: false)!
-        components.queryItems = [URLQueryItem(name: "to", value: String(to))] + (force ? [URLQueryItem(name: "force", value: "true")] : [])
-        let response = try await HTTPTransport().send(method: "POST", to: components.url!, headers: ["Authorization": "Bearer \(token)"])
+        let query = [URLQueryItem(name: "to", value: String(to))] + (force ? [URLQueryItem(name: "force", value: "true")] : [])
+        let response = try await HTTPTransport().send(method: "POST", to: origin.endpoint("rollback", query), headers: try token.headers())
         guard (200..<300).contains(response.status) else { throw CLIError("rollback failed: HTTP \(response.status): \(Publish.message(response.body))") }
         let result = try JSONDecoder().decode(Result.self, from: Data(response.body))
         print(result.changed ? "release \(result.release) restores the content of release \(result.rolledBackTo)" : "release \(result.release) already has the content of release \(result.rolledBackTo)")
@@ -67,27 +55,18 @@ struct Release: AsyncParsableCommand {
         discussion: "With --base, the release is refused (409, nothing published) if another publish made a newer release first."
     )
 
-    @Option(help: "The origin URL.") var server: String
-    @Option(help: "The app.") var app: String
-    @Option(help: "A publisher token (default: $DEPOT_TOKEN).") var token: String?
+    @OptionGroup var origin: ServerOptions
+    @OptionGroup var token: TokenOption
     @Option(help: "The live release you expect.") var base: Int?
     @Flag(help: "Publish even if the release exceeds the allowances recorded for shipped builds.") var force = false
-
-    func validate() throws {
-        guard URL(string: server)?.scheme != nil else { throw ValidationError("--server must be a URL such as http://127.0.0.1:8080") }
-    }
 
     struct Result: Decodable { var release: Int?; var changed: Bool }
 
     func run() async throws {
-        guard let token = token ?? ProcessInfo.processInfo.environment["DEPOT_TOKEN"] else { throw CLIError("no token: pass --token or set DEPOT_TOKEN") }
-        var components = URLComponents(url: URL(string: server)!.appendingPathComponent("v1/apps/\(app)/releases"), resolvingAgainstBaseURL: false)!
-        components.queryItems = (base.map { [URLQueryItem(name: "base", value: String($0))] } ?? [])
-            + (force ? [URLQueryItem(name: "force", value: "true")] : [])
-        if components.queryItems?.isEmpty == true { components.queryItems = nil }
-        let response = try await HTTPTransport().send(method: "POST", to: components.url!, headers: ["Authorization": "Bearer \(token)"])
+        let query = (base.map { [URLQueryItem(name: "base", value: String($0))] } ?? []) + (force ? [URLQueryItem(name: "force", value: "true")] : [])
+        let response = try await HTTPTransport().send(method: "POST", to: origin.endpoint("releases", query), headers: try token.headers())
         guard (200..<300).contains(response.status) else { throw CLIError("release failed: HTTP \(response.status): \(Publish.message(response.body))") }
         let result = try JSONDecoder().decode(Result.self, from: Data(response.body))
-        print(result.changed ? "published release \(result.release ?? 0) of \(app)" : "nothing changed: release \(result.release ?? 0) of \(app) stays live")
+        print(result.changed ? "published release \(result.release ?? 0) of \(origin.app)" : "nothing changed: release \(result.release ?? 0) of \(origin.app) stays live")
     }
 }

@@ -1,0 +1,43 @@
+import ArgumentParser
+import Foundation
+
+/// `--server` and `--app`, for every command that talks to an origin.
+struct ServerOptions: ParsableArguments {
+    @Option(help: "The origin (or edge) URL.") var server: String
+    @Option(help: "The app.") var app: String
+
+    func validate() throws {
+        guard let url = URL(string: server), url.scheme == "http" || url.scheme == "https" else {
+            throw ValidationError("--server must be a URL such as http://127.0.0.1:8080")
+        }
+    }
+
+    var url: URL { URL(string: server)! }
+
+    /// `{server}/v1/apps/{app}/{path}` with query items.
+    func endpoint(_ path: String, _ query: [URLQueryItem] = []) -> URL {
+        var components = URLComponents(url: url.appendingPathComponent("v1/apps/\(app)/\(path)"), resolvingAgainstBaseURL: false)!
+        components.queryItems = query.isEmpty ? nil : query
+        return components.url!
+    }
+}
+
+/// `--token`, defaulting to `$DEPOT_TOKEN`, for commands that publish.
+struct TokenOption: ParsableArguments {
+    @Option(help: "A token of the app (default: $DEPOT_TOKEN).") var token: String?
+
+    func headers() throws -> [String: String] {
+        guard let token = token ?? Environment.string("DEPOT_TOKEN") else { throw CLIError("no token: pass --token or set DEPOT_TOKEN") }
+        return ["Authorization": "Bearer \(token)"]
+    }
+}
+
+/// `--credentials`, for reading an app that has download credentials.
+struct CredentialsOption: ParsableArguments {
+    @Option(help: "USER:PASSWORD, when the app has download credentials (env DEPOT_DOWNLOAD_CREDENTIALS).")
+    var credentials: String = Environment.string("DEPOT_DOWNLOAD_CREDENTIALS", "")
+
+    var headers: [String: String] {
+        credentials.isEmpty ? [:] : ["Authorization": "Basic " + Data(credentials.utf8).base64EncodedString()]
+    }
+}
