@@ -11,7 +11,7 @@ depot="$root/.build/release/depot"
 work=$(mktemp -d /tmp/depot-bench.XXXXXX)
 trap 'kill $server_pid 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
 
-"$depot" serve --data "$work/data" --listen 127.0.0.1:0 > "$work/serve.log" &
+"$depot" serve --data "$work/data" --listen 127.0.0.1:0 > "$work/serve.log" 2> "$work/access.log" &
 server_pid=$!
 for _ in $(seq 100); do grep -q "depot sync" "$work/serve.log" 2>/dev/null && break; sleep 0.1; done
 url=$(head -1 "$work/serve.log" | sed -E 's/.*listening on ([^,]+),.*/http:\/\/\1/')
@@ -33,7 +33,7 @@ echo "depot publish: peak RSS $(mib "$(cat "$work/publish.rss")") MiB, $(elapsed
 echo "origin peak RSS after publish: $(mib "$(hwm $server_pid)") MiB"
 
 t0=$(date +%s.%N)
-/usr/bin/time -f "%M" -o "$work/curl-up.rss" curl -sf -o /dev/null -T "$work/pack.bin" -H "Authorization: Bearer $token" "$url/v1/apps/$app/packs/big2"
+/usr/bin/time -f "%M" -o "$work/curl-up.rss" curl -sf -o /dev/null -T "$work/pack.bin" -H "Authorization: Bearer $token" "$url/v1/apps/$app/packs/big2?release=true"
 t1=$(date +%s.%N)
 echo "curl upload (peer): peak RSS $(mib "$(cat "$work/curl-up.rss")") MiB, $(elapsed "$t0" "$t1") s"
 

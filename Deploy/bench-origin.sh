@@ -28,7 +28,7 @@ app=com.example.dev
 
 publish() { # name size_bytes -> blob path (relative to blobs/)
   head -c "$2" /dev/urandom > "$work/$1"
-  "$depot" publish "$work/$1" --server "$depot_url" --app $app --pack "$1" --token "$token" >/dev/null
+  "$depot" publish "$work/$1" --server "$depot_url" --app $app --pack "$1" --token "$token" --release >/dev/null
   curl -sf "$depot_url/v1/apps/$app/manifest" | python3 -c "import sys,json,base64; m=json.loads(base64.b64decode(json.load(sys.stdin)['payload'])); print([p['sha256'] for p in m['packs'] if p['id']=='$1'][0])"
 }
 big=$(publish big $((size_mib << 20)))
