@@ -145,11 +145,8 @@ struct OperationsTests {
     func drain() async throws {
         let data = TemporaryDirectory("depot-drain")
         defer { data.remove() }
-        let folder = DataFolder(data.path)
-        try folder.prepare()
-        try AppStore(folder: folder).create("com.example.drain")
-        let (token, _) = try TokenStore(folder: folder).create(app: "com.example.drain", role: .publisher)
-        let server = try DepotServer(configuration: OriginConfiguration(dataPath: data.path, http: .init(host: "127.0.0.1", port: 0, threads: 2)))
+        let token = try prepareDataFolder(data.path, app: "com.example.drain")
+        let server = try startServer(dataPath: data.path, threads: 2)
         let port = server.port
         let file = try data.file("big", size: 32 << 20)
         _ = try await HTTPTransportForTests.put(port: port, path: "/v1/apps/com.example.drain/packs/big?release=true", file: file, token: token)

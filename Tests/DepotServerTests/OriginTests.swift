@@ -122,15 +122,13 @@ struct OriginTests {
     func crashLeftovers() async throws {
         let data = TemporaryDirectory("depot-crash")
         defer { data.remove() }
-        let folder = DataFolder(data.path)
-        try folder.prepare()
-        try AppStore(folder: folder).create("com.example.crash")
+        try prepareDataFolder(data.path, app: "com.example.crash")
         try FileSystem.writeAtomically([1], to: data.path + "/uploads/abc.upload")
         try FileSystem.writeAtomically([1], to: data.path + "/apps/com.example.crash/releases/x")
         FileSystem.remove(data.path + "/apps/com.example.crash/releases/x")
         let stray = data.path + "/apps/com.example.crash/releases/.tmp-000001.json-1234"
         try FileSystem.writeAtomically([1], to: stray)
-        let server = try DepotServer(configuration: OriginConfiguration(dataPath: data.path, http: .init(host: "127.0.0.1", port: 0, threads: 1)))
+        let server = try startServer(dataPath: data.path)
         server.stop()
         #expect(!FileSystem.exists(stray))
         #expect(FileSystem.contents(of: data.path + "/uploads").isEmpty)

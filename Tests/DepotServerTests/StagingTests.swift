@@ -153,18 +153,15 @@ struct CrashRecoveryTests {
     func unpublishedRelease() async throws {
         let data = TemporaryDirectory("depot-unpublished")
         defer { data.remove() }
-        let folder = DataFolder(data.path)
-        try folder.prepare()
-        try AppStore(folder: folder).create("com.example.u")
-        let (token, _) = try TokenStore(folder: folder).create(app: "com.example.u", role: .publisher)
-        var server = try DepotServer(configuration: OriginConfiguration(dataPath: data.path, http: .init(host: "127.0.0.1", port: 0, threads: 1)))
+        let token = try prepareDataFolder(data.path, app: "com.example.u")
+        var server = try startServer(dataPath: data.path)
         let put = "PUT /v1/apps/com.example.u/packs/a?release=true HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\nContent-Length: 1\r\nConnection: close\r\n\r\nz"
         #expect(try RawHTTP.send(port: server.port, put).first?.status == 201)
         server.stop()
         // The crash: release 2's file is written, `current` still says 1.
         let one = try FileSystem.readFile(data.path + "/apps/com.example.u/releases/000001.json")
         try FileSystem.writeAtomically(one, to: data.path + "/apps/com.example.u/releases/000002.json")
-        server = try DepotServer(configuration: OriginConfiguration(dataPath: data.path, http: .init(host: "127.0.0.1", port: 0, threads: 1)))
+        server = try startServer(dataPath: data.path)
         defer { server.stop() }
         #expect(!FileSystem.exists(data.path + "/apps/com.example.u/releases/000002.json"))
         #expect(try RawHTTP.send(port: server.port, "GET /v1/apps/com.example.u/releases/2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first?.status == 404)
@@ -210,11 +207,8 @@ struct GarbageCollectionTests {
     func sweep() async throws {
         let data = TemporaryDirectory("depot-gc")
         defer { data.remove() }
-        let folder = DataFolder(data.path)
-        try folder.prepare()
-        try AppStore(folder: folder).create("com.example.gc")
-        let (admin, _) = try TokenStore(folder: folder).create(app: "com.example.gc", role: .admin)
-        var server: DepotServer? = try DepotServer(configuration: OriginConfiguration(dataPath: data.path, http: .init(host: "127.0.0.1", port: 0, threads: 1)))
+        let admin = try prepareDataFolder(data.path, app: "com.example.gc", role: .admin)
+        var server: DepotServer? = try startServer(dataPath: data.path)
         let port = server!.port
         func put(_ pack: String, _ byte: UInt8, release: Bool = true) throws -> Int {
             let head = "PUT /v1/apps/com.example.gc/packs/\(pack)\(release ? "?release=true" : "") HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(admin)\r\nContent-Length: 100\r\nConnection: close\r\n\r\n"
@@ -242,7 +236,7 @@ struct GarbageCollectionTests {
             #expect(all().count == 2)
         }
 
-        server = try DepotServer(configuration: OriginConfiguration(dataPath: data.path, http: .init(host: "127.0.0.1", port: 0, threads: 1)))
+        server = try startServer(dataPath: data.path)
         defer { server?.stop() }
         let live = try RawHTTP.send(port: server!.port, "GET /v1/apps/com.example.gc/manifest HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first
         #expect(live?.status == 200)

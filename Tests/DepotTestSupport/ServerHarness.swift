@@ -20,6 +20,23 @@ public struct TestOrigin: Sendable {
     }
 }
 
+/// Prepares a data folder with one app and a token of `role`; returns the token.
+@discardableResult
+public func prepareDataFolder(_ path: String, app: String, role: TokenRole = .publisher) throws -> String {
+    let folder = DataFolder(path)
+    try folder.prepare()
+    try AppStore(folder: folder).create(app)
+    return try TokenStore(folder: folder).create(app: app, role: role).token
+}
+
+/// Starts a real origin on port 0 over an existing data folder, with a silent logger; the caller stops it.
+public func startServer(dataPath: String, threads: Int = 1) throws -> DepotServer {
+    try DepotServer(configuration: OriginConfiguration(
+        dataPath: dataPath, http: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threads: threads),
+        logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
+    ))
+}
+
 /// Starts the real origin on port 0, runs `body`, and always stops it and removes its data.
 @discardableResult
 public func withServer<T>(
@@ -28,10 +45,7 @@ public func withServer<T>(
 ) async throws -> T {
     let data = TemporaryDirectory("depot-origin")
     defer { data.remove() }
-    let folder = DataFolder(data.path)
-    try folder.prepare()
-    try AppStore(folder: folder).create(app)
-    let (token, _) = try TokenStore(folder: folder).create(app: app, role: .publisher)
+    let token = try prepareDataFolder(data.path, app: app)
     var configuration = OriginConfiguration(
         dataPath: data.path, http: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threads: 2),
         logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
