@@ -19,6 +19,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
+        .package(url: "https://github.com/weichsel/ZIPFoundation", from: "0.9.20"),
     ],
     targets: [
         .systemLibrary(
@@ -31,7 +32,7 @@ let package = Package(
             pkgConfig: "openssl",
             providers: [.apt(["libssl-dev"])]
         ),
-        .target(name: "DepotCore", dependencies: ["COpenSSL"], swiftSettings: strict),
+        .target(name: "DepotCore", dependencies: ["COpenSSL", "ZIPFoundation"], swiftSettings: strict),
         .target(name: "DepotHTTP", dependencies: ["CMicroHTTPD"], swiftSettings: strict),
         .target(
             name: "DepotServer",
@@ -66,6 +67,7 @@ let package = Package(
         .testTarget(
             name: "EndToEndTests",
             dependencies: ["DepotServer", "DepotClient", "DepotCore", "DepotTestSupport", "depot"],
+            exclude: ["Fixtures"],
             swiftSettings: strict
         ),
     ],

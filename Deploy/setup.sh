@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(libmicrohttpd-dev libssl-dev pkg-config curl python3 python3-cryptography nginx-light)
+packages=(libmicrohttpd-dev libssl-dev pkg-config curl python3 python3-pip python3-cryptography nginx-light)
 
 install_missing() {
   local missing=()
@@ -30,6 +30,15 @@ install_missing() {
   fi
 }
 
+# The tests drive the server with tuspy, the reference Python tus client (from PyPI), to show
+# that a standard tus 1.0 client works against it.
+install_test_tools() {
+  python3 -c "import tusclient" 2>/dev/null && return
+  echo "installing: tuspy (PyPI)" >&2
+  python3 -m pip install --quiet --disable-pip-version-check --break-system-packages tuspy==1.1.0 2>/dev/null \
+    || python3 -m pip install --quiet --disable-pip-version-check tuspy==1.1.0
+}
+
 case "${1:-}" in
   deps)
     install_missing ;;
@@ -40,6 +49,7 @@ case "${1:-}" in
     exec .build/release/depot serve "$@" ;;
   test)
     install_missing
+    install_test_tools
     exec swift test --disable-xctest ;;
   *)
     echo "usage: Deploy/setup.sh serve [options] | test | deps" >&2

@@ -32,6 +32,11 @@ public final class DepotServer: Sendable {
     /// The base URL manifests point at.
     public var publicURL: String { origin.publicURL }
 
+    /// Removes resumable uploads past their expiry now (the periodic sweep does it every
+    /// `refreshInterval`); returns how many.
+    @discardableResult
+    public func removeExpiredUploads() -> Int { origin.uploads.removeExpired() }
+
     /// Stops listening and joins the server's threads.
     public func stop() {
         refresher.stop()
@@ -50,7 +55,7 @@ public final class DepotServer: Sendable {
     }
 }
 
-/// Re-signs manifests and sweeps unneeded blobs at start-up and then every `refreshInterval`,
+/// Re-signs manifests, sweeps unneeded blobs and expired resumable uploads at start-up and then every `refreshInterval`,
 /// on a thread of its own.
 final class ManifestRefresher: Sendable {
     private let stopped = Mutex(false)
@@ -64,6 +69,8 @@ final class ManifestRefresher: Sendable {
                         origin.logger.notice("re-signed the live manifest", metadata: ["app": .string(app)])
                     }
                     let swept = try origin.releases.collectGarbage(retention: configuration.blobRetention, grace: configuration.blobGrace)
+                    let expired = origin.uploads.removeExpired()
+                    if expired > 0 { origin.logger.notice("removed expired resumable uploads", metadata: ["count": .stringConvertible(expired)]) }
                     if !swept.blobs.isEmpty {
                         origin.logger.notice("removed unneeded blobs", metadata: ["count": .stringConvertible(swept.blobs.count), "bytes": .stringConvertible(swept.bytes)])
                     }
@@ -87,6 +94,7 @@ final class ManifestRefresher: Sendable {
 public struct OfflineMaintenance {
     private let lock: FileDescriptor
     private let releases: ReleaseStore
+    private let uploads: ResumableUploads
 
     /// Takes the folder's lock; fails with `data_folder_busy` while a server runs on it.
     public init(dataPath: String) throws {
@@ -94,7 +102,11 @@ public struct OfflineMaintenance {
         guard folder.exists else { throw DepotError.notFound("a data folder at \(dataPath)") }
         lock = try folder.lockExclusively()
         releases = ReleaseStore(folder: folder, apps: AppStore(folder: folder), manifestLifetime: 90 * 86_400)
+        uploads = ResumableUploads(folder: folder)
     }
+
+    /// Removes resumable uploads past their expiry; returns how many.
+    public func removeExpiredUploads() -> Int { uploads.removeExpired() }
 
     /// Removes (or lists, with `dryRun`) blobs no live release, recent release or draft needs.
     public func collectGarbage(retention: TimeInterval, grace: TimeInterval, dryRun: Bool) throws -> (blobs: [String], bytes: Int64) {

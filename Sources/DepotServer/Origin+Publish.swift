@@ -38,10 +38,10 @@ extension Origin {
     }
 
     /// Stages a stored blob for the app's next release, and publishes it at once with `?release=true`.
-    func publish(_ summary: PackSummary, for request: PackUploadRequest) throws -> HTTPResponse {
+    func publish(_ summary: PackSummary, installSize: Int64, for request: PackUploadRequest) throws -> HTTPResponse {
         let entry = PackEntry(
             id: request.pack, revision: 0, url: publicURL + "/v1/apps/\(request.app)/blobs/\(summary.sha256)", size: summary.size,
-            sha256: summary.sha256, installSize: summary.plaintextSize, plaintextSHA256: summary.plaintextSHA256, policy: request.policy,
+            sha256: summary.sha256, installSize: installSize, plaintextSHA256: summary.plaintextSHA256, policy: request.policy,
             tags: request.tags, keyID: summary.keyID, contentType: request.contentType
         )
         // A pack staged twice: the earlier upload's blob is deleted once the draft no longer needs it.

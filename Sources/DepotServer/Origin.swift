@@ -12,6 +12,7 @@ final class Origin: HTTPHandler {
     let blobs: BlobStore
     let releases: ReleaseStore
     let tokens: TokenStore
+    let uploads: ResumableUploads
     let staticFiles: StaticFiles?
     let metrics = OriginMetrics()
     let logger: Logger
@@ -31,6 +32,8 @@ final class Origin: HTTPHandler {
         blobs = BlobStore(folder: folder)
         releases = ReleaseStore(folder: folder, apps: apps, manifestLifetime: configuration.manifestLifetime)
         tokens = TokenStore(folder: folder)
+        uploads = ResumableUploads(folder: folder)
+        uploads.repair()
         staticFiles = configuration.publicDirectory.map(StaticFiles.init(root:))
         _ = try apps.signingKeys()
         try releases.removeUnpublishedReleases()
@@ -137,6 +140,8 @@ final class Origin: HTTPHandler {
         case ("packs", 5):
             try allow(request, "PUT, DELETE")
             return request.method == "DELETE" ? .respond(try removePack(app, s[4], request)) : try upload(app, s[4], request)
+        case ("uploads", 4), ("uploads", 5):
+            return try resumable(app, s.count == 5 ? s[4] : nil, request)
         case ("rollback", 4):
             try allow(request, "POST")
             return .respond(try rollback(app, request))

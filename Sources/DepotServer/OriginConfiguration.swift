@@ -23,6 +23,8 @@ public struct OriginConfiguration: Sendable {
     public var blobRetention: TimeInterval = 30 * 86_400
     /// A blob younger than this is never swept (it may be about to be staged).
     public var blobGrace: TimeInterval = 3600
+    /// A resumable upload untouched for this long expires and is removed.
+    public var uploadExpiry: TimeInterval = 86_400
     /// The listener.
     public var http: HTTPServerConfiguration
     /// Where the access log and server events go.

@@ -66,8 +66,11 @@ final class PackUpload: HTTPBodyReceiver {
             if let expected = request.expectedPlaintextSHA256, expected != summary.plaintextSHA256 {
                 return fail(.checksumMismatch(expected: expected, actual: summary.plaintextSHA256))
             }
+            let installSize = try origin.installSize(
+                ofContainer: path, summary: summary, contentType: request.contentType, keys: origin.apps.packKeys(request.app).ring
+            )
             try origin.blobs.commit(upload: path, file: file, sha256: summary.sha256)
-            return try origin.publish(summary, for: request)
+            return try origin.publish(summary, installSize: installSize, for: request)
         } catch {
             return fail(.storage(error))
         }

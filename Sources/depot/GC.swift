@@ -5,7 +5,7 @@ import Foundation
 struct GC: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "gc",
-        abstract: "Remove blobs that no live release, recent release or draft needs, from a data folder no server is using.",
+        abstract: "Remove blobs that no live release, recent release or draft needs, and expired resumable uploads, from a data folder no server is using.",
         discussion: "A running `depot serve` sweeps by itself every --refresh-interval; this command refuses to run beside it. Blobs of releases published within --retention-days stay, so those releases stay restorable by rollback."
     )
 
@@ -25,5 +25,9 @@ struct GC: ParsableCommand {
         )
         for blob in swept.blobs { print(blob) }
         print("\(dryRun ? "would remove" : "removed") \(swept.blobs.count) blobs, \(swept.bytes) bytes")
+        if !dryRun {
+            let expired = maintenance.removeExpiredUploads()
+            if expired > 0 { print("removed \(expired) expired resumable uploads") }
+        }
     }
 }

@@ -35,7 +35,7 @@ struct OriginTests {
             let plaintext = (0..<(1 << 20) + 3).map { UInt8(truncatingIfNeeded: $0 &* 13) }
             let digest = Hex.encode(SHA256Hasher.hash(plaintext))
             let response = try upload(origin, pack: "level-1", plaintext, query: "?policy=essential&tag=intro&tag=world-1",
-                                      headers: ["X-Depot-SHA256: \(digest)", "Content-Type: application/zip"])
+                                      headers: ["X-Depot-SHA256: \(digest)", "Content-Type: video/mp4"])
             #expect(response.status == 201, "\(response.bodyText)")
 
             let manifest = try liveManifest(origin)
@@ -43,7 +43,7 @@ struct OriginTests {
             let entry = try #require(manifest[pack: "level-1"])
             #expect(entry.policy == .essential)
             #expect(entry.tags == ["intro", "world-1"])
-            #expect(entry.contentType == "application/zip")
+            #expect(entry.contentType == "video/mp4")
             #expect(entry.installSize == Int64(plaintext.count))
             #expect(entry.plaintextSHA256 == digest)
             #expect(entry.url == "http://127.0.0.1:\(origin.port)/v1/apps/\(origin.app)/blobs/\(entry.sha256)")

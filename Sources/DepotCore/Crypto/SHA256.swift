@@ -1,29 +1,52 @@
 internal import COpenSSL
 
-/// Streaming SHA-256 over OpenSSL's EVP interface (SHA-NI where the CPU has it).
+/// A streaming message digest over OpenSSL's EVP interface: SHA-256 (SHA-NI where the CPU has
+/// it) for everything AssetDepot stores, SHA-1 and SHA-512 only to check what tus clients send.
 ///
 /// Owns one `EVP_MD_CTX`, freed in `deinit`. Not thread-safe: one hasher per stream.
-public final class SHA256Hasher {
+public class MessageDigest {
+    /// The algorithms on offer, named as the tus checksum extension names them.
+    public enum Algorithm: String, Sendable, CaseIterable {
+        case sha1, sha256, sha512
+
+        /// The digest length in bytes.
+        public var size: Int {
+            switch self {
+            case .sha1: 20
+            case .sha256: 32
+            case .sha512: 64
+            }
+        }
+    }
+
+    /// The algorithm in use.
+    public let algorithm: Algorithm
     // Owns the EVP_MD_CTX; never shared across threads.
     private let context: OpaquePointer
 
     /// Starts a new digest.
-    public init() {
+    public init(_ algorithm: Algorithm) {
+        self.algorithm = algorithm
         guard let context = EVP_MD_CTX_new() else { fatalError("EVP_MD_CTX_new: out of memory") }
         self.context = context
-        guard EVP_DigestInit_ex(context, EVP_sha256(), nil) == 1 else { fatalError("EVP_DigestInit_ex(sha256) failed") }
+        let md: OpaquePointer? = switch algorithm {
+        case .sha1: EVP_sha1()
+        case .sha256: EVP_sha256()
+        case .sha512: EVP_sha512()
+        }
+        guard EVP_DigestInit_ex(context, md, nil) == 1 else { fatalError("EVP_DigestInit_ex(\(algorithm)) failed") }
     }
 
     deinit { EVP_MD_CTX_free(context) }
 
     /// Adds bytes to the digest.
-    public func update(_ bytes: UnsafeRawBufferPointer) {
+    public final func update(_ bytes: UnsafeRawBufferPointer) {
         guard bytes.count > 0 else { return }
         _ = EVP_DigestUpdate(context, bytes.baseAddress, bytes.count)
     }
 
     /// Adds bytes to the digest.
-    public func update<Bytes: Sequence>(_ bytes: Bytes) where Bytes.Element == UInt8 {
+    public final func update<Bytes: Sequence>(_ bytes: Bytes) where Bytes.Element == UInt8 {
         if let done: Void = bytes.withContiguousStorageIfAvailable({ update(UnsafeRawBufferPointer($0)) }) {
             return done
         }
@@ -31,13 +54,19 @@ public final class SHA256Hasher {
         array.withUnsafeBytes { update($0) }
     }
 
-    /// Finishes the digest and returns its 32 bytes; the hasher cannot be used afterwards.
-    public func finalize() -> [UInt8] {
-        var out = [UInt8](repeating: 0, count: 32)
-        var length: UInt32 = 32
+    /// Finishes the digest and returns its bytes; the hasher cannot be used afterwards.
+    public final func finalize() -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: algorithm.size)
+        var length = UInt32(algorithm.size)
         _ = EVP_DigestFinal_ex(context, &out, &length)
         return out
     }
+}
+
+/// Streaming SHA-256: what names blobs and checks packs.
+public final class SHA256Hasher: MessageDigest {
+    /// Starts a new SHA-256 digest.
+    public init() { super.init(.sha256) }
 
     /// The SHA-256 of a byte sequence in one call.
     public static func hash<Bytes: Sequence>(_ bytes: Bytes) -> [UInt8] where Bytes.Element == UInt8 {

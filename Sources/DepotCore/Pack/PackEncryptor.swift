@@ -20,6 +20,8 @@ public final class PackEncryptor {
     private var containerSize: Int64 = 0
     private var started = false
     private var finished = false
+    /// Set when this encryptor took over a container another one started.
+    private var resumed = false
 
     /// Prepares an encryptor; nothing is written until the first ``update(_:)`` or ``finish()``.
     ///
@@ -39,6 +41,33 @@ public final class PackEncryptor {
         self.pending = [UInt8](repeating: 0, count: segmentSize)
         self.sealed = [UInt8](repeating: 0, count: segmentSize + AES256GCM.tagSize)
     }
+
+    /// Takes over a container that another encryptor began (a resumable upload across requests
+    /// and restarts): `sealedSegments` segments are already written after the header, and
+    /// `pending` (at most one segment) is plaintext received but not yet sealed.
+    ///
+    /// Writes no header. It sees only part of the pack, so it cannot report the pack's size and
+    /// hashes: end it with ``sealFinal()``, and verify the finished container for those.
+    public convenience init(
+        resuming header: PackHeader, masterKey: [UInt8], sealedSegments: UInt32, pending: [UInt8],
+        sink: @escaping (UnsafeRawBufferPointer) throws -> Void
+    ) throws(CryptoError) {
+        precondition(pending.count <= Int(header.segmentSize), "more than one segment pending")
+        try self.init(header: header, masterKey: masterKey, sink: sink)
+        started = true
+        resumed = true
+        segmentIndex = sealedSegments
+        pending.withUnsafeBytes { source in
+            self.pending.withUnsafeMutableBytes { $0.copyMemory(from: source) }
+        }
+        pendingCount = pending.count
+    }
+
+    /// How many segments have been sealed and written so far.
+    public var sealedSegments: UInt32 { segmentIndex }
+
+    /// Plaintext received but not sealed yet: what a resumable upload keeps between requests.
+    public var pendingPlaintext: [UInt8] { Array(pending[0..<pendingCount]) }
 
     /// Adds plaintext.
     public func update(_ bytes: UnsafeRawBufferPointer) throws {
@@ -67,15 +96,21 @@ public final class PackEncryptor {
 
     /// Seals the final segment and returns the container's numbers.
     public func finish() throws -> PackSummary {
-        precondition(!finished, "finish called twice")
-        try startIfNeeded()
-        try sealPending(final: true)
-        finished = true
+        precondition(!resumed, "a resumed encryptor ends with sealFinal()")
+        try sealFinal()
         return PackSummary(
             size: containerSize, sha256: Hex.encode(containerHash.finalize()),
             plaintextSize: plaintextSize, plaintextSHA256: Hex.encode(plaintextHash.finalize()),
             keyID: header.keyID
         )
+    }
+
+    /// Seals the final segment; the container is complete.
+    public func sealFinal() throws {
+        precondition(!finished, "finish called twice")
+        try startIfNeeded()
+        try sealPending(final: true)
+        finished = true
     }
 
     private func startIfNeeded() throws {

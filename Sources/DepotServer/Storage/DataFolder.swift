@@ -70,7 +70,8 @@ public struct DataFolder: Sendable {
     @discardableResult
     public func cleanTemporaryFiles() -> Int {
         var removed = FileSystem.removeTemporaryFiles(in: root) + FileSystem.removeTemporaryFiles(in: keys)
-        for name in FileSystem.contents(of: uploads) {
+        // Resumable uploads (`*.tus`) survive; ResumableUploads.repair() checks them.
+        for name in FileSystem.contents(of: uploads) where !name.hasSuffix(".tus") {
             FileSystem.remove(uploads + "/" + name)
             removed += 1
         }

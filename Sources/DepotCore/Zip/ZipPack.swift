@@ -1,0 +1,111 @@
+import Foundation
+import ZIPFoundation
+
+/// Packs whose content type is `application/zip`: the origin counts their unpacked size (the
+/// manifest's `installSize`) and the client installs them unpacked.
+///
+/// One rule set for both sides: every entry is a regular file or a folder, with a relative
+/// path that stays inside the destination (no leading `/`, no `..` component, no `\`, no NUL).
+/// Links of any kind are refused.
+public enum ZipPack {
+    /// The content type that marks a pack as a zip archive.
+    public static let contentType = "application/zip"
+
+    /// What an archive holds.
+    public struct Contents: Sendable, Equatable {
+        /// The sum of the uncompressed sizes of its files: the manifest's `installSize`.
+        public var installSize: Int64
+        /// The number of files (folders not counted).
+        public var files: Int
+    }
+
+    /// Whether a content type names a zip archive (parameters ignored).
+    public static func isZip(contentType: String) -> Bool {
+        contentType.split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased() == Self.contentType
+    }
+
+    /// Reads the archive's central directory, checking every entry against the rules.
+    public static func inspect(_ path: String) throws(ZipPackError) -> Contents {
+        let archive = try open(path)
+        var contents = Contents(installSize: 0, files: 0)
+        for entry in archive {
+            try check(entry)
+            if entry.type == .file {
+                contents.installSize += Int64(clamping: entry.uncompressedSize)
+                contents.files += 1
+            }
+        }
+        return contents
+    }
+
+    /// Unpacks the archive into `directory`, which must not exist yet; CRC-32 of every file is checked.
+    /// On error, what was unpacked so far stays for the caller to remove.
+    public static func extract(_ path: String, into directory: String) throws(ZipPackError) {
+        let archive = try open(path)
+        let root = URL(fileURLWithPath: directory, isDirectory: true)
+        do {
+            try FileManager.default.createDirectory(at: root, withIntermediateDirectories: false)
+        } catch {
+            throw .io("cannot create \(directory): \(error.localizedDescription)")
+        }
+        for entry in archive {
+            try check(entry)
+            let target = root.appendingPathComponent(entry.path)
+            do {
+                if entry.type == .directory {
+                    try FileManager.default.createDirectory(at: target, withIntermediateDirectories: true)
+                } else {
+                    _ = try archive.extract(entry, to: target, skipCRC32: false)
+                }
+            } catch let error as POSIXError where error.code == .ENOSPC {
+                throw .noSpace
+            } catch {
+                if (error as NSError).code == NSFileWriteOutOfSpaceError { throw .noSpace }
+                throw .damaged("entry \(entry.path): \(error)")
+            }
+        }
+    }
+
+    private static func open(_ path: String) throws(ZipPackError) -> Archive {
+        do {
+            return try Archive(url: URL(fileURLWithPath: path), accessMode: .read)
+        } catch {
+            throw .notAZip
+        }
+    }
+
+    private static func check(_ entry: Entry) throws(ZipPackError) {
+        let path = entry.path
+        guard entry.type != .symlink else { throw .unsafeEntry(path, "links are not allowed") }
+        guard !path.isEmpty, !path.hasPrefix("/"), !path.contains("\\"), !path.utf8.contains(0) else {
+            throw .unsafeEntry(path, "the path must be relative")
+        }
+        guard !path.split(separator: "/", omittingEmptySubsequences: false).contains(where: { $0 == ".." }) else {
+            throw .unsafeEntry(path, "the path leaves the pack's folder")
+        }
+    }
+}
+
+/// Why a zip pack was refused.
+public enum ZipPackError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// Not a zip archive, or one whose central directory cannot be read.
+    case notAZip
+    /// An entry that would land outside the destination, or a link.
+    case unsafeEntry(String, String)
+    /// A file whose data is damaged (CRC-32 mismatch, bad compression).
+    case damaged(String)
+    /// The destination's disk is full.
+    case noSpace
+    /// Another file system error.
+    case io(String)
+
+    public var description: String {
+        switch self {
+        case .notAZip: "the pack is marked application/zip but is not a readable zip archive"
+        case .unsafeEntry(let path, let why): "zip entry \"\(path)\" refused: \(why)"
+        case .damaged(let what): "the zip archive is damaged: \(what)"
+        case .noSpace: "no space left on the device while unpacking the zip archive"
+        case .io(let what): what
+        }
+    }
+}

@@ -1,0 +1,95 @@
+import DepotCore
+import DepotTestSupport
+import Foundation
+import Testing
+
+@Suite("End to end: resumable uploads with a standard tus client")
+struct ResumableUploadEndToEndTests {
+    static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures/tus_upload.py").path
+
+    /// Runs tuspy; returns the upload URL and offset it printed.
+    static func tuspy(_ server: ServeProcess, token: String, file: String, _ extra: [String]) throws -> (url: String, offset: Int) {
+        let result = try Processes.run("/usr/bin/env", [
+            "python3", script, server.url + "/v1/apps/com.example.dev/uploads", file, "--token", token, "--pack", "world",
+            "--chunk-size", "1500000", "--meta", "policy=essential",
+        ] + extra)
+        #expect(result.status == 0, "tuspy failed: \(result.stderr)")
+        let lines = result.stdout.split(separator: "\n")
+        return (lines.first.map(String.init) ?? "", lines.count > 1 ? Int(lines[1]) ?? -1 : -1)
+    }
+
+    static func head(_ server: ServeProcess, _ path: String, token: String) throws -> Int? {
+        let response = try RawHTTP.send(port: UInt16(server.port)!, "HEAD \(path) HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\nTus-Resumable: 1.0.0\r\nConnection: close\r\n\r\n").first
+        return response?.header("Upload-Offset").flatMap { Int($0) }
+    }
+
+    /// Opens a PATCH for the rest of the file, sends `count` bytes of it and returns the socket, still open.
+    static func partialPatch(_ server: ServeProcess, _ path: String, token: String, file: [UInt8], offset: Int, count: Int) throws -> Int32 {
+        let fd = try RawHTTP.connect(port: UInt16(server.port)!)
+        let head = "PATCH \(path) HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\nTus-Resumable: 1.0.0\r\nUpload-Offset: \(offset)\r\n"
+            + "Content-Type: application/offset+octet-stream\r\nContent-Length: \(file.count - offset)\r\n\r\n"
+        let bytes = Array(head.utf8) + file[offset..<(offset + count)]
+        var sent = 0
+        while sent < bytes.count {
+            let n = bytes.withUnsafeBytes { send(fd, $0.baseAddress! + sent, bytes.count - sent, Int32(MSG_NOSIGNAL)) }
+            guard n > 0 else { break }
+            sent += n
+        }
+        return fd
+    }
+
+    @Test("tuspy stops, the connection drops mid-chunk, the server is SIGKILLed mid-chunk; tuspy resumes and the pack decrypts to the original")
+    func interruptedThreeWays() async throws {
+        let work = TemporaryDirectory("depot-tus")
+        defer { work.remove() }
+        let data = work.path + "/data"
+        var server = try ServeProcess(data: data, environment: [:])
+        let token = server.token
+        let file = try work.file("world.bin", size: 7_000_000 + 4321, seed: 42)
+        let original = try FileSystem.readFile(file)
+
+        // 1. The client stops between chunks (two of 1.5 MB: segment boundaries fall inside them).
+        let (url, first) = try Self.tuspy(server, token: token, file: file, ["--chunks", "2"])
+        #expect(first == 3_000_000)
+        let path = try #require(URL(string: url)?.path)
+        #expect(path.hasPrefix("/v1/apps/com.example.dev/uploads/"))
+
+        // 2. A connection drops in the middle of a chunk: what arrived is kept.
+        let dropped = try Self.partialPatch(server, path, token: token, file: original, offset: 3_000_000, count: 2_000_001)
+        try await Task.sleep(for: .milliseconds(300))
+        close(dropped)
+        var offset: Int?
+        for _ in 0..<100 {
+            offset = try Self.head(server, path, token: token)
+            if offset == 5_000_001 { break }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        #expect(offset == 5_000_001)
+
+        // 3. The server dies in the middle of a chunk: after the restart the upload is where it was.
+        let socket = try Self.partialPatch(server, path, token: token, file: original, offset: 5_000_001, count: 1_000_000)
+        try await Task.sleep(for: .milliseconds(300))
+        kill(server.process.processIdentifier, SIGKILL)
+        server.process.waitUntilExit()
+        close(socket)
+        server = try ServeProcess(data: data, environment: [:], bootstrap: false)
+        #expect(try Self.head(server, path, token: token) == 5_000_001)
+
+        // tuspy picks the upload up by its URL and finishes it.
+        let (_, last) = try Self.tuspy(server, token: token, file: file, ["--url", server.url + path])
+        #expect(last == original.count)
+
+        // Staged; release it and read it back as a device would.
+        let release = try RawHTTP.send(port: UInt16(server.port)!, "POST /v1/apps/com.example.dev/releases HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\nConnection: close\r\n\r\n").first
+        #expect(release?.status == 201, "\(release?.bodyText ?? "")")
+        let exported = try Processes.run(Processes.depotBinary, ["keys", "export", "--data", data, "--app", "com.example.dev"])
+        let configuration = try ClientConfiguration.decode(Array(exported.stdout.utf8))
+        let manifestResponse = try RawHTTP.send(port: UInt16(server.port)!, "GET /v1/apps/com.example.dev/manifest HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first
+        let manifest = try Envelope.decode(manifestResponse?.body ?? []).verifiedManifest(trusting: configuration.trustedKeys())
+        let entry = try #require(manifest[pack: "world"])
+        #expect(entry.policy == .essential && entry.installSize == Int64(original.count))
+        let blob = try FileSystem.readFile(data + "/blobs/\(entry.sha256.prefix(2))/\(entry.sha256)")
+        #expect(Int64(blob.count) == entry.size)
+        #expect(try PackDecryptor.decrypt(blob, keyRing: configuration.keyRing()) == original)
+    }
+}
