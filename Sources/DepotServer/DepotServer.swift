@@ -37,6 +37,11 @@ public final class DepotServer: Sendable {
     @discardableResult
     public func removeExpiredUploads() -> Int { origin.uploads.removeExpired() }
 
+    /// Sweeps (or, with `dryRun`, lists) unneeded blobs now, as the periodic sweep does.
+    public func collectGarbage(retention: TimeInterval, grace: TimeInterval, dryRun: Bool) throws -> (blobs: [String], bytes: Int64) {
+        try origin.releases.collectGarbage(retention: retention, grace: grace, dryRun: dryRun)
+    }
+
     /// Stops listening and joins the server's threads.
     public func stop() {
         refresher.stop()

@@ -30,7 +30,7 @@ extension Origin {
         let upload = PackUploadRequest(
             app: app, pack: pack, policy: policy, tags: Array(Set(tags)).sorted(), contentType: contentType,
             expectedPlaintextSHA256: expected, declaredLength: length, release: request.queryValue("release") == "true",
-            base: try baseParameter(request), force: request.queryValue("force") == "true"
+            base: try baseParameter(request), force: request.queryValue("force") == "true", channel: try channelParameter(request)
         )
         let receiver = try PackUpload(request: upload, origin: self)
         if length == 0 { return .respond(receiver.finish()) }
@@ -57,7 +57,7 @@ extension Origin {
         if request.release {
             let response: HTTPResponse
             do {
-                response = try releaseStaged(request.app, base: request.base, force: request.force, pack: request.pack, adding: add)
+                response = try releaseStaged(request.app, channel: request.channel, base: request.base, force: request.force, pack: request.pack, adding: add)
             } catch let error as DepotError where error.status == 409 {
                 // Refused before anything changed: nothing was staged, the new blob is not needed.
                 blobs.remove(summary.sha256)
@@ -66,25 +66,27 @@ extension Origin {
             if let superseded { blobs.remove(superseded) }
             return response
         }
-        let live = try releases.stage(request.app, add)
+        let live = try releases.stage(request.app, channel: request.channel, add)
         if let superseded { blobs.remove(superseded) }
         let preview = Staging(upserts: [request.pack: entry]).merged(into: live).packs.first { $0.id == request.pack } ?? entry
-        let body = PublishResult(app: request.app, pack: preview, release: try releases.current(request.app)?.version, staged: true,
-                                 changed: true, manifestURL: publicURL + "/v1/apps/\(request.app)/manifest")
+        let body = PublishResult(app: request.app, pack: preview, release: try releases.current(request.app, channel: request.channel)?.version,
+                                 staged: true, changed: true, channel: request.channel, manifestURL: manifestURL(request.app, channel: request.channel))
         return try json(body, status: 202, route: "publish")
     }
 
     /// Publishes the staged draft; answers with the release and, for an upload, its pack.
     func releaseStaged(
-        _ app: String, base: Int?, force: Bool, pack: String? = nil, adding: ((inout Staging, [PackEntry]) throws -> Void)? = nil
+        _ app: String, channel: String, base: Int?, force: Bool, pack: String? = nil, adding: ((inout Staging, [PackEntry]) throws -> Void)? = nil
     ) throws -> HTTPResponse {
-        let (release, unused) = try releases.publishStaged(app, base: base, adding: adding, check: force ? nil : allowanceGuard(app))
+        let (release, unused) = try releases.publishStaged(
+            app, channel: channel, base: base, adding: adding, check: force ? nil : allowanceGuard(app, channel: channel)
+        )
         for blob in unused { blobs.remove(blob) }
         metrics.published(app: app, changed: release != nil)
-        let live = try releases.current(app)
+        let live = try releases.current(app, channel: channel)
         let body = PublishResult(
             app: app, pack: pack.flatMap { live?.manifest[pack: $0] }, release: live?.version, staged: false, changed: release != nil,
-            manifestURL: publicURL + "/v1/apps/\(app)/manifest"
+            channel: channel, manifestURL: manifestURL(app, channel: channel)
         )
         return try json(body, status: release != nil ? 201 : 200, route: "publish")
     }
@@ -93,13 +95,15 @@ extension Origin {
     func publishRelease(_ app: String, _ request: HTTPRequest) throws -> HTTPResponse {
         try authorize(request, app: app)
         _ = try requireApp(app)
-        return try releaseStaged(app, base: try baseParameter(request), force: request.queryValue("force") == "true")
+        return try releaseStaged(
+            app, channel: try channelParameter(request), base: try baseParameter(request), force: request.queryValue("force") == "true"
+        )
     }
 
     /// Refuses a release whose Info.plist keys exceed the allowances recorded for shipped builds.
-    func allowanceGuard(_ app: String) -> (Manifest, Int64) throws -> Void {
+    func allowanceGuard(_ app: String, channel: String) -> (Manifest, Int64) throws -> Void {
         let allowances = settings(app)?.allowances
-        let manifestURL = publicURL + "/v1/apps/\(app)/manifest"
+        let manifestURL = manifestURL(app, channel: channel)
         return { manifest, envelopeSize in
             guard let allowances else { return }
             let excesses = allowances.excesses(BackgroundAssetsKeys(manifest: manifest, manifestSize: envelopeSize, manifestURL: manifestURL))
@@ -133,7 +137,9 @@ extension Origin {
         // Only once the draft no longer references it.
         if let dropped { blobs.remove(dropped) }
         if request.queryValue("release") == "true" {
-            return try releaseStaged(app, base: try baseParameter(request), force: request.queryValue("force") == "true")
+            return try releaseStaged(
+                app, channel: try channelParameter(request), base: try baseParameter(request), force: request.queryValue("force") == "true"
+            )
         }
         let note = isLive ? "staged: the next release drops \(pack), and devices that installed it will delete it" : "the staged upload of \(pack) was dropped"
         return try json(RemovalResult(app: app, pack: pack, live: isLive, note: note), status: 200, route: "publish")
@@ -144,11 +150,18 @@ extension Origin {
         try authorize(request, app: app)
         _ = try requireApp(app)
         let staging = try releases.staging(app)
-        let live = try releases.current(app)
+        let live = try releases.current(app, channel: try channelParameter(request))
         let next = staging.merged(into: live?.manifest.packs ?? []).packs
         let body = StagingView(app: app, base: live?.version ?? 0, changed: staging.upserts.keys.sorted(),
                                removed: staging.removals.sorted(), next: next)
         return try json(body, status: 200, route: "staging")
+    }
+
+    /// `?channel=NAME`, production by default.
+    func channelParameter(_ request: HTTPRequest) throws -> String {
+        guard let name = request.queryValue("channel") else { return ReleaseStore.production }
+        guard Identifier.isValidChannel(name) else { throw DepotError.invalidID("channel") }
+        return name
     }
 
     func baseParameter(_ request: HTTPRequest) throws -> Int? {
@@ -178,8 +191,9 @@ extension Origin {
         for pack in old.manifest.packs where !blobs.contains(pack.sha256) {
             throw DepotError(409, "blob_missing", "release \(target) references blob \(pack.sha256), which is no longer stored")
         }
+        let channel = try channelParameter(request)
         var removed: [String] = []
-        let published = try releases.publish(app, change: { live in
+        let published = try releases.publish(app, channel: channel, change: { live in
             removed = live.map(\.id).filter { id in !old.manifest.packs.contains { $0.id == id } }
             let current = Dictionary(live.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
             let restored = old.manifest.packs.map { pack -> PackEntry in
@@ -190,10 +204,11 @@ extension Origin {
                 return restored
             }
             return restored.sorted { $0.id < $1.id } == live.sorted { $0.id < $1.id } ? nil : restored
-        }, check: request.queryValue("force") == "true" ? nil : allowanceGuard(app))
-        let version = try published?.version ?? releases.current(app)?.version ?? 0
+        }, check: request.queryValue("force") == "true" ? nil : allowanceGuard(app, channel: channel))
+        let version = try published?.version ?? releases.current(app, channel: channel)?.version ?? 0
         let body = RollbackResult(
-            app: app, rolledBackTo: target, release: version, changed: published != nil, packs: old.manifest.packs.map(\.id), removed: removed
+            app: app, channel: channel, rolledBackTo: target, release: version, changed: published != nil, packs: old.manifest.packs.map(\.id),
+            removed: removed
         )
         return try json(body, status: published != nil ? 201 : 200, route: "rollback")
     }
@@ -202,6 +217,7 @@ extension Origin {
 /// The body of a rollback.
 struct RollbackResult: Codable {
     var app: String
+    var channel: String
     var rolledBackTo: Int
     /// The new release (or the live one, when it already had that content).
     var release: Int
@@ -220,6 +236,8 @@ struct PublishResult: Codable {
     var release: Int?
     var staged: Bool
     var changed: Bool
+    /// The channel the release went to (or, when staged, would go to).
+    var channel: String
     var manifestURL: String
 }
 

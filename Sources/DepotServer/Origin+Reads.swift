@@ -10,9 +10,16 @@ extension Origin {
         gated ? value.replacingOccurrences(of: "public", with: "private") : value
     }
 
-    func manifest(_ app: String, _ request: HTTPRequest) throws -> HTTPResponse {
+    /// The URL of a channel's manifest: production's is the short one.
+    func manifestURL(_ app: String, channel: String) -> String {
+        publicURL + "/v1/apps/\(app)" + (channel == ReleaseStore.production ? "" : "/channels/\(channel)") + "/manifest"
+    }
+
+    func manifest(_ app: String, channel: String = ReleaseStore.production, _ request: HTTPRequest) throws -> HTTPResponse {
         let gated = try requireDownloadAccess(requireApp(app), request)
-        guard let live = try releases.current(app) else { throw DepotError.notFound("a release of app \(app)") }
+        guard let live = try releases.current(app, channel: channel) else {
+            throw DepotError.notFound(channel == ReleaseStore.production ? "a release of app \(app)" : "channel \(channel) of app \(app)")
+        }
         return Representation(
             source: .bytes(live.envelope), size: Int64(live.envelope.count), etag: live.etag, lastModified: live.manifest.publishedAt,
             contentType: "application/json",
@@ -34,14 +41,16 @@ extension Origin {
 
     func releaseList(_ app: String, _ request: HTTPRequest) throws -> HTTPResponse {
         let gated = try requireDownloadAccess(requireApp(app), request)
-        let live = try releases.current(app)?.version
+        let channels = releases.channels(app)
+        let live = channels[ReleaseStore.production]
         let list = try releases.list(app).map { manifest in
             ReleaseSummary(
                 version: manifest.version, publishedAt: manifest.publishedAt, expiresAt: manifest.expiresAt, packs: manifest.packs.count,
-                live: manifest.version == live, url: publicURL + "/v1/apps/\(app)/releases/\(manifest.version)"
+                live: manifest.version == live, channels: channels.filter { $0.value == manifest.version }.keys.sorted(),
+                url: publicURL + "/v1/apps/\(app)/releases/\(manifest.version)"
             )
         }
-        let body = Array(try StoredJSON.encoder.encode(ReleaseList(app: app, live: live, releases: list))) + [10]
+        let body = Array(try StoredJSON.encoder.encode(ReleaseList(app: app, live: live, channels: channels, releases: list))) + [10]
         return Representation(
             source: .bytes(body), size: Int64(body.count), etag: "\"" + Hex.encode(SHA256Hasher.hash(body).prefix(16)) + "\"",
             lastModified: nil, contentType: "application/json", cacheControl: cacheControl("public, max-age=0, must-revalidate", gated: gated),
@@ -62,9 +71,10 @@ extension Origin {
 
     func infoPlist(_ app: String, _ request: HTTPRequest) throws -> HTTPResponse {
         let gated = try requireDownloadAccess(requireApp(app), request)
-        guard let live = try releases.current(app) else { throw DepotError.notFound("a release of app \(app)") }
+        let channel = try channelParameter(request)
+        guard let live = try releases.current(app, channel: channel) else { throw DepotError.notFound("a release of app \(app) on channel \(channel)") }
         let keys = BackgroundAssetsKeys(
-            manifest: live.manifest, manifestSize: Int64(live.envelope.count), manifestURL: publicURL + "/v1/apps/\(app)/manifest"
+            manifest: live.manifest, manifestSize: Int64(live.envelope.count), manifestURL: manifestURL(app, channel: channel)
         )
         let body = Array(keys.xml.utf8)
         return Representation(
@@ -77,8 +87,31 @@ extension Origin {
 
 struct ReleaseList: Codable {
     var app: String
+    /// Production's release.
     var live: Int?
+    /// Every channel's release.
+    var channels: [String: Int]
     var releases: [ReleaseSummary]
+}
+
+/// `GET …/channels`.
+struct ChannelList: Codable {
+    struct Channel: Codable {
+        var name: String
+        var release: Int
+        var manifestURL: String
+    }
+    var app: String
+    var channels: [Channel]
+}
+
+/// `POST …/channels/{channel}?release=N`.
+struct PromotionResult: Codable {
+    var app: String
+    var channel: String
+    var release: Int
+    var changed: Bool
+    var manifestURL: String
 }
 
 struct ReleaseSummary: Codable {
@@ -86,6 +119,9 @@ struct ReleaseSummary: Codable {
     var publishedAt: Date
     var expiresAt: Date
     var packs: Int
+    /// Whether production serves it.
     var live: Bool
+    /// The channels that serve it.
+    var channels: [String]
     var url: String
 }

@@ -81,6 +81,7 @@ extension Origin {
             guard text.count <= 9, let value = Int(text), value >= 0 else { throw DepotError.badRequest("base must be the live release number") }
             base = value
         }
+        if let channel = metadata["channel"], !Identifier.isValidChannel(channel) { throw DepotError.invalidID("channel") }
         let keys = try apps.packKeys(app)
         let header = PackHeader(keyID: keys.current)
         let now = Date()
@@ -88,7 +89,7 @@ extension Origin {
             id: "", app: app, pack: pack, policy: policy, tags: Array(Set(tags)).sorted(),
             contentType: metadata["contentType"] ?? metadata["filetype"] ?? "application/octet-stream",
             expectedPlaintextSHA256: expected, release: metadata["release"] == "true", base: base, force: metadata["force"] == "true",
-            metadata: rawMetadata, length: length, offset: 0, keyID: header.keyID, salt: Hex.encode(header.salt),
+            channel: metadata["channel"], metadata: rawMetadata, length: length, offset: 0, keyID: header.keyID, salt: Hex.encode(header.salt),
             noncePrefix: Hex.encode(header.noncePrefix), segmentSize: header.segmentSize, sealedSegments: 0, containerLength: 0,
             tail: "", created: now, expires: now.addingTimeInterval(configuration.uploadExpiry), result: nil
         )

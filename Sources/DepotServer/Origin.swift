@@ -142,6 +142,16 @@ final class Origin: HTTPHandler {
             return request.method == "DELETE" ? .respond(try removePack(app, s[4], request)) : try upload(app, s[4], request)
         case ("uploads", 4), ("uploads", 5):
             return try resumable(app, s.count == 5 ? s[4] : nil, request)
+        case ("channels", 4):
+            try allow(request, "GET, HEAD")
+            return .respond(try channelList(app, request))
+        case ("channels", 5):
+            try allow(request, "POST, DELETE")
+            return .respond(request.method == "POST" ? try promote(app, s[4], request) : try removeChannel(app, s[4], request))
+        case ("channels", 6) where s[5] == "manifest":
+            try allow(request, "GET, HEAD")
+            guard Identifier.isValidChannel(s[4]) else { throw DepotError.invalidID("channel") }
+            return .respond(try manifest(app, channel: s[4], request))
         case ("rollback", 4):
             try allow(request, "POST")
             return .respond(try rollback(app, request))

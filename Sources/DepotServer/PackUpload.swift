@@ -17,6 +17,8 @@ struct PackUploadRequest: Sendable {
     var base: Int?
     /// Publish even past the recorded allowances (`?force=true`).
     var force: Bool = false
+    /// The channel a release goes to (`?channel=`).
+    var channel: String = ReleaseStore.production
 }
 
 /// Receives one `PUT …/packs/{pack}` body: encrypts each chunk as it arrives into a file in

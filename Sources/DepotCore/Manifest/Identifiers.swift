@@ -8,6 +8,9 @@ public enum Identifier {
     /// `_` is refused because Background Assets refuses it in asset pack ids.
     public static func isValidPack(_ id: String) -> Bool { isValid(id, maxLength: 64) }
 
+    /// A channel name: the rules of a pack id (`production`, `beta`, `build-2.4`, …).
+    public static func isValidChannel(_ name: String) -> Bool { isValid(name, maxLength: 64) }
+
     private static func isValid(_ id: String, maxLength: Int) -> Bool {
         let utf8 = Array(id.utf8)
         guard (1...maxLength).contains(utf8.count) else { return false }

@@ -34,6 +34,8 @@ public struct DataFolder: Sendable {
     func releases(_ id: String) -> String { app(id) + "/releases" }
     func release(_ id: String, _ version: Int) -> String { releases(id) + "/" + Self.releaseName(version) }
     func currentPointer(_ id: String) -> String { app(id) + "/current" }
+    func head(_ id: String) -> String { app(id) + "/head" }
+    func channels(_ id: String) -> String { app(id) + "/channels" }
     func staging(_ id: String) -> String { app(id) + "/staging.json" }
     func packKeys(_ id: String) -> String { keys + "/" + id + ".json" }
     func blob(_ sha256: String) -> String { blobs + "/" + sha256.prefix(2) + "/" + sha256 }
@@ -79,6 +81,7 @@ public struct DataFolder: Sendable {
         for app in FileSystem.contents(of: apps) {
             removed += FileSystem.removeTemporaryFiles(in: self.app(app))
             removed += FileSystem.removeTemporaryFiles(in: releases(app))
+            removed += FileSystem.removeTemporaryFiles(in: channels(app))
         }
         return removed
     }

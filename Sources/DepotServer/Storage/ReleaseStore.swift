@@ -10,11 +10,17 @@ struct LiveManifest: Sendable {
     let manifest: Manifest
 }
 
-/// Signed releases per app: `releases/NNNNNN.json` (immutable) and `current` (the live number).
+/// Signed releases per app: `releases/NNNNNN.json` (immutable), numbered across the app, and
+/// channels pointing at them: `current` for `production`, `channels/<name>` for the others.
+/// `head` records the highest release number ever made visible.
 ///
-/// Publishing is serialised by one lock; a release becomes live by one atomic rename of
-/// `current`, after its envelope is durable. Live envelopes are cached in memory.
+/// Publishing is serialised by one lock; a release becomes live on a channel by one atomic
+/// rename of its pointer, after its envelope is durable. A channel only moves to a higher
+/// number, so a device that follows one channel never sees its version go down. Live envelopes
+/// are cached in memory.
 public final class ReleaseStore: Sendable {
+    /// The default channel, whose manifest is also served at `/v1/apps/{app}/manifest`.
+    public static let production = "production"
     let folder: DataFolder
     let apps: AppStore
     private let publishLock = Mutex(())
@@ -28,16 +34,39 @@ public final class ReleaseStore: Sendable {
         self.manifestLifetime = manifestLifetime
     }
 
-    /// The live release of an app, or nil before its first release.
-    func current(_ app: String) throws -> LiveManifest? {
-        if let cached = live.withLock({ $0[app] }) { return cached }
-        guard let text = try? FileSystem.readFile(folder.currentPointer(app)),
-              let version = Int(String(decoding: text, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) else {
-            return nil
-        }
+    /// Where a channel's pointer lives.
+    func pointerPath(_ app: String, _ channel: String) -> String {
+        channel == Self.production ? folder.currentPointer(app) : folder.channels(app) + "/" + channel
+    }
+
+    private static func readNumber(_ path: String) -> Int? {
+        guard let text = try? FileSystem.readFile(path, limit: 64) else { return nil }
+        return Int(String(decoding: text, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
+    }
+
+    /// The release a channel serves, or nil before it has one.
+    func current(_ app: String, channel: String = ReleaseStore.production) throws -> LiveManifest? {
+        let key = app + "\u{0}" + channel
+        if let cached = live.withLock({ $0[key] }) { return cached }
+        guard let version = Self.readNumber(pointerPath(app, channel)) else { return nil }
         let loaded = try load(app, version)
-        live.withLock { $0[app] = loaded }
+        live.withLock { $0[key] = loaded }
         return loaded
+    }
+
+    /// The channels of an app and their release numbers.
+    func channels(_ app: String) -> [String: Int] {
+        var out: [String: Int] = [:]
+        if let production = Self.readNumber(folder.currentPointer(app)) { out[Self.production] = production }
+        for name in FileSystem.contents(of: folder.channels(app)) where Identifier.isValidChannel(name) {
+            if let version = Self.readNumber(folder.channels(app) + "/" + name) { out[name] = version }
+        }
+        return out
+    }
+
+    /// The highest release number made visible (on any channel, now or before).
+    func head(_ app: String) -> Int {
+        max(Self.readNumber(folder.head(app)) ?? 0, channels(app).values.max() ?? 0)
     }
 
     private func load(_ app: String, _ version: Int) throws -> LiveManifest {
@@ -48,17 +77,17 @@ public final class ReleaseStore: Sendable {
         return LiveManifest(version: version, envelope: bytes, etag: "\"" + Hex.encode(SHA256Hasher.hash(bytes)) + "\"", manifest: manifest)
     }
 
-    /// An older (or the live) release by number, or nil if there is none. A release exists only
-    /// once `current` has named it: a file above the live number is a publish still in progress.
+    /// A release by number, or nil if there is none. A release exists only once `head` (or a
+    /// channel) has named it: a file above is a publish still in progress.
     func release(_ app: String, _ version: Int) throws -> LiveManifest? {
-        guard let live = try current(app), version <= live.version, FileSystem.exists(folder.release(app, version)) else { return nil }
+        guard version <= head(app), FileSystem.exists(folder.release(app, version)) else { return nil }
         return try load(app, version)
     }
 
     /// Every release of the app, oldest first.
     func list(_ app: String) throws -> [Manifest] {
-        guard let live = try current(app) else { return [] }
-        return try Self.versions(in: folder.releases(app)).filter { $0 <= live.version }.map { try load(app, $0).manifest }
+        let head = head(app)
+        return try Self.versions(in: folder.releases(app)).filter { $0 <= head }.map { try load(app, $0).manifest }
     }
 
     static func versions(in folder: String) -> [Int] {
@@ -75,18 +104,62 @@ public final class ReleaseStore: Sendable {
     func refreshExpiring(now: Date = Date()) throws -> [String] {
         var refreshed: [String] = []
         for app in FileSystem.contents(of: folder.apps) where FileSystem.isDirectory(folder.releases(app)) {
-            guard let live = try current(app) else { continue }
-            // Also re-sign when the signing keys changed (a rotation began or a grace period ended),
-            // so that builds trusting only the new key can read the live manifest at once.
-            let signers = Set((try? Envelope.decode(live.envelope))?.signatures.map(\.keyid) ?? [])
-            let inForce = Set(try apps.signingKeys(now: now).map { ManifestSigningKey.keyID(for: $0.publicKey) })
-            guard live.manifest.expiresAt.timeIntervalSince(now) < manifestLifetime / 3 || signers != inForce else { continue }
-            let version = live.version
-            if try publish(app, change: { packs in try self.current(app)?.version == version ? packs : nil }) != nil {
-                refreshed.append(app)
+            for channel in channels(app).keys.sorted() where try refresh(app, channel: channel, now: now) {
+                refreshed.append(channel == Self.production ? app : app + " (\(channel))")
             }
         }
         return refreshed
+    }
+
+    /// Re-signs one channel's release if it needs it; returns whether it did.
+    @discardableResult
+    func refresh(_ app: String, channel: String, now: Date = Date()) throws -> Bool {
+        guard let live = try current(app, channel: channel) else { return false }
+        // Also re-sign when the signing keys changed (a rotation began or a grace period ended),
+        // so that builds trusting only the new key can read the live manifest at once.
+        let signers = Set((try? Envelope.decode(live.envelope))?.signatures.map(\.keyid) ?? [])
+        let inForce = Set(try apps.signingKeys(now: now).map { ManifestSigningKey.keyID(for: $0.publicKey) })
+        guard live.manifest.expiresAt.timeIntervalSince(now) < manifestLifetime / 3 || signers != inForce else { return false }
+        let version = live.version
+        return try publish(app, channel: channel, change: { packs in
+            try self.current(app, channel: channel)?.version == version ? packs : nil
+        }) != nil
+    }
+
+    /// Points `channel` at an existing release (creating the channel). Channels only move to a
+    /// higher number: going back is a rollback, which publishes a new release. `check` sees
+    /// the release first (the allowance guard). Returns whether the pointer moved.
+    func promote(_ app: String, channel: String, to version: Int, check: ((Manifest, Int64) throws -> Void)?) throws -> Bool {
+        let moved = try publishLock.withLock { _ -> Bool in
+            guard version <= head(app), FileSystem.exists(folder.release(app, version)) else {
+                throw DepotError.notFound("release \(version) of app \(app)")
+            }
+            let now = try current(app, channel: channel)?.version
+            if now == version { return false }
+            if let now, now > version {
+                throw DepotError(409, "channel_backwards", "channel \(channel) serves release \(now); it only moves forward. To go back, roll back (a new release with release \(version)'s packs)")
+            }
+            let release = try load(app, version)
+            try check?(release.manifest, Int64(release.envelope.count))
+            try FileSystem.createDirectory(folder.channels(app))
+            try FileSystem.writeAtomically(Array("\(version)\n".utf8), to: pointerPath(app, channel))
+            live.withLock { $0[app + "\u{0}" + channel] = release }
+            return true
+        }
+        // An old release may be close to expiry, or signed by a retired key.
+        if moved { try refresh(app, channel: channel) }
+        return moved
+    }
+
+    /// Removes a channel other than production; its manifest URL then answers 404.
+    func removeChannel(_ app: String, channel: String) throws {
+        try publishLock.withLock { _ in
+            guard channel != Self.production else { throw DepotError(409, "production_channel", "the production channel cannot be removed") }
+            guard FileSystem.exists(pointerPath(app, channel)) else { throw DepotError.notFound("channel \(channel) of app \(app)") }
+            FileSystem.remove(pointerPath(app, channel))
+            try FileSystem.syncDirectory(folder.channels(app))
+            live.withLock { $0[app + "\u{0}" + channel] = nil }
+        }
     }
 
     /// Removes blobs that nothing needs any more: not in any app's live release, not in a release
@@ -98,8 +171,9 @@ public final class ReleaseStore: Sendable {
         try publishLock.withLock { _ in
             var needed = Set<String>()
             for app in FileSystem.contents(of: folder.apps) where FileSystem.isDirectory(folder.releases(app)) {
-                let live = try current(app)
-                for pack in live?.manifest.packs ?? [] { needed.insert(pack.sha256) }
+                for channel in channels(app).keys {
+                    for pack in try current(app, channel: channel)?.manifest.packs ?? [] { needed.insert(pack.sha256) }
+                }
                 for version in Self.versions(in: folder.releases(app)) {
                     let manifest = try load(app, version).manifest
                     if manifest.publishedAt >= now.addingTimeInterval(-retention) { for pack in manifest.packs { needed.insert(pack.sha256) } }
@@ -123,11 +197,11 @@ public final class ReleaseStore: Sendable {
     }
 
     /// Crash recovery, at start-up: removes release files that a publish wrote but never made
-    /// live (the process died before renaming `current`). Their draft is still there to publish.
+    /// visible (the process died before writing `head`). Their draft is still there to publish.
     func removeUnpublishedReleases() throws {
         for app in FileSystem.contents(of: folder.apps) where FileSystem.isDirectory(folder.releases(app)) {
-            let live = try current(app)?.version ?? 0
-            for version in Self.versions(in: folder.releases(app)) where version > live {
+            let head = head(app)
+            for version in Self.versions(in: folder.releases(app)) where version > head {
                 FileSystem.remove(folder.release(app, version))
             }
             try FileSystem.syncDirectory(folder.releases(app))
@@ -140,12 +214,12 @@ public final class ReleaseStore: Sendable {
         return try StoredJSON.read(Staging.self, from: folder.staging(app))
     }
 
-    /// Changes the staged draft, under the publish lock; returns the live packs it was staged against.
+    /// Changes the staged draft, under the publish lock; returns the packs of `channel` it was staged against.
     @discardableResult
-    func stage(_ app: String, _ change: (inout Staging, [PackEntry]) throws -> Void) throws -> [PackEntry] {
+    func stage(_ app: String, channel: String = ReleaseStore.production, _ change: (inout Staging, [PackEntry]) throws -> Void) throws -> [PackEntry] {
         try publishLock.withLock { _ in
             var staging = try self.staging(app)
-            let live = try current(app)?.manifest.packs ?? []
+            let live = try current(app, channel: channel)?.manifest.packs ?? []
             try change(&staging, live)
             try saveStaging(app, staging)
             return live
@@ -167,11 +241,11 @@ public final class ReleaseStore: Sendable {
     /// `adding` changes the draft first, in the same lock hold: an upload with `?release=true`
     /// is staged and published in one step, or (on a conflict) not staged at all.
     func publishStaged(
-        _ app: String, base: Int?, adding: ((inout Staging, [PackEntry]) throws -> Void)? = nil,
+        _ app: String, channel: String = ReleaseStore.production, base: Int?, adding: ((inout Staging, [PackEntry]) throws -> Void)? = nil,
         check: ((Manifest, Int64) throws -> Void)? = nil
     ) throws -> (release: LiveManifest?, unusedBlobs: [String]) {
         var unused: [String] = []
-        let release = try publish(app, base: base, change: { live in
+        let release = try publish(app, channel: channel, base: base, change: { live in
             var staging = try self.staging(app)
             try adding?(&staging, live)
             guard !staging.isEmpty else { throw DepotError(409, "nothing_staged", "nothing is staged for app \(app)") }
@@ -187,18 +261,20 @@ public final class ReleaseStore: Sendable {
         return (release, unused)
     }
 
-    /// Publishes the next release: `change` edits the live pack list; returns nil if it changed nothing.
-    /// With `base`, the live version must equal it (409 otherwise), checked under the lock.
-    /// `check` sees the signed manifest and its envelope size before anything is written, and
-    /// may refuse it (the allowance guard).
+    /// Publishes the next release on `channel`: `change` edits the channel's pack list (a new
+    /// channel starts from production's); returns nil if it changed nothing. With `base`, the
+    /// channel's version must equal it (409 otherwise), checked under the lock. `check` sees the
+    /// signed manifest and its envelope size before anything is written, and may refuse it (the
+    /// allowance guard).
     func publish(
-        _ app: String, base expected: Int? = nil, change: ([PackEntry]) throws -> [PackEntry]?,
+        _ app: String, channel: String = ReleaseStore.production, base expected: Int? = nil, change: ([PackEntry]) throws -> [PackEntry]?,
         check: ((Manifest, Int64) throws -> Void)? = nil, then: (() throws -> Void)? = nil
     ) throws -> LiveManifest? {
         try publishLock.withLock { _ in
-            let base = try current(app)
-            if let expected, expected != (base?.version ?? 0) {
-                throw DepotError(409, "conflict", "the live release is \(base?.version ?? 0), not \(expected): another publish came first; nothing was published")
+            let channelRelease = try current(app, channel: channel)
+            let base = try channelRelease ?? current(app)
+            if let expected, expected != (channelRelease?.version ?? 0) {
+                throw DepotError(409, "conflict", "channel \(channel) serves release \(channelRelease?.version ?? 0), not \(expected): another publish came first; nothing was published")
             }
             guard let packs = try change(base?.manifest.packs ?? []) else {
                 try then?()
@@ -206,7 +282,7 @@ public final class ReleaseStore: Sendable {
             }
             // Start-up removed any release a crash left unpublished, so the next number is free;
             // the files still count, so that a number is never written twice.
-            let version = max(base?.version ?? 0, Self.versions(in: folder.releases(app)).last ?? 0) + 1
+            let version = max(head(app), Self.versions(in: folder.releases(app)).last ?? 0) + 1
             let now = Date()
             let manifest = Manifest(
                 app: app, version: version, publishedAt: now, expiresAt: now.addingTimeInterval(manifestLifetime), packs: packs
@@ -214,11 +290,15 @@ public final class ReleaseStore: Sendable {
             let envelope = try Envelope.sign(manifest, with: apps.signingKeys()).encoded()
             try check?(manifest, Int64(envelope.count))
             try FileSystem.writeAtomically(envelope, to: folder.release(app, version))
-            try FileSystem.writeAtomically(Array("\(version)\n".utf8), to: folder.currentPointer(app))
+            // `head` first: a crash before the pointer leaves a release that no channel serves
+            // yet, listed and promotable; a crash before `head` leaves a file start-up removes.
+            try FileSystem.writeAtomically(Array("\(version)\n".utf8), to: folder.head(app))
+            if channel != Self.production { try FileSystem.createDirectory(folder.channels(app)) }
+            try FileSystem.writeAtomically(Array("\(version)\n".utf8), to: pointerPath(app, channel))
             let published = LiveManifest(
                 version: version, envelope: envelope, etag: "\"" + Hex.encode(SHA256Hasher.hash(envelope)) + "\"", manifest: manifest
             )
-            live.withLock { $0[app] = published }
+            live.withLock { $0[app + "\u{0}" + channel] = published }
             try then?()
             return published
         }

@@ -21,6 +21,8 @@ struct ResumableState: Codable, Sendable {
     var release: Bool
     var base: Int?
     var force: Bool
+    /// The channel a release goes to; nil for production.
+    var channel: String?
     /// The raw `Upload-Metadata`, echoed by HEAD.
     var metadata: String?
     /// Plaintext bytes announced (`Upload-Length`) and received so far (`Upload-Offset`).
@@ -47,7 +49,7 @@ struct ResumableState: Codable, Sendable {
     var request: PackUploadRequest {
         PackUploadRequest(
             app: app, pack: pack, policy: policy, tags: tags, contentType: contentType, expectedPlaintextSHA256: expectedPlaintextSHA256,
-            declaredLength: length, release: release, base: base, force: force
+            declaredLength: length, release: release, base: base, force: force, channel: channel ?? ReleaseStore.production
         )
     }
 }
