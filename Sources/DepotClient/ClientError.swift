@@ -2,7 +2,7 @@
 public struct ClientError: Error, Hashable, Sendable, CustomStringConvertible {
     /// The kinds of failure, for callers that branch on them.
     public enum Kind: Hashable, Sendable {
-        case http, transport, manifest, rollback, expired, wrongApp, integrity, install, state
+        case http, transport, manifest, rollback, expired, wrongApp, integrity, install, state, cancelled, tooLarge, noSpace
     }
     /// What failed.
     public let kind: Kind
@@ -26,4 +26,6 @@ public struct ClientError: Error, Hashable, Sendable, CustomStringConvertible {
     static func integrity(_ pack: String, _ why: String) -> ClientError { ClientError(.integrity, "pack \(pack) refused: \(why)") }
     static func install(_ pack: String, _ error: any Error) -> ClientError { ClientError(.install, "pack \(pack) not installed: \(error)") }
     static func state(_ why: String) -> ClientError { ClientError(.state, "install state: \(why)") }
+    static let cancelled = ClientError(.cancelled, "cancelled")
+    static func tooLarge(_ url: String, _ limit: Int64) -> ClientError { ClientError(.tooLarge, "the response from \(url) is larger than \(limit) bytes") }
 }

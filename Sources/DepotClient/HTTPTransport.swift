@@ -57,12 +57,14 @@ public struct HTTPTransport: Sendable {
         return Response(status: response.statusCode, headers: Self.headers(response), body: body)
     }
 
-    /// Sends a request without a body (POST, DELETE) and returns the answer.
-    public func send(method: String, to url: URL, headers: [String: String] = [:]) async throws -> Response {
+    /// Sends a request with a small body or none (POST, DELETE, a tus PATCH) and returns the answer.
+    public func send(method: String, to url: URL, headers: [String: String] = [:], body: Data? = nil) async throws -> Response {
         var request = URLRequest(url: url)
         request.httpMethod = method
         for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
-        let (data, response) = try await perform(url) { try await session.data(for: request) }
+        let (data, response) = try await perform(url) {
+            if let body { try await session.upload(for: request, from: body) } else { try await session.data(for: request) }
+        }
         return Response(status: response.statusCode, headers: Self.headers(response), body: Array(data))
     }
 

@@ -272,8 +272,14 @@ struct UploadStatus: Codable {
 }
 
 /// One PATCH body: appended to the container through a resumed encryptor; committed (state
-/// saved) at its end or when the connection drops, discarded on a checksum mismatch.
+/// saved) every 32 MiB, at its end and when the connection drops; discarded on a checksum
+/// mismatch (a PATCH with `Upload-Checksum` commits only at its end, once verified).
+///
+/// The periodic commits bound what a vanished client costs: libmicrohttpd (0.9.75, epoll)
+/// may notice a peer that left in the middle of a large body only at the connection timeout,
+/// and until then the upload stays busy (409) while HEAD already reports the last commit.
 final class ResumablePatch: HTTPBodyReceiver {
+    static let commitInterval: Int64 = 32 << 20
     private var state: ResumableState
     private let origin: Origin
     private let file: FileDescriptor
@@ -311,6 +317,7 @@ final class ResumablePatch: HTTPBodyReceiver {
         checksum?.0.update(chunk)
         do {
             try encryptor.update(chunk)
+            if checksum == nil && received >= Self.commitInterval { try commit() }
         } catch {
             return end(DepotError.storage(error).response)
         }

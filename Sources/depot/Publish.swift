@@ -6,7 +6,13 @@ import Foundation
 struct Publish: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Upload a file as a pack; the origin encrypts it on the way in.",
-        discussion: "The file's SHA-256 is sent along and checked by the origin after encryption, end to end."
+        discussion: """
+            The upload is resumable (tus 1.0): a dropped connection is picked up where it stopped, and a run \
+            that was interrupted (Ctrl-C, a crash, a lost network) continues when the same command runs again, \
+            for as long as the origin keeps the upload (24 hours by default). The file's SHA-256 is sent along \
+            and checked by the origin after encryption, end to end. Progress goes to stderr: a bar on a \
+            terminal, a line per tenth otherwise.
+            """
     )
 
     @Argument(help: "The file to publish.") var file: String
@@ -15,41 +21,77 @@ struct Publish: AsyncParsableCommand {
     @OptionGroup var token: TokenOption
     @Option(help: "essential, prefetch or onDemand.") var policy: String = "prefetch"
     @Option(help: "A tag (repeatable).") var tag: [String] = []
-    @Option(name: .customLong("content-type"), help: "The plaintext's media type.") var contentType: String = "application/octet-stream"
+    @Option(name: .customLong("content-type"), help: "The plaintext's media type; application/zip packs are installed unpacked.")
+    var contentType: String = "application/octet-stream"
     @Flag(help: "Publish the staged changes at once as the next release; without it the upload is only staged (see `depot release`).")
     var release = false
-    @Option(help: "With --release: the live release you expect; another publish first makes this one fail with 409.") var base: Int?
+    @Option(help: "With --release: the release you expect the channel to serve; another publish first makes this one fail with 409.") var base: Int?
     @Flag(help: "With --release: publish even if the release exceeds the allowances recorded for shipped builds.") var force = false
+    @OptionGroup var channel: ChannelOption
+    @Flag(help: "Print no progress.") var quiet = false
 
     func validate() throws {
         guard Identifier.isValidPack(pack) else { throw ValidationError("invalid pack id \"\(pack)\": 1–64 of A-Z a-z 0-9 . -, no '_'") }
         guard Identifier.isValidApp(origin.app) else { throw ValidationError("invalid app id \"\(origin.app)\"") }
         guard PackEntry.Policy(rawValue: policy) != nil else { throw ValidationError("--policy must be essential, prefetch or onDemand") }
+        guard tag.allSatisfy({ !$0.contains(",") && !$0.isEmpty }) else { throw ValidationError("a --tag is not empty and has no comma") }
     }
 
     func run() async throws {
-        let authorization = try token.headers()
+        guard let bearer = try token.headers()["Authorization"]?.dropFirst("Bearer ".count) else { throw CLIError("no token") }
         guard FileSystem.exists(file), !FileSystem.isDirectory(file) else { throw CLIError("\(file): no such file") }
         let digest = try SHA256Hasher.hexDigest(ofFile: file)
-        let query = [URLQueryItem(name: "policy", value: policy)] + tag.map { URLQueryItem(name: "tag", value: $0) }
-            + (release ? [URLQueryItem(name: "release", value: "true")] : []) + (base.map { [URLQueryItem(name: "base", value: String($0))] } ?? [])
-            + (force ? [URLQueryItem(name: "force", value: "true")] : [])
-        let response = try await HTTPTransport(timeout: 3600).upload(
-            file: file, to: origin.endpoint("packs/\(pack)", query),
-            headers: authorization.merging(["X-Depot-SHA256": digest, "Content-Type": contentType]) { $1 }
-        )
-        guard (200..<300).contains(response.status) else {
-            throw CLIError("publish failed: HTTP \(response.status): \(Self.message(response.body))")
+        var options = ResumableUploader.Options(pack: pack)
+        options.policy = policy
+        options.tags = tag
+        options.contentType = contentType
+        options.release = release
+        options.base = base
+        options.force = force
+        options.channel = channel.channel == "production" ? nil : channel.channel
+
+        // Where an interrupted run left its upload URL, keyed by everything that defines the upload.
+        let key = Hex.encode(SHA256Hasher.hash(Array("\(origin.server)\n\(origin.app)\n\(pack)\n\(digest)\n\(options.metadata)".utf8)).prefix(16))
+        let record = Self.cacheFolder + "/" + key
+        let resume = (try? FileSystem.readFile(record, limit: 4096)).flatMap { URL(string: String(decoding: $0, as: UTF8.self)) }
+        if resume != nil && !quiet { FileHandle.standardError.write(Data("resuming the upload of \(pack) left by an earlier run\n".utf8)) }
+
+        let progress = ProgressReporter(label: "uploading \(pack)")
+        let quiet = quiet
+        let body: [UInt8]
+        do {
+            body = try await ResumableUploader(server: origin.url, app: origin.app, token: String(bearer)).upload(
+                file: file, sha256: digest, options: options, resume: resume,
+                created: { url in
+                    try? FileSystem.createDirectory(Self.cacheFolder, mode: 0o700)
+                    try? FileSystem.writeAtomically(Array(url.absoluteString.utf8), to: record, mode: 0o600)
+                },
+                progress: { done, total in if !quiet { progress.update(done, of: total) } }
+            )
+            progress.finish()
+        } catch {
+            progress.finish()
+            if let error = error as? ClientError, error.kind != .transport, error.kind != .cancelled { FileSystem.remove(record) }
+            throw CLIError("publish failed: \(error)")
         }
-        let result = try JSONDecoder().decode(Result.self, from: Data(response.body))
+        FileSystem.remove(record)
+        struct Status: Decodable { var result: Result }
+        let result = try JSONDecoder().decode(Status.self, from: Data(body)).result
         let pack = result.pack
+        let on = result.channel.map { $0 == "production" ? "" : " on channel \($0)" } ?? ""
         if result.staged {
             print("staged \(pack?.id ?? self.pack) (\(pack?.size ?? 0) bytes) for the next release of \(result.app); publish it with `depot release`")
         } else if result.changed, let pack, let release = result.release {
-            print("published \(pack.id) revision \(pack.revision) (\(pack.size) bytes, sha256 \(pack.sha256)) in release \(release) of \(result.app)")
+            print("published \(pack.id) revision \(pack.revision) (\(pack.size) bytes, sha256 \(pack.sha256)) in release \(release) of \(result.app)\(on)")
         } else {
-            print("unchanged: \(self.pack) already has this content in release \(result.release ?? 0) of \(result.app)")
+            print("unchanged: \(self.pack) already has this content in release \(result.release ?? 0) of \(result.app)\(on)")
         }
+    }
+
+    /// `$XDG_CACHE_HOME/assetdepot/uploads` (or `~/.cache/…`): upload URLs of interrupted runs.
+    static var cacheFolder: String {
+        let base = Environment.string("XDG_CACHE_HOME") ?? (NSHomeDirectory() + "/.cache")
+        return base + "/assetdepot/uploads"
     }
 
     struct Result: Decodable {
@@ -58,11 +100,8 @@ struct Publish: AsyncParsableCommand {
         var release: Int?
         var staged: Bool
         var changed: Bool
+        var channel: String?
     }
 
-    static func message(_ body: [UInt8]) -> String {
-        struct Body: Decodable { struct E: Decodable { var code: String; var message: String }; var error: E }
-        if let body = try? JSONDecoder().decode(Body.self, from: Data(body)) { return "\(body.error.code): \(body.error.message)" }
-        return String(decoding: body.prefix(300), as: UTF8.self)
-    }
+    static func message(_ body: [UInt8]) -> String { ResumableUploader.message(body) }
 }

@@ -3,13 +3,13 @@ import DepotClient
 import Foundation
 
 struct Releases: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "List an app's releases, marking the live one.")
+    static let configuration = CommandConfiguration(abstract: "List an app's releases and the channels that serve them.")
 
     @OptionGroup var origin: ServerOptions
     @OptionGroup var credentials: CredentialsOption
 
     struct List: Decodable {
-        struct Release: Decodable { var version: Int; var publishedAt: String; var packs: Int; var live: Bool }
+        struct Release: Decodable { var version: Int; var publishedAt: String; var packs: Int; var channels: [String]? }
         var releases: [Release]
     }
 
@@ -17,7 +17,8 @@ struct Releases: AsyncParsableCommand {
         let response = try await HTTPTransport().get(origin.endpoint("releases"), headers: credentials.headers)
         guard response.status == 200 else { throw CLIError("releases failed: HTTP \(response.status): \(Publish.message(response.body))") }
         for release in try JSONDecoder().decode(List.self, from: Data(response.body)).releases {
-            print("\(release.version)\t\(release.publishedAt)\t\(release.packs) packs\(release.live ? "\tlive" : "")")
+            let channels = release.channels ?? []
+            print("\(release.version)\t\(release.publishedAt)\t\(release.packs) packs\(channels.isEmpty ? "" : "\t" + channels.joined(separator: ", "))")
         }
     }
 }
@@ -31,6 +32,7 @@ struct Rollback: AsyncParsableCommand {
     @OptionGroup var origin: ServerOptions
     @OptionGroup var token: TokenOption
     @Option(help: "The release whose content to restore.") var to: Int
+    @OptionGroup var channel: ChannelOption
     @Flag(help: "Roll back even if the result exceeds the allowances recorded for shipped builds.") var force = false
 
     func validate() throws {
@@ -40,7 +42,7 @@ struct Rollback: AsyncParsableCommand {
     struct Result: Decodable { var release: Int; var rolledBackTo: Int; var changed: Bool; var removed: [String] }
 
     func run() async throws {
-        let query = [URLQueryItem(name: "to", value: String(to))] + (force ? [URLQueryItem(name: "force", value: "true")] : [])
+        let query = [URLQueryItem(name: "to", value: String(to))] + (force ? [URLQueryItem(name: "force", value: "true")] : []) + channel.query
         let response = try await HTTPTransport().send(method: "POST", to: origin.endpoint("rollback", query), headers: try token.headers())
         guard (200..<300).contains(response.status) else { throw CLIError("rollback failed: HTTP \(response.status): \(Publish.message(response.body))") }
         let result = try JSONDecoder().decode(Result.self, from: Data(response.body))
@@ -57,16 +59,19 @@ struct Release: AsyncParsableCommand {
 
     @OptionGroup var origin: ServerOptions
     @OptionGroup var token: TokenOption
-    @Option(help: "The live release you expect.") var base: Int?
+    @Option(help: "The release you expect the channel to serve now.") var base: Int?
+    @OptionGroup var channel: ChannelOption
     @Flag(help: "Publish even if the release exceeds the allowances recorded for shipped builds.") var force = false
 
     struct Result: Decodable { var release: Int?; var changed: Bool }
 
     func run() async throws {
         let query = (base.map { [URLQueryItem(name: "base", value: String($0))] } ?? []) + (force ? [URLQueryItem(name: "force", value: "true")] : [])
+            + channel.query
         let response = try await HTTPTransport().send(method: "POST", to: origin.endpoint("releases", query), headers: try token.headers())
         guard (200..<300).contains(response.status) else { throw CLIError("release failed: HTTP \(response.status): \(Publish.message(response.body))") }
         let result = try JSONDecoder().decode(Result.self, from: Data(response.body))
-        print(result.changed ? "published release \(result.release ?? 0) of \(origin.app)" : "nothing changed: release \(result.release ?? 0) of \(origin.app) stays live")
+        let on = channel.channel == "production" ? "" : " on channel \(channel.channel)"
+        print(result.changed ? "published release \(result.release ?? 0) of \(origin.app)\(on)" : "nothing changed: release \(result.release ?? 0) of \(origin.app) stays live\(on)")
     }
 }

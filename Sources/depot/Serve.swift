@@ -54,6 +54,9 @@ struct Serve: ParsableCommand {
     @Option(name: .customLong("refresh-interval"), help: "Seconds between checks for live manifests to re-sign: near expiry, or after a signing key rotation (env DEPOT_REFRESH_INTERVAL).")
     var refreshInterval: Int = Environment.int("DEPOT_REFRESH_INTERVAL", 3600)
 
+    @Option(name: .customLong("upload-expiry-hours"), help: "Hours a resumable upload may sit untouched before it is removed (env DEPOT_UPLOAD_EXPIRY_HOURS).")
+    var uploadExpiryHours: Int = Environment.int("DEPOT_UPLOAD_EXPIRY_HOURS", 24)
+
     @Option(name: .customLong("drain-timeout"), help: "Seconds that requests in flight may take to finish after SIGTERM (env DEPOT_DRAIN_TIMEOUT).")
     var drainTimeout: Int = Environment.int("DEPOT_DRAIN_TIMEOUT", 30)
 
@@ -66,7 +69,7 @@ struct Serve: ParsableCommand {
         guard connectionLimit >= 1, perIPLimit >= 0, timeout >= 1, connectionMemory >= 4096 else {
             throw ValidationError("--connection-limit and --timeout must be at least 1, --connection-memory at least 4096")
         }
-        guard manifestMaxAge >= 0, manifestLifetimeDays >= 1, drainTimeout >= 0, maxPackSize >= 0, refreshInterval >= 1 else {
+        guard manifestMaxAge >= 0, manifestLifetimeDays >= 1, drainTimeout >= 0, maxPackSize >= 0, refreshInterval >= 1, uploadExpiryHours >= 1 else {
             throw ValidationError("sizes and durations must not be negative")
         }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical") }
@@ -100,6 +103,7 @@ struct Serve: ParsableCommand {
             http: http, logger: Logger(label: "assetdepot")
         )
         configuration.refreshInterval = TimeInterval(refreshInterval)
+        configuration.uploadExpiry = TimeInterval(uploadExpiryHours) * 3600
         let server = try DepotServer(configuration: configuration)
         print("AssetDepot listening on \(host.contains(":") ? "[\(host)]" : host):\(server.port), data \(data.data), public URL \(server.publicURL)")
         if let bootstrap { print(bootstrap.instructions(server: server.publicURL, dataPath: data.data)) }

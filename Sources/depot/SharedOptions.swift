@@ -1,4 +1,5 @@
 import ArgumentParser
+import DepotCore
 import Foundation
 
 /// `--server` and `--app`, for every command that talks to an origin.
@@ -20,6 +21,18 @@ struct ServerOptions: ParsableArguments {
         components.queryItems = query.isEmpty ? nil : query
         return components.url!
     }
+}
+
+/// `--channel`, for commands that publish to or read one channel.
+struct ChannelOption: ParsableArguments {
+    @Option(help: "The channel (default: production, whose manifest is /v1/apps/APP/manifest).") var channel: String = "production"
+
+    func validate() throws {
+        guard Identifier.isValidChannel(channel) else { throw ValidationError("invalid channel \"\(channel)\": 1–64 of A-Z a-z 0-9 . -") }
+    }
+
+    /// `channel=NAME`, or nothing for production.
+    var query: [URLQueryItem] { channel == "production" ? [] : [URLQueryItem(name: "channel", value: channel)] }
 }
 
 /// `--token`, defaulting to `$DEPOT_TOKEN`, for commands that publish.

@@ -157,7 +157,7 @@ struct CommandLineTourTests {
         let releases = try Processes.run(depot, ["releases", "--server", url, "--app", "com.example.dev"])
         let versions: [String] = releases.stdout.split(separator: "\n").map { line in String(line.prefix { $0 != "\t" }) }
         #expect(versions == ["1", "2", "3"])
-        #expect(releases.stdout.split(separator: "\n").last?.hasSuffix("live") == true)
+        #expect(releases.stdout.split(separator: "\n").last?.hasSuffix("production") == true)
 
         let page = try RawHTTP.send(port: UInt16(port)!, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first
         #expect(page?.status == 200)
