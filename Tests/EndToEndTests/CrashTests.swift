@@ -37,7 +37,20 @@ struct CrashTests {
                         "the draft's \(id) references a missing or partial blob")
             }
         }
-        #expect(FileSystem.contents(of: data + "/uploads").isEmpty)
+        // Only resumable uploads survive a restart, each cut back to what its state records.
+        struct UploadState: Decodable { var offset: Int64; var length: Int64; var containerLength: Int64; var result: String? }
+        for name in FileSystem.contents(of: data + "/uploads") {
+            #expect(name.hasSuffix(".tus"), "stray upload file \(name)")
+            let folder = data + "/uploads/" + name
+            let state = try JSONDecoder().decode(UploadState.self, from: Data(FileSystem.readFile(folder + "/state.json")))
+            #expect(state.offset <= state.length)
+            if state.result == nil {
+                #expect(Set(FileSystem.contents(of: folder)) == ["state.json", "container"])
+                #expect(FileSystem.fileSize(folder + "/container") == state.containerLength, "\(name): container not cut back")
+            } else {
+                #expect(FileSystem.contents(of: folder) == ["state.json"])
+            }
+        }
         for folder in [data, data + "/apps/\(app)", releases, data + "/keys"] + FileSystem.contents(of: data + "/blobs").map({ data + "/blobs/" + $0 }) {
             #expect(!FileSystem.contents(of: folder).contains { $0.hasPrefix(".tmp-") }, "temporary file left in \(folder)")
         }
@@ -61,6 +74,29 @@ struct CrashTests {
             let port = UInt16(server.port)!
             let stop = Atomic<Bool>(false)
             let done = DispatchGroup()
+            // A third client keeps making resumable uploads, in a few PATCHes each.
+            done.enter()
+            Thread.detachNewThread {
+                defer { done.leave() }
+                var n = 0
+                while !stop.load(ordering: .relaxed) && n < 30 {
+                    n += 1
+                    let length = Int.random(in: 1...(3 << 20))
+                    let create = "POST /v1/apps/\(app)/uploads HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\nTus-Resumable: 1.0.0\r\n"
+                        + "Upload-Length: \(length)\r\nUpload-Metadata: pack dHVz,release dHJ1ZQ==\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    guard let created = try? RawHTTP.parse(RawHTTP.exchange(port: port, Array(create.utf8), timeout: 5)).first,
+                          let location = created.header("Location") else { continue }
+                    var offset = 0
+                    while offset < length && !stop.load(ordering: .relaxed) {
+                        let size = min(length - offset, Int.random(in: 1...(1 << 20)))
+                        let patch = "PATCH \(location) HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\nTus-Resumable: 1.0.0\r\nUpload-Offset: \(offset)\r\n"
+                            + "Content-Type: application/offset+octet-stream\r\nContent-Length: \(size)\r\nConnection: close\r\n\r\n"
+                        guard let response = try? RawHTTP.parse(RawHTTP.exchange(port: port, Array(patch.utf8) + [UInt8](repeating: UInt8(n), count: size), timeout: 5)).first,
+                              response.status == 204 else { break }
+                        offset += size
+                    }
+                }
+            }
             // Two clients keep uploading (some staged, some released) and releasing.
             for client in 0..<2 {
                 done.enter()
@@ -92,6 +128,10 @@ struct CrashTests {
             releasesSeen = try Self.checkInvariants(data: data, app: app, keys: keys, verified: &verified)
         }
         #expect(releasesSeen > 0, "the rounds must have published something")
+        let releasedByTus = try FileSystem.contents(of: data + "/apps/\(app)/releases").contains { name in
+            try Envelope.decode(FileSystem.readFile(data + "/apps/\(app)/releases/" + name)).verifiedManifest(trusting: keys)[pack: "tus"] != nil
+        }
+        #expect(releasedByTus, "resumable uploads must have completed and been released in some rounds")
         // The server still works after all that.
         let response = try RawHTTP.send(port: UInt16(server.port)!, "GET /v1/apps/\(app)/manifest HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first
         #expect(response?.status == 200)
