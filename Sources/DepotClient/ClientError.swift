@@ -27,5 +27,11 @@ public struct ClientError: Error, Hashable, Sendable, CustomStringConvertible {
     static func install(_ pack: String, _ error: any Error) -> ClientError { ClientError(.install, "pack \(pack) not installed: \(error)") }
     static func state(_ why: String) -> ClientError { ClientError(.state, "install state: \(why)") }
     static let cancelled = ClientError(.cancelled, "cancelled")
+    static func noSpace(_ destination: String) -> ClientError {
+        ClientError(.noSpace, "no space left on the device of \(destination); nothing installed was changed")
+    }
+    static func sizeMismatch(_ pack: String, expected: Int64, got: Int64) -> ClientError {
+        ClientError(.integrity, "pack \(pack) refused: the manifest says \(expected) bytes, the server sent \(got)")
+    }
     static func tooLarge(_ url: String, _ limit: Int64) -> ClientError { ClientError(.tooLarge, "the response from \(url) is larger than \(limit) bytes") }
 }

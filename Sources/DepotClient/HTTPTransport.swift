@@ -5,7 +5,9 @@ import Synchronization
 import FoundationNetworking
 #endif
 
-/// The HTTP calls the client makes, over URLSession (libcurl on Linux, the system on Apple platforms).
+/// The HTTP calls the client makes: over ``HTTPConnection`` for `http://` (fast, and what the
+/// tests and a LAN origin use), over URLSession for `https://` (libcurl on Linux, the system on
+/// Apple platforms).
 ///
 /// Downloads go straight to a file, and uploads stream from one, so memory stays flat
 /// whatever the pack size.
@@ -22,8 +24,10 @@ public struct HTTPTransport: Sendable {
 
     private let session: URLSession
     private let decliner = ChallengeDecliner()
+    private let timeout: TimeInterval
 
     public init(timeout: TimeInterval = 60) {
+        self.timeout = timeout
         let configuration = URLSessionConfiguration.ephemeral
         configuration.timeoutIntervalForRequest = timeout
         configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
@@ -33,6 +37,7 @@ public struct HTTPTransport: Sendable {
 
     /// GETs a small resource, refusing a body over `limit` bytes.
     public func get(_ url: URL, headers: [String: String] = [:], limit: Int = 8 << 20) async throws -> Response {
+        if url.scheme == "http" { return try await plain("GET", url, headers: headers, limit: limit) }
         var request = URLRequest(url: url)
         for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
         let (data, response) = try await perform(url) { try await session.data(for: request) }
@@ -41,8 +46,10 @@ public struct HTTPTransport: Sendable {
     }
 
     /// Downloads `url` into a new file at `path`; returns the status and headers.
-    public func download(_ url: URL, to path: String) async throws -> Response {
-        let (location, response) = try await perform(url) { try await session.download(for: URLRequest(url: url)) }
+    public func download(_ url: URL, to path: String, headers: [String: String] = [:]) async throws -> Response {
+        var request = URLRequest(url: url)
+        for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
+        let (location, response) = try await perform(url) { try await session.download(for: request) }
         defer { try? FileManager.default.removeItem(at: location) }
         if (200..<300).contains(response.statusCode) {
             FileSystem.remove(path)
@@ -59,6 +66,7 @@ public struct HTTPTransport: Sendable {
 
     /// Sends a request with a small body or none (POST, DELETE, a tus PATCH) and returns the answer.
     public func send(method: String, to url: URL, headers: [String: String] = [:], body: Data? = nil) async throws -> Response {
+        if url.scheme == "http" { return try await plain(method, url, headers: headers, body: body.map { Array($0) }, limit: 8 << 20) }
         var request = URLRequest(url: url)
         request.httpMethod = method
         for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
@@ -77,6 +85,22 @@ public struct HTTPTransport: Sendable {
             try await session.upload(for: request, fromFile: URL(fileURLWithPath: file))
         }
         return Response(status: response.statusCode, headers: Self.headers(response), body: Array(data))
+    }
+
+    /// One exchange over ``HTTPConnection``, the response body in memory (at most `limit` bytes).
+    private func plain(_ method: String, _ url: URL, headers: [String: String], body: [UInt8]? = nil, limit: Int) async throws -> Response {
+        let connection = try HTTPConnection(url: url, timeout: timeout)
+        return try await HTTPConnection.run(cancelling: connection) {
+            defer { connection.close() }
+            var fields = headers.map { ($0.key, $0.value) }
+            if let body { fields.append(("Content-Length", String(body.count))) }
+            try connection.sendHead(method: method, headers: fields)
+            if let body, !body.isEmpty { try connection.sendBytes(body) }
+            let head = try connection.readHead()
+            var received: [UInt8] = []
+            try connection.readBody(head, method: method, limit: Int64(limit)) { received += $0 }
+            return Response(status: head.status, headers: Dictionary(head.headers.map { ($0.name, $0.value) }) { $1 }, body: received)
+        }
     }
 
     private func perform<T>(_ url: URL, _ body: () async throws -> (T, URLResponse)) async throws -> (T, HTTPURLResponse) {

@@ -11,26 +11,68 @@ public struct InstalledState: Codable, Hashable, Sendable {
         public var plaintextSHA256: String
         public var installSize: Int64
         public var installedAt: Date
+        /// A zip pack installed as a folder of its entries.
+        public var unpacked: Bool
 
-        public init(revision: Int, sha256: String, plaintextSHA256: String, installSize: Int64, installedAt: Date) {
+        public init(revision: Int, sha256: String, plaintextSHA256: String, installSize: Int64, installedAt: Date, unpacked: Bool = false) {
             self.revision = revision
             self.sha256 = sha256
             self.plaintextSHA256 = plaintextSHA256
             self.installSize = installSize
             self.installedAt = installedAt
+            self.unpacked = unpacked
+        }
+
+        public init(from decoder: any Decoder) throws {
+            let c = try decoder.container(keyedBy: CodingKeys.self)
+            revision = try c.decode(Int.self, forKey: .revision)
+            sha256 = try c.decode(String.self, forKey: .sha256)
+            plaintextSHA256 = try c.decode(String.self, forKey: .plaintextSHA256)
+            installSize = try c.decode(Int64.self, forKey: .installSize)
+            installedAt = try c.decode(Date.self, forKey: .installedAt)
+            unpacked = try c.decodeIfPresent(Bool.self, forKey: .unpacked) ?? false
         }
     }
 
     /// The app.
     public var app: String
-    /// The highest manifest version accepted (the rollback floor).
+    /// The highest manifest version accepted from the production channel.
     public var manifestVersion: Int
+    /// The highest version accepted per other channel (the rollback floors).
+    public var channelFloors: [String: Int]
+    /// The ETag of the last manifest accepted per channel, for `If-None-Match`.
+    public var manifestETags: [String: String]
     /// Installed packs by id; each lives at `DEST/packs/<id>`.
     public var packs: [String: Pack]
 
     public init(app: String, manifestVersion: Int = 0, packs: [String: Pack] = [:]) {
         self.app = app
         self.manifestVersion = manifestVersion
+        self.channelFloors = [:]
+        self.manifestETags = [:]
         self.packs = packs
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        app = try c.decode(String.self, forKey: .app)
+        manifestVersion = try c.decode(Int.self, forKey: .manifestVersion)
+        channelFloors = try c.decodeIfPresent([String: Int].self, forKey: .channelFloors) ?? [:]
+        manifestETags = try c.decodeIfPresent([String: String].self, forKey: .manifestETags) ?? [:]
+        packs = try c.decode([String: Pack].self, forKey: .packs)
+    }
+
+    /// The highest version accepted on a channel: nothing lower is accepted again.
+    public func floor(channel: String) -> Int {
+        channel == ManifestSource.production ? manifestVersion : channelFloors[channel] ?? 0
+    }
+
+    /// Raises a channel's floor (never lowers it).
+    public mutating func raiseFloor(channel: String, to version: Int) {
+        if channel == ManifestSource.production {
+            manifestVersion = max(manifestVersion, version)
+        } else {
+            channelFloors[channel] = max(channelFloors[channel] ?? 0, version)
+        }
     }
 }

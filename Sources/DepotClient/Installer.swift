@@ -1,36 +1,107 @@
 import DepotCore
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 
-/// Checks a downloaded container against its manifest entry, decrypts it and moves the
-/// plaintext into place atomically; the previous revision stays until the new one is complete.
+/// Checks a downloaded container against its manifest entry, decrypts it (and unpacks it, for
+/// a zip) beside the installed copy, then switches the two in one atomic step: the previous
+/// revision stays whole until the new one is complete, and a failure at any step — a tampered
+/// pack, a full disk — leaves it untouched.
 public struct Installer: Sendable {
     /// The key ring injected into the app.
     public let keyRing: KeyRing
 
     public init(keyRing: KeyRing) { self.keyRing = keyRing }
 
-    /// Verifies size and SHA-256 of `file`, then decrypts it to `destination`.
-    public func install(_ entry: PackEntry, from file: String, to destination: String) throws {
+    /// Verifies `file` (size, then SHA-256 unless `verifiedSHA256` already has it) and installs
+    /// its plaintext at `destination`: a file, or a folder of the archive's entries when the
+    /// pack is `application/zip`. Returns whether it was unpacked.
+    @discardableResult
+    public func install(_ entry: PackEntry, from file: String, to destination: String, verifiedSHA256: String? = nil) throws -> Bool {
         guard let size = FileSystem.fileSize(file), size == entry.size else {
-            throw ClientError.integrity(entry.id, "expected \(entry.size) bytes, received \(FileSystem.fileSize(file) ?? 0)")
+            throw ClientError.sizeMismatch(entry.id, expected: entry.size, got: FileSystem.fileSize(file) ?? 0)
         }
         let digest: String
-        do {
-            digest = try SHA256Hasher.hexDigest(ofFile: file)
-        } catch {
-            throw ClientError.install(entry.id, error)
+        if let verifiedSHA256 {
+            digest = verifiedSHA256
+        } else {
+            do {
+                digest = try SHA256Hasher.hexDigest(ofFile: file)
+            } catch {
+                throw ClientError.install(entry.id, error)
+            }
         }
         guard digest == entry.sha256 else { throw ClientError.integrity(entry.id, "SHA-256 is \(digest), the manifest says \(entry.sha256)") }
-        let summary: PackSummary
+
+        let folder = FileSystem.directory(of: destination)
+        let staged = folder + "/.tmp-" + FileSystem.lastComponent(of: destination) + "-" + Hex.encode(SecureRandom.bytes(6))
+        let unpack = ZipPack.isZip(contentType: entry.contentType)
+        let plaintext = unpack ? file + ".plain" : staged
+        defer {
+            if unpack { FileSystem.remove(plaintext) }
+            Self.removeTree(staged)
+        }
         do {
-            summary = try PackDecryptor.decrypt(file: file, to: destination, keyRing: keyRing, expectedSize: entry.size)
+            let summary = try PackDecryptor.decrypt(file: file, to: plaintext, keyRing: keyRing, expectedSize: entry.size)
+            guard summary.plaintextSHA256 == entry.plaintextSHA256 else {
+                throw ClientError.integrity(entry.id, "decrypted content does not match the manifest's plaintext SHA-256")
+            }
+            if unpack {
+                try ZipPack.extract(plaintext, into: staged)
+                try FileSystem.syncDirectory(staged)
+            }
+            try Self.switchInto(destination, from: staged)
         } catch let error as PackError {
             throw ClientError.integrity(entry.id, error.description)
+        } catch let error as ZipPackError {
+            if error == .noSpace { throw ClientError.noSpace(folder) }
+            throw ClientError.integrity(entry.id, error.description)
+        } catch let error as SystemError where error.isNoSpace {
+            throw ClientError.noSpace(folder)
+        } catch let error as ClientError {
+            throw error
         } catch {
             throw ClientError.install(entry.id, error)
         }
-        guard summary.plaintextSHA256 == entry.plaintextSHA256 else {
-            throw ClientError.integrity(entry.id, "decrypted content does not match the manifest's plaintext SHA-256")
+        return unpack
+    }
+
+    /// Puts `staged` at `destination` in one step: a rename, or an exchange (`renameat2`
+    /// with `RENAME_EXCHANGE`) when something is there, after which the old copy is removed.
+    static func switchInto(_ destination: String, from staged: String) throws {
+        if FileSystem.exists(destination) || (try? FileManager.default.destinationOfSymbolicLink(atPath: destination)) != nil {
+            if let exchange = renameat2 {
+                guard exchange(AT_FDCWD, staged, AT_FDCWD, destination, renameExchange) == 0 else {
+                    throw SystemError(call: "renameat2", errno: errno, path: destination)
+                }
+            } else {
+                // Without renameat2 (kernels before 3.15): move the old copy aside first. A crash
+                // in between leaves no installed copy, which the next sync downloads again.
+                let aside = staged + ".old"
+                try FileSystem.durableRename(destination, to: aside)
+                try FileSystem.durableRename(staged, to: destination)
+                try FileSystem.durableRename(aside, to: staged)
+            }
+            try FileSystem.syncDirectory(FileSystem.directory(of: destination))
+            removeTree(staged)
+        } else {
+            try FileSystem.durableRename(staged, to: destination)
+        }
+    }
+
+    /// `RENAME_EXCHANGE` from <linux/fs.h>.
+    static let renameExchange: UInt32 = 1 << 1
+    typealias RenameAt2 = @convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32
+    /// glibc's `renameat2`, which Swift's Glibc module does not export; looked up once.
+    static let renameat2: RenameAt2? = dlsym(nil, "renameat2").map { unsafeBitCast($0, to: RenameAt2.self) }
+
+    /// Removes an installed copy: a file or a folder tree.
+    public static func removeTree(_ path: String) {
+        if FileSystem.isDirectory(path) {
+            try? FileManager.default.removeItem(atPath: path)
+        } else {
+            FileSystem.remove(path)
         }
     }
 }

@@ -1,44 +1,77 @@
 import DepotCore
 import Foundation
 
-/// Fetches the live envelope and accepts its manifest only if it is signed by a trusted key,
-/// is for this app, is not older than the last accepted one, and has not expired.
+/// Fetches a channel's envelope and accepts its manifest only if it is signed by a trusted key
+/// (one, or two during a signing key rotation), is for this app, is not older than the highest
+/// version already accepted on that channel, and has not expired.
 public struct ManifestSource: Sendable {
+    /// The default channel.
+    public static let production = "production"
+    /// The largest envelope accepted; a larger body is refused as it arrives.
+    public static let sizeLimit = 4 << 20
+
     /// The manifest URL.
     public let url: URL
     /// The app the manifest must be for.
     public let app: String
+    /// The channel the URL serves (whose floor applies).
+    public let channel: String
     /// The public keys trusted to sign manifests.
     public let trustedKeys: [Ed25519PublicKey]
+    /// Sent with every request (download credentials).
+    public var headers: [String: String] = [:]
     let transport: HTTPTransport
 
-    /// The largest envelope accepted.
-    public static let sizeLimit = 4 << 20
-
-    public init(url: URL, app: String, trustedKeys: [Ed25519PublicKey], transport: HTTPTransport = HTTPTransport()) {
+    public init(url: URL, app: String, channel: String = ManifestSource.production, trustedKeys: [Ed25519PublicKey], transport: HTTPTransport = HTTPTransport()) {
         self.url = url
         self.app = app
+        self.channel = channel
         self.trustedKeys = trustedKeys
         self.transport = transport
     }
 
-    /// The manifest URL of `app` on `server`.
-    public static func url(server: URL, app: String) -> URL {
-        server.appendingPathComponent("v1").appendingPathComponent("apps").appendingPathComponent(app).appendingPathComponent("manifest")
+    /// The manifest URL of a channel of `app` on `server`.
+    public static func url(server: URL, app: String, channel: String = ManifestSource.production) -> URL {
+        let base = server.appendingPathComponent("v1").appendingPathComponent("apps").appendingPathComponent(app)
+        return channel == production ? base.appendingPathComponent("manifest")
+            : base.appendingPathComponent("channels").appendingPathComponent(channel).appendingPathComponent("manifest")
     }
 
-    /// Fetches and verifies. `floor` is the highest version accepted before; `now` is the one
-    /// instant used for the expiry check in this sync.
-    public func fetch(floor: Int, now: Date) async throws -> Manifest {
-        let response = try await transport.get(url, limit: Self.sizeLimit)
+    /// What a fetch brought.
+    public enum Fetched: Sendable {
+        /// A new envelope, not yet verified, with its ETag.
+        case envelope([UInt8], etag: String?)
+        /// `304 Not Modified`: the envelope last accepted is still current.
+        case notModified
+    }
+
+    /// Fetches the envelope; with `etag`, asks `If-None-Match` (a periodic check that changes nothing transfers nothing).
+    public func fetch(ifNoneMatch etag: String? = nil) async throws -> Fetched {
+        var headers = headers
+        if let etag { headers["If-None-Match"] = etag }
+        let response: HTTPTransport.Response
+        do {
+            response = try await transport.get(url, headers: headers, limit: Self.sizeLimit)
+        } catch let error as ClientError where error.kind == .tooLarge {
+            throw ClientError.manifest("the envelope at \(url) is larger than \(Self.sizeLimit) bytes")
+        }
+        if response.status == 304 && etag != nil { return .notModified }
         guard response.status == 200 else {
             throw ClientError.http(response.status, url.absoluteString, String(decoding: response.body.prefix(300), as: UTF8.self))
         }
-        return try verify(response.body, floor: floor, now: now)
+        return .envelope(response.body, etag: response.header("ETag"))
+    }
+
+    /// Fetches and verifies in one step. `floor` is the highest version accepted before on this
+    /// channel; `now` is the one instant used for the expiry check in this sync.
+    public func fetch(floor: Int, now: Date) async throws -> Manifest {
+        guard case .envelope(let bytes, _) = try await fetch() else { throw ClientError.manifest("unexpected 304") }
+        return try verify(bytes, floor: floor, now: now)
     }
 
     /// Verifies envelope bytes obtained some other way (on a device, the system downloads them).
     public func verify(_ bytes: [UInt8], floor: Int, now: Date) throws -> Manifest {
+        guard bytes.count <= Self.sizeLimit else { throw ClientError.manifest("the envelope is larger than \(Self.sizeLimit) bytes") }
         let manifest: Manifest
         do {
             manifest = try Envelope.decode(bytes).verifiedManifest(trusting: trustedKeys)

@@ -4,44 +4,79 @@ import Foundation
 import Glibc
 #endif
 
-/// The install state of one destination, changed only under an exclusive lock and saved
-/// (atomically, durably) after every change, so two processes can share it.
-public final class StateStore {
+/// The install state of one destination folder, shared by every process that uses it (on a
+/// device, the app and its Background Assets extension, through an App Group folder).
+///
+/// The state lives in `DEST/.depot/state.json`. It changes only inside
+/// ``withExclusiveControl(timeout:app:_:)`` — an exclusive `flock` on `DEST/.depot/state.lock`,
+/// with a timeout, as the framework's `withExclusiveControl` — and is saved, atomically and
+/// durably, before the lock is released. A sync also holds `DEST/.depot/sync.lock` for its
+/// whole run, so that two syncs of one folder take turns while readers never wait for a download.
+public final class StateStore: Sendable {
     /// The destination folder.
     public let destination: String
-    private let lock: FileDescriptor
 
     var metadata: String { destination + "/.depot" }
     var statePath: String { metadata + "/state.json" }
-    /// Where pack downloads wait before they are verified.
+    /// Where pack downloads wait, possibly partial, until they are verified.
     var downloads: String { metadata + "/downloads" }
+    /// Where the last accepted envelope of each channel is kept (for `304 Not Modified`).
+    func cachedEnvelope(channel: String) -> String { metadata + "/manifest-" + channel + ".json" }
     /// Where installed packs live.
     public var packs: String { destination + "/packs" }
 
-    /// Opens the destination and takes its exclusive lock, waiting up to `timeout` seconds.
-    public init(destination: String, timeout: TimeInterval = 30) throws {
+    /// Opens (creating) the destination's folders.
+    public init(destination: String) throws {
         self.destination = destination
         do {
+            try FileSystem.createDirectory(destination)
+            try FileSystem.createDirectory(destination + "/.depot")
             try FileSystem.createDirectory(destination + "/.depot/downloads")
             try FileSystem.createDirectory(destination + "/packs")
-            lock = try FileDescriptor(path: destination + "/.depot/lock", flags: O_RDWR | O_CREAT, mode: 0o644)
         } catch {
             throw ClientError.state("cannot open \(destination): \(error)")
         }
-        let deadline = Date().addingTimeInterval(timeout)
-        while flock(lock.rawValue, LOCK_EX | LOCK_NB) != 0 {
-            guard errno == EWOULDBLOCK || errno == EINTR else { throw ClientError.state("cannot lock \(destination): \(SystemError(call: "flock", errno: errno))") }
-            guard Date() < deadline else { throw ClientError.state("\(destination) is locked by another process") }
-            usleep(20_000)
-        }
-        FileSystem.removeTemporaryFiles(in: packs)
-        for name in FileSystem.contents(of: downloads) { FileSystem.remove(downloads + "/" + name) }
     }
 
-    deinit { flock(lock.rawValue, LOCK_UN) }
+    /// Takes an exclusive lock on `path`, waiting up to `timeout` seconds; the lock lasts as long as the descriptor.
+    static func lock(_ path: String, timeout: TimeInterval, what: String) throws -> FileDescriptor {
+        let file: FileDescriptor
+        do {
+            file = try FileDescriptor(path: path, flags: O_RDWR | O_CREAT, mode: 0o644)
+        } catch {
+            throw ClientError.state("cannot open \(path): \(error)")
+        }
+        let deadline = Date().addingTimeInterval(timeout)
+        while flock(file.rawValue, LOCK_EX | LOCK_NB) != 0 {
+            guard errno == EWOULDBLOCK || errno == EINTR else { throw ClientError.state("cannot lock \(path): \(SystemError(call: "flock", errno: errno))") }
+            guard Date() < deadline else { throw ClientError.state("\(what) is locked by another process (waited \(Int(timeout)) s)") }
+            usleep(10_000)
+        }
+        return file
+    }
 
-    /// The saved state, or an empty one for `app`.
-    public func load(app: String) throws -> InstalledState {
+    /// Runs `body` on the state under the exclusive lock and saves what it leaves, before unlocking.
+    public func withExclusiveControl<T>(timeout: TimeInterval = 10, app: String, _ body: (inout InstalledState) throws -> T) throws -> T {
+        let lock = try Self.lock(metadata + "/state.lock", timeout: timeout, what: "the install state of \(destination)")
+        defer { _ = lock }
+        var state = try load(app: app)
+        let before = state
+        let result = try body(&state)
+        if state != before { try save(state) }
+        return result
+    }
+
+    /// The state as last saved (read under the lock, so never half-written).
+    public func read(app: String, timeout: TimeInterval = 10) throws -> InstalledState {
+        try withExclusiveControl(timeout: timeout, app: app) { $0 }
+    }
+
+    /// Takes the folder's sync lock for a whole sync; released when the descriptor goes.
+    func syncLock(timeout: TimeInterval) throws -> FileDescriptor {
+        try Self.lock(metadata + "/sync.lock", timeout: timeout, what: "\(destination) (another sync is running)")
+    }
+
+    private func load(app: String) throws -> InstalledState {
         guard FileSystem.exists(statePath) else { return InstalledState(app: app) }
         do {
             let decoder = JSONDecoder()
@@ -56,14 +91,17 @@ public final class StateStore {
         }
     }
 
-    /// Saves the state atomically and durably.
-    public func save(_ state: InstalledState) throws {
+    private func save(_ state: InstalledState) throws {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .prettyPrinted]
         encoder.dateEncodingStrategy = .iso8601
-        try FileSystem.writeAtomically(Array(try encoder.encode(state)) + [10], to: statePath)
+        do {
+            try FileSystem.writeAtomically(Array(try encoder.encode(state)) + [10], to: statePath)
+        } catch let error as SystemError where error.isNoSpace {
+            throw ClientError.noSpace(destination)
+        }
     }
 
-    /// The installed file of a pack.
+    /// The installed copy of a pack: a file, or a folder for an unpacked zip.
     public func packPath(_ id: String) -> String { packs + "/" + id }
 }

@@ -52,6 +52,15 @@ final class ProgressReporter: Sendable {
         if let line { FileHandle.standardError.write(Data(line.utf8)) }
     }
 
+    /// Prints a line of its own, above the bar.
+    func note(_ text: String) {
+        let redraw = state.withLock { state -> Bool in
+            defer { state.lastDraw = ContinuousClock.now - .seconds(1) }
+            return state.drawn
+        }
+        FileHandle.standardError.write(Data(((redraw ? "\r\u{1B}[2K" : "") + text + "\n").utf8))
+    }
+
     /// Ends the bar's line, if one was drawn.
     func finish() {
         if state.withLock({ $0.drawn }) { FileHandle.standardError.write(Data("\n".utf8)) }

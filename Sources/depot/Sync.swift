@@ -2,20 +2,111 @@ import ArgumentParser
 import DepotClient
 import DepotCore
 import Foundation
+import Synchronization
 
 struct Sync: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Sync an app's packs from an origin into a folder: verify, download, decrypt, install."
+        abstract: "Sync an app's packs from an origin into a folder: verify, download, decrypt, install.",
+        discussion: """
+            Without --event the sync runs as the app would in the foreground: essential packs are fetched as \
+            non-essential, prefetch packs always, on-demand packs when named with --pack or --tag.
+
+            With --event install|update|periodic it simulates Background Assets on a device, applying the \
+            system's rules to the server's real output: essential downloads only on install and update; a \
+            download whose size differs from the manifest fails; on install (before first launch) downloads \
+            beyond the Info.plist allowances wait; the manifest and packs must be on a domain of \
+            BADownloadDomainAllowList. The Info.plist keys come from --info-plist (what the shipped build \
+            carries; `depot plist` prints them) or else from the server. It then reports what a device would \
+            end up with.
+
+            Progress goes to stderr (a bar on a terminal); the last line on stdout is a one-line summary. \
+            Exits non-zero if any pack failed; the previous revision of a failed pack stays installed.
+            """
     )
 
     @OptionGroup var origin: ServerOptions
     @Option(help: "The client configuration JSON from `depot keys export`.") var config: String
-    @Option(help: "The destination folder; packs land in DEST/packs/<id>.") var dest: String
+    @Option(help: "The destination folder; packs land in DEST/packs/<id> (a folder for a zip pack).") var dest: String
+    @OptionGroup var channel: ChannelOption
+    @Option(help: "Simulate a Background Assets event: install, update or periodic.") var event: String?
+    @Option(name: .customLong("info-plist"), help: "With --event: the build's Info.plist (XML) whose allowances and domains apply.") var infoPlist: String?
+    @Option(help: "An on-demand pack to fetch (repeatable).") var pack: [String] = []
+    @Option(help: "Fetch the on-demand packs with this tag (repeatable).") var tag: [String] = []
+    @Option(help: "Downloads at once.") var concurrency: Int = 4
+    @Option(name: .customLong("manifest-url"), help: "Read the manifest from this URL instead of the channel's on --server.") var manifestURL: String?
+    @OptionGroup var credentials: CredentialsOption
+    @Flag(help: "Print no progress.") var quiet = false
+
+    func validate() throws {
+        if let event, !["install", "update", "periodic"].contains(event) { throw ValidationError("--event must be install, update or periodic") }
+        if infoPlist != nil && event == nil { throw ValidationError("--info-plist goes with --event") }
+        guard (1...32).contains(concurrency) else { throw ValidationError("--concurrency must be 1–32") }
+        if let manifestURL, URL(string: manifestURL)?.scheme == nil { throw ValidationError("--manifest-url must be a URL") }
+    }
 
     func run() async throws {
         let configuration = try ClientConfiguration.decode(FileSystem.readFile(config, limit: 1 << 20))
         guard configuration.app == origin.app else { throw CLIError("\(config) is for app \(configuration.app), not \(origin.app)") }
-        let report = try await DepotSync(server: origin.url, configuration: configuration, destination: dest).run()
-        print("synced \(origin.app) release \(report.manifestVersion): \(report.installed.count) installed, \(report.removed.count) removed, \(report.unchanged.count) unchanged, \(report.bytesDownloaded) bytes downloaded")
+        var sync = DepotSync(server: origin.url, configuration: configuration, destination: dest)
+        sync.kind = event.flatMap(RequestKind.init(rawValue:)) ?? .foreground
+        sync.channel = channel.channel
+        sync.manifestURL = manifestURL.flatMap(URL.init(string:))
+        sync.requestedPacks = Set(pack)
+        sync.requestedTags = Set(tag)
+        sync.concurrency = concurrency
+        sync.headers = credentials.headers
+        if event != nil {
+            let plist: [UInt8]
+            if let infoPlist {
+                plist = try FileSystem.readFile(infoPlist, limit: 1 << 20)
+            } else {
+                let response = try await HTTPTransport().get(origin.endpoint("info-plist", channel.query), headers: credentials.headers, limit: 1 << 20)
+                guard response.status == 200 else { throw CLIError("cannot read the Info.plist keys: HTTP \(response.status): \(Publish.message(response.body))") }
+                plist = response.body
+            }
+            sync.rules = try BackgroundAssetsRules.parse(plist: plist)
+        }
+        let progress = ProgressReporter(label: "downloading")
+        let totals = Mutex<(planned: Int64, done: [String: Int64])>((0, [:]))
+        if !quiet {
+            sync.observer = { event in
+                switch event {
+                case .planned(let plan):
+                    totals.withLock { $0.planned = plan.downloads.reduce(0) { $0 + $1.entry.size } }
+                case .download(.progress(let id, let received, _)), .download(.started(let id, let received, _)):
+                    let (done, total) = totals.withLock { state -> (Int64, Int64) in
+                        state.done[id] = received
+                        return (state.done.values.reduce(0, +), state.planned)
+                    }
+                    if total > 0 { progress.update(min(done, total), of: total) }
+                case .download(.retrying(let id, let attempt, let reason)):
+                    progress.note("retrying \(id) (attempt \(attempt)): \(reason)")
+                default:
+                    break
+                }
+            }
+        }
+        let report: SyncReport
+        do {
+            report = try await sync.sync()
+        } catch {
+            progress.finish()
+            throw error
+        }
+        progress.finish()
+        if event != nil {
+            // What a device would end up with.
+            let state = try StateStore(destination: dest).read(app: configuration.app)
+            for (id, pack) in state.packs.sorted(by: { $0.key < $1.key }) {
+                print("device has \(id) revision \(pack.revision) (\(pack.installSize) bytes installed\(pack.unpacked ? ", unpacked" : ""))")
+            }
+            for id in report.deferred { print("device waits for \(id) (allowance or on demand)") }
+        }
+        for (id, reason) in report.failed.sorted(by: { $0.key < $1.key }) {
+            FileHandle.standardError.write(Data("failed: \(id): \(reason)\n".utf8))
+        }
+        let on = channel.channel == "production" ? "" : " (\(channel.channel))"
+        print("synced \(origin.app)\(on) \(report.summary)")
+        if !report.failed.isEmpty { throw ExitCode(1) }
     }
 }

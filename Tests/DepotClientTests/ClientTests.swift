@@ -4,38 +4,93 @@ import DepotTestSupport
 import Foundation
 import Testing
 
-private func entry(_ id: String, revision: Int = 1, sha: Character = "a", policy: PackEntry.Policy = .prefetch) -> PackEntry {
-    PackEntry(id: id, revision: revision, url: "http://x/\(id)", size: 10, sha256: String(repeating: sha, count: 64), installSize: 1,
-              plaintextSHA256: String(repeating: "f", count: 64), policy: policy, tags: [], keyID: "k1", contentType: "application/octet-stream")
+private func entry(_ id: String, revision: Int = 1, sha: Character = "a", size: Int64 = 10, policy: PackEntry.Policy = .prefetch, tags: [String] = []) -> PackEntry {
+    PackEntry(id: id, revision: revision, url: "http://x/\(id)", size: size, sha256: String(repeating: sha, count: 64), installSize: 1,
+              plaintextSHA256: String(repeating: "f", count: 64), policy: policy, tags: tags, keyID: "k1", contentType: "application/octet-stream")
 }
 
 private func installed(_ revision: Int, sha: Character = "a") -> InstalledState.Pack {
     InstalledState.Pack(revision: revision, sha256: String(repeating: sha, count: 64), plaintextSHA256: "", installSize: 1, installedAt: Date())
 }
 
-@Suite("Sync plan")
-struct SyncPlanTests {
+@Suite("Planner")
+struct PlannerTests {
     let now = Date(timeIntervalSince1970: 1_800_000_000)
 
-    @Test("Table: what is downloaded, kept and removed")
-    func table() {
-        let manifest = Manifest(app: "a", version: 2, publishedAt: now, expiresAt: now + 100, packs: [
-            entry("new"), entry("same"), entry("bumped", revision: 2), entry("rehashed", sha: "b"), entry("first", policy: .essential),
-        ])
-        let state = InstalledState(app: "a", manifestVersion: 1, packs: [
-            "same": installed(1), "bumped": installed(1), "rehashed": installed(1), "gone": installed(1),
-        ])
-        let plan = SyncPlan.make(manifest: manifest, state: state)
-        #expect(plan.downloads.map(\.id) == ["first", "bumped", "new", "rehashed"])
-        #expect(plan.unchanged == ["same"])
-        #expect(plan.removals == ["gone"])
+    func manifest(_ packs: [PackEntry]) -> Manifest { Manifest(app: "a", version: 2, publishedAt: now, expiresAt: now + 100, packs: packs) }
+
+    struct Row {
+        var rule: String
+        var packs: [PackEntry]
+        var installed: [String: InstalledState.Pack] = [:]
+        var request: Planner.Request
+        var downloads: [String]
+        var essential: [String] = []
+        var deferred: [String] = []
+        var removals: [String] = []
+        var unchanged: [String] = []
+        var notRequested: [String] = []
     }
 
-    @Test("An installed pack whose file disappeared is downloaded again")
-    func missingFile() {
-        let manifest = Manifest(app: "a", version: 1, publishedAt: now, expiresAt: now + 100, packs: [entry("x")])
-        let plan = SyncPlan.make(manifest: manifest, state: InstalledState(app: "a", packs: ["x": installed(1)])) { _ in false }
-        #expect(plan.downloads.map(\.id) == ["x"])
+    static let rows: [Row] = [
+        Row(rule: "a new pack is downloaded", packs: [entry("new")], request: .init(kind: .periodic), downloads: ["new"]),
+        Row(rule: "an installed pack at the same revision and hash is kept", packs: [entry("same")], installed: ["same": installed(1)],
+            request: .init(kind: .periodic), downloads: [], unchanged: ["same"]),
+        Row(rule: "a changed revision downloads again", packs: [entry("p", revision: 2)], installed: ["p": installed(1)],
+            request: .init(kind: .periodic), downloads: ["p"]),
+        Row(rule: "a changed container hash downloads again", packs: [entry("p", sha: "b")], installed: ["p": installed(1)],
+            request: .init(kind: .periodic), downloads: ["p"]),
+        Row(rule: "packs gone from the manifest are removed", packs: [], installed: ["gone": installed(1)],
+            request: .init(kind: .periodic), downloads: [], removals: ["gone"]),
+        Row(rule: "essential packs are essential on install", packs: [entry("e", policy: .essential), entry("p")],
+            request: .init(kind: .install), downloads: ["e", "p"], essential: ["e"]),
+        Row(rule: "essential packs are essential on update", packs: [entry("e", policy: .essential)],
+            request: .init(kind: .update), downloads: ["e"], essential: ["e"]),
+        Row(rule: "essential packs are non-essential on a periodic check", packs: [entry("e", policy: .essential)],
+            request: .init(kind: .periodic), downloads: ["e"], essential: []),
+        Row(rule: "essential packs are non-essential in the foreground", packs: [entry("e", policy: .essential)],
+            request: .init(kind: .foreground), downloads: ["e"], essential: []),
+        Row(rule: "on-demand packs wait until asked for", packs: [entry("o", policy: .onDemand)],
+            request: .init(kind: .foreground), downloads: [], notRequested: ["o"]),
+        Row(rule: "an on-demand pack asked for by id", packs: [entry("o", policy: .onDemand), entry("q", policy: .onDemand)],
+            request: .init(kind: .foreground, packs: ["o"]), downloads: ["o"], notRequested: ["q"]),
+        Row(rule: "on-demand packs asked for by tag", packs: [entry("o", policy: .onDemand, tags: ["world-2"]), entry("q", policy: .onDemand)],
+            request: .init(kind: .foreground, tags: ["world-2"]), downloads: ["o"], notRequested: ["q"]),
+        Row(rule: "an installed on-demand pack is kept up to date", packs: [entry("o", revision: 2, policy: .onDemand)], installed: ["o": installed(1)],
+            request: .init(kind: .periodic), downloads: ["o"]),
+        Row(rule: "order: essential, prefetch, on-demand, then id",
+            packs: [entry("z", policy: .onDemand), entry("b"), entry("a"), entry("y", policy: .essential)],
+            request: .init(kind: .install, packs: ["z"]), downloads: ["y", "a", "b", "z"], essential: ["y"]),
+        Row(rule: "past the allowance the rest is deferred, not failed", packs: [entry("a", size: 60), entry("b", size: 60), entry("c", size: 30)],
+            request: .init(kind: .periodic, allowance: 100), downloads: ["a", "c"], deferred: ["b"]),
+        Row(rule: "the essential allowance bounds essential downloads only",
+            packs: [entry("e1", size: 50, policy: .essential), entry("e2", size: 50, policy: .essential), entry("p", size: 50)],
+            request: .init(kind: .install, essentialAllowance: 60), downloads: ["e1", "p"], essential: ["e1"], deferred: ["e2"]),
+    ]
+
+    @Test("Every rule, one row each", arguments: rows.indices)
+    func rule(_ index: Int) {
+        let row = Self.rows[index]
+        let plan = Planner.plan(manifest: manifest(row.packs), state: InstalledState(app: "a", packs: row.installed), request: row.request)
+        #expect(plan.downloads.map(\.entry.id) == row.downloads, "\(row.rule)")
+        #expect(plan.downloads.filter(\.essential).map(\.entry.id) == row.essential, "\(row.rule)")
+        #expect(plan.deferred.map(\.entry.id) == row.deferred, "\(row.rule)")
+        #expect(plan.removals == row.removals, "\(row.rule)")
+        #expect(plan.unchanged == row.unchanged, "\(row.rule)")
+        #expect(plan.notRequested == row.notRequested, "\(row.rule)")
+    }
+
+    @Test("An installed pack whose copy disappeared is downloaded again")
+    func missingCopy() {
+        let plan = Planner.plan(manifest: manifest([entry("x")]), state: InstalledState(app: "a", packs: ["x": installed(1)]),
+                                request: .init(kind: .periodic)) { _ in false }
+        #expect(plan.downloads.map(\.entry.id) == ["x"])
+    }
+
+    @Test("A failed essential download is rescheduled as non-essential")
+    func removingEssential() {
+        let download = PlannedDownload(entry: entry("e", policy: .essential), essential: true)
+        #expect(download.removingEssential() == PlannedDownload(entry: download.entry, essential: false))
     }
 }
 
@@ -100,16 +155,72 @@ struct InstallerTests {
         #expect(FileSystem.contents(of: dir.path) == ["download", "installed"])
     }
 
-    @Test("The state store is exclusive: a second holder waits, then times out")
-    func exclusiveLock() throws {
+    @Test("A zip pack installs as a folder; a new revision replaces it whole; an escaping entry leaves the old one")
+    func zip() throws {
+        let dir = TemporaryDirectory("depot-installer-zip")
+        defer { dir.remove() }
+        let script = """
+        import sys, zipfile
+        with zipfile.ZipFile(sys.argv[1], "w", zipfile.ZIP_DEFLATED) as z:
+            z.writestr("levels/one.bin", b"1" * 3000)
+            z.writestr("readme.txt", b"v1")
+        with zipfile.ZipFile(sys.argv[2], "w") as z:
+            z.writestr("readme.txt", b"v2")
+        with zipfile.ZipFile(sys.argv[3], "w") as z:
+            z.writestr("ok.txt", b"fine")
+            z.writestr("../../escaped.txt", b"x")
+        """
+        let paths = ["v1", "v2", "evil"].map { dir.path + "/\($0).zip" }
+        #expect(try Processes.run("/usr/bin/env", ["python3", "-c", script] + paths).status == 0)
+        let ring = try KeyRing(["k1": [UInt8](repeating: 1, count: 32)])
+        func install(_ zip: String, revision: Int) throws {
+            let plaintext = try FileSystem.readFile(zip)
+            let container = try PackEncryptor.encrypt(plaintext, header: PackHeader(keyID: "k1", segmentSize: 1024), masterKey: ring["k1"]!)
+            var entry = entry("levels", revision: revision)
+            entry.contentType = "application/zip"
+            entry.size = Int64(container.count)
+            entry.sha256 = Hex.encode(SHA256Hasher.hash(container))
+            entry.plaintextSHA256 = Hex.encode(SHA256Hasher.hash(plaintext))
+            try FileSystem.writeAtomically(container, to: dir.path + "/download")
+            try Installer(keyRing: ring).install(entry, from: dir.path + "/download", to: dir.path + "/packs/levels")
+        }
+        try FileSystem.createDirectory(dir.path + "/packs")
+        try install(paths[0], revision: 1)
+        #expect(try FileSystem.readFile(dir.path + "/packs/levels/levels/one.bin") == [UInt8](repeating: 49, count: 3000))
+        try install(paths[1], revision: 2)
+        #expect(try FileSystem.readFile(dir.path + "/packs/levels/readme.txt") == Array("v2".utf8))
+        #expect(!FileSystem.exists(dir.path + "/packs/levels/levels"), "the old revision's files are gone")
+        #expect(throws: ClientError.self) { try install(paths[2], revision: 3) }
+        #expect(try FileSystem.readFile(dir.path + "/packs/levels/readme.txt") == Array("v2".utf8))
+        #expect(!FileSystem.exists(dir.path + "/escaped.txt") && !FileSystem.exists(dir.path + "/packs/ok.txt"))
+        #expect(FileSystem.contents(of: dir.path + "/packs") == ["levels"], "no temporary folder left")
+    }
+
+    @Test("State changes only under the exclusive lock: a second holder times out; changes are saved")
+    func exclusiveControl() async throws {
         let dir = TemporaryDirectory("depot-state")
         defer { dir.remove() }
-        var first: StateStore? = try StateStore(destination: dir.path)
-        try first!.save(InstalledState(app: "a", manifestVersion: 3))
-        #expect(throws: ClientError.self) { try StateStore(destination: dir.path, timeout: 0.2) }
-        first = nil
-        let second = try StateStore(destination: dir.path, timeout: 0.2)
-        #expect(try second.load(app: "a").manifestVersion == 3)
-        #expect(throws: ClientError.self) { try second.load(app: "b") }
+        let store = try StateStore(destination: dir.path)
+        try store.withExclusiveControl(app: "a") { state in
+            state.raiseFloor(channel: "production", to: 3)
+            state.raiseFloor(channel: "beta", to: 7)
+            state.raiseFloor(channel: "beta", to: 5)
+        }
+        let held = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            _ = try? StateStore(destination: dir.path).withExclusiveControl(app: "a") { _ in
+                held.signal()
+                release.wait()
+            }
+        }
+        held.wait()
+        let started = Date()
+        #expect(throws: ClientError.self) { try StateStore(destination: dir.path).withExclusiveControl(timeout: 0.3, app: "a") { _ in } }
+        #expect(Date().timeIntervalSince(started) >= 0.3)
+        release.signal()
+        let state = try StateStore(destination: dir.path).read(app: "a", timeout: 5)
+        #expect(state.floor(channel: "production") == 3 && state.floor(channel: "beta") == 7 && state.floor(channel: "nightly") == 0)
+        #expect(throws: ClientError.self) { try store.read(app: "b") }
     }
 }

@@ -1,0 +1,131 @@
+import DepotCore
+
+/// Why the system (or `depot sync`) is running: Background Assets' events, plus the app
+/// asking in the foreground.
+public enum RequestKind: String, Sendable, CaseIterable, Codable {
+    /// The app was just installed, before its first launch.
+    case install
+    /// The app was just updated.
+    case update
+    /// A periodic check in the background.
+    case periodic
+    /// The app asks while it runs.
+    case foreground
+
+    /// Whether essential downloads may be scheduled: only on install and update, as in the framework.
+    public var allowsEssential: Bool { self == .install || self == .update }
+}
+
+/// A download the plan schedules.
+public struct PlannedDownload: Hashable, Sendable {
+    public var entry: PackEntry
+    /// Scheduled as essential (the app waits for it before launch); false once demoted.
+    public var essential: Bool
+
+    public init(entry: PackEntry, essential: Bool) {
+        self.entry = entry
+        self.essential = essential
+    }
+
+    /// The same download, non-essential: what the framework's `removingEssential()` gives, and
+    /// what a failed essential download is rescheduled as.
+    public func removingEssential() -> PlannedDownload { PlannedDownload(entry: entry, essential: false) }
+}
+
+/// What a sync will do, in order.
+public struct Plan: Hashable, Sendable {
+    /// Downloads in order: essential first, then prefetch, then on-demand packs asked for; by id within each.
+    public var downloads: [PlannedDownload]
+    /// Downloads that did not fit the remaining allowance: left for a later sync, not failed.
+    public var deferred: [PlannedDownload]
+    /// Installed packs the manifest no longer lists: removed once the sync succeeded.
+    public var removals: [String]
+    /// Installed packs that are current.
+    public var unchanged: [String]
+    /// On-demand packs nobody asked for (not installed, not downloaded).
+    public var notRequested: [String]
+}
+
+/// The planner: a pure function from (manifest, installed state, request) to a ``Plan``.
+///
+/// Rules (each has a row in the planner's table-driven tests):
+/// - A pack is downloaded when it is not installed, its revision or container hash changed, or
+///   its installed copy is gone.
+/// - Essential packs are scheduled as essential only on `install` and `update`; on `periodic`
+///   and `foreground` they are scheduled as non-essential.
+/// - Prefetch packs are scheduled on every kind of request.
+/// - On-demand packs only when asked for by id or tag, or when an installed copy is out of date.
+/// - Packs gone from the manifest are removed.
+/// - Downloads are taken in order while they fit the allowances; the rest is deferred, not failed.
+///   The essential allowance bounds essential downloads, the total allowance all of them.
+public enum Planner {
+    /// What the caller asks for besides the manifest.
+    public struct Request: Hashable, Sendable {
+        public var kind: RequestKind
+        /// Bytes that may still be downloaded in total (nil: no limit).
+        public var allowance: Int64?
+        /// Bytes that essential downloads may take (nil: no limit).
+        public var essentialAllowance: Int64?
+        /// On-demand packs asked for by id.
+        public var packs: Set<String>
+        /// On-demand packs asked for by tag.
+        public var tags: Set<String>
+
+        public init(kind: RequestKind, allowance: Int64? = nil, essentialAllowance: Int64? = nil, packs: Set<String> = [], tags: Set<String> = []) {
+            self.kind = kind
+            self.allowance = allowance
+            self.essentialAllowance = essentialAllowance
+            self.packs = packs
+            self.tags = tags
+        }
+    }
+
+    public static func plan(
+        manifest: Manifest, state: InstalledState, request: Request, installedCopyExists: (String) -> Bool = { _ in true }
+    ) -> Plan {
+        var wanted: [PlannedDownload] = []
+        var unchanged: [String] = []
+        var notRequested: [String] = []
+        for entry in manifest.packs {
+            let installed = state.packs[entry.id]
+            let current = installed.map { $0.revision == entry.revision && $0.sha256 == entry.sha256 && installedCopyExists(entry.id) } ?? false
+            if current {
+                unchanged.append(entry.id)
+                continue
+            }
+            switch entry.policy {
+            case .essential:
+                wanted.append(PlannedDownload(entry: entry, essential: request.kind.allowsEssential))
+            case .prefetch:
+                wanted.append(PlannedDownload(entry: entry, essential: false))
+            case .onDemand:
+                let asked = request.packs.contains(entry.id) || !request.tags.isDisjoint(with: entry.tags) || installed != nil
+                if asked { wanted.append(PlannedDownload(entry: entry, essential: false)) } else { notRequested.append(entry.id) }
+            }
+        }
+        func rank(_ download: PlannedDownload) -> Int {
+            download.essential ? 0 : download.entry.policy == .onDemand ? 2 : 1
+        }
+        wanted.sort { (rank($0), $0.entry.id) < (rank($1), $1.entry.id) }
+
+        var downloads: [PlannedDownload] = []
+        var deferred: [PlannedDownload] = []
+        var total: Int64 = 0
+        var essential: Int64 = 0
+        for download in wanted {
+            let size = download.entry.size
+            let fitsTotal = request.allowance.map { total + size <= $0 } ?? true
+            let fitsEssential = !download.essential || (request.essentialAllowance.map { essential + size <= $0 } ?? true)
+            guard fitsTotal && fitsEssential else {
+                deferred.append(download)
+                continue
+            }
+            total += size
+            if download.essential { essential += size }
+            downloads.append(download)
+        }
+        let listed = Set(manifest.packs.map(\.id))
+        let removals = state.packs.keys.filter { !listed.contains($0) }.sorted()
+        return Plan(downloads: downloads, deferred: deferred, removals: removals, unchanged: unchanged, notRequested: notRequested)
+    }
+}
