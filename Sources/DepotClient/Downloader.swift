@@ -106,6 +106,11 @@ public struct Downloader: Sendable {
                 return .success(digest)
             } catch let failure as Failure {
                 guard failure.retryable, attempt < retries, !Task.isCancelled else {
+                    if failure.error.kind == .noSpace || failure.error.kind == .integrity {
+                        // Worth nothing to a later attempt, and it holds space.
+                        FileSystem.remove(item.path)
+                        FileSystem.remove(item.path + ".etag")
+                    }
                     events?.yield(.failed(id: item.id, reason: failure.error.description))
                     return .failure(Task.isCancelled ? .cancelled : failure.error)
                 }
