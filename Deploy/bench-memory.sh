@@ -27,7 +27,7 @@ echo "pack: ${size_mib} MiB; origin $url"
 echo "origin RSS at start: $(mib "$(hwm $server_pid)") MiB"
 
 t0=$(date +%s.%N)
-/usr/bin/time -f "%M" -o "$work/publish.rss" "$depot" publish "$work/pack.bin" --server "$url" --app $app --pack big --token "$token" --release >/dev/null
+/usr/bin/time -f "%M" -o "$work/publish.rss" "$depot" publish "$work/pack.bin" --server "$url" --app $app --pack big --token "$token" --release --quiet >/dev/null
 t1=$(date +%s.%N)
 echo "depot publish: peak RSS $(mib "$(cat "$work/publish.rss")") MiB, $(elapsed "$t0" "$t1") s"
 echo "origin peak RSS after publish: $(mib "$(hwm $server_pid)") MiB"
@@ -39,7 +39,7 @@ echo "curl upload (peer): peak RSS $(mib "$(cat "$work/curl-up.rss")") MiB, $(el
 
 "$depot" keys export --data "$work/data" --app $app > "$work/client.json"
 t0=$(date +%s.%N)
-/usr/bin/time -f "%M" -o "$work/sync.rss" "$depot" sync --server "$url" --app $app --config "$work/client.json" --dest "$work/dest" >/dev/null
+/usr/bin/time -f "%M" -o "$work/sync.rss" "$depot" sync --server "$url" --app $app --config "$work/client.json" --dest "$work/dest" --quiet >/dev/null
 t1=$(date +%s.%N)
 echo "depot sync (download, verify, decrypt, install 2 packs): peak RSS $(mib "$(cat "$work/sync.rss")") MiB, $(elapsed "$t0" "$t1") s"
 cmp "$work/pack.bin" "$work/dest/packs/big" && echo "installed pack is byte-identical"

@@ -287,10 +287,10 @@ public struct DepotSync: Sendable {
                     case .failure(let error):
                         observer?(.failed(entry.id, error.description))
                         return (index, .failure(error))
-                    case .success(let digest):
+                    case .success:
                         do {
                             try await HTTPConnection.run {
-                                let unpacked = try installer.install(entry, from: item.path, to: store.packPath(entry.id), verifiedSHA256: digest)
+                                let unpacked = try installer.install(entry, from: item.path, to: store.packPath(entry.id))
                                 try store.withExclusiveControl(app: app) { state in
                                     state.packs[entry.id] = InstalledState.Pack(
                                         revision: entry.revision, sha256: entry.sha256, plaintextSHA256: entry.plaintextSHA256,

@@ -38,7 +38,8 @@ public enum DownloadEvent: Hashable, Sendable {
 /// Downloads pack containers: several at once, each resumable from its partial file with
 /// `Range` and `If-Range`, retried with exponential backoff and jitter on 5xx, 408, 429,
 /// timeouts and dropped connections, never reading past the declared size, and failing on any
-/// size mismatch. Computes each file's SHA-256 as the bytes arrive (including a resumed prefix).
+/// size mismatch. It does not hash: the installer's decryption pass computes the container's
+/// SHA-256 on its way through, so a sync reads each download once.
 ///
 /// `http://` goes over ``HTTPConnection`` (measured at about curl's speed on loopback);
 /// `https://` over URLSession, without resuming within a file.
@@ -64,11 +65,11 @@ public struct Downloader: Sendable {
         transport = HTTPTransport(timeout: timeout)
     }
 
-    /// Downloads every item; returns each one's SHA-256 (hex) or its error. Events go to
+    /// Downloads every item; returns each one's size on disk or its error. Events go to
     /// `events` as they happen. Cancelling the calling task cancels the transfers.
-    public func download(_ items: [DownloadItem], events: AsyncStream<DownloadEvent>.Continuation? = nil) async -> [String: Result<String, ClientError>] {
-        await withTaskGroup(of: (String, Result<String, ClientError>).self) { group in
-            var results: [String: Result<String, ClientError>] = [:]
+    public func download(_ items: [DownloadItem], events: AsyncStream<DownloadEvent>.Continuation? = nil) async -> [String: Result<Int64, ClientError>] {
+        await withTaskGroup(of: (String, Result<Int64, ClientError>).self) { group in
+            var results: [String: Result<Int64, ClientError>] = [:]
             var pending = items[...]
             func startNext() {
                 guard let item = pending.popFirst() else { return }
@@ -85,7 +86,7 @@ public struct Downloader: Sendable {
 
     /// Starts downloading; events arrive on the stream, which ends after the last download.
     /// Cancel the returned task to stop.
-    public func start(_ items: [DownloadItem]) -> (events: AsyncStream<DownloadEvent>, results: Task<[String: Result<String, ClientError>], Never>) {
+    public func start(_ items: [DownloadItem]) -> (events: AsyncStream<DownloadEvent>, results: Task<[String: Result<Int64, ClientError>], Never>) {
         let (stream, continuation) = AsyncStream.makeStream(of: DownloadEvent.self, bufferingPolicy: .bufferingNewest(1024))
         let task = Task {
             let results = await download(items, events: continuation)
@@ -96,14 +97,14 @@ public struct Downloader: Sendable {
     }
 
     /// One item, with retries.
-    func download(_ item: DownloadItem, events: AsyncStream<DownloadEvent>.Continuation?) async -> Result<String, ClientError> {
+    func download(_ item: DownloadItem, events: AsyncStream<DownloadEvent>.Continuation?) async -> Result<Int64, ClientError> {
         var attempt = 0
         while true {
             if Task.isCancelled { return .failure(.cancelled) }
             do {
-                let digest = try await attemptOnce(item, events: events)
+                try await attemptOnce(item, events: events)
                 events?.yield(.finished(id: item.id, size: item.size))
-                return .success(digest)
+                return .success(item.size)
             } catch let failure as Failure {
                 guard failure.retryable, attempt < retries, !Task.isCancelled else {
                     if failure.error.kind == .noSpace || failure.error.kind == .integrity {
@@ -132,7 +133,7 @@ public struct Downloader: Sendable {
         var retryable: Bool
     }
 
-    private func attemptOnce(_ item: DownloadItem, events: AsyncStream<DownloadEvent>.Continuation?) async throws -> String {
+    private func attemptOnce(_ item: DownloadItem, events: AsyncStream<DownloadEvent>.Continuation?) async throws {
         if item.url.scheme != "http" { return try await attemptWithURLSession(item, events: events) }
         let connection: HTTPConnection
         do {
@@ -141,27 +142,23 @@ public struct Downloader: Sendable {
             throw Failure(error: error, retryable: error.kind == .transport)
         }
         let headers = headers
-        return try await HTTPConnection.run(cancelling: connection) {
+        try await HTTPConnection.run(cancelling: connection) {
             defer { connection.close() }
-            return try Self.transfer(item, over: connection, headers: headers, events: events)
+            try Self.transfer(item, over: connection, headers: headers, events: events)
         }
     }
 
-    /// The blocking part of one attempt: request from where the partial file ends, append, hash.
+    /// The blocking part of one attempt: request from where the partial file ends, append.
     static func transfer(
         _ item: DownloadItem, over connection: HTTPConnection, headers: [String: String], events: AsyncStream<DownloadEvent>.Continuation?
-    ) throws -> String {
+    ) throws {
         let file = try open(item)
         var offset = try file.size()
         if offset > item.size {
             try file.truncate(to: 0)
             offset = 0
         }
-        let hasher = SHA256Hasher()
-        try hashPrefix(file, count: offset, into: hasher)
-        if offset == item.size && offset > 0 {
-            return Hex.encode(hasher.finalize())
-        }
+        if offset == item.size && offset > 0 { return }
         var fields = headers.map { ($0.key, $0.value) }
         if offset > 0 {
             let etag = (try? FileSystem.readFile(item.path + ".etag", limit: 512)).map { String(decoding: $0, as: UTF8.self) } ?? "\"\(item.sha256)\""
@@ -175,7 +172,6 @@ public struct Downloader: Sendable {
         } catch let error as ClientError {
             throw Failure(error: error, retryable: error.kind == .transport)
         }
-        var hash = hasher
         switch head.status {
         case 206:
             guard let range = head.header("Content-Range"), let (first, total) = parseContentRange(range), first == offset, total == item.size else {
@@ -190,7 +186,6 @@ public struct Downloader: Sendable {
             if offset > 0 {
                 try file.truncate(to: 0)
                 offset = 0
-                hash = SHA256Hasher()
             }
         case 416:
             try file.truncate(to: 0)
@@ -210,7 +205,6 @@ public struct Downloader: Sendable {
         do {
             try connection.readBody(head, limit: item.size - offset) { chunk in
                 try file.write(chunk)
-                hash.update(chunk)
                 received += Int64(chunk.count)
                 if received - reported >= 1 << 20 || received == item.size {
                     reported = received
@@ -220,18 +214,17 @@ public struct Downloader: Sendable {
         } catch let error as ClientError where error.kind == .tooLarge {
             throw Failure(error: .sizeMismatch(item.id, expected: item.size, got: received), retryable: false)
         } catch let error as ClientError {
-            try? file.sync()
             throw Failure(error: error, retryable: error.kind == .transport)
         } catch let error as SystemError where error.isNoSpace {
             throw Failure(error: .noSpace(FileSystem.directory(of: item.path)), retryable: false)
         }
         guard received == item.size else {
             // The server closed early without a declared length: resume on the next attempt.
-            try? file.sync()
             throw Failure(error: .transport(item.url.absoluteString, URLError(.networkConnectionLost)), retryable: true)
         }
-        try file.sync()
-        return Hex.encode(hash.finalize())
+        // No fsync: a download is a cache. The installed copy is what must be durable, and the
+        // installer syncs it; a partial file that lost bytes in a power cut fails its SHA-256
+        // and is fetched again.
     }
 
     private static func open(_ item: DownloadItem) throws -> FileDescriptor {
@@ -239,19 +232,6 @@ public struct Downloader: Sendable {
             return try FileDescriptor(path: item.path, flags: O_RDWR | O_CREAT, mode: 0o644)
         } catch {
             throw Failure(error: error.isNoSpace ? .noSpace(FileSystem.directory(of: item.path)) : .install(item.id, error), retryable: false)
-        }
-    }
-
-    private static func hashPrefix(_ file: FileDescriptor, count: Int64, into hasher: SHA256Hasher) throws {
-        var buffer = [UInt8](repeating: 0, count: 1 << 20)
-        var position: Int64 = 0
-        while position < count {
-            let n = try buffer.withUnsafeMutableBytes {
-                try file.read(into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<Int(min(Int64($0.count), count - position))]), at: position)
-            }
-            guard n > 0 else { break }
-            buffer.withUnsafeBytes { hasher.update(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
-            position += Int64(n)
         }
     }
 
@@ -266,8 +246,8 @@ public struct Downloader: Sendable {
         return (first, total)
     }
 
-    /// `https://`: URLSession downloads the whole file (no resume within a file), then it is checked and hashed.
-    private func attemptWithURLSession(_ item: DownloadItem, events: AsyncStream<DownloadEvent>.Continuation?) async throws -> String {
+    /// `https://`: URLSession downloads the whole file (no resume within a file), then its size is checked.
+    private func attemptWithURLSession(_ item: DownloadItem, events: AsyncStream<DownloadEvent>.Continuation?) async throws {
         events?.yield(.started(id: item.id, offset: 0, size: item.size))
         let response: HTTPTransport.Response
         do {
@@ -285,6 +265,5 @@ public struct Downloader: Sendable {
             throw Failure(error: .sizeMismatch(item.id, expected: item.size, got: size), retryable: false)
         }
         events?.yield(.progress(id: item.id, received: size, size: item.size))
-        return try SHA256Hasher.hexDigest(ofFile: item.path)
     }
 }

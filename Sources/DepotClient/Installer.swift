@@ -14,25 +14,17 @@ public struct Installer: Sendable {
 
     public init(keyRing: KeyRing) { self.keyRing = keyRing }
 
-    /// Verifies `file` (size, then SHA-256 unless `verifiedSHA256` already has it) and installs
-    /// its plaintext at `destination`: a file, or a folder of the archive's entries when the
-    /// pack is `application/zip`. Returns whether it was unpacked.
+    /// Verifies `file` and installs its plaintext at `destination`: a file, or a folder of the
+    /// archive's entries when the pack is `application/zip`. Returns whether it was unpacked.
+    ///
+    /// One pass reads the container: it is decrypted segment by segment (each authenticated)
+    /// while its SHA-256 is computed, and nothing replaces the installed copy unless that
+    /// SHA-256 is the manifest's, the plaintext's SHA-256 is too, and the size was exact.
     @discardableResult
-    public func install(_ entry: PackEntry, from file: String, to destination: String, verifiedSHA256: String? = nil) throws -> Bool {
+    public func install(_ entry: PackEntry, from file: String, to destination: String) throws -> Bool {
         guard let size = FileSystem.fileSize(file), size == entry.size else {
             throw ClientError.sizeMismatch(entry.id, expected: entry.size, got: FileSystem.fileSize(file) ?? 0)
         }
-        let digest: String
-        if let verifiedSHA256 {
-            digest = verifiedSHA256
-        } else {
-            do {
-                digest = try SHA256Hasher.hexDigest(ofFile: file)
-            } catch {
-                throw ClientError.install(entry.id, error)
-            }
-        }
-        guard digest == entry.sha256 else { throw ClientError.integrity(entry.id, "SHA-256 is \(digest), the manifest says \(entry.sha256)") }
 
         let folder = FileSystem.directory(of: destination)
         let staged = folder + "/.tmp-" + FileSystem.lastComponent(of: destination) + "-" + Hex.encode(SecureRandom.bytes(6))
@@ -44,6 +36,9 @@ public struct Installer: Sendable {
         }
         do {
             let summary = try PackDecryptor.decrypt(file: file, to: plaintext, keyRing: keyRing, expectedSize: entry.size)
+            guard summary.sha256 == entry.sha256 else {
+                throw ClientError.integrity(entry.id, "SHA-256 is \(summary.sha256), the manifest says \(entry.sha256)")
+            }
             guard summary.plaintextSHA256 == entry.plaintextSHA256 else {
                 throw ClientError.integrity(entry.id, "decrypted content does not match the manifest's plaintext SHA-256")
             }
@@ -53,7 +48,7 @@ public struct Installer: Sendable {
             }
             try Self.switchInto(destination, from: staged)
         } catch let error as PackError {
-            throw ClientError.integrity(entry.id, error.description)
+            throw ClientError.integrity(entry.id, "its content does not match the manifest's SHA-256: \(error.description)")
         } catch let error as ZipPackError {
             if error == .noSpace { throw ClientError.noSpace(folder) }
             throw ClientError.integrity(entry.id, error.description)

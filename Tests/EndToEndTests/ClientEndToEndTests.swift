@@ -107,7 +107,7 @@ struct ClientEndToEndTests {
             sync.kind = .update
             let report = try await sync.sync()
             #expect(report.failed.keys.sorted() == ["level"] && report.rescheduled == ["level"])
-            #expect(report.failed["level"]?.contains("SHA-256") == true)
+            #expect(report.failed["level"]?.contains("does not match the manifest's SHA-256") == true, "\(report.failed)")
             #expect(try FileSystem.readFile(work.path + "/dest/packs/level") == old)
             #expect(try StateStore(destination: work.path + "/dest").read(app: origin.app).packs["level"]?.revision == 1)
             #expect(FileSystem.contents(of: work.path + "/dest/packs") == ["level"], "no temporary file left")
