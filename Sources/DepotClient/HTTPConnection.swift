@@ -96,9 +96,13 @@ public final class HTTPConnection: Sendable {
 
     /// Sends the request line and header fields (`Host` and `Connection: close` are added).
     public func sendHead(method: String, headers: [(String, String)]) throws {
-        var target = url.path.isEmpty ? "/" : url.path
-        if let query = url.query { target += "?" + query }
+        // The target as written (percent-encoding kept), not URL.path's decoded form.
+        let components = URLComponents(url: url, resolvingAgainstBaseURL: true)
+        var target = components?.percentEncodedPath ?? "/"
+        if target.isEmpty { target = "/" }
+        if let query = components?.percentEncodedQuery { target += "?" + query }
         var hostField = url.host ?? ""
+        if hostField.contains(":") && !hostField.hasPrefix("[") { hostField = "[\(hostField)]" }
         if let port = url.port { hostField += ":\(port)" }
         var text = "\(method) \(target) HTTP/1.1\r\nHost: \(hostField)\r\nConnection: close\r\nUser-Agent: assetdepot\r\n"
         for (name, value) in headers { text += "\(name): \(value)\r\n" }
