@@ -6,22 +6,8 @@
 set -euo pipefail
 size_mib=${1:-1024}
 rounds=${2:-3}
-root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root"
-swift build -c release --product depot >/dev/null
-depot="$root/.build/release/depot"
-work=$(mktemp -d /tmp/depot-bench-client.XXXXXX)
-trap 'kill $server_pid 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
-
-"$depot" serve --data "$work/data" --listen 127.0.0.1:0 --log-level warning > "$work/serve.log" 2>&1 &
-server_pid=$!
-for _ in $(seq 100); do grep -q "depot sync" "$work/serve.log" 2>/dev/null && break; sleep 0.1; done
-url=$(head -1 "$work/serve.log" | sed -E 's/.*listening on ([^,]+),.*/http:\/\/\1/')
-token=$(grep 'export DEPOT_TOKEN=' "$work/serve.log" | sed 's/.*=//')
-app=com.example.dev
+source "$(dirname "$0")/bench-lib.sh" --log-level warning
 head -c $((size_mib << 20)) /dev/urandom > "$work/pack.bin"
-now() { date +%s.%N; }
-elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 
 t0=$(now); "$depot" publish "$work/pack.bin" --server "$url" --app $app --pack big --token "$token" --release --quiet >/dev/null; t1=$(now)
 publish=$(elapsed "$t0" "$t1")

@@ -4,24 +4,11 @@
 #   Deploy/bench-memory.sh [SIZE_MIB]     (default 1024)
 set -euo pipefail
 size_mib=${1:-1024}
-root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root"
-swift build -c release --product depot >/dev/null
-depot="$root/.build/release/depot"
-work=$(mktemp -d /tmp/depot-bench.XXXXXX)
-trap 'kill $server_pid 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
-
-"$depot" serve --data "$work/data" --listen 127.0.0.1:0 > "$work/serve.log" 2> "$work/access.log" &
-server_pid=$!
-for _ in $(seq 100); do grep -q "depot sync" "$work/serve.log" 2>/dev/null && break; sleep 0.1; done
-url=$(head -1 "$work/serve.log" | sed -E 's/.*listening on ([^,]+),.*/http:\/\/\1/')
-token=$(grep 'export DEPOT_TOKEN=' "$work/serve.log" | sed 's/.*=//')
-app=com.example.dev
+source "$(dirname "$0")/bench-lib.sh"
 head -c $((size_mib << 20)) /dev/urandom > "$work/pack.bin"
 
 hwm() { awk '/VmHWM/ {print $2}' "/proc/$1/status"; }   # peak RSS in KiB
 mib() { echo "scale=1; $1 / 1024" | bc; }
-elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 
 echo "pack: ${size_mib} MiB; origin $url"
 echo "origin RSS at start: $(mib "$(hwm $server_pid)") MiB"

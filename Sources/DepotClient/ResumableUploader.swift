@@ -165,21 +165,9 @@ public struct ResumableUploader: Sendable {
         return reached
     }
 
-    /// A body-less exchange (or one with a small body) over the right transport.
+    /// A body-less exchange.
     private func exchange(_ method: String, _ url: URL, headers: [(String, String)]) async throws -> HTTPTransport.Response {
-        if url.scheme == "https" {
-            return try await transport.send(method: method, to: url, headers: Dictionary(headers) { $1 })
-        }
-        let timeout = timeout
-        let connection = try HTTPConnection(url: url, timeout: timeout)
-        return try await HTTPConnection.run(cancelling: connection) {
-            defer { connection.close() }
-            try connection.sendHead(method: method, headers: headers)
-            let head = try connection.readHead()
-            var body: [UInt8] = []
-            try connection.readBody(head, method: method, limit: 1 << 20) { body += $0 }
-            return HTTPTransport.Response(status: head.status, headers: Dictionary(head.headers.map { ($0.name, $0.value) }) { $1 }, body: body)
-        }
+        try await transport.send(method: method, to: url, headers: Dictionary(headers) { $1 })
     }
 
     /// The message of a JSON error body, or its first characters.

@@ -216,13 +216,7 @@ struct ResumableInterruptionTests {
                 var head = "PATCH \(path) HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(origin.token)\r\nTus-Resumable: 1.0.0\r\nUpload-Offset: 0\r\n"
                     + "Content-Type: application/offset+octet-stream\r\nContent-Length: \(plaintext.count)\r\n"
                 if withChecksum { head += "Upload-Checksum: sha256 \(Data(SHA256Hasher.hash(plaintext)).base64EncodedString())\r\n" }
-                let bytes = Array((head + "\r\n").utf8) + plaintext[0..<1_500_000]
-                var sent = 0
-                while sent < bytes.count {
-                    let n = bytes.withUnsafeBytes { send(fd, $0.baseAddress! + sent, bytes.count - sent, Int32(MSG_NOSIGNAL)) }
-                    guard n > 0 else { break }
-                    sent += n
-                }
+                RawHTTP.sendAll(fd, Array((head + "\r\n").utf8) + plaintext[0..<1_500_000])
                 try await Task.sleep(for: .milliseconds(200))
                 close(fd)
                 var offset: String?

@@ -86,7 +86,7 @@ public final class FaultyProxy: Sendable {
         heads.withLock { $0.append(text) }
         let behavior = decide(index, text)
         if case .respond(let status) = behavior {
-            send(client, Array("HTTP/1.1 \(status) Injected\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".utf8))
+            RawHTTP.sendAll(client, Array("HTTP/1.1 \(status) Injected\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".utf8))
             return
         }
         if case .stall = behavior {
@@ -95,14 +95,14 @@ public final class FaultyProxy: Sendable {
         }
         guard let upstream = try? RawHTTP.connect(port: upstreamPort) else { return }
         defer { close(upstream) }
-        send(upstream, head)
+        RawHTTP.sendAll(upstream, head)
         // Client to server in the background (request bodies), server to client here.
         Thread.detachNewThread {
             var buffer = [UInt8](repeating: 0, count: 65536)
             while true {
                 let n = buffer.withUnsafeMutableBytes { recv(client, $0.baseAddress, $0.count, 0) }
                 guard n > 0 else { shutdown(upstream, Int32(SHUT_WR)); return }
-                self.send(upstream, Array(buffer[0..<n]))
+                RawHTTP.sendAll(upstream, Array(buffer[0..<n]))
             }
         }
         var forwarded = 0
@@ -110,19 +110,10 @@ public final class FaultyProxy: Sendable {
         while forwarded < limit {
             let n = buffer.withUnsafeMutableBytes { recv(upstream, $0.baseAddress, min($0.count, limit - forwarded), 0) }
             guard n > 0 else { break }
-            send(client, Array(buffer[0..<n]))
+            RawHTTP.sendAll(client, Array(buffer[0..<n]))
             forwarded += n
         }
         shutdown(client, Int32(SHUT_RDWR))
         shutdown(upstream, Int32(SHUT_RDWR))
-    }
-
-    private func send(_ fd: Int32, _ bytes: [UInt8]) {
-        var sent = 0
-        while sent < bytes.count {
-            let n = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + sent, bytes.count - sent, Int32(MSG_NOSIGNAL)) }
-            guard n > 0 else { return }
-            sent += n
-        }
     }
 }

@@ -28,13 +28,7 @@ struct ResumableUploadEndToEndTests {
         let fd = try RawHTTP.connect(port: UInt16(server.port)!)
         let head = "PATCH \(path) HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\nTus-Resumable: 1.0.0\r\nUpload-Offset: \(offset)\r\n"
             + "Content-Type: application/offset+octet-stream\r\nContent-Length: \(file.count - offset)\r\n\r\n"
-        let bytes = Array(head.utf8) + file[offset..<(offset + count)]
-        var sent = 0
-        while sent < bytes.count {
-            let n = bytes.withUnsafeBytes { send(fd, $0.baseAddress! + sent, bytes.count - sent, Int32(MSG_NOSIGNAL)) }
-            guard n > 0 else { break }
-            sent += n
-        }
+        RawHTTP.sendAll(fd, Array(head.utf8) + file[offset..<(offset + count)])
         return fd
     }
 
