@@ -1,3 +1,5 @@
+import Foundation
+
 /// Why a sync (or a publish) failed, in one sentence.
 public struct ClientError: Error, Hashable, Sendable, CustomStringConvertible {
     /// The kinds of failure, for callers that branch on them.
@@ -16,7 +18,25 @@ public struct ClientError: Error, Hashable, Sendable, CustomStringConvertible {
     static func http(_ status: Int, _ url: String, _ body: String) -> ClientError {
         ClientError(.http, "HTTP \(status) from \(url)\(body.isEmpty ? "" : ": " + body)")
     }
-    static func transport(_ url: String, _ error: any Error) -> ClientError { ClientError(.transport, "cannot reach \(url): \(error)") }
+    static func transport(_ url: String, _ error: any Error) -> ClientError { ClientError(.transport, "cannot reach \(url): \(explain(error))") }
+
+    /// A sentence for a transport error (Foundation on Linux describes URLError as a bare code).
+    static func explain(_ error: any Error) -> String {
+        if let error = error as? URLError {
+            switch error.code {
+            case .timedOut: return "timed out"
+            case .networkConnectionLost: return "the connection was lost"
+            case .cannotFindHost: return "unknown host"
+            case .cannotConnectToHost: return "connection refused"
+            case .badServerResponse: return "malformed response"
+            case .unsupportedURL: return "unsupported URL"
+            case .cancelled: return "cancelled"
+            default: return "URL error \(error.code.rawValue)"
+            }
+        }
+        if let error = error as? POSIXError { return String(cString: strerror(error.code.rawValue)).lowercased() }
+        return "\(error)"
+    }
     static func manifest(_ why: String) -> ClientError { ClientError(.manifest, "manifest refused: \(why)") }
     static func rollback(offered: Int, floor: Int) -> ClientError {
         ClientError(.rollback, "manifest refused: version \(offered) is lower than version \(floor) already accepted (rollback)")

@@ -77,6 +77,26 @@ struct DownloaderTests {
         }
     }
 
+    @Test("A server that stops answering times out, is retried, then the download fails with a timeout")
+    func timeout() async throws {
+        try await withServer { origin in
+            let work = TemporaryDirectory("depot-download")
+            defer { work.remove() }
+            let proxy = try FaultyProxy(upstreamPort: origin.port) { _, _ in .stall }
+            defer { proxy.stop() }
+            let (item, _) = try Self.publish(origin, size: 1000, path: work.path + "/a", port: proxy.port)
+            let (events, task) = Downloader(retries: 1, timeout: 0.3, baseDelay: 0.01).start([item])
+            var retried = false
+            for await event in events { if case .retrying(id: "p", attempt: 1, _) = event { retried = true } }
+            guard case .failure(let error) = await task.value["p"] else {
+                Issue.record("a stalled server cannot succeed")
+                return
+            }
+            #expect(retried && error.kind == .transport && error.description.contains("timed out"), "\(error)")
+            #expect(proxy.requests.count == 2)
+        }
+    }
+
     @Test("Cancelling stops a stalled download at once")
     func cancel() async throws {
         try await withServer { origin in

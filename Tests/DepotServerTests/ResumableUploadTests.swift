@@ -219,13 +219,14 @@ struct ResumableInterruptionTests {
                 RawHTTP.sendAll(fd, Array((head + "\r\n").utf8) + plaintext[0..<1_500_000])
                 try await Task.sleep(for: .milliseconds(200))
                 close(fd)
-                var offset: String?
+                var offset = 0
                 for _ in 0..<50 {
                     try await Task.sleep(for: .milliseconds(20))
-                    offset = try ResumableUploadTests.offset(origin, path).header("Upload-Offset")
-                    if offset != "0" { break }
+                    offset = try ResumableUploadTests.offset(origin, path).header("Upload-Offset").flatMap { Int($0) } ?? -1
+                    if offset != 0 { break }
                 }
-                #expect(offset == (withChecksum ? "0" : "1500000"))
+                // Bytes in flight when the connection ends may be lost, never more than arrived.
+                if withChecksum { #expect(offset == 0) } else { #expect(offset > 0 && offset <= 1_500_000, "\(offset)") }
             }
         }
     }
