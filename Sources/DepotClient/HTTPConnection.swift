@@ -208,6 +208,14 @@ public final class HTTPConnection: Sendable {
         }
     }
 
+    /// Reads a whole response with a small body (at most `limit` bytes), as ``HTTPTransport/Response``.
+    public func readResponse(method: String, limit: Int64) throws -> HTTPTransport.Response {
+        let head = try readHead()
+        var body: [UInt8] = []
+        try readBody(head, method: method, limit: limit) { body += $0 }
+        return HTTPTransport.Response(status: head.status, headers: Dictionary(head.headers.map { ($0.name, $0.value) }) { $1 }, body: body)
+    }
+
     private func readChunked(limit: Int64, sink: (UnsafeRawBufferPointer) throws -> Void) throws {
         var data = leftover.withLock { value -> [UInt8] in defer { value = [] }; return value }
         var buffer = [UInt8](repeating: 0, count: 64 << 10)

@@ -96,10 +96,7 @@ public struct HTTPTransport: Sendable {
             if let body { fields.append(("Content-Length", String(body.count))) }
             try connection.sendHead(method: method, headers: fields)
             if let body, !body.isEmpty { try connection.sendBytes(body) }
-            let head = try connection.readHead()
-            var received: [UInt8] = []
-            try connection.readBody(head, method: method, limit: Int64(limit)) { received += $0 }
-            return Response(status: head.status, headers: Dictionary(head.headers.map { ($0.name, $0.value) }) { $1 }, body: received)
+            return try connection.readResponse(method: method, limit: Int64(limit))
         }
     }
 

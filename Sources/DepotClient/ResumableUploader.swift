@@ -148,10 +148,7 @@ public struct ResumableUploader: Sendable {
                     sent += step
                     progress(sent, length)
                 }
-                let head = try connection.readHead()
-                var body: [UInt8] = []
-                try connection.readBody(head, method: "PATCH", limit: 1 << 20) { body += $0 }
-                return HTTPTransport.Response(status: head.status, headers: Dictionary(head.headers.map { ($0.name, $0.value) }) { $1 }, body: body)
+                return try connection.readResponse(method: "PATCH", limit: 1 << 20)
             }
         }
         if response.status == 409, ["offset_mismatch", "upload_busy"].contains(where: { Self.message(response.body).hasPrefix($0) }) {

@@ -77,14 +77,21 @@ struct DownloaderTests {
         }
     }
 
-    @Test("A server that stops answering times out, is retried, then the download fails with a timeout")
-    func timeout() async throws {
+    /// Runs `body` with an item published on a real origin but served through a proxy that never answers.
+    static func withStalledServer(_ body: (DownloadItem, FaultyProxy) async throws -> Void) async throws {
         try await withServer { origin in
             let work = TemporaryDirectory("depot-download")
             defer { work.remove() }
             let proxy = try FaultyProxy(upstreamPort: origin.port) { _, _ in .stall }
             defer { proxy.stop() }
-            let (item, _) = try Self.publish(origin, size: 1000, path: work.path + "/a", port: proxy.port)
+            let (item, _) = try publish(origin, size: 1000, path: work.path + "/a", port: proxy.port)
+            try await body(item, proxy)
+        }
+    }
+
+    @Test("A server that stops answering times out, is retried, then the download fails with a timeout")
+    func timeout() async throws {
+        try await Self.withStalledServer { item, proxy in
             let (events, task) = Downloader(retries: 1, timeout: 0.3, baseDelay: 0.01).start([item])
             var retried = false
             for await event in events { if case .retrying(id: "p", attempt: 1, _) = event { retried = true } }
@@ -99,12 +106,7 @@ struct DownloaderTests {
 
     @Test("Cancelling stops a stalled download at once")
     func cancel() async throws {
-        try await withServer { origin in
-            let work = TemporaryDirectory("depot-download")
-            defer { work.remove() }
-            let proxy = try FaultyProxy(upstreamPort: origin.port) { _, _ in .stall }
-            defer { proxy.stop() }
-            let (item, _) = try Self.publish(origin, size: 1000, path: work.path + "/a", port: proxy.port)
+        try await Self.withStalledServer { item, _ in
             let (_, task) = Downloader(timeout: 60).start([item])
             try await Task.sleep(for: .milliseconds(200))
             let started = ContinuousClock.now
