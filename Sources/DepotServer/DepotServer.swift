@@ -19,9 +19,9 @@ public final class DepotServer: Sendable {
         origin = try Origin(configuration: configuration)
         http = try HTTPServer(configuration: configuration.http, handler: origin)
         let host = configuration.http.host.contains(":") ? "[\(configuration.http.host)]" : configuration.http.host
-        origin.publicURL = configuration.publicURL ?? "http://\(host):\(http.port)"
+        origin.urls.base = configuration.publicURL ?? "http://\(host):\(http.port)"
         let http = self.http
-        origin.setInFlightProvider { http.inFlightRequests }
+        origin.operations.setInFlightProvider { http.inFlightRequests }
         refresher = ManifestRefresher(origin: origin, configuration: configuration)
     }
 
@@ -30,7 +30,7 @@ public final class DepotServer: Sendable {
     /// The bound port.
     public var port: UInt16 { http.port }
     /// The base URL manifests point at.
-    public var publicURL: String { origin.publicURL }
+    public var publicURL: String { origin.urls.base }
 
     /// Removes resumable uploads past their expiry now (the periodic sweep does it every
     /// `refreshInterval`); returns how many.
@@ -39,7 +39,7 @@ public final class DepotServer: Sendable {
 
     /// Sweeps (or, with `dryRun`, lists) unneeded blobs now, as the periodic sweep does.
     public func collectGarbage(retention: TimeInterval, grace: TimeInterval, dryRun: Bool) throws -> (blobs: [String], bytes: Int64) {
-        try origin.releases.collectGarbage(retention: retention, grace: grace, dryRun: dryRun)
+        try origin.garbage.collect(retention: retention, grace: grace, dryRun: dryRun)
     }
 
     /// Stops listening and joins the server's threads.
@@ -60,62 +60,3 @@ public final class DepotServer: Sendable {
     }
 }
 
-/// Re-signs manifests, sweeps unneeded blobs and expired resumable uploads at start-up and then every `refreshInterval`,
-/// on a thread of its own.
-final class ManifestRefresher: Sendable {
-    private let stopped = Mutex(false)
-    private let wake = DispatchSemaphore(value: 0)
-
-    init(origin: Origin, configuration: OriginConfiguration) {
-        Thread.detachNewThread { [self] in
-            repeat {
-                do {
-                    for app in try origin.releases.refreshExpiring() {
-                        origin.logger.notice("re-signed the live manifest", metadata: ["app": .string(app)])
-                    }
-                    let swept = try origin.releases.collectGarbage(retention: configuration.blobRetention, grace: configuration.blobGrace)
-                    let expired = origin.uploads.removeExpired()
-                    if expired > 0 { origin.logger.notice("removed expired resumable uploads", metadata: ["count": .stringConvertible(expired)]) }
-                    if !swept.blobs.isEmpty {
-                        origin.logger.notice("removed unneeded blobs", metadata: ["count": .stringConvertible(swept.blobs.count), "bytes": .stringConvertible(swept.bytes)])
-                    }
-                } catch {
-                    origin.logger.error("maintenance failed: \(error)")
-                }
-            } while wake.wait(timeout: .now() + configuration.refreshInterval) == .timedOut && !stopped.withLock({ $0 })
-        }
-    }
-
-    func stop() {
-        let wasRunning = stopped.withLock { value -> Bool in
-            defer { value = true }
-            return !value
-        }
-        if wasRunning { wake.signal() }
-    }
-}
-
-/// Maintenance of a data folder that no server is using (it holds the folder's lock meanwhile).
-public struct OfflineMaintenance {
-    private let lock: FileDescriptor
-    private let releases: ReleaseStore
-    private let uploads: ResumableUploads
-
-    /// Takes the folder's lock; fails with `data_folder_busy` while a server runs on it.
-    public init(dataPath: String) throws {
-        let folder = DataFolder(dataPath)
-        guard folder.exists else { throw DepotError.notFound("a data folder at \(dataPath)") }
-        lock = try folder.lockExclusively()
-        releases = ReleaseStore(folder: folder, apps: AppStore(folder: folder), manifestLifetime: 90 * 86_400)
-        uploads = ResumableUploads(folder: folder)
-    }
-
-    /// Removes resumable uploads past their expiry; returns how many.
-    public func removeExpiredUploads() -> Int { uploads.removeExpired() }
-
-    /// Removes (or lists, with `dryRun`) blobs no live release, recent release or draft needs.
-    public func collectGarbage(retention: TimeInterval, grace: TimeInterval, dryRun: Bool) throws -> (blobs: [String], bytes: Int64) {
-        _ = lock
-        return try releases.collectGarbage(retention: retention, grace: grace, dryRun: dryRun)
-    }
-}

@@ -6,7 +6,7 @@ public struct PackError: Error, Hashable, Sendable, CustomStringConvertible {
     public enum Kind: Hashable, Sendable {
         case headerTruncated, badMagic, unsupportedVersion, unsupportedAlgorithm, invalidSegmentSize, invalidKeyID
         case unknownKeyID, truncated, trailingData, segmentOutOfOrder, segmentCorrupted, keyMismatch
-        case sizeMismatch
+        case sizeMismatch, tailDamaged
     }
 
     /// What went wrong.
@@ -53,6 +53,9 @@ public struct PackError: Error, Hashable, Sendable, CustomStringConvertible {
     public static func sizeMismatch(expected: Int64, actual: Int64) -> PackError {
         PackError(.sizeMismatch, "expected \(expected) bytes, found \(actual)")
     }
+
+    /// The sealed tail of a resumable upload does not open (see ``SealedTail``).
+    public static let tailDamaged = PackError(.tailDamaged, "the stored state of this upload is damaged; start a new upload")
 
     public var description: String { detail }
 }

@@ -73,7 +73,7 @@ public struct AppStore: Sendable {
     public func create(_ id: String) throws -> AppSettings {
         guard Identifier.isValidApp(id) else { throw DepotError.invalidID("app id") }
         try folder.prepare()
-        guard !FileSystem.exists(folder.appSettings(id)) else { throw DepotError(409, "exists", "app \(id) already exists") }
+        guard !FileSystem.exists(folder.appSettings(id)) else { throw DepotError.conflict("exists", "app \(id) already exists") }
         try FileSystem.createDirectory(folder.releases(id))
         if !FileSystem.exists(folder.packKeys(id)) {
             let keyID = KeyRing.newKeyID()

@@ -1,39 +1,50 @@
 import DepotCore
 import Foundation
 
-/// Encrypted packs, content-addressed: `blobs/ab/abcdef…`, named by the container's SHA-256.
+/// Where blobs live: immutable content (encrypted packs) named by the SHA-256 of its bytes.
+/// Everything that reads, writes, lists or deletes blobs goes through this protocol, so that
+/// another store (object storage) needs no change to the handlers, the publisher or the
+/// garbage collector.
 ///
-/// A blob appears under its name only once it is complete and durable (written in
-/// `uploads/`, fsynced, renamed, folder fsynced), so a reader never sees a partial one.
-public struct BlobStore: Sendable {
-    let folder: DataFolder
-
-    public init(folder: DataFolder) { self.folder = folder }
-
-    /// A new file in `uploads/` for a blob being written.
-    func newUpload() throws -> (path: String, file: FileDescriptor) {
-        let path = folder.uploads + "/" + Hex.encode(SecureRandom.bytes(12)) + ".upload"
-        return (path, try FileDescriptor(path: path, flags: O_WRONLY | O_CREAT | O_EXCL, mode: 0o644))
-    }
-
-    /// Makes a finished upload durable and moves it to its content address.
-    func commit(upload path: String, file: FileDescriptor, sha256: String) throws {
-        try file.sync()
-        try file.close()
-        let target = folder.blob(sha256)
-        try FileSystem.createDirectory(FileSystem.directory(of: target))
-        try FileSystem.durableRename(path, to: target)
-    }
-
+/// The contract every implementation keeps:
+/// - **Names**: 64 lower-case hex digits. Any other name is absent: `open` gives nil,
+///   `contains` false, `remove` does nothing.
+/// - **put is atomic and durable**: the blob appears under its name complete or not at all,
+///   and once `put` returns it survives a crash or a power cut. The bytes come from a
+///   temporary file that the caller wrote and verified (its SHA-256 is the name); on success
+///   the store has taken it (moved or deleted it), on failure the caller removes it. Putting
+///   a name that exists stores the same bytes again (content addressing makes it idempotent).
+/// - **open** gives a descriptor and the length, for `sendfile`. A reader that opened a blob
+///   keeps reading the whole of it even if the blob is removed meanwhile.
+/// - **enumerate** lists every blob with its size and the time it was stored (the garbage
+///   collector's grace period counts from that time).
+/// - **remove** is immediate and idempotent; a blob that is absent is not an error. Callers
+///   make sure no release or draft names a blob they remove (the publish lock).
+protocol BlobStore: Sendable {
+    /// Stores the verified temporary file at `path` as blob `sha256`, durably.
+    func put(temporaryFile path: String, sha256: String) throws
     /// Opens a blob for reading, or nil if there is none.
-    func open(_ sha256: String) -> FileDescriptor? {
-        guard Hex.isSHA256(sha256) else { return nil }
-        return try? FileDescriptor.openForReading(folder.blob(sha256))
-    }
-
+    func open(_ sha256: String) throws -> StoredBlob?
     /// Whether a blob exists.
-    public func contains(_ sha256: String) -> Bool { Hex.isSHA256(sha256) && FileSystem.exists(folder.blob(sha256)) }
+    func contains(_ sha256: String) -> Bool
+    /// Every blob.
+    func enumerate() -> [BlobInfo]
+    /// Removes a blob.
+    func remove(_ sha256: String)
+}
 
-    /// Removes a blob (used when an upload turned out to duplicate a live pack).
-    func remove(_ sha256: String) { FileSystem.remove(folder.blob(sha256)) }
+/// An open blob.
+struct StoredBlob {
+    /// Open for reading; its owner passes it on (to a response) or closes it.
+    let file: FileDescriptor
+    let size: Int64
+    let modified: Date
+}
+
+/// A blob as listed.
+struct BlobInfo: Sendable, Hashable {
+    let sha256: String
+    let size: Int64
+    /// When it was stored.
+    let modified: Date
 }

@@ -51,9 +51,16 @@ public struct DataFolder: Sendable {
         try FileSystem.createDirectory(root)
         let lock = try FileDescriptor(path: root + "/serve.lock", flags: O_RDWR | O_CREAT, mode: 0o600)
         guard flock(lock.rawValue, LOCK_EX | LOCK_NB) == 0 else {
-            throw DepotError(409, "data_folder_busy", "\(root) is in use by another depot process (a running `depot serve`?)")
+            throw DepotError.conflict("data_folder_busy", "\(root) is in use by another depot process (a running `depot serve`?)")
         }
         return lock
+    }
+
+    /// A new file in `uploads/` for bytes on their way to becoming a blob; start-up removes any
+    /// that a crash left.
+    func scratchFile(suffix: String = ".upload") throws -> (path: String, file: FileDescriptor) {
+        let path = uploads + "/" + Hex.encode(SecureRandom.bytes(12)) + suffix
+        return (path, try FileDescriptor(path: path, flags: O_WRONLY | O_CREAT | O_EXCL, mode: 0o644))
     }
 
     /// Whether the folder has been initialised.

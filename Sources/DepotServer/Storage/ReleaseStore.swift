@@ -137,7 +137,7 @@ public final class ReleaseStore: Sendable {
             let now = try current(app, channel: channel)?.version
             if now == version { return false }
             if let now, now > version {
-                throw DepotError(409, "channel_backwards", "channel \(channel) serves release \(now); it only moves forward. To go back, roll back (a new release with release \(version)'s packs)")
+                throw DepotError.conflict("channel_backwards", "channel \(channel) serves release \(now); it only moves forward. To go back, roll back (a new release with release \(version)'s packs)")
             }
             let release = try load(app, version)
             try check?(release.manifest, Int64(release.envelope.count))
@@ -154,7 +154,7 @@ public final class ReleaseStore: Sendable {
     /// Removes a channel other than production; its manifest URL then answers 404.
     func removeChannel(_ app: String, channel: String) throws {
         try publishLock.withLock { _ in
-            guard channel != Self.production else { throw DepotError(409, "production_channel", "the production channel cannot be removed") }
+            guard channel != Self.production else { throw DepotError.conflict("production_channel", "the production channel cannot be removed") }
             guard FileSystem.exists(pointerPath(app, channel)) else { throw DepotError.notFound("channel \(channel) of app \(app)") }
             FileSystem.remove(pointerPath(app, channel))
             try FileSystem.syncDirectory(folder.channels(app))
@@ -162,38 +162,26 @@ public final class ReleaseStore: Sendable {
         }
     }
 
-    /// Removes blobs that nothing needs any more: not in any app's live release, not in a release
-    /// published within `retention`, not in a draft, and older than `grace` (a blob is committed a
-    /// moment before it is staged). Runs under the publish lock, so no publish or rollback can
-    /// pick a blob up while it goes. Returns the blobs removed (or, with `dryRun`, that would be).
-    @discardableResult
-    func collectGarbage(retention: TimeInterval, grace: TimeInterval, now: Date = Date(), dryRun: Bool = false) throws -> (blobs: [String], bytes: Int64) {
-        try publishLock.withLock { _ in
-            var needed = Set<String>()
-            for app in FileSystem.contents(of: folder.apps) where FileSystem.isDirectory(folder.releases(app)) {
-                for channel in channels(app).keys {
-                    for pack in try current(app, channel: channel)?.manifest.packs ?? [] { needed.insert(pack.sha256) }
-                }
-                for version in Self.versions(in: folder.releases(app)) {
-                    let manifest = try load(app, version).manifest
-                    if manifest.publishedAt >= now.addingTimeInterval(-retention) { for pack in manifest.packs { needed.insert(pack.sha256) } }
-                }
-                for pack in try staging(app).upserts.values { needed.insert(pack.sha256) }
+    /// The blobs that releases and drafts still need: every channel's live release, every
+    /// release published within `retention`, every draft. Call under ``exclusively(_:)``.
+    func neededBlobs(retention: TimeInterval, now: Date) throws -> Set<String> {
+        var needed = Set<String>()
+        for app in FileSystem.contents(of: folder.apps) where FileSystem.isDirectory(folder.releases(app)) {
+            for channel in channels(app).keys {
+                for pack in try current(app, channel: channel)?.manifest.packs ?? [] { needed.insert(pack.sha256) }
             }
-            var removed: [String] = []
-            var bytes: Int64 = 0
-            for prefix in FileSystem.contents(of: folder.blobs) {
-                for name in FileSystem.contents(of: folder.blobs + "/" + prefix) where Hex.isSHA256(name) && !needed.contains(name) {
-                    let path = folder.blob(name)
-                    guard let file = try? FileDescriptor.openForReading(path), let (size, modified) = try? file.sizeAndModification(),
-                          modified < now.addingTimeInterval(-grace) else { continue }
-                    if !dryRun { FileSystem.remove(path) }
-                    removed.append(name)
-                    bytes += size
-                }
+            for version in Self.versions(in: folder.releases(app)) {
+                let manifest = try load(app, version).manifest
+                if manifest.publishedAt >= now.addingTimeInterval(-retention) { for pack in manifest.packs { needed.insert(pack.sha256) } }
             }
-            return (removed, bytes)
+            for pack in try staging(app).upserts.values { needed.insert(pack.sha256) }
         }
+        return needed
+    }
+
+    /// Runs `body` under the publish lock: no publish, promotion or rollback runs meanwhile.
+    func exclusively<T>(_ body: () throws -> T) rethrows -> T {
+        try publishLock.withLock { _ in try body() }
     }
 
     /// Crash recovery, at start-up: removes release files that a publish wrote but never made
@@ -248,7 +236,7 @@ public final class ReleaseStore: Sendable {
         let release = try publish(app, channel: channel, base: base, change: { live in
             var staging = try self.staging(app)
             try adding?(&staging, live)
-            guard !staging.isEmpty else { throw DepotError(409, "nothing_staged", "nothing is staged for app \(app)") }
+            guard !staging.isEmpty else { throw DepotError.conflict("nothing_staged", "nothing is staged for app \(app)") }
             let merged = staging.merged(into: live)
             unused = merged.unusedBlobs
             return merged.packs == live ? nil : merged.packs
@@ -274,7 +262,7 @@ public final class ReleaseStore: Sendable {
             let channelRelease = try current(app, channel: channel)
             let base = try channelRelease ?? current(app)
             if let expected, expected != (channelRelease?.version ?? 0) {
-                throw DepotError(409, "conflict", "channel \(channel) serves release \(channelRelease?.version ?? 0), not \(expected): another publish came first; nothing was published")
+                throw DepotError.conflict("conflict", "channel \(channel) serves release \(channelRelease?.version ?? 0), not \(expected): another publish came first; nothing was published")
             }
             guard let packs = try change(base?.manifest.packs ?? []) else {
                 try then?()

@@ -22,7 +22,7 @@ struct StaticFiles: Sendable {
         let etag = "\"\(size)-\(Int64(modified.timeIntervalSince1970))\""
         return Representation(
             source: .file(file), size: size, etag: etag, lastModified: modified, contentType: Self.types[ext] ?? "application/octet-stream",
-            cacheControl: "no-cache", route: "static"
+            cacheControl: "no-cache"
         ).response(to: request)
     }
 }

@@ -19,7 +19,15 @@ struct Representation {
     var lastModified: Date?
     var contentType: String
     var cacheControl: String
-    var route: String
+
+    /// A strong ETag for bytes made in memory: the first 128 bits of their SHA-256.
+    static func etag(of bytes: [UInt8]) -> String { "\"" + Hex.encode(SHA256Hasher.hash(bytes).prefix(16)) + "\"" }
+
+    /// `Cache-Control` for an app's answers: `private` when download credentials gate the app,
+    /// so that a shared cache never hands it to a client without them.
+    static func cacheControl(_ value: String, gated: Bool) -> String {
+        gated ? value.replacingOccurrences(of: "public", with: "private") : value
+    }
 
     func response(to request: HTTPRequest) -> HTTPResponse {
         var headers = HTTPHeaders()
@@ -36,10 +44,10 @@ struct Representation {
             return failure(412, "precondition_failed", "modified since If-Unmodified-Since", headers)
         }
         if let ifNoneMatch = request.headers["If-None-Match"] {
-            if Self.list(ifNoneMatch, matches: etag, weak: true) { return HTTPResponse(status: 304, headers: headers, route: route) }
+            if Self.list(ifNoneMatch, matches: etag, weak: true) { return HTTPResponse(status: 304, headers: headers) }
         } else if let since = request.headers["If-Modified-Since"].flatMap(HTTPDate.parse), let lastModified,
                   lastModified.timeIntervalSince1970.rounded(.down) <= since.timeIntervalSince1970 {
-            return HTTPResponse(status: 304, headers: headers, route: route)
+            return HTTPResponse(status: 304, headers: headers)
         }
 
         headers.add("Content-Type", contentType)
@@ -47,10 +55,10 @@ struct Representation {
         if range != .whole, let ifRange = request.headers["If-Range"], !ifRangeHolds(ifRange) { range = .whole }
         switch range {
         case .whole:
-            return HTTPResponse(status: 200, headers: headers, body: body(offset: 0, length: size), route: route)
+            return HTTPResponse(status: 200, headers: headers, body: body(offset: 0, length: size))
         case .bytes(let first, let last):
             headers.add("Content-Range", "bytes \(first)-\(last)/\(size)")
-            return HTTPResponse(status: 206, headers: headers, body: body(offset: first, length: last - first + 1), route: route)
+            return HTTPResponse(status: 206, headers: headers, body: body(offset: first, length: last - first + 1))
         case .unsatisfiable:
             var response = failure(416, "range_not_satisfiable", "the range does not overlap the \(size) bytes of this resource", headers)
             response.headers.set("Content-Range", "bytes */\(size)")
@@ -79,7 +87,6 @@ struct Representation {
     private func failure(_ status: Int, _ code: String, _ message: String, _ headers: HTTPHeaders) -> HTTPResponse {
         var response = HTTPResponse.error(status: status, code: code, message: message)
         for (name, value) in headers where name != "Accept-Ranges" { response.headers.add(name, value) }
-        response.route = route
         return response
     }
 

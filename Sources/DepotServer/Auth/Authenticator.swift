@@ -1,0 +1,33 @@
+import DepotHTTP
+
+/// Checks the credentials a route's ``Access`` asks for: bearer tokens scoped to an app and a
+/// role, and an app's optional download credentials (HTTP Basic).
+struct Authenticator: Sendable {
+    let tokens: TokenStore
+
+    /// The token of a request allowed to publish for `app` (with `admin`, to administer it).
+    func bearer(_ request: HTTPRequest, app: String, admin: Bool) throws -> StoredToken {
+        guard let header = request.headers["Authorization"] else { throw DepotError.missingToken }
+        let parts = header.split(separator: " ", maxSplits: 1)
+        guard parts.count == 2, parts[0].lowercased() == "bearer" else { throw DepotError.missingToken }
+        let token: StoredToken
+        switch tokens.check(parts[1].trimmingWhitespace) {
+        case .valid(let record): token = record
+        case .unknown: throw DepotError.badToken
+        case .expired: throw DepotError(.unauthorized, "token_expired", "the bearer token has expired")
+        case .revoked: throw DepotError(.unauthorized, "token_revoked", "the bearer token was revoked")
+        }
+        guard token.app == app else { throw DepotError.forbidden("this token is scoped to another app") }
+        guard token.role == .publisher || token.role == .admin else { throw DepotError.forbidden("this token cannot publish") }
+        if admin && token.role != .admin { throw DepotError.forbidden("this call needs an admin token of the app") }
+        return token
+    }
+
+    /// Checks the app's download credentials, when it has them; returns whether it does (its
+    /// answers must then stay out of shared caches).
+    func download(_ request: HTTPRequest, settings: AppSettings) throws -> Bool {
+        guard let credentials = settings.downloadCredentials else { return false }
+        guard credentials.accepts(request.headers["Authorization"]) else { throw DepotError.downloadCredentials(settings.id) }
+        return true
+    }
+}

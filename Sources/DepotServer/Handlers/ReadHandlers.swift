@@ -1,0 +1,82 @@
+import DepotCore
+import DepotHTTP
+
+/// What apps, devices and CDN edges read: manifests, releases, blobs, the Info.plist keys and
+/// the listings. Each answer goes through ``Representation`` (validators, preconditions, ranges).
+struct ReadHandlers: Sendable {
+    let releases: ReleaseStore
+    let blobs: any BlobStore
+    let urls: PublicURL
+    /// `max-age` of a live manifest, in seconds.
+    let manifestMaxAge: Int
+
+    /// `GET …/manifest` and `GET …/channels/{channel}/manifest`: the live envelope.
+    func manifest(_ context: RequestContext) throws -> HTTPResponse {
+        let channel = context.parameters["channel"] ?? ReleaseStore.production
+        guard let live = try releases.current(context.app, channel: channel) else {
+            throw DepotError.notFound(channel == ReleaseStore.production ? "a release of app \(context.app)" : "channel \(channel) of app \(context.app)")
+        }
+        return Representation(
+            source: .bytes(live.envelope), size: Int64(live.envelope.count), etag: live.etag, lastModified: live.manifest.publishedAt,
+            contentType: "application/json",
+            cacheControl: Representation.cacheControl("public, max-age=\(manifestMaxAge), must-revalidate", gated: context.gated)
+        ).response(to: context.request)
+    }
+
+    /// `GET …/releases/{release}`: an envelope, immutable.
+    func release(_ context: RequestContext) throws -> HTTPResponse {
+        let version = ReleaseNumber.parse(context["release"])!
+        guard let stored = try releases.release(context.app, version) else { throw DepotError.notFound("release \(version) of app \(context.app)") }
+        return Representation(
+            source: .bytes(stored.envelope), size: Int64(stored.envelope.count), etag: stored.etag, lastModified: stored.manifest.publishedAt,
+            contentType: "application/json", cacheControl: Representation.cacheControl("public, max-age=31536000, immutable", gated: context.gated)
+        ).response(to: context.request)
+    }
+
+    /// `GET …/releases`: every release and the channels serving it.
+    func releaseList(_ context: RequestContext) throws -> HTTPResponse {
+        let app = context.app
+        let channels = releases.channels(app)
+        let live = channels[ReleaseStore.production]
+        let list = try releases.list(app).map { manifest in
+            ReleaseSummary(
+                version: manifest.version, publishedAt: manifest.publishedAt, expiresAt: manifest.expiresAt, packs: manifest.packs.count,
+                live: manifest.version == live, channels: channels.filter { $0.value == manifest.version }.keys.sorted(),
+                url: urls.release(app, manifest.version)
+            )
+        }
+        return try JSONResponse.listing(ReleaseList(app: app, live: live, channels: channels, releases: list), gated: context.gated, to: context.request)
+    }
+
+    /// `GET …/channels`: the channels and the release each serves.
+    func channelList(_ context: RequestContext) throws -> HTTPResponse {
+        let app = context.app
+        let channels = releases.channels(app).sorted { $0.key < $1.key }.map {
+            ChannelList.Channel(name: $0.key, release: $0.value, manifestURL: urls.manifest(app, channel: $0.key))
+        }
+        return try JSONResponse.listing(ChannelList(app: app, channels: channels), gated: context.gated, to: context.request)
+    }
+
+    /// `GET …/blobs/{sha256}`: a pack's container, by sendfile.
+    func blob(_ context: RequestContext) throws -> HTTPResponse {
+        let sha256 = context["sha256"]
+        guard let blob = try blobs.open(sha256) else { throw DepotError.notFound("blob \(sha256)") }
+        return Representation(
+            source: .file(blob.file), size: blob.size, etag: "\"\(sha256)\"", lastModified: blob.modified, contentType: "application/octet-stream",
+            cacheControl: Representation.cacheControl("public, max-age=31536000, immutable", gated: context.gated)
+        ).response(to: context.request)
+    }
+
+    /// `GET …/info-plist[?channel=]`: the Background Assets keys of a channel's release.
+    func infoPlist(_ context: RequestContext) throws -> HTTPResponse {
+        let app = context.app
+        let channel = try UploadParameters.channel(context.query("channel"))
+        guard let live = try releases.current(app, channel: channel) else { throw DepotError.notFound("a release of app \(app) on channel \(channel)") }
+        let keys = BackgroundAssetsKeys(manifest: live.manifest, manifestSize: Int64(live.envelope.count), manifestURL: urls.manifest(app, channel: channel))
+        let body = Array(keys.xml.utf8)
+        return Representation(
+            source: .bytes(body), size: Int64(body.count), etag: Representation.etag(of: body), lastModified: live.manifest.publishedAt,
+            contentType: "application/xml; charset=utf-8", cacheControl: Representation.cacheControl("public, max-age=0, must-revalidate", gated: context.gated)
+        ).response(to: context.request)
+    }
+}

@@ -1,0 +1,64 @@
+import DepotCore
+import Foundation
+import Synchronization
+
+/// Re-signs manifests, sweeps unneeded blobs and expired resumable uploads at start-up and then every `refreshInterval`,
+/// on a thread of its own.
+final class ManifestRefresher: Sendable {
+    private let stopped = Mutex(false)
+    private let wake = DispatchSemaphore(value: 0)
+
+    init(origin: Origin, configuration: OriginConfiguration) {
+        Thread.detachNewThread { [self] in
+            repeat {
+                do {
+                    for app in try origin.releases.refreshExpiring() {
+                        origin.publisher.logger.notice("re-signed the live manifest", metadata: ["app": .string(app)])
+                    }
+                    let swept = try origin.garbage.collect(retention: configuration.blobRetention, grace: configuration.blobGrace)
+                    let expired = origin.uploads.removeExpired()
+                    if expired > 0 { origin.publisher.logger.notice("removed expired resumable uploads", metadata: ["count": .stringConvertible(expired)]) }
+                    if !swept.blobs.isEmpty {
+                        origin.publisher.logger.notice("removed unneeded blobs", metadata: ["count": .stringConvertible(swept.blobs.count), "bytes": .stringConvertible(swept.bytes)])
+                    }
+                } catch {
+                    origin.publisher.logger.error("maintenance failed: \(error)")
+                }
+            } while wake.wait(timeout: .now() + configuration.refreshInterval) == .timedOut && !stopped.withLock({ $0 })
+        }
+    }
+
+    func stop() {
+        let wasRunning = stopped.withLock { value -> Bool in
+            defer { value = true }
+            return !value
+        }
+        if wasRunning { wake.signal() }
+    }
+}
+
+/// Maintenance of a data folder that no server is using (it holds the folder's lock meanwhile).
+public struct OfflineMaintenance {
+    private let lock: FileDescriptor
+    private let garbage: GarbageCollector
+    private let uploads: ResumableUploads
+
+    /// Takes the folder's lock; fails with `data_folder_busy` while a server runs on it.
+    public init(dataPath: String) throws {
+        let folder = DataFolder(dataPath)
+        guard folder.exists else { throw DepotError.notFound("a data folder at \(dataPath)") }
+        lock = try folder.lockExclusively()
+        let releases = ReleaseStore(folder: folder, apps: AppStore(folder: folder), manifestLifetime: 90 * 86_400)
+        garbage = GarbageCollector(releases: releases, blobs: FileBlobStore(folder: folder))
+        uploads = ResumableUploads(folder: folder)
+    }
+
+    /// Removes resumable uploads past their expiry; returns how many.
+    public func removeExpiredUploads() -> Int { uploads.removeExpired() }
+
+    /// Removes (or lists, with `dryRun`) blobs no live release, recent release or draft needs.
+    public func collectGarbage(retention: TimeInterval, grace: TimeInterval, dryRun: Bool) throws -> (blobs: [String], bytes: Int64) {
+        _ = lock
+        return try garbage.collect(retention: retention, grace: grace, dryRun: dryRun)
+    }
+}

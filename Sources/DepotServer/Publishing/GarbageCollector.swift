@@ -1,0 +1,26 @@
+import Foundation
+
+/// Removes blobs that nothing needs any more: not in any channel's live release, not in a
+/// release published within `retention`, not in a draft, and stored longer ago than `grace`
+/// (a blob is stored a moment before it is staged). Runs under the publish lock, so no
+/// publish or rollback can pick a blob up while it goes.
+struct GarbageCollector: Sendable {
+    let releases: ReleaseStore
+    let blobs: any BlobStore
+
+    /// Returns the blobs removed (or, with `dryRun`, that would be) and their bytes.
+    @discardableResult
+    func collect(retention: TimeInterval, grace: TimeInterval, now: Date = Date(), dryRun: Bool = false) throws -> (blobs: [String], bytes: Int64) {
+        try releases.exclusively {
+            let needed = try releases.neededBlobs(retention: retention, now: now)
+            var removed: [String] = []
+            var bytes: Int64 = 0
+            for blob in blobs.enumerate() where !needed.contains(blob.sha256) && blob.modified < now.addingTimeInterval(-grace) {
+                if !dryRun { blobs.remove(blob.sha256) }
+                removed.append(blob.sha256)
+                bytes += blob.size
+            }
+            return (removed, bytes)
+        }
+    }
+}

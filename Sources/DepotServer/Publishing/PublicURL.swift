@@ -1,0 +1,21 @@
+import Synchronization
+
+/// The base of every URL a manifest or an answer carries (the CDN's or edge's URL), known once
+/// the listener is bound; without a trailing slash.
+final class PublicURL: Sendable {
+    private let value = Mutex("")
+
+    var base: String {
+        get { value.withLock { $0 } }
+        set { value.withLock { $0 = newValue.hasSuffix("/") ? String(newValue.dropLast()) : newValue } }
+    }
+
+    /// The URL of a channel's manifest: production's is the short one.
+    func manifest(_ app: String, channel: String) -> String {
+        base + "/v1/apps/\(app)" + (channel == ReleaseStore.production ? "" : "/channels/\(channel)") + "/manifest"
+    }
+
+    func blob(_ app: String, _ sha256: String) -> String { base + "/v1/apps/\(app)/blobs/\(sha256)" }
+    func release(_ app: String, _ version: Int) -> String { base + "/v1/apps/\(app)/releases/\(version)" }
+    func upload(_ app: String, _ id: String) -> String { "/v1/apps/\(app)/uploads/\(id)" }
+}

@@ -1,0 +1,203 @@
+import DepotCore
+import Foundation
+import Logging
+
+/// Publishing, in domain terms: stores verified packs and stages them, publishes the draft as
+/// the next signed release, removes packs, rolls back, promotes channels. It takes and returns
+/// domain values and throws ``DepotError``; it knows nothing of HTTP.
+final class Publisher: Sendable {
+    let folder: DataFolder
+    let apps: AppStore
+    let blobs: any BlobStore
+    let releases: ReleaseStore
+    let urls: PublicURL
+    let metrics: OriginMetrics
+    let logger: Logger
+    /// The largest pack accepted, in plaintext bytes.
+    let maximumPackSize: Int64
+    /// An app's settings (cached by the caller).
+    private let settings: @Sendable (String) -> AppSettings?
+
+    init(
+        folder: DataFolder, apps: AppStore, blobs: any BlobStore, releases: ReleaseStore, urls: PublicURL, metrics: OriginMetrics,
+        logger: Logger, maximumPackSize: Int64, settings: @escaping @Sendable (String) -> AppSettings?
+    ) {
+        self.folder = folder
+        self.apps = apps
+        self.blobs = blobs
+        self.releases = releases
+        self.urls = urls
+        self.metrics = metrics
+        self.logger = logger
+        self.maximumPackSize = maximumPackSize
+        self.settings = settings
+    }
+
+    /// Stores a finished, verified container (a temporary file) as a blob, then stages it, or
+    /// with `release` publishes it at once. Refuses a plaintext checksum other than the one
+    /// vouched for and a damaged zip; the temporary file is the caller's to remove on failure.
+    func store(container path: String, summary: PackSummary, keys: KeyRing, for parameters: UploadParameters) throws -> PublishResult {
+        if let expected = parameters.expectedPlaintextSHA256, expected != summary.plaintextSHA256 {
+            throw DepotError.checksumMismatch(expected: expected, actual: summary.plaintextSHA256)
+        }
+        let installSize = try installSize(ofContainer: path, summary: summary, contentType: parameters.contentType, keys: keys)
+        try blobs.put(temporaryFile: path, sha256: summary.sha256)
+        return try publish(summary, installSize: installSize, for: parameters)
+    }
+
+    /// Stages a stored blob for the app's next release, and publishes it at once with `release`.
+    private func publish(_ summary: PackSummary, installSize: Int64, for request: UploadParameters) throws -> PublishResult {
+        let entry = PackEntry(
+            id: request.pack, revision: 0, url: urls.blob(request.app, summary.sha256), size: summary.size,
+            sha256: summary.sha256, installSize: installSize, plaintextSHA256: summary.plaintextSHA256, policy: request.policy,
+            tags: request.tags, keyID: summary.keyID, contentType: request.contentType
+        )
+        // A pack staged twice: the earlier upload's blob is deleted once the draft no longer needs it.
+        var superseded: String?
+        let add: (inout Staging, [PackEntry]) -> Void = { staging, live in
+            if let earlier = staging.upserts[request.pack], !live.contains(where: { $0.sha256 == earlier.sha256 }) {
+                superseded = earlier.sha256
+            }
+            staging.upserts[request.pack] = entry
+            staging.removals.remove(request.pack)
+        }
+        metrics.uploaded(bytes: summary.plaintextSize)
+        if request.release {
+            let result: PublishResult
+            do {
+                result = try release(request.app, channel: request.channel, base: request.base, force: request.force, pack: request.pack, adding: add)
+            } catch let error as DepotError where error.kind == .conflict {
+                // Refused before anything changed: nothing was staged, the new blob is not needed.
+                blobs.remove(summary.sha256)
+                throw error
+            }
+            if let superseded { blobs.remove(superseded) }
+            return result
+        }
+        let live = try releases.stage(request.app, channel: request.channel, add)
+        if let superseded { blobs.remove(superseded) }
+        let preview = Staging(upserts: [request.pack: entry]).merged(into: live).packs.first { $0.id == request.pack } ?? entry
+        return PublishResult(
+            app: request.app, pack: preview, release: try releases.current(request.app, channel: request.channel)?.version,
+            staged: true, changed: true, channel: request.channel, manifestURL: urls.manifest(request.app, channel: request.channel)
+        )
+    }
+
+    /// Publishes the staged draft on `channel` (after `adding` changed it, in the same lock
+    /// hold); the result names `pack` as released, when given.
+    func release(
+        _ app: String, channel: String, base: Int?, force: Bool, pack: String? = nil, adding: ((inout Staging, [PackEntry]) throws -> Void)? = nil
+    ) throws -> PublishResult {
+        let (release, unused) = try releases.publishStaged(
+            app, channel: channel, base: base, adding: adding, check: force ? nil : allowanceGuard(app, channel: channel)
+        )
+        for blob in unused { blobs.remove(blob) }
+        metrics.published(app: app, changed: release != nil)
+        let live = try releases.current(app, channel: channel)
+        return PublishResult(
+            app: app, pack: pack.flatMap { live?.manifest[pack: $0] }, release: live?.version, staged: false, changed: release != nil,
+            channel: channel, manifestURL: urls.manifest(app, channel: channel)
+        )
+    }
+
+    /// Refuses a release whose Info.plist keys exceed the allowances recorded for shipped builds.
+    func allowanceGuard(_ app: String, channel: String) -> (Manifest, Int64) throws -> Void {
+        let allowances = settings(app)?.allowances
+        let manifestURL = urls.manifest(app, channel: channel)
+        return { manifest, envelopeSize in
+            guard let allowances else { return }
+            let excesses = allowances.excesses(BackgroundAssetsKeys(manifest: manifest, manifestSize: envelopeSize, manifestURL: manifestURL))
+            guard excesses.isEmpty else {
+                throw DepotError.conflict("allowance_exceeded", excesses.joined(separator: "; ")
+                    + ". Nothing was published; ship builds with larger allowances, or repeat with ?force=true")
+            }
+        }
+    }
+
+    /// Stages a pack's removal (or drops its staged upload). A live pack needs `confirmLive`:
+    /// devices that installed it delete it at their next sync. Returns whether it was live.
+    func remove(_ pack: String, app: String, confirmLive: Bool) throws -> RemovalResult {
+        var isLive = false
+        var dropped: String?
+        try releases.stage(app) { staging, live in
+            isLive = live.contains { $0.id == pack }
+            let staged = staging.upserts.removeValue(forKey: pack)
+            guard isLive || staged != nil else { throw DepotError.notFound("pack \(pack) in the live release or the draft of app \(app)") }
+            if isLive {
+                guard confirmLive else {
+                    throw DepotError.conflict("live_pack", "pack \(pack) is live: devices that installed it will delete it at their next sync; repeat with ?removeLive=true to stage its removal")
+                }
+                staging.removals.insert(pack)
+            }
+            if let staged, !live.contains(where: { $0.sha256 == staged.sha256 }) { dropped = staged.sha256 }
+        }
+        // Only once the draft no longer references it.
+        if let dropped { blobs.remove(dropped) }
+        let note = isLive ? "staged: the next release drops \(pack), and devices that installed it will delete it" : "the staged upload of \(pack) was dropped"
+        return RemovalResult(app: app, pack: pack, live: isLive, note: note)
+    }
+
+    /// The draft, as the next release on `channel` would list it.
+    func staging(_ app: String, channel: String) throws -> StagingView {
+        let staging = try releases.staging(app)
+        let live = try releases.current(app, channel: channel)
+        let next = staging.merged(into: live?.manifest.packs ?? []).packs
+        return StagingView(app: app, base: live?.version ?? 0, changed: staging.upserts.keys.sorted(), removed: staging.removals.sorted(), next: next)
+    }
+
+    /// Publishes a new release (versions only go up) whose packs are release `target`'s. A pack
+    /// whose content differs from the live one gets the next revision, so devices replace it;
+    /// blobs are never deleted, so every older release stays installable.
+    func rollback(_ app: String, to target: Int, channel: String, force: Bool) throws -> RollbackResult {
+        guard let old = try releases.release(app, target) else { throw DepotError.notFound("release \(target) of app \(app)") }
+        for pack in old.manifest.packs where !blobs.contains(pack.sha256) {
+            throw DepotError.conflict("blob_missing", "release \(target) references blob \(pack.sha256), which is no longer stored")
+        }
+        var removed: [String] = []
+        let published = try releases.publish(app, channel: channel, change: { live in
+            removed = live.map(\.id).filter { id in !old.manifest.packs.contains { $0.id == id } }
+            let current = Dictionary(live.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+            let restored = old.manifest.packs.map { pack -> PackEntry in
+                guard let now = current[pack.id] else { return pack }
+                var restored = pack
+                // Same container: the live revision; other content: the next one, so devices replace it.
+                restored.revision = now.sha256 == pack.sha256 ? now.revision : now.revision + 1
+                return restored
+            }
+            return restored.sorted { $0.id < $1.id } == live.sorted { $0.id < $1.id } ? nil : restored
+        }, check: force ? nil : allowanceGuard(app, channel: channel))
+        let version = try published?.version ?? releases.current(app, channel: channel)?.version ?? 0
+        return RollbackResult(
+            app: app, channel: channel, rolledBackTo: target, release: version, changed: published != nil, packs: old.manifest.packs.map(\.id),
+            removed: removed
+        )
+    }
+
+    /// Points `channel` at release `version` from now on (forward only).
+    func promote(_ app: String, channel: String, to version: Int, force: Bool) throws -> PromotionResult {
+        let changed = try releases.promote(app, channel: channel, to: version, check: force ? nil : allowanceGuard(app, channel: channel))
+        let served = try releases.current(app, channel: channel)?.version ?? version
+        logger.notice("promoted", metadata: ["app": .string(app), "channel": .string(channel), "release": .stringConvertible(served)])
+        return PromotionResult(app: app, channel: channel, release: served, changed: changed, manifestURL: urls.manifest(app, channel: channel))
+    }
+
+    /// Removes a channel other than production: devices following it get 404 from then on.
+    func removeChannel(_ app: String, channel: String) throws {
+        try releases.removeChannel(app, channel: channel)
+    }
+
+    /// A zip pack's unpacked size, or the plaintext size; refuses a zip that is damaged or unsafe.
+    func installSize(ofContainer path: String, summary: PackSummary, contentType: String, keys: KeyRing) throws -> Int64 {
+        guard ZipPack.isZip(contentType: contentType) else { return summary.plaintextSize }
+        let (plain, file) = try folder.scratchFile(suffix: ".zip")
+        try? file.close()
+        defer { FileSystem.remove(plain) }
+        try PackDecryptor.decrypt(file: path, to: plain, keyRing: keys)
+        chmod(plain, 0o600)
+        do {
+            return try ZipPack.inspect(plain).installSize
+        } catch {
+            throw DepotError(.unprocessable, "invalid_zip", "\(error); nothing was stored")
+        }
+    }
+}

@@ -1,0 +1,28 @@
+import DepotHTTP
+
+/// What a handler gets: the request, its checked path parameters, and what the router
+/// established before calling it (the app's settings, whether download credentials gate it).
+struct RequestContext: Sendable {
+    let request: HTTPRequest
+    /// Path parameters by name, each checked against its rule (``Router/validate(_:)``).
+    let parameters: [String: String]
+    /// The app named by `:app`, when the route's access looked it up.
+    let settings: AppSettings?
+    /// Whether the app's download credentials gate the answer (so shared caches must not keep it).
+    let gated: Bool
+
+    /// A path parameter the route's pattern declares.
+    subscript(_ name: String) -> String {
+        guard let value = parameters[name] else { preconditionFailure("the route declares no :\(name)") }
+        return value
+    }
+
+    /// The app id of the path.
+    var app: String { self["app"] }
+
+    /// The first value of a query parameter.
+    func query(_ name: String) -> String? { request.queryValue(name) }
+
+    /// Whether a query flag is `true`.
+    func flag(_ name: String) -> Bool { request.queryValue(name) == "true" }
+}

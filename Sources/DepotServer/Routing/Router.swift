@@ -1,0 +1,138 @@
+import DepotCore
+import DepotHTTP
+
+/// Dispatches a request through a table of ``Route``s. Before any handler runs, the router
+/// answers 404 (no route has the path) and 405 with `Allow` (no route on the path has the
+/// method), checks every path parameter, looks the app up, checks the route's ``Access``, and
+/// labels the answer for metrics. Handlers only turn a request into a domain call.
+struct Router: Sendable {
+    let routes: [Route]
+    let authenticator: Authenticator
+    /// An app's settings, or nil if there is no such app.
+    let settings: @Sendable (String) -> AppSettings?
+    /// First path segments claimed by a route: a catch-all (`/*`) never takes a path under one.
+    private let reserved: Set<String>
+
+    init(routes: [Route], authenticator: Authenticator, settings: @escaping @Sendable (String) -> AppSettings?) {
+        self.routes = routes
+        self.authenticator = authenticator
+        self.settings = settings
+        reserved = Set(routes.filter { !$0.pattern.isCatchAll }.compactMap(\.pattern.firstLiteral))
+    }
+
+    /// The answer to a request: a response, or a receiver for its body.
+    func dispatch(_ request: HTTPRequest) -> HTTPDisposition {
+        var decorate: (@Sendable (inout HTTPResponse) -> Void)?
+        do {
+            let (route, parameters) = try self.route(for: request)
+            decorate = route.extraHeaders
+            let context = try admit(request, route: route, parameters: parameters)
+            switch try route.handler(context) {
+            case .respond(var response):
+                response.route = route.label
+                decorate?(&response)
+                return .respond(response)
+            case .receiveBody(let receiver):
+                return .receiveBody(LabelledReceiver(receiver, label: route.label, decorate: decorate))
+            }
+        } catch {
+            var response = ErrorResponse.response(for: error)
+            decorate?(&response)
+            return .respond(response)
+        }
+    }
+
+    /// The route for the request's path and method: 404 when no route has the path, 405 (with
+    /// every method the path has) when none has the method.
+    func route(for request: HTTPRequest) throws -> (Route, [String: String]) {
+        let path = request.pathSegments
+        var allowed: [String] = []
+        for route in routes {
+            if route.pattern.isCatchAll, let first = path.first, reserved.contains(first) { continue }
+            guard let parameters = route.pattern.match(path) else { continue }
+            if route.methods.contains(request.method) { return (route, parameters) }
+            allowed += route.methods.filter { !allowed.contains($0) }
+        }
+        guard allowed.isEmpty else { throw HTTPFailure.methodNotAllowed(allowed) }
+        throw DepotError.notFound("route \(request.path)")
+    }
+
+    /// Checks the parameters and the route's access; returns what the handler gets.
+    private func admit(_ request: HTTPRequest, route: Route, parameters: [String: String]) throws -> RequestContext {
+        for (name, value) in parameters { try Self.validate(name, value, parameters) }
+        var settings: AppSettings?
+        var gated = false
+        switch route.access {
+        case .open:
+            break
+        case .download:
+            settings = try lookUp(parameters["app"])
+            if let settings { gated = try authenticator.download(request, settings: settings) }
+        case .publisher, .admin:
+            guard let app = parameters["app"] else { preconditionFailure("\(route.pattern) needs :app for token access") }
+            _ = try authenticator.bearer(request, app: app, admin: route.access == .admin)
+            settings = try lookUp(app)
+        }
+        return RequestContext(request: request, parameters: parameters, settings: settings, gated: gated)
+    }
+
+    private func lookUp(_ app: String?) throws -> AppSettings? {
+        guard let app else { return nil }
+        guard let found = settings(app) else { throw DepotError.notFound("app \(app)") }
+        return found
+    }
+
+    /// The rule of each parameter name used in a pattern.
+    static func validate(_ name: String, _ value: String, _ parameters: [String: String]) throws {
+        switch name {
+        case "app":
+            guard Identifier.isValidApp(value) else { throw DepotError.invalidID("app id") }
+        case "pack":
+            guard Identifier.isValidPack(value) else { throw DepotError.invalidID("pack id") }
+        case "channel":
+            guard Identifier.isValidChannel(value) else { throw DepotError.invalidID("channel") }
+        case "sha256":
+            guard Hex.isSHA256(value) else { throw DepotError(.invalid, "invalid_hash", "a blob is named by 64 lower-case hex digits") }
+        case "release":
+            guard ReleaseNumber.parse(value) != nil else {
+                throw DepotError(.invalid, "invalid_release", "a release number is a positive decimal integer")
+            }
+        case "upload":
+            guard ResumableUploads.isValidID(value) else { throw DepotError.notFound("upload \(value) of app \(parameters["app"] ?? "")") }
+        default:
+            preconditionFailure("no rule for the path parameter :\(name)")
+        }
+    }
+}
+
+/// A positive decimal release number of at most nine digits, as URLs and queries carry it.
+enum ReleaseNumber {
+    static func parse(_ text: String) -> Int? {
+        guard (1...9).contains(text.utf8.count), text.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }), let value = Int(text), value > 0 else { return nil }
+        return value
+    }
+}
+
+/// A body receiver whose answers carry the route's label and headers.
+final class LabelledReceiver: HTTPBodyReceiver {
+    private let inner: any HTTPBodyReceiver
+    private let label: String
+    private let decorate: (@Sendable (inout HTTPResponse) -> Void)?
+
+    init(_ inner: any HTTPBodyReceiver, label: String, decorate: (@Sendable (inout HTTPResponse) -> Void)?) {
+        self.inner = inner
+        self.label = label
+        self.decorate = decorate
+    }
+
+    func receive(_ chunk: UnsafeRawBufferPointer) -> HTTPResponse? { inner.receive(chunk).map(labelled) }
+    func finish() -> HTTPResponse { labelled(inner.finish()) }
+    func abort() { inner.abort() }
+
+    private func labelled(_ response: HTTPResponse) -> HTTPResponse {
+        var response = response
+        if response.status < 400 { response.route = label }
+        decorate?(&response)
+        return response
+    }
+}

@@ -1,0 +1,124 @@
+import DepotCore
+import Foundation
+import Logging
+
+/// One request appending to a resumable upload, which it holds claimed until it ends: the
+/// bytes are encrypted through an encryptor resumed from the stored state, and committed
+/// (made durable, state saved) every 32 MiB, at the end, and when the connection drops. When
+/// the last byte is in, the container is sealed, verified end to end, and stored and staged
+/// (or released) through the ``Publisher``.
+///
+/// The periodic commits bound what a vanished client costs: libmicrohttpd (0.9.75, epoll) may
+/// notice a peer that left in the middle of a large body only at the connection timeout, and
+/// until then the upload stays busy (409) while HEAD already reports the last commit.
+final class ResumableSession {
+    static let commitInterval: Int64 = 32 << 20
+    private(set) var state: ResumableState
+    /// Commit every ``commitInterval`` bytes; off when the request's bytes must be verified first.
+    var commitsPeriodically = true
+    private let uploads: ResumableUploads
+    private let publisher: Publisher
+    private let expiry: TimeInterval
+    private let keys: KeyRing
+    private let file: FileDescriptor
+    private let encryptor: PackEncryptor
+    private let tail: SealedTail
+    private var received: Int64 = 0
+    private var ended = false
+
+    /// Claims upload `id` of `app` and resumes it; `offset`, when given, must be where it stands.
+    init(claiming id: String, app: String, at offset: Int64?, uploads: ResumableUploads, publisher: Publisher, expiry: TimeInterval) throws {
+        guard uploads.claim(id) else { throw ResumableUploads.busy(id) }
+        do {
+            // Read again under the claim: another request may have finished in between.
+            guard let current = uploads.load(id, app: app), current.result == nil, offset == nil || current.offset == offset else {
+                throw DepotError.conflict("offset_mismatch", "the upload moved on; ask for its offset again")
+            }
+            let keys = try publisher.apps.packKeys(app).ring
+            guard let master = keys[current.keyID] else {
+                throw DepotError.conflict("key_missing", "the pack key of this upload is gone; start a new upload")
+            }
+            let file = try FileDescriptor(path: uploads.containerPath(id), flags: O_WRONLY)
+            try file.truncate(to: current.containerLength)
+            try file.seek(to: current.containerLength)
+            let sealer = try SealedTail(masterKey: master, header: current.header, id: id)
+            let pending: [UInt8]
+            do {
+                pending = try sealer.open(current.tail)
+            } catch {
+                throw DepotError(.failure, "upload_damaged", "\(error)")
+            }
+            encryptor = try PackEncryptor(
+                resuming: current.header, masterKey: master, sealedSegments: current.sealedSegments, pending: pending,
+                sink: { try file.write($0) }
+            )
+            (state, self.keys, self.file, tail) = (current, keys, file, sealer)
+            (self.uploads, self.publisher, self.expiry) = (uploads, publisher, expiry)
+        } catch {
+            uploads.release(id)
+            throw error
+        }
+    }
+
+    /// Encrypts the next chunk of the body.
+    func append(_ chunk: UnsafeRawBufferPointer) throws {
+        received += Int64(chunk.count)
+        guard state.offset + received <= state.length else {
+            throw DepotError.badRequest("the body goes past Upload-Length \(state.length); the request was discarded")
+        }
+        try encryptor.update(chunk)
+        if commitsPeriodically && received >= Self.commitInterval { try commit() }
+    }
+
+    /// The request's body is complete: commits it and, when the upload is complete, stores and
+    /// stages (or releases) the pack. A pack refused then removes the upload. Ends the session.
+    @discardableResult
+    func finish() throws -> ResumableState {
+        defer { end() }
+        try commit()
+        guard state.offset == state.length else { return state }
+        try encryptor.sealFinal()
+        try file.sync()
+        do {
+            let container = uploads.containerPath(state.id)
+            let summary = try PackDecryptor.verify(
+                FileDescriptor.openForReading(container), keyRing: keys, expectedSize: state.header.containerSize(plaintextSize: state.length)
+            )
+            state.publishResult = try publisher.store(container: container, summary: summary, keys: keys, for: state.parameters)
+            state.tail = ""
+            try uploads.save(state)
+        } catch {
+            uploads.remove(state.id)
+            throw error
+        }
+        publisher.logger.info("upload complete", metadata: ["app": .string(state.app), "pack": .string(state.pack), "upload": .string(state.id)])
+        return state
+    }
+
+    /// The request ended early: keeps what arrived when `keepReceived` (a dropped connection),
+    /// drops it otherwise (a checksum that does not match). Ends the session.
+    func abandon(keepReceived: Bool) {
+        guard !ended else { return }
+        if keepReceived { try? commit() }
+        end()
+    }
+
+    /// Makes the received bytes durable and records the new offset.
+    private func commit() throws {
+        try file.sync()
+        state.offset += received
+        received = 0
+        state.sealedSegments = encryptor.sealedSegments
+        state.containerLength = try file.size()
+        state.tail = try tail.seal(encryptor.pendingPlaintext)
+        state.expires = Date().addingTimeInterval(expiry)
+        try uploads.save(state)
+    }
+
+    private func end() {
+        guard !ended else { return }
+        ended = true
+        try? file.close()
+        uploads.release(state.id)
+    }
+}

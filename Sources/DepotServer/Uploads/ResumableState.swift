@@ -1,0 +1,74 @@
+import DepotCore
+import Foundation
+
+/// A resumable (tus 1.0) upload as stored in `uploads/<id>.tus/state.json`, beside the
+/// container being written (`uploads/<id>.tus/container`).
+///
+/// The container holds only sealed segments; the plaintext of the trailing partial segment is
+/// kept in `tail`, itself sealed with AES-256-GCM under a key derived from the app's pack key,
+/// so no plaintext ever reaches the disk. The state is replaced atomically after each request,
+/// and `containerLength` says how much of the container it covers: bytes past it (a request cut
+/// by a crash) are cut off when the upload is next touched.
+struct ResumableState: Codable, Sendable {
+    var id: String
+    var app: String
+    var pack: String
+    var policy: PackEntry.Policy
+    var tags: [String]
+    var contentType: String
+    var expectedPlaintextSHA256: String?
+    var release: Bool
+    var base: Int?
+    var force: Bool
+    /// The channel a release goes to; nil for production.
+    var channel: String?
+    /// The raw `Upload-Metadata`, echoed by HEAD.
+    var metadata: String?
+    /// Plaintext bytes announced (`Upload-Length`) and received so far (`Upload-Offset`).
+    var length: Int64
+    var offset: Int64
+    /// The container's header fields.
+    var keyID: String
+    var salt: String
+    var noncePrefix: String
+    var segmentSize: UInt32
+    var sealedSegments: UInt32
+    var containerLength: Int64
+    /// Nonce ‖ ciphertext ‖ tag of the pending plaintext, base64; empty when none is pending.
+    var tail: String
+    var created: Date
+    var expires: Date
+    /// Set once the pack is stored: what the publish did, as JSON (a string, the format
+    /// state files have always had).
+    var result: String?
+
+    /// What the publish did, once the pack is stored.
+    var publishResult: PublishResult? {
+        get { result.flatMap { try? StoredJSON.decoder.decode(PublishResult.self, from: Data($0.utf8)) } }
+        set { result = newValue.flatMap { try? String(decoding: StoredJSON.encoder.encode($0), as: UTF8.self) } }
+    }
+
+    var header: PackHeader {
+        PackHeader(keyID: keyID, segmentSize: segmentSize, salt: Hex.decode(salt) ?? [], noncePrefix: Hex.decode(noncePrefix) ?? [])
+    }
+
+    var parameters: UploadParameters {
+        UploadParameters(
+            app: app, pack: pack, policy: policy, tags: tags, contentType: contentType, expectedPlaintextSHA256: expectedPlaintextSHA256,
+            release: release, base: base, force: force, channel: channel ?? ReleaseStore.production
+        )
+    }
+}
+
+extension ResumableState {
+    /// A new upload of `length` plaintext bytes into a container with `header`.
+    init(id: String, parameters p: UploadParameters, metadata: String?, length: Int64, header: PackHeader, expires: Date, now: Date = Date()) {
+        self.init(
+            id: id, app: p.app, pack: p.pack, policy: p.policy, tags: p.tags, contentType: p.contentType,
+            expectedPlaintextSHA256: p.expectedPlaintextSHA256, release: p.release, base: p.base, force: p.force,
+            channel: p.channel == ReleaseStore.production ? nil : p.channel, metadata: metadata, length: length, offset: 0,
+            keyID: header.keyID, salt: Hex.encode(header.salt), noncePrefix: Hex.encode(header.noncePrefix), segmentSize: header.segmentSize,
+            sealedSegments: 0, containerLength: Int64(header.encodedSize), tail: "", created: now, expires: expires, result: nil
+        )
+    }
+}

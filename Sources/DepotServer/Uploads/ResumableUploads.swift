@@ -1,0 +1,123 @@
+import DepotCore
+import Foundation
+import Synchronization
+
+/// The resumable uploads in `uploads/`: created, appended to by one request at a time,
+/// terminated, expired.
+final class ResumableUploads: Sendable {
+    let folder: DataFolder
+    /// Uploads a request is working on; another request for one of them gets 409.
+    private let busy = Mutex<Set<String>>([])
+
+    init(folder: DataFolder) { self.folder = folder }
+
+    func directory(_ id: String) -> String { folder.uploads + "/" + id + ".tus" }
+    func statePath(_ id: String) -> String { directory(id) + "/state.json" }
+    func containerPath(_ id: String) -> String { directory(id) + "/container" }
+
+    static func isValidID(_ id: String) -> Bool { id.utf8.count == 32 && Hex.decode(id) != nil && id == id.lowercased() }
+
+    /// Creates an upload: its folder, the container's header, and the state.
+    func create(_ parameters: UploadParameters, metadata: String?, length: Int64, header: PackHeader, expiry: TimeInterval) throws -> ResumableState {
+        let state = ResumableState(
+            id: Hex.encode(SecureRandom.bytes(16)), parameters: parameters, metadata: metadata, length: length, header: header,
+            expires: Date().addingTimeInterval(expiry)
+        )
+        // Claimed while half made, so that the expiry sweep leaves it alone.
+        _ = claim(state.id)
+        defer { release(state.id) }
+        try FileSystem.createDirectory(directory(state.id), mode: 0o700)
+        do {
+            try FileSystem.writeAtomically(header.encoded, to: containerPath(state.id), mode: 0o600)
+            try save(state)
+        } catch {
+            remove(state.id)
+            throw error
+        }
+        return state
+    }
+
+    /// The upload `id` of `app`: not found when there is none, gone (and removed) past its expiry.
+    func find(_ id: String, app: String, now: Date = Date()) throws -> ResumableState {
+        guard let state = load(id, app: app) else { throw DepotError.notFound("upload \(id) of app \(app)") }
+        guard state.expires > now else {
+            _ = withExclusiveAccess(id) { remove(id) }
+            throw DepotError(.gone, "upload_expired", "upload \(id) expired; start a new one")
+        }
+        return state
+    }
+
+    /// Removes an upload unless a request is working on it.
+    func terminate(_ id: String) throws {
+        guard withExclusiveAccess(id, { remove(id) }) != nil else { throw Self.busy(id) }
+    }
+
+    static func busy(_ id: String) -> DepotError {
+        DepotError.conflict("upload_busy", "another request is writing upload \(id); ask for its offset again in a moment")
+    }
+
+    func save(_ state: ResumableState) throws {
+        try StoredJSON.write(state, to: statePath(state.id), mode: 0o600)
+    }
+
+    /// The state of an upload of `app`, or nil if there is none (or it belongs to another app).
+    func load(_ id: String, app: String) -> ResumableState? {
+        guard Self.isValidID(id), let state = try? StoredJSON.read(ResumableState.self, from: statePath(id)), state.app == app else {
+            return nil
+        }
+        return state
+    }
+
+    /// Runs `body` while no other request works on upload `id`; nil if one does.
+    func withExclusiveAccess<T>(_ id: String, _ body: () throws -> T) rethrows -> T? {
+        guard claim(id) else { return nil }
+        defer { release(id) }
+        return try body()
+    }
+
+    /// Marks an upload busy; false if it already was.
+    func claim(_ id: String) -> Bool { busy.withLock { $0.insert(id).inserted } }
+    func release(_ id: String) { _ = busy.withLock { $0.remove(id) } }
+
+    func remove(_ id: String) {
+        FileSystem.remove(containerPath(id))
+        FileSystem.remove(statePath(id))
+        for name in FileSystem.contents(of: directory(id)) { FileSystem.remove(directory(id) + "/" + name) }
+        rmdir(directory(id))
+    }
+
+    /// Removes uploads past their expiry (and any that cannot be read); returns how many.
+    @discardableResult
+    func removeExpired(now: Date = Date()) -> Int {
+        var removed = 0
+        for name in FileSystem.contents(of: folder.uploads) where name.hasSuffix(".tus") {
+            let id = String(name.dropLast(4))
+            let state = try? StoredJSON.read(ResumableState.self, from: statePath(id))
+            guard state.map({ $0.expires < now }) ?? true else { continue }
+            guard claim(id) else { continue }
+            remove(id)
+            release(id)
+            removed += 1
+        }
+        return removed
+    }
+
+    /// Crash recovery: cuts each container back to what its state covers.
+    func repair() {
+        for name in FileSystem.contents(of: folder.uploads) where name.hasSuffix(".tus") {
+            let id = String(name.dropLast(4))
+            _ = FileSystem.removeTemporaryFiles(in: directory(id))
+            guard let state = try? StoredJSON.read(ResumableState.self, from: statePath(id)), state.result == nil else {
+                // Unreadable, or finished (the blob is stored): only the record matters.
+                if !FileSystem.exists(statePath(id)) { remove(id) } else { FileSystem.remove(containerPath(id)) }
+                continue
+            }
+            if let file = try? FileDescriptor(path: containerPath(id), flags: O_WRONLY), let size = try? file.size() {
+                if size > state.containerLength { try? file.truncate(to: state.containerLength) }
+                if size < state.containerLength { remove(id) }
+            } else {
+                remove(id)
+            }
+        }
+    }
+}
