@@ -84,14 +84,6 @@ public struct BackgroundAssetsRules: Hashable, Sendable {
     }
 }
 
-/// A lock held across suspension points, released once.
-final class HeldLock: @unchecked Sendable {
-    // Touched only at creation and in release(), never concurrently.
-    private var file: FileDescriptor?
-    init(_ file: FileDescriptor) { self.file = file }
-    func release() { file = nil }
-}
-
 /// One sync of an app's packs into a destination folder: fetch and verify the manifest, plan,
 /// download, verify, decrypt, install, record — the whole client pipeline, as `depot sync` and
 /// the tests run it.
@@ -144,8 +136,8 @@ public struct DepotSync: Sendable {
     /// while a refused manifest or an unusable folder throws.
     public func sync(now: Date = Date()) async throws -> SyncReport {
         let store = try StateStore(destination: destination)
-        let syncLock = try await HTTPConnection.run { [lockTimeout] in HeldLock(try store.syncLock(timeout: lockTimeout)) }
-        defer { syncLock.release() }
+        let syncLock = try await BlockingCall.run { [lockTimeout] in try store.syncLock(timeout: lockTimeout) }
+        defer { try? syncLock.close() }
         let app = configuration.app
         let source = {
             var source = ManifestSource(
@@ -289,7 +281,7 @@ public struct DepotSync: Sendable {
                         return (index, .failure(error))
                     case .success:
                         do {
-                            try await HTTPConnection.run {
+                            try await BlockingCall.run {
                                 let unpacked = try installer.install(entry, from: item.path, to: store.packPath(entry.id))
                                 try store.withExclusiveControl(app: app) { state in
                                     state.packs[entry.id] = InstalledState.Pack(

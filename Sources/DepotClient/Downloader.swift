@@ -36,31 +36,31 @@ public enum DownloadEvent: Hashable, Sendable {
 }
 
 /// Downloads pack containers: several at once, each resumable from its partial file with
-/// `Range` and `If-Range`, retried with exponential backoff and jitter on 5xx, 408, 429,
-/// timeouts and dropped connections, never reading past the declared size, and failing on any
-/// size mismatch. It does not hash: the installer's decryption pass computes the container's
-/// SHA-256 on its way through, so a sync reads each download once.
+/// `Range` and `If-Range`, retried by ``RetryPolicy`` (exponential backoff with jitter on 5xx,
+/// 408, 429, timeouts and dropped connections), never reading past the declared size, and
+/// failing on any size mismatch. It does not hash: the installer's decryption pass computes
+/// the container's SHA-256 on its way through, so a sync reads each download once.
 ///
-/// `http://` goes over ``HTTPConnection`` (measured at about curl's speed on loopback);
-/// `https://` over URLSession, without resuming within a file.
+/// Over ``HTTPTransport``: `http://` is measured at about curl's speed on loopback; over
+/// `https://` (URLSession) a retry resumes where the partial file ends, but an attempt cut
+/// mid-transfer keeps nothing of that attempt.
 public struct Downloader: Sendable {
     /// Downloads at once.
     public var concurrency: Int
-    /// Retries per download after the first attempt.
-    public var retries: Int
+    /// When to try again and how long to wait.
+    public var retry: RetryPolicy
     /// Seconds without progress before an attempt fails.
     public var timeout: TimeInterval
-    /// The first backoff; it doubles per retry (up to 30 s), times a random factor in 0.5–1.5.
-    public var baseDelay: TimeInterval
     /// Sent with every request (download credentials).
     public var headers: [String: String]
     let transport: HTTPTransport
 
+    /// `retries` after the first attempt; the first backoff `baseDelay`, doubling per retry (up
+    /// to 30 s), times a random factor in 0.5–1.5.
     public init(concurrency: Int = 4, retries: Int = 5, timeout: TimeInterval = 30, baseDelay: TimeInterval = 0.5, headers: [String: String] = [:]) {
         self.concurrency = max(1, concurrency)
-        self.retries = max(0, retries)
+        retry = RetryPolicy(retries: retries, baseDelay: baseDelay, maximumDelay: RetryPolicy.downloads.maximumDelay)
         self.timeout = timeout
-        self.baseDelay = baseDelay
         self.headers = headers
         transport = HTTPTransport(timeout: timeout)
     }
@@ -106,7 +106,7 @@ public struct Downloader: Sendable {
                 events?.yield(.finished(id: item.id, size: item.size))
                 return .success(item.size)
             } catch let failure as Failure {
-                guard failure.retryable, attempt < retries, !Task.isCancelled else {
+                guard failure.retryable, attempt < retry.retries, !Task.isCancelled else {
                     if failure.error.kind == .noSpace || failure.error.kind == .integrity {
                         // Worth nothing to a later attempt, and it holds space.
                         FileSystem.remove(item.path)
@@ -117,8 +117,7 @@ public struct Downloader: Sendable {
                 }
                 attempt += 1
                 events?.yield(.retrying(id: item.id, attempt: attempt, reason: failure.error.description))
-                let delay = min(30, baseDelay * pow(2, Double(attempt - 1))) * Double.random(in: 0.5...1.5)
-                try? await Task.sleep(for: .milliseconds(Int(delay * 1000)))
+                await retry.wait(beforeRetry: attempt)
             } catch {
                 let error = error as? ClientError ?? ClientError.install(item.id, error)
                 events?.yield(.failed(id: item.id, reason: error.description))
@@ -133,26 +132,9 @@ public struct Downloader: Sendable {
         var retryable: Bool
     }
 
+    /// One attempt: request from where the partial file ends, append.
     private func attemptOnce(_ item: DownloadItem, events: AsyncStream<DownloadEvent>.Continuation?) async throws {
-        if item.url.scheme != "http" { return try await attemptWithURLSession(item, events: events) }
-        let connection: HTTPConnection
-        do {
-            connection = try HTTPConnection(url: item.url, timeout: timeout)
-        } catch let error as ClientError {
-            throw Failure(error: error, retryable: error.kind == .transport)
-        }
-        let headers = headers
-        try await HTTPConnection.run(cancelling: connection) {
-            defer { connection.close() }
-            try Self.transfer(item, over: connection, headers: headers, events: events)
-        }
-    }
-
-    /// The blocking part of one attempt: request from where the partial file ends, append.
-    static func transfer(
-        _ item: DownloadItem, over connection: HTTPConnection, headers: [String: String], events: AsyncStream<DownloadEvent>.Continuation?
-    ) throws {
-        let file = try open(item)
+        let file = try Self.open(item)
         var offset = try file.size()
         if offset > item.size {
             try file.truncate(to: 0)
@@ -165,13 +147,40 @@ public struct Downloader: Sendable {
             fields += [("Range", "bytes=\(offset)-"), ("If-Range", etag)]
         }
         events?.yield(.started(id: item.id, offset: offset, size: item.size))
-        let head: HTTPConnection.Head
+        let request = HTTPTransport.Request(method: "GET", url: item.url, headers: fields, largeResponse: true)
+        let response: HTTPTransport.Response
         do {
-            try connection.sendHead(method: "GET", headers: fields)
-            head = try connection.readHead()
+            response = try await transport.exchange(request) { [offset] head in
+                try Self.bodyHandling(head, item: item, file: file, offset: offset, events: events)
+            }
+        } catch let failure as Failure {
+            throw failure
+        } catch let error as ClientError where error.kind == .tooLarge {
+            throw Failure(error: .sizeMismatch(item.id, expected: item.size, got: (try? file.size()) ?? -1), retryable: false)
         } catch let error as ClientError {
             throw Failure(error: error, retryable: error.kind == .transport)
+        } catch let error as SystemError where error.isNoSpace {
+            throw Failure(error: .noSpace(FileSystem.directory(of: item.path)), retryable: false)
         }
+        guard response.status == 200 || response.status == 206 else {
+            throw Failure(error: .http(response.status, item.url.absoluteString, String(decoding: response.body.prefix(300), as: UTF8.self)),
+                          retryable: RetryPolicy.isRetryable(status: response.status))
+        }
+        guard try file.size() == item.size else {
+            // The server closed early without a declared length: resume on the next attempt.
+            throw Failure(error: .transport(item.url.absoluteString, URLError(.networkConnectionLost)), retryable: true)
+        }
+        // No fsync: a download is a cache. The installed copy is what must be durable, and the
+        // installer syncs it; a partial file that lost bytes in a power cut fails its SHA-256
+        // and is fetched again.
+    }
+
+    /// Where the body of `head` goes: appended to the partial file for 200 and 206, an excerpt
+    /// in memory (for the error message) otherwise.
+    private static func bodyHandling(
+        _ head: HTTPTransport.Response, item: DownloadItem, file: FileDescriptor, offset: Int64, events: AsyncStream<DownloadEvent>.Continuation?
+    ) throws -> HTTPTransport.BodyHandling {
+        var offset = offset
         switch head.status {
         case 206:
             guard let range = head.header("Content-Range"), let (first, total) = parseContentRange(range), first == offset, total == item.size else {
@@ -191,10 +200,7 @@ public struct Downloader: Sendable {
             try file.truncate(to: 0)
             throw Failure(error: ClientError.http(416, item.url.absoluteString, "range not satisfiable"), retryable: true)
         default:
-            var body: [UInt8] = []
-            try? connection.readBody(head, limit: 4096) { body += $0 }
-            let retryable = head.status >= 500 || head.status == 408 || head.status == 429
-            throw Failure(error: .http(head.status, item.url.absoluteString, String(decoding: body.prefix(300), as: UTF8.self)), retryable: retryable)
+            return .excerpt(limit: 4096)
         }
         if let etag = head.header("ETag"), !etag.hasPrefix("W/") {
             try? FileSystem.writeAtomically(Array(etag.utf8), to: item.path + ".etag")
@@ -202,29 +208,14 @@ public struct Downloader: Sendable {
         try file.seek(to: offset)
         var received = offset
         var reported = offset
-        do {
-            try connection.readBody(head, limit: item.size - offset) { chunk in
-                try file.write(chunk)
-                received += Int64(chunk.count)
-                if received - reported >= 1 << 20 || received == item.size {
-                    reported = received
-                    events?.yield(.progress(id: item.id, received: received, size: item.size))
-                }
+        return .stream(limit: item.size - offset) { chunk in
+            try file.write(chunk)
+            received += Int64(chunk.count)
+            if received - reported >= 1 << 20 || received == item.size {
+                reported = received
+                events?.yield(.progress(id: item.id, received: received, size: item.size))
             }
-        } catch let error as ClientError where error.kind == .tooLarge {
-            throw Failure(error: .sizeMismatch(item.id, expected: item.size, got: received), retryable: false)
-        } catch let error as ClientError {
-            throw Failure(error: error, retryable: error.kind == .transport)
-        } catch let error as SystemError where error.isNoSpace {
-            throw Failure(error: .noSpace(FileSystem.directory(of: item.path)), retryable: false)
         }
-        guard received == item.size else {
-            // The server closed early without a declared length: resume on the next attempt.
-            throw Failure(error: .transport(item.url.absoluteString, URLError(.networkConnectionLost)), retryable: true)
-        }
-        // No fsync: a download is a cache. The installed copy is what must be durable, and the
-        // installer syncs it; a partial file that lost bytes in a power cut fails its SHA-256
-        // and is fetched again.
     }
 
     private static func open(_ item: DownloadItem) throws -> FileDescriptor {
@@ -244,26 +235,5 @@ public struct Downloader: Sendable {
             return nil
         }
         return (first, total)
-    }
-
-    /// `https://`: URLSession downloads the whole file (no resume within a file), then its size is checked.
-    private func attemptWithURLSession(_ item: DownloadItem, events: AsyncStream<DownloadEvent>.Continuation?) async throws {
-        events?.yield(.started(id: item.id, offset: 0, size: item.size))
-        let response: HTTPTransport.Response
-        do {
-            response = try await transport.download(item.url, to: item.path, headers: headers)
-        } catch let error as ClientError {
-            throw Failure(error: error, retryable: error.kind == .transport)
-        }
-        guard response.status == 200 else {
-            throw Failure(error: .http(response.status, item.url.absoluteString, String(decoding: response.body.prefix(300), as: UTF8.self)),
-                          retryable: response.status >= 500 || response.status == 408 || response.status == 429)
-        }
-        let size = FileSystem.fileSize(item.path) ?? -1
-        guard size == item.size else {
-            FileSystem.remove(item.path)
-            throw Failure(error: .sizeMismatch(item.id, expected: item.size, got: size), retryable: false)
-        }
-        events?.yield(.progress(id: item.id, received: size, size: item.size))
     }
 }

@@ -5,8 +5,8 @@ import Foundation
 /// an upload (or picks up a known one), streams the file, and after a dropped connection or a
 /// timeout asks for the offset and goes on from there, with exponential backoff.
 ///
-/// Over `http://` the rest of the file goes in one PATCH, by `sendfile`; over `https://`
-/// (URLSession) in PATCHes of 8 MiB. Either way memory stays flat.
+/// Where the transport streams files (`http://`, by `sendfile`) the rest of the file goes in
+/// one PATCH; elsewhere (URLSession) in PATCHes of 8 MiB. Either way memory stays flat.
 public struct ResumableUploader: Sendable {
     /// What the pack is published as: the upload's tus metadata.
     public struct Options: Sendable {
@@ -39,18 +39,16 @@ public struct ResumableUploader: Sendable {
     public var server: URL
     public var app: String
     public var token: String
-    /// Attempts after a transport failure before giving up: with the backoff (0.25 s doubling to
-    /// 8 s), about a minute, which outlasts the origin's default 30 s connection timeout (the
-    /// time it may take to notice that an earlier attempt's connection died).
-    public var retries = 12
+    /// When to try again after a transport failure, and how long to wait: by default about a
+    /// minute in all (``RetryPolicy/uploads``).
+    public var retry = RetryPolicy.uploads
+    /// Seconds without progress before a request fails.
     public var timeout: TimeInterval = 60
-    let transport: HTTPTransport
 
     public init(server: URL, app: String, token: String) {
         self.server = server
         self.app = app
         self.token = token
-        transport = HTTPTransport(timeout: 3600)
     }
 
     private var authorization: (String, String) { ("Authorization", "Bearer \(token)") }
@@ -63,13 +61,14 @@ public struct ResumableUploader: Sendable {
         file path: String, sha256: String, options: Options, resume: URL?,
         created: @Sendable (URL) -> Void = { _ in }, progress: @escaping @Sendable (Int64, Int64) -> Void = { _, _ in }
     ) async throws -> [UInt8] {
+        let transport = HTTPTransport(timeout: timeout)
         let length = try FileDescriptor.openForReading(path).size()
         var upload: URL
         var offset: Int64
-        if let resume, let known = try await offsetOf(resume, length: length) {
+        if let resume, let known = try await offsetOf(resume, length: length, transport) {
             (upload, offset) = (resume, known)
         } else {
-            upload = try await create(length: length, metadata: options.metadata(sha256: sha256))
+            upload = try await create(length: length, metadata: options.metadata(sha256: sha256), transport)
             offset = 0
         }
         created(upload)
@@ -77,21 +76,21 @@ public struct ResumableUploader: Sendable {
         var failures = 0
         while offset < length {
             do {
-                offset = try await patch(upload, file: path, offset: offset, length: length, progress: progress)
+                offset = try await patch(upload, file: path, offset: offset, length: length, transport, progress: progress)
                 failures = 0
             } catch let error as ClientError where error.kind == .transport {
                 failures += 1
-                guard failures <= retries else { throw error }
-                let delay = min(8.0, 0.25 * pow(2, Double(failures - 1))) * Double.random(in: 0.8...1.2)
-                try await Task.sleep(for: .milliseconds(Int(delay * 1000)))
-                guard let known = try await offsetOf(upload, length: length) else {
+                guard failures <= retry.retries else { throw error }
+                await retry.wait(beforeRetry: failures)
+                try Task.checkCancellation()
+                guard let known = try await offsetOf(upload, length: length, transport) else {
                     throw ClientError(.http, "the upload \(upload) is gone (expired or removed); run again to start over")
                 }
                 offset = known
                 progress(offset, length)
             }
         }
-        let status = try await exchange("GET", upload, headers: [authorization, Self.tus])
+        let status = try await transport.exchange(.init(method: "GET", url: upload, headers: [authorization, Self.tus]))
         guard status.status == 200 else { throw ClientError.http(status.status, upload.absoluteString, Self.message(status.body)) }
         struct Status: Decodable { var complete: Bool }
         guard (try? JSONDecoder().decode(Status.self, from: Data(status.body)))?.complete == true else {
@@ -101,8 +100,8 @@ public struct ResumableUploader: Sendable {
     }
 
     /// The origin's offset for an upload of this length, or nil if it no longer has it.
-    private func offsetOf(_ upload: URL, length: Int64) async throws -> Int64? {
-        let response = try await exchange("HEAD", upload, headers: [authorization, Self.tus])
+    private func offsetOf(_ upload: URL, length: Int64, _ transport: HTTPTransport) async throws -> Int64? {
+        let response = try await transport.exchange(.init(method: "HEAD", url: upload, headers: [authorization, Self.tus]))
         if response.status == 404 || response.status == 410 { return nil }
         guard response.status == 200, let offset = response.header("Upload-Offset").flatMap({ Int64($0) }) else {
             throw ClientError.http(response.status, upload.absoluteString, Self.message(response.body))
@@ -111,11 +110,11 @@ public struct ResumableUploader: Sendable {
         return offset
     }
 
-    private func create(length: Int64, metadata: String) async throws -> URL {
+    private func create(length: Int64, metadata: String, _ transport: HTTPTransport) async throws -> URL {
         let endpoint = server.appendingPathComponent("v1/apps/\(app)/uploads")
-        let response = try await exchange("POST", endpoint, headers: [
+        let response = try await transport.exchange(.init(method: "POST", url: endpoint, headers: [
             authorization, Self.tus, ("Upload-Length", String(length)), ("Upload-Metadata", metadata), ("Content-Length", "0"),
-        ])
+        ]))
         guard response.status == 201, let location = response.header("Location"), let url = URL(string: location, relativeTo: server) else {
             throw ClientError.http(response.status, endpoint.absoluteString, Self.message(response.body))
         }
@@ -123,34 +122,17 @@ public struct ResumableUploader: Sendable {
     }
 
     /// Sends the file from `offset`; returns the new offset.
-    private func patch(_ upload: URL, file path: String, offset: Int64, length: Int64, progress: @escaping @Sendable (Int64, Int64) -> Void) async throws -> Int64 {
-        let https = upload.scheme == "https"
-        let count = https ? min(length - offset, 8 << 20) : length - offset
+    private func patch(
+        _ upload: URL, file path: String, offset: Int64, length: Int64, _ transport: HTTPTransport, progress: @escaping @Sendable (Int64, Int64) -> Void
+    ) async throws -> Int64 {
+        let count = HTTPTransport.streamsFiles(to: upload) ? length - offset : min(length - offset, 8 << 20)
+        guard try FileDescriptor.openForReading(path).size() == length else {
+            throw ClientError(.install, "\(path) changed while it was being published")
+        }
         let headers = [authorization, Self.tus, ("Upload-Offset", String(offset)), ("Content-Type", "application/offset+octet-stream"),
                        ("Content-Length", String(count))]
-        let response: HTTPTransport.Response
-        if https {
-            var chunk = [UInt8](repeating: 0, count: Int(count))
-            let file = try FileDescriptor.openForReading(path)
-            let read = try chunk.withUnsafeMutableBytes { try file.read(into: $0, at: offset) }
-            guard Int64(read) == count else { throw ClientError(.install, "the file changed while it was being published") }
-            response = try await transport.send(method: "PATCH", to: upload, headers: Dictionary(headers) { $1 }, body: Data(chunk))
-        } else {
-            let timeout = timeout
-            let connection = try HTTPConnection(url: upload, timeout: timeout)
-            response = try await HTTPConnection.run(cancelling: connection) {
-                defer { connection.close() }
-                let file = try FileDescriptor.openForReading(path)
-                guard try file.size() == length else { throw ClientError(.install, "\(path) changed while it was being published") }
-                try connection.sendHead(method: "PATCH", headers: headers)
-                var sent = offset
-                try connection.sendFile(file, offset: offset, count: count) { step in
-                    sent += step
-                    progress(sent, length)
-                }
-                return try connection.readResponse(method: "PATCH", limit: 1 << 20)
-            }
-        }
+        let request = HTTPTransport.Request(method: "PATCH", url: upload, headers: headers, body: .file(path: path, offset: offset, count: count))
+        let response = try await transport.exchange(request, limit: 1 << 20, progress: { sent in progress(offset + sent, length) })
         if response.status == 409, ["offset_mismatch", "upload_busy"].contains(where: { Self.message(response.body).hasPrefix($0) }) {
             // Another attempt is still finishing on the origin: ask for the offset again.
             throw ClientError(.transport, "\(upload): \(Self.message(response.body))")
@@ -160,11 +142,6 @@ public struct ResumableUploader: Sendable {
         }
         progress(reached, length)
         return reached
-    }
-
-    /// A body-less exchange.
-    private func exchange(_ method: String, _ url: URL, headers: [(String, String)]) async throws -> HTTPTransport.Response {
-        try await transport.send(method: method, to: url, headers: Dictionary(headers) { $1 })
     }
 
     /// The message of a JSON error body, or its first characters.

@@ -6,7 +6,9 @@ import Darwin
 #endif
 
 /// An open file descriptor with one owner, closed in `deinit` unless released.
-public final class FileDescriptor {
+public final class FileDescriptor: @unchecked Sendable {
+    // @unchecked: owns a descriptor; it may be handed to another thread (a blocking call, a
+    // response), but one owner uses it at a time.
     /// The raw descriptor; -1 once closed or released.
     public private(set) var rawValue: Int32
     /// The path it was opened with, for error messages.

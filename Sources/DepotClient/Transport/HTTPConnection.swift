@@ -5,29 +5,15 @@ import Synchronization
 import Glibc
 #endif
 
-/// One HTTP/1.1 exchange over a plain TCP socket: the client's transport for `http://` origins
-/// on Linux, where URLSession (libcurl through Foundation) runs at a fraction of curl's speed.
+/// One HTTP/1.1 exchange over a plain TCP socket: the engine ``HTTPTransport`` uses for
+/// `http://`, where URLSession (libcurl through Foundation on Linux) runs at a fraction of
+/// curl's speed.
 ///
 /// Bodies stream both ways without passing through Swift buffers larger than 1 MiB: uploads
-/// go from a file with `sendfile`, downloads into a sink in 1 MiB reads. Calls block; run them
-/// through ``HTTPConnection/run(_:)`` from async code. ``cancel()`` from any thread makes a
-/// blocked call fail at once. `https://` stays with URLSession (``HTTPTransport``).
-public final class HTTPConnection: Sendable {
-    /// A response's status line and header fields.
-    public struct Head: Sendable {
-        public var status: Int
-        public var headers: [(name: String, value: String)]
-
-        public func header(_ name: String) -> String? {
-            headers.first { $0.name.caseInsensitiveCompare(name) == .orderedSame }?.value
-        }
-
-        /// `Content-Length`, when present and valid.
-        public var contentLength: Int64? {
-            header("Content-Length").flatMap { Int64($0.trimmingCharacters(in: .whitespaces)) }.flatMap { $0 >= 0 ? $0 : nil }
-        }
-    }
-
+/// go from a file with `sendfile`, downloads into a sink in 1 MiB reads. Calls block (the
+/// transport runs them through ``BlockingCall``); ``cancel()`` from any thread makes a blocked
+/// call fail at once.
+final class HTTPConnection: Sendable {
     private let socket: Int32
     private let cancelled = Atomic<Bool>(false)
     private let closed = Atomic<Bool>(false)
@@ -36,7 +22,7 @@ public final class HTTPConnection: Sendable {
     let url: URL
 
     /// Connects to the URL's host and port (80 by default).
-    public init(url: URL, timeout: TimeInterval) throws {
+    init(url: URL, timeout: TimeInterval) throws {
         guard url.scheme == "http", let host = url.host else { throw ClientError.transport(url.absoluteString, URLError(.unsupportedURL)) }
         self.url = url
         var hints = addrinfo()
@@ -78,12 +64,12 @@ public final class HTTPConnection: Sendable {
     deinit { close() }
 
     /// Closes the socket (idempotent).
-    public func close() {
+    func close() {
         if !closed.exchange(true, ordering: .acquiringAndReleasing) { Glibc.close(socket) }
     }
 
     /// Makes a blocked call fail now and every later one fail at once.
-    public func cancel() {
+    func cancel() {
         cancelled.store(true, ordering: .releasing)
         if !closed.load(ordering: .acquiring) { shutdown(socket, Int32(SHUT_RDWR)) }
     }
@@ -95,7 +81,7 @@ public final class HTTPConnection: Sendable {
     }
 
     /// Sends the request line and header fields (`Host` and `Connection: close` are added).
-    public func sendHead(method: String, headers: [(String, String)]) throws {
+    func sendHead(method: String, headers: [(String, String)]) throws {
         // The target as written (percent-encoding kept), not URL.path's decoded form.
         let components = URLComponents(url: url, resolvingAgainstBaseURL: true)
         var target = components?.percentEncodedPath ?? "/"
@@ -111,7 +97,7 @@ public final class HTTPConnection: Sendable {
     }
 
     /// Sends bytes of a body.
-    public func sendBytes(_ bytes: [UInt8]) throws {
+    func sendBytes(_ bytes: [UInt8]) throws {
         var sent = 0
         while sent < bytes.count {
             let n = bytes.withUnsafeBytes { Glibc.send(socket, $0.baseAddress! + sent, bytes.count - sent, Int32(MSG_NOSIGNAL)) }
@@ -122,7 +108,7 @@ public final class HTTPConnection: Sendable {
     }
 
     /// Sends `count` bytes of `file` from `offset` with sendfile, reporting each step to `progress`.
-    public func sendFile(_ file: FileDescriptor, offset: Int64, count: Int64, progress: (Int64) -> Void = { _ in }) throws {
+    func sendFile(_ file: FileDescriptor, offset: Int64, count: Int64, progress: (Int64) -> Void = { _ in }) throws {
         var position = off_t(offset)
         var remaining = count
         while remaining > 0 {
@@ -144,8 +130,8 @@ public final class HTTPConnection: Sendable {
         }
     }
 
-    /// Reads the status line and header fields (at most 64 KiB).
-    public func readHead() throws -> Head {
+    /// Reads the status line and header fields (at most 64 KiB), as a response without its body.
+    func readHead() throws -> HTTPTransport.Response {
         var bytes: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 16 << 10)
         while true {
@@ -160,7 +146,7 @@ public final class HTTPConnection: Sendable {
         }
     }
 
-    static func parseHead(_ bytes: ArraySlice<UInt8>, url: URL) throws -> Head {
+    static func parseHead(_ bytes: ArraySlice<UInt8>, url: URL) throws -> HTTPTransport.Response {
         let lines = String(decoding: bytes, as: UTF8.self).components(separatedBy: "\r\n")
         let status = lines.first?.split(separator: " ", maxSplits: 2)
         guard let status, status.count >= 2, status[0].hasPrefix("HTTP/1."), let code = Int(status[1]), (100...599).contains(code) else {
@@ -171,12 +157,12 @@ public final class HTTPConnection: Sendable {
             guard let colon = line.firstIndex(of: ":") else { continue }
             headers.append((String(line[..<colon]), line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)))
         }
-        return Head(status: code, headers: headers)
+        return HTTPTransport.Response(status: code, headers: headers, body: [])
     }
 
     /// Reads the body into `sink`: by Content-Length, chunked, or until the server closes.
     /// Stops with an error past `limit` bytes, and when the body ends before its declared length.
-    public func readBody(_ head: Head, method: String = "GET", limit: Int64 = .max, sink: (UnsafeRawBufferPointer) throws -> Void) throws {
+    func readBody(_ head: HTTPTransport.Response, method: String = "GET", limit: Int64 = .max, sink: (UnsafeRawBufferPointer) throws -> Void) throws {
         if method == "HEAD" || head.status == 204 || head.status == 304 || (100..<200).contains(head.status) { return }
         let chunked = head.header("Transfer-Encoding")?.lowercased().contains("chunked") == true
         if chunked {
@@ -206,14 +192,6 @@ public final class HTTPConnection: Sendable {
             try buffer.withUnsafeBytes { try sink(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
             remaining -= Int64(n)
         }
-    }
-
-    /// Reads a whole response with a small body (at most `limit` bytes), as ``HTTPTransport/Response``.
-    public func readResponse(method: String, limit: Int64) throws -> HTTPTransport.Response {
-        let head = try readHead()
-        var body: [UInt8] = []
-        try readBody(head, method: method, limit: limit) { body += $0 }
-        return HTTPTransport.Response(status: head.status, headers: Dictionary(head.headers.map { ($0.name, $0.value) }) { $1 }, body: body)
     }
 
     private func readChunked(limit: Int64, sink: (UnsafeRawBufferPointer) throws -> Void) throws {
@@ -246,27 +224,6 @@ public final class HTTPConnection: Sendable {
             }
             while data.count < 2 { try fill() }
             data.removeSubrange(..<2)
-        }
-    }
-
-    /// Runs blocking work on a thread of its own, so that the cooperative pool never blocks;
-    /// cancelling the task cancels `connection`.
-    public static func run<T: Sendable>(cancelling connection: HTTPConnection? = nil, _ work: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
-                Thread.detachNewThread {
-                    // A peer that closes early makes sendfile raise SIGPIPE, which would kill the
-                    // process: blocked here, it stays pending on this thread and ends with it, and
-                    // the call fails with EPIPE instead.
-                    var set = sigset_t()
-                    sigemptyset(&set)
-                    sigaddset(&set, SIGPIPE)
-                    pthread_sigmask(SIG_BLOCK, &set, nil)
-                    continuation.resume(with: Result { try work() })
-                }
-            }
-        } onCancel: {
-            connection?.cancel()
         }
     }
 }

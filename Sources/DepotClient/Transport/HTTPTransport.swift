@@ -1,0 +1,152 @@
+import DepotCore
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// The client's one way to make HTTP calls. It picks the engine by scheme inside: a plain
+/// HTTP/1.1 connection for `http://` (``HTTPConnection``: `sendfile` uploads, 1 MiB reads,
+/// about curl's speed), URLSession for `https://` (the system on Apple platforms, libcurl on
+/// Linux). Callers see one ``Response`` type either way.
+///
+/// Bodies stream: an upload goes from a file, and a large download goes into a sink chosen
+/// once its head is known, so memory stays flat whatever the pack size.
+public struct HTTPTransport: Sendable {
+    /// A response: status, header fields, and the body when it was read into memory.
+    public struct Response: Sendable {
+        public var status: Int
+        public var headers: [(name: String, value: String)]
+        public var body: [UInt8]
+
+        public init(status: Int, headers: [(name: String, value: String)], body: [UInt8]) {
+            self.status = status
+            self.headers = headers
+            self.body = body
+        }
+
+        /// The first value of a header field, whatever its case.
+        public func header(_ name: String) -> String? {
+            headers.first { $0.name.caseInsensitiveCompare(name) == .orderedSame }?.value
+        }
+
+        /// `Content-Length`, when present and valid.
+        public var contentLength: Int64? {
+            header("Content-Length").flatMap { Int64($0.trimmingCharacters(in: .whitespaces)) }.flatMap { $0 >= 0 ? $0 : nil }
+        }
+    }
+
+    /// What to send.
+    struct Request: Sendable {
+        enum Body: Sendable {
+            case none
+            case bytes([UInt8])
+            /// `count` bytes of the file at `path` from `offset`.
+            case file(path: String, offset: Int64, count: Int64)
+        }
+
+        var method: String
+        var url: URL
+        var headers: [(String, String)]
+        var body: Body = .none
+        /// The answer may be large: URLSession then takes it into a temporary file, not memory.
+        var largeResponse = false
+    }
+
+    /// Where a response body goes, decided once its head is known.
+    enum BodyHandling {
+        /// Into ``Response/body``; more than `limit` bytes fails with ``ClientError/Kind/tooLarge``.
+        case collect(limit: Int64)
+        /// At most the first `limit` bytes into ``Response/body``, the rest ignored (an error's text).
+        case excerpt(limit: Int64)
+        /// Into `sink`, chunk by chunk; more than `limit` bytes fails with ``ClientError/Kind/tooLarge``.
+        case stream(limit: Int64, into: (UnsafeRawBufferPointer) throws -> Void)
+    }
+
+    /// Seconds without progress before a call fails.
+    let timeout: TimeInterval
+    private let session: URLSessionEngine
+
+    public init(timeout: TimeInterval = 60) {
+        self.timeout = timeout
+        session = URLSessionEngine(timeout: timeout)
+    }
+
+    /// GETs a small resource, refusing a body over `limit` bytes.
+    public func get(_ url: URL, headers: [String: String] = [:], limit: Int = 8 << 20) async throws -> Response {
+        try await exchange(Request(method: "GET", url: url, headers: Self.fields(headers)), limit: Int64(limit))
+    }
+
+    /// Sends a request with a small body or none (POST, DELETE, HEAD) and returns the answer.
+    public func send(method: String, to url: URL, headers: [String: String] = [:], body: Data? = nil) async throws -> Response {
+        try await exchange(Request(method: method, url: url, headers: Self.fields(headers), body: body.map { .bytes(Array($0)) } ?? .none))
+    }
+
+    /// Sends a whole file as the body of `method` to `url`, streamed from disk.
+    public func upload(file: String, to url: URL, method: String = "PUT", headers: [String: String] = [:]) async throws -> Response {
+        let size = try FileDescriptor.openForReading(file).size()
+        return try await exchange(Request(method: method, url: url, headers: Self.fields(headers), body: .file(path: file, offset: 0, count: size)))
+    }
+
+    /// Whether a file body to `url` is streamed from disk whatever its size (`http://`, by
+    /// `sendfile`); elsewhere callers send a large file in parts of a few MiB.
+    public static func streamsFiles(to url: URL) -> Bool { url.scheme == "http" }
+
+    /// One exchange with the body in memory (at most `limit` bytes).
+    func exchange(_ request: Request, limit: Int64 = 8 << 20, progress: (@Sendable (Int64) -> Void)? = nil) async throws -> Response {
+        try await exchange(request, progress: progress) { _ in .collect(limit: limit) }
+    }
+
+    /// One exchange: `handling` sees the response's head and says where its body goes;
+    /// `progress` learns how many body bytes were sent so far.
+    func exchange(
+        _ request: Request, progress: (@Sendable (Int64) -> Void)? = nil, handling: @escaping @Sendable (Response) throws -> BodyHandling
+    ) async throws -> Response {
+        if Self.streamsFiles(to: request.url) { return try await plain(request, progress: progress, handling: handling) }
+        return try await session.exchange(request, progress: progress, handling: handling)
+    }
+
+    /// Over ``HTTPConnection``, on a thread of its own.
+    private func plain(
+        _ request: Request, progress: (@Sendable (Int64) -> Void)?, handling: @escaping @Sendable (Response) throws -> BodyHandling
+    ) async throws -> Response {
+        let connection = try HTTPConnection(url: request.url, timeout: timeout)
+        return try await BlockingCall.run(onCancel: connection.cancel) {
+            defer { connection.close() }
+            var fields = request.headers
+            let hasLength = fields.contains { $0.0.caseInsensitiveCompare("Content-Length") == .orderedSame }
+            switch request.body {
+            case .none: break
+            case .bytes(let bytes): if !hasLength { fields.append(("Content-Length", String(bytes.count))) }
+            case .file(_, _, let count): if !hasLength { fields.append(("Content-Length", String(count))) }
+            }
+            try connection.sendHead(method: request.method, headers: fields)
+            switch request.body {
+            case .none: break
+            case .bytes(let bytes): if !bytes.isEmpty { try connection.sendBytes(bytes) }
+            case .file(let path, let offset, let count):
+                let file = try FileDescriptor.openForReading(path)
+                var sent: Int64 = 0
+                try connection.sendFile(file, offset: offset, count: count) { step in
+                    sent += step
+                    progress?(sent)
+                }
+            }
+            var response = try connection.readHead()
+            switch try handling(response) {
+            case .collect(let limit):
+                var body: [UInt8] = []
+                try connection.readBody(response, method: request.method, limit: limit) { body += $0 }
+                response.body = body
+            case .excerpt(let limit):
+                var body: [UInt8] = []
+                try? connection.readBody(response, method: request.method, limit: limit) { body += $0 }
+                response.body = body
+            case .stream(let limit, let sink):
+                try connection.readBody(response, method: request.method, limit: limit, sink: sink)
+            }
+            return response
+        }
+    }
+
+    private static func fields(_ headers: [String: String]) -> [(String, String)] { headers.map { ($0.key, $0.value) } }
+}
