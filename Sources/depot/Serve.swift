@@ -3,6 +3,7 @@ import DepotCore
 import DepotHTTP
 import DepotServer
 import Foundation
+import Synchronization
 import Logging
 
 struct Serve: ParsableCommand {
@@ -130,29 +131,31 @@ struct Serve: ParsableCommand {
 
 /// Waits for SIGINT or SIGTERM. The signals are ignored process-wide (their default action would
 /// kill every thread at once) and observed through dispatch sources instead.
-final class StopSignal: @unchecked Sendable {
-    // @unchecked: the sources and semaphore are thread-safe; the received value is written before the semaphore is signalled.
+final class StopSignal: Sendable {
     private let semaphore = DispatchSemaphore(value: 0)
-    private var sources: [any DispatchSourceSignal] = []
-    private var received: Int32 = 0
+    private let received = Mutex<Int32>(0)
+    /// Kept alive for as long as the signals are watched.
+    private let sources: Mutex<[any DispatchSourceSignal]>
 
     init() {
-        for number in [SIGINT, SIGTERM] {
-            signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler { [unowned self] in
-                self.received = number
-                self.semaphore.signal()
+        let numbers = [SIGINT, SIGTERM]
+        for number in numbers { signal(number, SIG_IGN) }
+        sources = Mutex(numbers.map { DispatchSource.makeSignalSource(signal: $0, queue: .global()) })
+        sources.withLock { sources in
+            for (source, number) in zip(sources, numbers) {
+                source.setEventHandler { [unowned self] in
+                    received.withLock { $0 = number }
+                    semaphore.signal()
+                }
+                source.resume()
             }
-            source.resume()
-            sources.append(source)
         }
     }
 
     /// Blocks until a stop signal arrives; returns its number.
     func wait() -> Int32 {
         semaphore.wait()
-        return received
+        return received.withLock { $0 }
     }
 }
 
