@@ -1,0 +1,42 @@
+import Foundation
+
+/// The Info.plist allowances and domain list a shipped build carries, which the Background
+/// Assets simulator enforces (see ``DepotSync/rules``).
+public struct BackgroundAssetsRules: Hashable, Sendable {
+    /// `BADownloadDomainAllowList`: hosts the manifest and packs may come from.
+    public var allowedDomains: [String]
+    /// `BADownloadAllowance`: bytes that may be downloaded before first launch (manifest included).
+    public var downloadAllowance: Int64?
+    /// `BAEssentialDownloadAllowance`: essential bytes before first launch (manifest included).
+    public var essentialDownloadAllowance: Int64?
+
+    public init(allowedDomains: [String], downloadAllowance: Int64?, essentialDownloadAllowance: Int64?) {
+        self.allowedDomains = allowedDomains
+        self.downloadAllowance = downloadAllowance
+        self.essentialDownloadAllowance = essentialDownloadAllowance
+    }
+
+    /// Reads the keys from an Info.plist (XML or binary), such as `depot plist` prints.
+    public static func parse(plist bytes: [UInt8]) throws -> BackgroundAssetsRules {
+        guard let root = try? PropertyListSerialization.propertyList(from: Data(bytes), options: [], format: nil) as? [String: Any] else {
+            throw ClientError.manifest("the Info.plist is not a property list dictionary")
+        }
+        let restrictions = root["BAInitialDownloadRestrictions"] as? [String: Any] ?? [:]
+        func number(_ value: Any?) -> Int64? { (value as? NSNumber)?.int64Value ?? (value as? Int).map(Int64.init) }
+        return BackgroundAssetsRules(
+            allowedDomains: restrictions["BADownloadDomainAllowList"] as? [String] ?? [],
+            downloadAllowance: number(restrictions["BADownloadAllowance"]),
+            essentialDownloadAllowance: number(restrictions["BAEssentialDownloadAllowance"])
+        )
+    }
+
+    /// Whether a URL's host is on the allow list (an entry `*.example.com` also allows subdomains).
+    public func allows(_ url: URL) -> Bool {
+        guard let host = url.host?.lowercased() else { return false }
+        return allowedDomains.contains { domain in
+            let domain = domain.lowercased()
+            if domain.hasPrefix("*.") { return host.hasSuffix(domain.dropFirst(1)) || host == domain.dropFirst(2) }
+            return host == domain
+        }
+    }
+}

@@ -1,0 +1,41 @@
+/// What a sync did.
+public struct SyncReport: Hashable, Sendable {
+    /// The manifest version the destination now follows.
+    public var manifestVersion: Int
+    /// The server answered `304 Not Modified`: the manifest accepted before still holds.
+    public var notModified: Bool
+    /// Packs downloaded and installed.
+    public var installed: [String]
+    /// Packs removed because the manifest no longer lists them.
+    public var removed: [String]
+    /// Packs already current.
+    public var unchanged: [String]
+    /// Packs left for a later sync: over the allowance, or on-demand packs nobody asked for.
+    public var deferred: [String]
+    /// Essential downloads that failed and were tried again as non-essential.
+    public var rescheduled: [String]
+    /// Packs that could not be installed, with the reason; their previous revision (if any) stays.
+    public var failed: [String: String]
+    /// Container bytes downloaded in this sync.
+    public var bytesDownloaded: Int64
+
+    /// A one-line summary.
+    public var summary: String {
+        var parts = ["\(installed.count) installed", "\(removed.count) removed", "\(unchanged.count) unchanged"]
+        if !deferred.isEmpty { parts.append("\(deferred.count) deferred") }
+        if !failed.isEmpty { parts.append("\(failed.count) failed") }
+        return "release \(manifestVersion)\(notModified ? " (not modified)" : ""): " + parts.joined(separator: ", ") + ", \(bytesDownloaded) bytes downloaded"
+    }
+}
+
+/// What a sync reports while it runs.
+public enum SyncEvent: Sendable {
+    /// The plan, once the manifest is accepted.
+    case planned(Plan)
+    /// A download's progress.
+    case download(DownloadEvent)
+    /// A pack is installed (or failed to).
+    case installed(String)
+    case failed(String, String)
+    case removed(String)
+}
