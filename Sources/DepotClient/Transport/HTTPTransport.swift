@@ -5,7 +5,7 @@ import FoundationNetworking
 #endif
 
 /// The client's one way to make HTTP calls. It picks the engine by scheme inside: a plain
-/// HTTP/1.1 connection for `http://` (``HTTPConnection``: `sendfile` uploads, 1 MiB reads,
+/// HTTP/1.1 connection for `http://` (`HTTPConnection`: `sendfile` uploads, 1 MiB reads,
 /// about curl's speed), URLSession for `https://` (the system on Apple platforms, libcurl on
 /// Linux). Callers see one ``Response`` type either way.
 ///
@@ -105,7 +105,7 @@ public struct HTTPTransport: Sendable {
         return try await session.exchange(request, progress: progress, handling: handling)
     }
 
-    /// Over ``HTTPConnection``, on a thread of its own.
+    /// Over `HTTPConnection`, on a thread of its own.
     private func plain(
         _ request: Request, progress: (@Sendable (Int64) -> Void)?, handling: @escaping @Sendable (Response) throws -> BodyHandling
     ) async throws -> Response {
