@@ -20,6 +20,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
         .package(url: "https://github.com/weichsel/ZIPFoundation", from: "0.9.20"),
+        // Only for the test-only target that compiles the CryptoKit backend on Linux.
+        .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
     ],
     targets: [
         .systemLibrary(
@@ -32,7 +34,12 @@ let package = Package(
             pkgConfig: "openssl",
             providers: [.apt(["libssl-dev"])]
         ),
-        .target(name: "DepotCore", dependencies: ["COpenSSL", "ZIPFoundation"], swiftSettings: strict),
+        // OpenSSL on Linux; CryptoKit on Apple platforms, where there is no system OpenSSL.
+        .target(
+            name: "DepotCore",
+            dependencies: [.target(name: "COpenSSL", condition: .when(platforms: [.linux])), "ZIPFoundation"],
+            swiftSettings: strict
+        ),
         .target(name: "DepotHTTP", dependencies: ["CMicroHTTPD"], swiftSettings: strict),
         .target(
             name: "DepotServer",
@@ -61,6 +68,20 @@ let package = Package(
             swiftSettings: strict
         ),
         .testTarget(name: "DepotCoreTests", dependencies: ["DepotCore"], exclude: ["Fixtures"], swiftSettings: strict),
+        // DepotCore's own sources (a symlink) built with the CryptoKit backend against
+        // swift-crypto's Crypto, which has CryptoKit's API: the Apple platforms' crypto, tested here.
+        .target(
+            name: "DepotCoreCryptoKit",
+            dependencies: [.product(name: "Crypto", package: "swift-crypto"), "ZIPFoundation"],
+            path: "Tests/DepotCoreCryptoKit",
+            exclude: ["Core/Crypto/OpenSSL", "Core/DepotCore.docc"],
+            swiftSettings: strict + [.define("DEPOT_CRYPTOKIT")]
+        ),
+        .testTarget(
+            name: "CryptoKitBackendTests",
+            dependencies: ["DepotCore", "DepotCoreCryptoKit"],
+            swiftSettings: strict + [.define("DEPOT_CRYPTOKIT")]
+        ),
         .testTarget(name: "DepotHTTPTests", dependencies: ["DepotHTTP", "DepotTestSupport"], swiftSettings: strict),
         .testTarget(name: "DepotServerTests", dependencies: ["DepotServer", "DepotCore", "DepotTestSupport"], swiftSettings: strict),
         .testTarget(name: "DepotClientTests", dependencies: ["DepotClient", "DepotCore", "DepotTestSupport"], swiftSettings: strict),

@@ -1,4 +1,9 @@
+// Also compiled into CryptoKitBackendTests, against the CryptoKit backend.
+#if DEPOT_CRYPTOKIT
+import DepotCoreCryptoKit
+#else
 import DepotCore
+#endif
 import Testing
 
 @Suite("Known-answer vectors")

@@ -1,13 +1,11 @@
-internal import COpenSSL
-
-/// Cryptographically secure random bytes from OpenSSL's DRBG.
+/// Cryptographically secure random bytes: OpenSSL's DRBG on Linux, the system's generator on
+/// Apple platforms.
 public enum SecureRandom {
     /// Returns `count` random bytes.
     public static func bytes(_ count: Int) -> [UInt8] {
         var out = [UInt8](repeating: 0, count: count)
         guard count > 0 else { return out }
-        // RAND_bytes only fails when the DRBG cannot be seeded, which leaves nothing safe to do.
-        guard RAND_bytes(&out, Int32(count)) == 1 else { fatalError("RAND_bytes failed: no entropy") }
+        CryptoBackend.fillRandom(&out)
         return out
     }
 }

@@ -1,9 +1,8 @@
-internal import COpenSSL
-
-/// A streaming message digest over OpenSSL's EVP interface: SHA-256 (SHA-NI where the CPU has
-/// it) for everything AssetDepot stores, SHA-1 and SHA-512 only to check what tus clients send.
+/// A streaming message digest: SHA-256 for everything AssetDepot stores, SHA-1 and SHA-512 only
+/// to check what tus clients send. OpenSSL's EVP interface on Linux (SHA-NI where the CPU has
+/// it), CryptoKit on Apple platforms.
 ///
-/// Owns one `EVP_MD_CTX`, freed in `deinit`. Not thread-safe: one hasher per stream.
+/// Not thread-safe: one hasher per stream.
 public class MessageDigest {
     /// The algorithms on offer, named as the tus checksum extension names them.
     public enum Algorithm: String, Sendable, CaseIterable {
@@ -21,28 +20,18 @@ public class MessageDigest {
 
     /// The algorithm in use.
     public let algorithm: Algorithm
-    // Owns the EVP_MD_CTX; never shared across threads.
-    private let context: OpaquePointer
+    private let context: DigestContext
 
     /// Starts a new digest.
     public init(_ algorithm: Algorithm) {
         self.algorithm = algorithm
-        guard let context = EVP_MD_CTX_new() else { fatalError("EVP_MD_CTX_new: out of memory") }
-        self.context = context
-        let md: OpaquePointer? = switch algorithm {
-        case .sha1: EVP_sha1()
-        case .sha256: EVP_sha256()
-        case .sha512: EVP_sha512()
-        }
-        guard EVP_DigestInit_ex(context, md, nil) == 1 else { fatalError("EVP_DigestInit_ex(\(algorithm)) failed") }
+        context = DigestContext(algorithm)
     }
-
-    deinit { EVP_MD_CTX_free(context) }
 
     /// Adds bytes to the digest.
     public final func update(_ bytes: UnsafeRawBufferPointer) {
         guard bytes.count > 0 else { return }
-        _ = EVP_DigestUpdate(context, bytes.baseAddress, bytes.count)
+        context.update(bytes)
     }
 
     /// Adds bytes to the digest.
@@ -55,12 +44,7 @@ public class MessageDigest {
     }
 
     /// Finishes the digest and returns its bytes; the hasher cannot be used afterwards.
-    public final func finalize() -> [UInt8] {
-        var out = [UInt8](repeating: 0, count: algorithm.size)
-        var length = UInt32(algorithm.size)
-        _ = EVP_DigestFinal_ex(context, &out, &length)
-        return out
-    }
+    public final func finalize() -> [UInt8] { context.finalize() }
 }
 
 /// Streaming SHA-256: what names blobs and checks packs.

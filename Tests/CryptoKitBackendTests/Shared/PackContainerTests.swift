@@ -1,0 +1,1 @@
+../../DepotCoreTests/PackContainerTests.swift

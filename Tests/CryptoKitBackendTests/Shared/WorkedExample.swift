@@ -1,0 +1,1 @@
+../../DepotCoreTests/WorkedExample.swift
