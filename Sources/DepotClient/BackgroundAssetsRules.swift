@@ -5,15 +5,22 @@ import Foundation
 public struct BackgroundAssetsRules: Hashable, Sendable {
     /// `BADownloadDomainAllowList`: hosts the manifest and packs may come from.
     public var allowedDomains: [String]
-    /// `BADownloadAllowance`: bytes that may be downloaded before first launch (manifest included).
+    /// `BADownloadAllowance`: non-essential bytes that may be downloaded before first launch.
     public var downloadAllowance: Int64?
-    /// `BAEssentialDownloadAllowance`: essential bytes before first launch (manifest included).
+    /// `BAEssentialDownloadAllowance`: essential bytes before first launch, manifest included.
     public var essentialDownloadAllowance: Int64?
 
     public init(allowedDomains: [String], downloadAllowance: Int64?, essentialDownloadAllowance: Int64?) {
         self.allowedDomains = allowedDomains
         self.downloadAllowance = downloadAllowance
         self.essentialDownloadAllowance = essentialDownloadAllowance
+    }
+
+    /// The budgets of the downloads scheduled before first launch, as Apple documents the keys:
+    /// essential downloads share `BAEssentialDownloadAllowance` with the manifest, which the
+    /// system fetches first; non-essential ones have `BADownloadAllowance` to themselves.
+    public func initialBudgets(manifestSize: Int64) -> (essential: Int64?, nonEssential: Int64?) {
+        (essentialDownloadAllowance.map { $0 - manifestSize }, downloadAllowance)
     }
 
     /// Reads the keys from an Info.plist (XML or binary), such as `depot plist` prints.

@@ -1,3 +1,4 @@
+import DepotCore
 import Foundation
 
 /// Why a sync (or a publish) failed, in one sentence.
@@ -34,7 +35,7 @@ public struct ClientError: Error, Hashable, Sendable, CustomStringConvertible {
             default: return "URL error \(error.code.rawValue)"
             }
         }
-        if let error = error as? POSIXError { return String(cString: strerror(error.code.rawValue)).lowercased() }
+        if let error = error as? POSIXError { return System.describe(error.code.rawValue).lowercased() }
         return "\(error)"
     }
     static func manifest(_ why: String) -> ClientError { ClientError(.manifest, "manifest refused: \(why)") }

@@ -99,8 +99,7 @@ public struct DepotSync: Sendable {
         // The plan; before first launch the build's initial allowances bound it.
         var request = Planner.Request(kind: kind, packs: requestedPacks, tags: requestedTags)
         if let rules, kind == .install {
-            request.allowance = rules.downloadAllowance.map { $0 - Int64(envelope.count) }
-            request.essentialAllowance = rules.essentialDownloadAllowance.map { $0 - Int64(envelope.count) }
+            (request.essentialAllowance, request.allowance) = rules.initialBudgets(manifestSize: Int64(envelope.count))
         }
         let plan = Planner.plan(manifest: manifest, state: state, request: request) { FileSystem.exists(store.packPath($0)) }
         observer?(.planned(plan))

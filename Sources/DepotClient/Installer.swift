@@ -1,8 +1,5 @@
 import DepotCore
 import Foundation
-#if canImport(Glibc)
-import Glibc
-#endif
 
 /// Checks a downloaded container against its manifest entry, decrypts it (and unpacks it, for
 /// a zip) beside the installed copy, then switches the two in one atomic step: the previous
@@ -62,17 +59,13 @@ public struct Installer: Sendable {
         return unpack
     }
 
-    /// Puts `staged` at `destination` in one step: a rename, or an exchange (`renameat2`
-    /// with `RENAME_EXCHANGE`) when something is there, after which the old copy is removed.
+    /// Puts `staged` at `destination` in one step: a rename, or an atomic exchange
+    /// (``System/exchange(_:_:)``) when something is there, after which the old copy is removed.
     static func switchInto(_ destination: String, from staged: String) throws {
         if FileSystem.exists(destination) || (try? FileManager.default.destinationOfSymbolicLink(atPath: destination)) != nil {
-            if let exchange = renameat2 {
-                guard exchange(AT_FDCWD, staged, AT_FDCWD, destination, renameExchange) == 0 else {
-                    throw SystemError(call: "renameat2", errno: errno, path: destination)
-                }
-            } else {
-                // Without renameat2 (kernels before 3.15): move the old copy aside first. A crash
-                // in between leaves no installed copy, which the next sync downloads again.
+            if try !System.exchange(staged, destination) {
+                // No atomic exchange here (Linux before 3.15): move the old copy aside first. A
+                // crash in between leaves no installed copy, which the next sync downloads again.
                 let aside = staged + ".old"
                 try FileSystem.durableRename(destination, to: aside)
                 try FileSystem.durableRename(staged, to: destination)
@@ -84,12 +77,6 @@ public struct Installer: Sendable {
             try FileSystem.durableRename(staged, to: destination)
         }
     }
-
-    /// `RENAME_EXCHANGE` from <linux/fs.h>.
-    static let renameExchange: UInt32 = 1 << 1
-    typealias RenameAt2 = @convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32
-    /// glibc's `renameat2`, which Swift's Glibc module does not export; looked up once.
-    static let renameat2: RenameAt2? = dlsym(nil, "renameat2").map { unsafeBitCast($0, to: RenameAt2.self) }
 
     /// Removes an installed copy: a file or a folder tree.
     public static func removeTree(_ path: String) {

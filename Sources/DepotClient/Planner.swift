@@ -57,12 +57,14 @@ public struct Plan: Hashable, Sendable {
 /// - On-demand packs only when asked for by id or tag, or when an installed copy is out of date.
 /// - Packs gone from the manifest are removed.
 /// - Downloads are taken in order while they fit the allowances; the rest is deferred, not failed.
-///   The essential allowance bounds essential downloads, the total allowance all of them.
+///   As Apple documents the Info.plist keys, there are two separate budgets: the essential
+///   allowance (`BAEssentialDownloadAllowance`) bounds the essential downloads, the download
+///   allowance (`BADownloadAllowance`) the non-essential ones.
 public enum Planner {
     /// What the caller asks for besides the manifest.
     public struct Request: Hashable, Sendable {
         public var kind: RequestKind
-        /// Bytes that may still be downloaded in total (nil: no limit).
+        /// Bytes that non-essential downloads may take (nil: no limit).
         public var allowance: Int64?
         /// Bytes that essential downloads may take (nil: no limit).
         public var essentialAllowance: Int64?
@@ -110,18 +112,18 @@ public enum Planner {
 
         var downloads: [PlannedDownload] = []
         var deferred: [PlannedDownload] = []
-        var total: Int64 = 0
+        var nonEssential: Int64 = 0
         var essential: Int64 = 0
         for download in wanted {
             let size = download.entry.size
-            let fitsTotal = request.allowance.map { total + size <= $0 } ?? true
-            let fitsEssential = !download.essential || (request.essentialAllowance.map { essential + size <= $0 } ?? true)
-            guard fitsTotal && fitsEssential else {
+            let fits = download.essential
+                ? request.essentialAllowance.map { essential + size <= $0 } ?? true
+                : request.allowance.map { nonEssential + size <= $0 } ?? true
+            guard fits else {
                 deferred.append(download)
                 continue
             }
-            total += size
-            if download.essential { essential += size }
+            if download.essential { essential += size } else { nonEssential += size }
             downloads.append(download)
         }
         let listed = Set(manifest.packs.map(\.id))

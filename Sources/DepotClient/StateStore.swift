@@ -1,8 +1,5 @@
 import DepotCore
 import Foundation
-#if canImport(Glibc)
-import Glibc
-#endif
 
 /// The install state of one destination folder, shared by every process that uses it (on a
 /// device, the app and its Background Assets extension, through an App Group folder).
@@ -47,10 +44,14 @@ public final class StateStore: Sendable {
             throw ClientError.state("cannot open \(path): \(error)")
         }
         let deadline = Date().addingTimeInterval(timeout)
-        while flock(file.rawValue, LOCK_EX | LOCK_NB) != 0 {
-            guard errno == EWOULDBLOCK || errno == EINTR else { throw ClientError.state("cannot lock \(path): \(SystemError(call: "flock", errno: errno))") }
+        while true {
+            do {
+                if try System.tryLock(file.rawValue) { break }
+            } catch {
+                throw ClientError.state("cannot lock \(path): \(error)")
+            }
             guard Date() < deadline else { throw ClientError.state("\(what) is locked by another process (waited \(Int(timeout)) s)") }
-            usleep(10_000)
+            Thread.sleep(forTimeInterval: 0.01)
         }
         return file
     }

@@ -66,6 +66,9 @@ struct PlannerTests {
         Row(rule: "the essential allowance bounds essential downloads only",
             packs: [entry("e1", size: 50, policy: .essential), entry("e2", size: 50, policy: .essential), entry("p", size: 50)],
             request: .init(kind: .install, essentialAllowance: 60), downloads: ["e1", "p"], essential: ["e1"], deferred: ["e2"]),
+        Row(rule: "the download allowance bounds non-essential downloads only: two budgets, as Apple documents the keys",
+            packs: [entry("e", size: 80, policy: .essential), entry("p1", size: 50), entry("p2", size: 50)],
+            request: .init(kind: .install, allowance: 60, essentialAllowance: 80), downloads: ["e", "p1"], essential: ["e"], deferred: ["p2"]),
     ]
 
     @Test("Every rule, one row each", arguments: rows.indices)
@@ -222,5 +225,56 @@ struct InstallerTests {
         let state = try StateStore(destination: dir.path).read(app: "a", timeout: 5)
         #expect(state.floor(channel: "production") == 3 && state.floor(channel: "beta") == 7 && state.floor(channel: "nightly") == 0)
         #expect(throws: ClientError.self) { try store.read(app: "b") }
+    }
+}
+
+@Suite("The device's budgets, fed the origin's own Info.plist keys")
+struct InitialBudgetTests {
+    /// A random release: 0–4 packs of each policy with container sizes up to 10 MB.
+    static func release(_ generator: inout some RandomNumberGenerator) -> Manifest {
+        var packs: [PackEntry] = []
+        for policy in [PackEntry.Policy.essential, .prefetch, .onDemand] {
+            for index in 0..<Int.random(in: 0...4, using: &generator) {
+                packs.append(entry("\(policy.rawValue)-\(index)", size: Int64.random(in: 69...10_000_000, using: &generator), policy: policy))
+            }
+        }
+        let now = Date(timeIntervalSince1970: 1_800_000_000)
+        return Manifest(app: "a", version: 1, publishedAt: now, expiresAt: now + 100, packs: packs.shuffled(using: &generator))
+    }
+
+    /// What `depot sync --event install --info-plist` plans for a device given `keys`.
+    static func installPlan(_ manifest: Manifest, keys: BackgroundAssetsKeys, manifestSize: Int64) -> Plan {
+        let rules = BackgroundAssetsRules(
+            allowedDomains: keys.domainAllowList, downloadAllowance: keys.downloadAllowance, essentialDownloadAllowance: keys.essentialDownloadAllowance
+        )
+        var request = Planner.Request(kind: .install)
+        (request.essentialAllowance, request.allowance) = rules.initialBudgets(manifestSize: manifestSize)
+        return Planner.plan(manifest: manifest, state: InstalledState(app: "a"), request: request)
+    }
+
+    @Test("Any release: its keys let an install fetch every essential and prefetch pack and nothing on demand; one byte less and what does not fit waits")
+    func property() {
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<500 {
+            let manifest = Self.release(&generator)
+            let manifestSize = Int64.random(in: 300...40_000, using: &generator)
+            let keys = BackgroundAssetsKeys(manifest: manifest, manifestSize: manifestSize, manifestURL: "https://cdn.example.com/m")
+            let ids = { (policy: PackEntry.Policy) in Set(manifest.packs.filter { $0.policy == policy }.map(\.id)) }
+            let plan = Self.installPlan(manifest, keys: keys, manifestSize: manifestSize)
+            #expect(Set(plan.downloads.map(\.entry.id)) == ids(.essential).union(ids(.prefetch)), "\(manifest.packs)")
+            #expect(Set(plan.downloads.filter(\.essential).map(\.entry.id)) == ids(.essential))
+            #expect(plan.deferred.isEmpty && Set(plan.notRequested) == ids(.onDemand))
+
+            var short = keys
+            short.essentialDownloadAllowance -= 1
+            let essentialShort = Self.installPlan(manifest, keys: short, manifestSize: manifestSize)
+            #expect(essentialShort.deferred.isEmpty == ids(.essential).isEmpty)
+            #expect(essentialShort.deferred.allSatisfy { $0.entry.policy == .essential })
+            short = keys
+            short.downloadAllowance -= 1
+            let downloadShort = Self.installPlan(manifest, keys: short, manifestSize: manifestSize)
+            #expect(downloadShort.deferred.isEmpty == ids(.prefetch).isEmpty)
+            #expect(downloadShort.deferred.allSatisfy { $0.entry.policy == .prefetch })
+        }
     }
 }

@@ -200,7 +200,7 @@ struct HTTPSemanticsTests {
             #expect(plist["BAManifestURL"] as? String == "https://cdn.example.com/assets/v1/apps/\(origin.app)/manifest")
             #expect(restrictions["BADownloadDomainAllowList"] as? [String] == ["cdn.example.com"])
             #expect(restrictions["BAEssentialDownloadAllowance"] as? Int == envelope.count + size(["e1", "e2"]))
-            #expect(restrictions["BADownloadAllowance"] as? Int == envelope.count + size(["p1"]))
+            #expect(restrictions["BADownloadAllowance"] as? Int == size(["p1"]))
             #expect(plist["BAEssentialMaxInstallSize"] as? Int == 3010)
             #expect(plist["BAMaxInstallSize"] as? Int == 5000)
         }

@@ -244,4 +244,30 @@ struct ClientEndToEndTests {
             #expect(foreign.status != 0 && foreign.stderr.contains("BADownloadDomainAllowList"), "\(foreign.stderr)")
         }
     }
+
+    @Test("depot sync --event install fed the keys depot plist printed installs every essential and prefetch pack, nothing on demand")
+    func originKeysInstallEverythingInitial() async throws {
+        try await withServer { origin in
+            let work = TemporaryDirectory("depot-client")
+            defer { work.remove() }
+            try put(origin, "core", bytes(400_000, seed: 1), policy: "essential")
+            try put(origin, "tutorial", bytes(150_000, seed: 2), policy: "essential")
+            try put(origin, "world-1", bytes(250_000, seed: 3))
+            try put(origin, "extras", bytes(90_000, seed: 4), policy: "onDemand")
+            let config = work.path + "/client.json"
+            try FileSystem.writeAtomically(origin.clientConfiguration().encoded(), to: config)
+            let plist = try Processes.run(Processes.depotBinary, ["plist", "--server", origin.baseURL.absoluteString, "--app", origin.app])
+            #expect(plist.status == 0, "\(plist.stderr)")
+            let keys = work.path + "/Info.plist"
+            try FileSystem.writeAtomically(Array(plist.stdout.utf8), to: keys)
+            let install = try Processes.run(Processes.depotBinary, [
+                "sync", "--server", origin.baseURL.absoluteString, "--app", origin.app, "--config", config, "--dest", work.path + "/dest",
+                "--event", "install", "--info-plist", keys,
+            ])
+            #expect(install.status == 0, "\(install.stderr)")
+            for id in ["core", "tutorial", "world-1"] { #expect(install.stdout.contains("device has \(id) revision 1"), "\(install.stdout)") }
+            #expect(!install.stdout.contains("device has extras"))
+            #expect(FileSystem.contents(of: work.path + "/dest/packs") == ["core", "tutorial", "world-1"])
+        }
+    }
 }

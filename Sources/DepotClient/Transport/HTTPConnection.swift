@@ -1,9 +1,7 @@
+#if os(Linux)
 import DepotCore
 import Foundation
 import Synchronization
-#if canImport(Glibc)
-import Glibc
-#endif
 
 /// One HTTP/1.1 exchange over a plain TCP socket: the engine ``HTTPTransport`` uses for
 /// `http://`, where URLSession (libcurl through Foundation on Linux) runs at a fraction of
@@ -25,53 +23,26 @@ final class HTTPConnection: Sendable {
     init(url: URL, timeout: TimeInterval) throws {
         guard url.scheme == "http", let host = url.host else { throw ClientError.transport(url.absoluteString, URLError(.unsupportedURL)) }
         self.url = url
-        var hints = addrinfo()
-        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-        hints.ai_family = AF_UNSPEC
-        var list: UnsafeMutablePointer<addrinfo>?
-        let port = String(url.port ?? 80)
-        let lookup = getaddrinfo(host.trimmingCharacters(in: CharacterSet(charactersIn: "[]")), port, &hints, &list)
-        guard lookup == 0, let first = list else {
+        do {
+            socket = try Sockets.connect(host: host.trimmingCharacters(in: CharacterSet(charactersIn: "[]")), port: url.port ?? 80, timeout: timeout)
+        } catch .unknownHost {
             throw ClientError.transport(url.absoluteString, URLError(.cannotFindHost))
+        } catch .refused(let code) {
+            throw ClientError.transport(url.absoluteString, POSIXError(POSIXErrorCode(rawValue: code) ?? .ECONNREFUSED))
         }
-        defer { freeaddrinfo(list) }
-        var candidate: UnsafeMutablePointer<addrinfo>? = first
-        var connected: Int32 = -1
-        var lastError: Int32 = 0
-        while let info = candidate {
-            let fd = Glibc.socket(info.pointee.ai_family, info.pointee.ai_socktype, info.pointee.ai_protocol)
-            if fd >= 0 {
-                var tv = timeval(tv_sec: Int(timeout), tv_usec: Int((timeout - floor(timeout)) * 1_000_000))
-                setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-                setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-                var one: Int32 = 1
-                setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-                if Glibc.connect(fd, info.pointee.ai_addr, info.pointee.ai_addrlen) == 0 {
-                    connected = fd
-                    break
-                }
-                lastError = errno
-                Glibc.close(fd)
-            }
-            candidate = info.pointee.ai_next
-        }
-        guard connected >= 0 else {
-            throw ClientError.transport(url.absoluteString, POSIXError(POSIXErrorCode(rawValue: lastError) ?? .ECONNREFUSED))
-        }
-        socket = connected
     }
 
     deinit { close() }
 
     /// Closes the socket (idempotent).
     func close() {
-        if !closed.exchange(true, ordering: .acquiringAndReleasing) { Glibc.close(socket) }
+        if !closed.exchange(true, ordering: .acquiringAndReleasing) { Sockets.close(socket) }
     }
 
     /// Makes a blocked call fail now and every later one fail at once.
     func cancel() {
         cancelled.store(true, ordering: .releasing)
-        if !closed.load(ordering: .acquiring) { shutdown(socket, Int32(SHUT_RDWR)) }
+        if !closed.load(ordering: .acquiring) { Sockets.shutdown(socket) }
     }
 
     private func failure(_ code: Int32) -> ClientError {
@@ -100,34 +71,29 @@ final class HTTPConnection: Sendable {
     func sendBytes(_ bytes: [UInt8]) throws {
         var sent = 0
         while sent < bytes.count {
-            let n = bytes.withUnsafeBytes { Glibc.send(socket, $0.baseAddress! + sent, bytes.count - sent, Int32(MSG_NOSIGNAL)) }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { throw failure(errno) }
+            let n = bytes.withUnsafeBytes { Sockets.send(socket, $0.baseAddress! + sent, bytes.count - sent) }
+            guard n > 0 else { throw failure(System.errno) }
             sent += n
         }
     }
 
     /// Sends `count` bytes of `file` from `offset` with sendfile, reporting each step to `progress`.
     func sendFile(_ file: FileDescriptor, offset: Int64, count: Int64, progress: (Int64) -> Void = { _ in }) throws {
-        var position = off_t(offset)
+        var position = offset
         var remaining = count
         while remaining > 0 {
-            let n = Glibc.sendfile(socket, file.rawValue, &position, Int(min(remaining, 4 << 20)))
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { throw n == 0 ? ClientError.transport(url.absoluteString, URLError(.cannotWriteToFile)) : failure(errno) }
+            let n = Sockets.sendFile(socket, file.rawValue, position: &position, count: Int(min(remaining, 4 << 20)))
+            guard n > 0 else { throw n == 0 ? ClientError.transport(url.absoluteString, URLError(.cannotWriteToFile)) : failure(System.errno) }
             remaining -= Int64(n)
             progress(Int64(n))
         }
     }
 
     private func receive(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
-        while true {
-            let n = recv(socket, buffer.baseAddress, buffer.count, 0)
-            if n < 0 && errno == EINTR { continue }
-            guard n >= 0 else { throw failure(errno) }
-            if cancelled.load(ordering: .acquiring) { throw ClientError.cancelled }
-            return n
-        }
+        let n = Sockets.receive(socket, buffer)
+        guard n >= 0 else { throw failure(System.errno) }
+        if cancelled.load(ordering: .acquiring) { throw ClientError.cancelled }
+        return n
     }
 
     /// Reads the status line and header fields (at most 64 KiB), as a response without its body.
@@ -227,3 +193,4 @@ final class HTTPConnection: Sendable {
         }
     }
 }
+#endif

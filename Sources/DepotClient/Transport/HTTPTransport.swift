@@ -4,10 +4,10 @@ import Foundation
 import FoundationNetworking
 #endif
 
-/// The client's one way to make HTTP calls. It picks the engine by scheme inside: a plain
+/// The client's one way to make HTTP calls. It picks the engine inside: on Linux a plain
 /// HTTP/1.1 connection for `http://` (`HTTPConnection`: `sendfile` uploads, 1 MiB reads,
-/// about curl's speed), URLSession for `https://` (the system on Apple platforms, libcurl on
-/// Linux). Callers see one ``Response`` type either way.
+/// about curl's speed) and URLSession (libcurl) for `https://`; on Apple platforms URLSession
+/// for both. Callers see one ``Response`` type either way.
 ///
 /// Bodies stream: an upload goes from a file, and a large download goes into a sink chosen
 /// once its head is known, so memory stays flat whatever the pack size.
@@ -89,7 +89,13 @@ public struct HTTPTransport: Sendable {
 
     /// Whether a file body to `url` is streamed from disk whatever its size (`http://`, by
     /// `sendfile`); elsewhere callers send a large file in parts of a few MiB.
-    public static func streamsFiles(to url: URL) -> Bool { url.scheme == "http" }
+    public static func streamsFiles(to url: URL) -> Bool {
+        #if os(Linux)
+        url.scheme == "http"
+        #else
+        false
+        #endif
+    }
 
     /// One exchange with the body in memory (at most `limit` bytes).
     func exchange(_ request: Request, limit: Int64 = 8 << 20, progress: (@Sendable (Int64) -> Void)? = nil) async throws -> Response {
@@ -106,6 +112,7 @@ public struct HTTPTransport: Sendable {
     }
 
     /// Over `HTTPConnection`, on a thread of its own.
+    #if os(Linux)
     private func plain(
         _ request: Request, progress: (@Sendable (Int64) -> Void)?, handling: @escaping @Sendable (Response) throws -> BodyHandling
     ) async throws -> Response {
@@ -147,6 +154,13 @@ public struct HTTPTransport: Sendable {
             return response
         }
     }
+    #else
+    private func plain(
+        _ request: Request, progress: (@Sendable (Int64) -> Void)?, handling: @escaping @Sendable (Response) throws -> BodyHandling
+    ) async throws -> Response {
+        try await session.exchange(request, progress: progress, handling: handling)
+    }
+    #endif
 
     private static func fields(_ headers: [String: String]) -> [(String, String)] { headers.map { ($0.key, $0.value) } }
 }

@@ -6,11 +6,13 @@ public struct BackgroundAssetsKeys: Hashable, Sendable {
     public var domainAllowList: [String]
     /// `BAInitialDownloadRestrictions.BAEssentialDownloadAllowance`: manifest bytes + essential pack container bytes.
     public var essentialDownloadAllowance: Int64
-    /// `BAInitialDownloadRestrictions.BADownloadAllowance`: manifest bytes + prefetch pack container bytes.
+    /// `BAInitialDownloadRestrictions.BADownloadAllowance`: prefetch pack container bytes (the
+    /// initial non-essential downloads; the manifest counts in the essential allowance).
     public var downloadAllowance: Int64
     /// `BAEssentialMaxInstallSize`: installed bytes of the essential packs.
     public var essentialMaxInstallSize: Int64
-    /// `BAMaxInstallSize`: installed bytes of the prefetch packs (the non-essential ones downloaded right after install).
+    /// `BAMaxInstallSize`: installed bytes of the prefetch packs, "the non-essential assets that
+    /// download immediately after app installation"; on-demand packs do not, so they do not count.
     public var maxInstallSize: Int64
 
     /// Computes the keys for `manifest`, whose signed envelope is `manifestSize` bytes.
@@ -19,7 +21,7 @@ public struct BackgroundAssetsKeys: Hashable, Sendable {
         let essential = manifest.packs.filter { $0.policy == .essential }
         let prefetch = manifest.packs.filter { $0.policy == .prefetch }
         essentialDownloadAllowance = manifestSize + essential.reduce(0) { $0 + $1.size }
-        downloadAllowance = manifestSize + prefetch.reduce(0) { $0 + $1.size }
+        downloadAllowance = prefetch.reduce(0) { $0 + $1.size }
         essentialMaxInstallSize = essential.reduce(0) { $0 + $1.installSize }
         maxInstallSize = prefetch.reduce(0) { $0 + $1.installSize }
         var hosts: [String] = []

@@ -1,9 +1,4 @@
-import struct Foundation.Date
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
+import Foundation
 
 /// An open file descriptor with one owner, closed in `deinit` unless released.
 public final class FileDescriptor: @unchecked Sendable {
@@ -17,7 +12,7 @@ public final class FileDescriptor: @unchecked Sendable {
     /// Opens `path` with `open(2)` flags.
     public init(path: String, flags: Int32, mode: mode_t = 0o644) throws(SystemError) {
         self.path = path
-        self.rawValue = try systemCall("open", path: path) { open(path, flags | O_CLOEXEC, mode) }
+        self.rawValue = try systemCall("open", path: path) { System.open(path, flags, mode) }
     }
 
     /// Opens an existing file read-only.
@@ -25,7 +20,7 @@ public final class FileDescriptor: @unchecked Sendable {
         try FileDescriptor(path: path, flags: O_RDONLY)
     }
 
-    deinit { if rawValue >= 0 { _ = Glibc.close(rawValue) } }
+    deinit { if rawValue >= 0 { _ = System.close(rawValue) } }
 
     /// Gives up ownership: the caller must close the returned descriptor.
     public func release() -> Int32 {
@@ -38,12 +33,12 @@ public final class FileDescriptor: @unchecked Sendable {
     public func close() throws(SystemError) {
         guard rawValue >= 0 else { return }
         let fd = release()
-        if Glibc.close(fd) != 0, errno != EINTR { throw SystemError(call: "close", errno: errno, path: path) }
+        if System.close(fd) != 0, System.errno != EINTR { throw SystemError(call: "close", errno: System.errno, path: path) }
     }
 
     /// Reads up to `buffer.count` bytes; 0 at end of file.
     public func read(into buffer: UnsafeMutableRawBufferPointer) throws(SystemError) -> Int {
-        try systemCall("read", path: path) { Glibc.read(rawValue, buffer.baseAddress, buffer.count) }
+        try systemCall("read", path: path) { System.read(rawValue, buffer.baseAddress, buffer.count) }
     }
 
     /// Reads until `buffer` is full or the file ends; returns the count read.
@@ -62,7 +57,7 @@ public final class FileDescriptor: @unchecked Sendable {
         var total = 0
         while total < buffer.count {
             let n = try systemCall("pread", path: path) {
-                pread(rawValue, buffer.baseAddress! + total, buffer.count - total, off_t(offset) + off_t(total))
+                System.pread(rawValue, buffer.baseAddress! + total, buffer.count - total, offset + Int64(total))
             }
             if n == 0 { break }
             total += n
@@ -75,7 +70,7 @@ public final class FileDescriptor: @unchecked Sendable {
         var written = 0
         while written < bytes.count {
             written += try systemCall("write", path: path) {
-                Glibc.write(rawValue, bytes.baseAddress! + written, bytes.count - written)
+                System.write(rawValue, bytes.baseAddress! + written, bytes.count - written)
             }
         }
     }
@@ -86,32 +81,28 @@ public final class FileDescriptor: @unchecked Sendable {
         do { try bytes.withUnsafeBytes { try write($0) } } catch let error as SystemError { throw error } catch {}
     }
 
-    /// Flushes the file's data and metadata to stable storage.
+    /// Flushes the file's data and metadata to stable storage (`F_FULLFSYNC` on Apple platforms).
     public func sync() throws(SystemError) {
-        try systemCall("fsync", path: path) { fsync(rawValue) }
+        try systemCall("fsync", path: path) { System.fullSync(rawValue) }
     }
 
     /// The file's size in bytes.
     public func size() throws(SystemError) -> Int64 {
-        var info = stat()
-        try systemCall("fstat", path: path) { fstat(rawValue, &info) }
-        return Int64(info.st_size)
+        try System.status(rawValue, path: path).size
     }
 
     /// The file's size in bytes and its last modification time.
     public func sizeAndModification() throws(SystemError) -> (size: Int64, modified: Date) {
-        var info = stat()
-        try systemCall("fstat", path: path) { fstat(rawValue, &info) }
-        return (Int64(info.st_size), Date(timeIntervalSince1970: Double(info.st_mtim.tv_sec)))
+        try System.status(rawValue, path: path)
     }
 
     /// Truncates or extends the file.
     public func truncate(to size: Int64) throws(SystemError) {
-        try systemCall("ftruncate", path: path) { ftruncate(rawValue, off_t(size)) }
+        try systemCall("ftruncate", path: path) { System.truncate(rawValue, size) }
     }
 
     /// Moves the file position.
     public func seek(to offset: Int64) throws(SystemError) {
-        try systemCall("lseek", path: path) { lseek(rawValue, off_t(offset), SEEK_SET) }
+        try systemCall("lseek", path: path) { System.seek(rawValue, offset) }
     }
 }

@@ -1,8 +1,4 @@
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
+import Foundation
 
 /// Crash-safe file operations: write a temporary file in the same folder, fsync it,
 /// rename it over the target, fsync the folder.
@@ -24,30 +20,20 @@ public enum FileSystem {
         var current = path.hasPrefix("/") ? "" : "."
         for part in path.split(separator: "/") {
             current += "/" + part
-            if mkdir(current, mode) != 0 && errno != EEXIST {
-                throw SystemError(call: "mkdir", errno: errno, path: current)
+            if System.makeDirectory(current, mode) != 0 && System.errno != EEXIST {
+                throw SystemError(call: "mkdir", errno: System.errno, path: current)
             }
         }
     }
 
     /// Whether something exists at `path`.
-    public static func exists(_ path: String) -> Bool {
-        var info = stat()
-        return stat(path, &info) == 0
-    }
+    public static func exists(_ path: String) -> Bool { System.status(path) != nil }
 
     /// Whether a folder exists at `path`.
-    public static func isDirectory(_ path: String) -> Bool {
-        var info = stat()
-        return stat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
-    }
+    public static func isDirectory(_ path: String) -> Bool { System.status(path)?.isDirectory == true }
 
     /// The size of the file at `path`, or nil if there is none.
-    public static func fileSize(_ path: String) -> Int64? {
-        var info = stat()
-        guard stat(path, &info) == 0 else { return nil }
-        return Int64(info.st_size)
-    }
+    public static func fileSize(_ path: String) -> Int64? { System.status(path)?.size }
 
     /// fsyncs a folder so that renames and creations in it are durable.
     public static func syncDirectory(_ path: String) throws(SystemError) {
@@ -63,7 +49,7 @@ public enum FileSystem {
 
     /// Renames `from` over `to` and fsyncs the folder of `to`.
     public static func durableRename(_ from: String, to: String) throws(SystemError) {
-        try systemCall("rename", path: to) { rename(from, to) }
+        try systemCall("rename", path: to) { System.rename(from, to) }
         try syncDirectory(directory(of: to))
     }
 
@@ -77,7 +63,7 @@ public enum FileSystem {
             try fd.close()
             try durableRename(temporary, to: path)
         } catch {
-            unlink(temporary)
+            _ = System.unlink(temporary)
             throw error
         }
     }
@@ -95,21 +81,22 @@ public enum FileSystem {
 
     /// Removes a file, ignoring a missing one.
     public static func remove(_ path: String) {
-        unlink(path)
+        _ = System.unlink(path)
+    }
+
+    /// Removes an empty folder, ignoring a missing one.
+    public static func removeDirectory(_ path: String) {
+        _ = System.removeDirectory(path)
+    }
+
+    /// Changes a path's permission bits.
+    public static func setMode(_ path: String, _ mode: mode_t) {
+        _ = System.changeMode(path, mode)
     }
 
     /// Names in a folder, without `.` and `..`; empty if it cannot be read.
     public static func contents(of path: String) -> [String] {
-        guard let dir = opendir(path) else { return [] }
-        defer { closedir(dir) }
-        var names: [String] = []
-        while let entry = readdir(dir) {
-            let name = withUnsafePointer(to: entry.pointee.d_name) {
-                $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
-            }
-            if name != "." && name != ".." { names.append(name) }
-        }
-        return names.sorted()
+        (System.directoryEntries(path) ?? []).sorted()
     }
 
     /// Removes the temporary files (`.tmp-*`) that an interrupted write left in a folder.
@@ -117,7 +104,7 @@ public enum FileSystem {
     public static func removeTemporaryFiles(in path: String) -> Int {
         var removed = 0
         for name in contents(of: path) where name.hasPrefix(".tmp-") {
-            if unlink(path + "/" + name) == 0 { removed += 1 }
+            if System.unlink(path + "/" + name) == 0 { removed += 1 }
         }
         return removed
     }

@@ -1,8 +1,4 @@
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
+import Foundation
 
 /// A failed system call: its name, `errno` and the path it concerned.
 public struct SystemError: Error, Hashable, Sendable, CustomStringConvertible {
@@ -23,7 +19,7 @@ public struct SystemError: Error, Hashable, Sendable, CustomStringConvertible {
     public var isNoSpace: Bool { errno == ENOSPC || errno == EDQUOT }
 
     public var description: String {
-        let reason = String(cString: strerror(errno))
+        let reason = System.describe(errno)
         if let path { return "\(call) \(path): \(reason)" }
         return "\(call): \(reason)"
     }
@@ -37,7 +33,7 @@ public func systemCall<Result: BinaryInteger>(
     while true {
         let result = body()
         if result != -1 { return result }
-        let code = errno
+        let code = System.errno
         if code == EINTR { continue }
         throw SystemError(call: name, errno: code, path: path)
     }

@@ -1,0 +1,202 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import struct Foundation.Date
+
+/// Every system call of DepotCore, and of the client through it: one function each, with the
+/// differences between Linux (glibc) and Apple platforms (Darwin) here and nowhere else.
+/// Each returns what the call returns (-1 and `errno` on failure) or throws a ``SystemError``.
+public enum System {
+    /// The calling thread's `errno`.
+    public static var errno: Int32 {
+        #if canImport(Glibc)
+        Glibc.errno
+        #else
+        Darwin.errno
+        #endif
+    }
+
+    // MARK: Descriptors
+
+    static func open(_ path: String, _ flags: Int32, _ mode: mode_t) -> Int32 {
+        #if canImport(Glibc)
+        Glibc.open(path, flags | O_CLOEXEC, mode)
+        #else
+        Darwin.open(path, flags | O_CLOEXEC, mode)
+        #endif
+    }
+
+    static func close(_ fd: Int32) -> Int32 {
+        #if canImport(Glibc)
+        Glibc.close(fd)
+        #else
+        Darwin.close(fd)
+        #endif
+    }
+
+    static func read(_ fd: Int32, _ buffer: UnsafeMutableRawPointer?, _ count: Int) -> Int {
+        #if canImport(Glibc)
+        Glibc.read(fd, buffer, count)
+        #else
+        Darwin.read(fd, buffer, count)
+        #endif
+    }
+
+    static func pread(_ fd: Int32, _ buffer: UnsafeMutableRawPointer?, _ count: Int, _ offset: Int64) -> Int {
+        #if canImport(Glibc)
+        Glibc.pread(fd, buffer, count, off_t(offset))
+        #else
+        Darwin.pread(fd, buffer, count, off_t(offset))
+        #endif
+    }
+
+    static func write(_ fd: Int32, _ buffer: UnsafeRawPointer?, _ count: Int) -> Int {
+        #if canImport(Glibc)
+        Glibc.write(fd, buffer, count)
+        #else
+        Darwin.write(fd, buffer, count)
+        #endif
+    }
+
+    /// Flushes data and metadata to stable storage. On Apple platforms `fsync` only reaches the
+    /// drive's cache; `F_FULLFSYNC` reaches the medium (with `fsync` where the file system
+    /// does not support it).
+    static func fullSync(_ fd: Int32) -> Int32 {
+        #if canImport(Glibc)
+        Glibc.fsync(fd)
+        #else
+        Darwin.fcntl(fd, F_FULLFSYNC) == 0 ? 0 : Darwin.fsync(fd)
+        #endif
+    }
+
+    static func truncate(_ fd: Int32, _ size: Int64) -> Int32 {
+        #if canImport(Glibc)
+        Glibc.ftruncate(fd, off_t(size))
+        #else
+        Darwin.ftruncate(fd, off_t(size))
+        #endif
+    }
+
+    static func seek(_ fd: Int32, _ offset: Int64) -> Int64 {
+        #if canImport(Glibc)
+        Int64(Glibc.lseek(fd, off_t(offset), SEEK_SET))
+        #else
+        Int64(Darwin.lseek(fd, off_t(offset), SEEK_SET))
+        #endif
+    }
+
+    /// Size and modification time of an open file.
+    static func status(_ fd: Int32, path: String) throws(SystemError) -> (size: Int64, modified: Date) {
+        var info = stat()
+        try systemCall("fstat", path: path) { fstat(fd, &info) }
+        #if canImport(Glibc)
+        let seconds = info.st_mtim.tv_sec
+        #else
+        let seconds = info.st_mtimespec.tv_sec
+        #endif
+        return (Int64(info.st_size), Date(timeIntervalSince1970: Double(seconds)))
+    }
+
+    /// Takes an exclusive advisory lock (`flock`) without waiting; false if another descriptor
+    /// holds it. Closing the descriptor releases it.
+    public static func tryLock(_ fd: Int32) throws(SystemError) -> Bool {
+        while true {
+            // Both platforms name the call flock (the struct of the same name is fcntl's).
+            let result = flock(fd, LOCK_EX | LOCK_NB)
+            if result == 0 { return true }
+            if errno == EINTR { continue }
+            if errno == EWOULDBLOCK { return false }
+            throw SystemError(call: "flock", errno: errno)
+        }
+    }
+
+    // MARK: Paths
+
+    /// What is at `path`: nil if nothing, else its size and whether it is a folder.
+    static func status(_ path: String) -> (size: Int64, isDirectory: Bool)? {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        return (Int64(info.st_size), (info.st_mode & S_IFMT) == S_IFDIR)
+    }
+
+    static func makeDirectory(_ path: String, _ mode: mode_t) -> Int32 {
+        #if canImport(Glibc)
+        Glibc.mkdir(path, mode)
+        #else
+        Darwin.mkdir(path, mode)
+        #endif
+    }
+
+    static func rename(_ from: String, _ to: String) -> Int32 {
+        #if canImport(Glibc)
+        Glibc.rename(from, to)
+        #else
+        Darwin.rename(from, to)
+        #endif
+    }
+
+    /// Swaps what is at `a` and `b` in one atomic step: `renameat2(RENAME_EXCHANGE)` on Linux,
+    /// `renamex_np(RENAME_SWAP)` on Apple platforms. False where the system cannot (Linux
+    /// before 3.15, or a file system without it); the caller then falls back to two renames.
+    public static func exchange(_ a: String, _ b: String) throws(SystemError) -> Bool {
+        #if canImport(Glibc)
+        guard let renameat2 = Self.renameat2 else { return false }
+        if renameat2(AT_FDCWD, a, AT_FDCWD, b, 1 << 1 /* RENAME_EXCHANGE */) == 0 { return true }
+        if errno == EINVAL || errno == ENOSYS { return false }
+        throw SystemError(call: "renameat2", errno: errno, path: b)
+        #else
+        if renamex_np(a, b, UInt32(RENAME_SWAP)) == 0 { return true }
+        if errno == ENOTSUP || errno == EINVAL { return false }
+        throw SystemError(call: "renamex_np", errno: errno, path: b)
+        #endif
+    }
+
+    #if canImport(Glibc)
+    private typealias RenameAt2 = @convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32
+    /// glibc's `renameat2`, which Swift's Glibc module does not export; looked up once.
+    private static let renameat2: RenameAt2? = dlsym(nil, "renameat2").map { unsafeBitCast($0, to: RenameAt2.self) }
+    #endif
+
+    static func unlink(_ path: String) -> Int32 {
+        #if canImport(Glibc)
+        Glibc.unlink(path)
+        #else
+        Darwin.unlink(path)
+        #endif
+    }
+
+    static func removeDirectory(_ path: String) -> Int32 {
+        #if canImport(Glibc)
+        Glibc.rmdir(path)
+        #else
+        Darwin.rmdir(path)
+        #endif
+    }
+
+    static func changeMode(_ path: String, _ mode: mode_t) -> Int32 {
+        #if canImport(Glibc)
+        Glibc.chmod(path, mode)
+        #else
+        Darwin.chmod(path, mode)
+        #endif
+    }
+
+    /// Names in a folder, without `.` and `..`; nil if it cannot be read.
+    static func directoryEntries(_ path: String) -> [String]? {
+        guard let dir = opendir(path) else { return nil }
+        defer { closedir(dir) }
+        var names: [String] = []
+        while let entry = readdir(dir) {
+            let name = withUnsafePointer(to: entry.pointee.d_name) {
+                $0.withMemoryRebound(to: CChar.self, capacity: MemoryLayout.size(ofValue: entry.pointee.d_name)) { String(cString: $0) }
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names
+    }
+
+    /// The text of an `errno` value.
+    public static func describe(_ code: Int32) -> String { String(cString: strerror(code)) }
+}

@@ -1,0 +1,72 @@
+import Foundation
+import Testing
+
+/// The client modules ship in iOS apps: in DepotCore and DepotClient, nothing Linux-only may
+/// stand outside a Linux branch (`#if canImport(Glibc)` or `#if os(Linux)`), and COpenSSL is
+/// imported only by the OpenSSL backend of the crypto API.
+@Suite("Platform fences in the modules that ship in apps")
+struct PlatformFenceTests {
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    static let linuxOnly = ["import Glibc", "Glibc.", "renameat2", "MSG_NOSIGNAL", "sendfile", "st_mtim.", "dlsym", "RENAME_EXCHANGE"]
+    static let openSSLBackend = "Sources/DepotCore/Crypto/OpenSSL/"
+
+    /// The Swift files of the two modules, relative to the package.
+    static func sources() throws -> [String] {
+        var out: [String] = []
+        for module in ["Sources/DepotCore", "Sources/DepotClient"] {
+            let base = root.appendingPathComponent(module)
+            let enumerator = try #require(FileManager.default.enumerator(atPath: base.path))
+            for case let path as String in enumerator where path.hasSuffix(".swift") { out.append(module + "/" + path) }
+        }
+        return out.sorted()
+    }
+
+    /// Lines that break a fence: `name:line: text`.
+    static func violations(in text: String, file: String) -> [String] {
+        var branches: [Bool] = []  // for each open #if: whether the current branch is Linux-only
+        var found: [String] = []
+        for (index, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            let line = raw.trimmingCharacters(in: .whitespaces)
+            let linux = { (condition: Substring) in
+                !condition.contains("!") && (condition.contains("canImport(Glibc)") || condition.contains("os(Linux)"))
+            }
+            if line.hasPrefix("#if ") { branches.append(linux(line.dropFirst(4))); continue }
+            if line.hasPrefix("#elseif ") { if !branches.isEmpty { branches[branches.count - 1] = linux(line.dropFirst(8)) }; continue }
+            if line.hasPrefix("#else") { if !branches.isEmpty { branches[branches.count - 1] = false }; continue }
+            if line.hasPrefix("#endif") { _ = branches.popLast(); continue }
+            if line.hasPrefix("//") { continue }
+            let code = line.components(separatedBy: "//").first ?? line
+            if code.range(of: #"import\s+COpenSSL"#, options: .regularExpression) != nil && !file.hasPrefix(openSSLBackend) {
+                found.append("\(file):\(index + 1): \(line)")
+            }
+            if linuxOnly.contains(where: code.contains) && !branches.contains(true) {
+                found.append("\(file):\(index + 1): \(line)")
+            }
+        }
+        return found
+    }
+
+    @Test("No Linux-only call outside a Linux branch, no COpenSSL outside the OpenSSL backend")
+    func fences() throws {
+        let files = try Self.sources()
+        #expect(files.count > 20)
+        var found: [String] = []
+        for file in files {
+            found += Self.violations(in: try String(contentsOf: Self.root.appendingPathComponent(file), encoding: .utf8), file: file)
+        }
+        #expect(found.isEmpty, "\(found.joined(separator: "\n"))")
+    }
+
+    @Test("The check itself catches what it must", arguments: [
+        ("import Glibc\n", 1),
+        ("#if canImport(Glibc)\nimport Glibc\n#elseif canImport(Darwin)\nimport Darwin\n#endif\n", 0),
+        ("#if canImport(Darwin)\nx\n#else\nlet n = Glibc.send(s, p, c, Int32(MSG_NOSIGNAL))\n#endif\n", 1),
+        ("#if os(Linux)\nlet n = sendfile(a, b, &c, d)\n#endif\n", 0),
+        ("#if !os(Linux)\nrenameat2(x)\n#endif\n", 1),
+        ("internal import COpenSSL\n", 1),
+        ("/// sendfile is mentioned in a comment\n", 0),
+    ])
+    func selfCheck(text: String, expected: Int) {
+        #expect(Self.violations(in: text, file: "Sources/DepotClient/X.swift").count == expected)
+    }
+}
