@@ -253,3 +253,54 @@ struct GarbageCollectionTests {
         }
     }
 }
+
+@Suite("A publish cut short by a crash")
+struct InterruptedPublishTests {
+    /// The state a crash leaves between `head` and the live pointer: release 2 is written and
+    /// listed (promotable), production still serves release 1, and the draft that became
+    /// release 2 is still there.
+    @Test("A blob that a written-but-not-live release names is never deleted as superseded, unused or dropped", arguments: ["replace", "same", "drop"])
+    func keepsBlobsOfUnservedReleases(next: String) async throws {
+        let data = TemporaryDirectory("depot-interrupted")
+        defer { data.remove() }
+        let app = "com.example.crash"
+        let token = try prepareDataFolder(data.path, app: app)
+        func put(_ port: UInt16, _ pack: String, _ byte: UInt8, query: String) throws -> Int {
+            let head = "PUT /v1/apps/\(app)/packs/\(pack)\(query) HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\nContent-Length: 100\r\nConnection: close\r\n\r\n"
+            return try RawHTTP.send(port: port, head, body: [UInt8](repeating: byte, count: 100)).first?.status ?? 0
+        }
+        var server = try startServer(dataPath: data.path)
+        #expect(try put(server.port, "a", 1, query: "?release=true") == 201)
+        #expect(try put(server.port, "b", 2, query: "") == 202)
+        let draft = try FileSystem.readFile(data.path + "/apps/\(app)/staging.json")
+        let release = "POST /v1/apps/\(app)/releases HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\nConnection: close\r\n\r\n"
+        #expect(try RawHTTP.send(port: server.port, release).first?.status == 201)
+        server.stop()
+
+        // Back to what the crash left: the pointer at 1, the draft of release 2 still there.
+        try FileSystem.writeAtomically(Array("1\n".utf8), to: data.path + "/apps/\(app)/current")
+        try FileSystem.writeAtomically(draft, to: data.path + "/apps/\(app)/staging.json")
+        let manifest = try Envelope.decode(FileSystem.readFile(data.path + "/apps/\(app)/releases/000002.json"))
+            .verifiedManifest(trusting: AppStore(folder: DataFolder(data.path)).clientConfiguration(app).trustedKeys())
+        let blob = try #require(manifest[pack: "b"]).sha256
+        let blobPath = data.path + "/blobs/\(blob.prefix(2))/\(blob)"
+
+        server = try startServer(dataPath: data.path)
+        defer { server.stop() }
+        switch next {
+        case "replace":
+            // Another upload of b supersedes the draft's: its blob is in release 2, so it stays.
+            #expect(try put(server.port, "b", 3, query: "?release=true") == 201)
+        case "same":
+            // The draft published again: identical to nothing live, so b is added once more.
+            #expect(try RawHTTP.send(port: server.port, release).first?.status == 201)
+        default:
+            let drop = "DELETE /v1/apps/\(app)/packs/b HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\nConnection: close\r\n\r\n"
+            #expect(try RawHTTP.send(port: server.port, drop).first?.status == 200)
+        }
+        #expect(FileSystem.fileSize(blobPath) == manifest[pack: "b"]?.size, "release 2 names a blob that was deleted")
+        // Release 2 can still be promoted and served.
+        let promote = "POST /v1/apps/\(app)/channels/beta?release=2 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\nConnection: close\r\n\r\n"
+        #expect(try RawHTTP.send(port: server.port, promote).first?.status == 201)
+    }
+}

@@ -71,11 +71,11 @@ final class Publisher: Sendable {
                 blobs.remove(summary.sha256)
                 throw error
             }
-            if let superseded { blobs.remove(superseded) }
+            removeIfUnreleased(superseded, app: request.app)
             return result
         }
         let live = try releases.stage(request.app, channel: request.channel, add)
-        if let superseded { blobs.remove(superseded) }
+        removeIfUnreleased(superseded, app: request.app)
         let preview = Staging(upserts: [request.pack: entry]).merged(into: live).packs.first { $0.id == request.pack } ?? entry
         return PublishResult(
             app: request.app, pack: preview, release: try releases.current(request.app, channel: request.channel)?.version,
@@ -91,13 +91,20 @@ final class Publisher: Sendable {
         let (release, unused) = try releases.publishStaged(
             app, channel: channel, base: base, adding: adding, check: force ? nil : allowanceGuard(app, channel: channel)
         )
-        for blob in unused { blobs.remove(blob) }
+        for blob in unused { removeIfUnreleased(blob, app: app) }
         metrics.published(app: app, changed: release != nil)
         let live = try releases.current(app, channel: channel)
         return PublishResult(
             app: app, pack: pack.flatMap { live?.manifest[pack: $0] }, release: live?.version, staged: false, changed: release != nil,
             channel: channel, manifestURL: urls.manifest(app, channel: channel)
         )
+    }
+
+    /// Deletes a blob that left the draft, unless a release names it (see
+    /// ``ReleaseStore/anyReleaseNames(_:app:)``); the garbage collector takes what is left.
+    private func removeIfUnreleased(_ blob: String?, app: String) {
+        guard let blob, (try? releases.anyReleaseNames(blob, app: app)) == false else { return }
+        blobs.remove(blob)
     }
 
     /// Refuses a release whose Info.plist keys exceed the allowances recorded for shipped builds.
@@ -132,7 +139,7 @@ final class Publisher: Sendable {
             if let staged, !live.contains(where: { $0.sha256 == staged.sha256 }) { dropped = staged.sha256 }
         }
         // Only once the draft no longer references it.
-        if let dropped { blobs.remove(dropped) }
+        removeIfUnreleased(dropped, app: app)
         let note = isLive ? "staged: the next release drops \(pack), and devices that installed it will delete it" : "the staged upload of \(pack) was dropped"
         return RemovalResult(app: app, pack: pack, live: isLive, note: note)
     }

@@ -179,6 +179,16 @@ public final class ReleaseStore: Sendable {
         return needed
     }
 
+    /// Whether any release file of `app` names blob `sha256`. A draft's blob can be in a release
+    /// that no channel serves: a publish cut short by a crash leaves its release written (listed
+    /// and promotable) and its draft in place, and a rollback can move the channel past it.
+    func anyReleaseNames(_ sha256: String, app: String) throws -> Bool {
+        for version in Self.versions(in: folder.releases(app)) where try load(app, version).manifest.packs.contains(where: { $0.sha256 == sha256 }) {
+            return true
+        }
+        return false
+    }
+
     /// Runs `body` under the publish lock: no publish, promotion or rollback runs meanwhile.
     func exclusively<T>(_ body: () throws -> T) rethrows -> T {
         try publishLock.withLock { _ in try body() }
