@@ -18,7 +18,7 @@ public final class StateStore: Sendable {
     /// Where pack downloads wait, possibly partial, until they are verified.
     var downloads: String { metadata + "/downloads" }
     /// Where the last accepted envelope of each channel is kept (for `304 Not Modified`).
-    func cachedEnvelope(channel: String) -> String { metadata + "/manifest-" + channel + ".json" }
+    public func cachedEnvelope(channel: String) -> String { metadata + "/manifest-" + channel + ".json" }
     /// Where installed packs live.
     public var packs: String { destination + "/packs" }
 
