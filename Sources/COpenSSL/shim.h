@@ -5,8 +5,12 @@
 #include <openssl/rand.h>
 #include <openssl/err.h>
 #include <openssl/crypto.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 
-/* OPENSSL_free is a macro, which Swift cannot call. */
+/* Macros Swift cannot call. */
 static inline void COpenSSL_free(void *p) { OPENSSL_free(p); }
+static inline long COpenSSL_set_tlsext_host_name(SSL *ssl, const char *name) { return SSL_set_tlsext_host_name(ssl, name); }
+static inline long COpenSSL_CTX_set_min_proto_version(SSL_CTX *ctx, int version) { return SSL_CTX_set_min_proto_version(ctx, version); }
 
 #endif

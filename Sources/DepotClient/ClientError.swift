@@ -6,6 +6,8 @@ public struct ClientError: Error, Hashable, Sendable, CustomStringConvertible {
     /// The kinds of failure, for callers that branch on them.
     public enum Kind: Hashable, Sendable {
         case http, transport, manifest, rollback, expired, wrongApp, integrity, install, state, cancelled, tooLarge, noSpace
+        /// TLS refused: an untrusted or mismatched certificate, a failed handshake. Not retried.
+        case tls
     }
     /// What failed.
     public let kind: Kind
@@ -20,6 +22,7 @@ public struct ClientError: Error, Hashable, Sendable, CustomStringConvertible {
         ClientError(.http, "HTTP \(status) from \(url)\(body.isEmpty ? "" : ": " + body)")
     }
     static func transport(_ url: String, _ error: any Error) -> ClientError { ClientError(.transport, "cannot reach \(url): \(explain(error))") }
+    static func tls(_ url: String, _ why: String) -> ClientError { ClientError(.tls, "TLS with \(url) failed: \(why)") }
 
     /// A sentence for a transport error (Foundation on Linux describes URLError as a bare code).
     static func explain(_ error: any Error) -> String {

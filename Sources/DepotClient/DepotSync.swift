@@ -22,6 +22,8 @@ public struct DepotSync: Sendable {
     public var requestedTags: Set<String> = []
     /// Sent with every request: download credentials.
     public var headers: [String: String] = [:]
+    /// What https trusts and where names connect.
+    public var transport = TransportOptions()
     /// Downloads at once.
     public var concurrency = 4
     /// Retries per download.
@@ -59,7 +61,7 @@ public struct DepotSync: Sendable {
         let source = {
             var source = ManifestSource(
                 url: manifestURL ?? ManifestSource.url(server: server, app: app, channel: channel), app: app, channel: channel,
-                trustedKeys: (try? configuration.trustedKeys()) ?? []
+                trustedKeys: (try? configuration.trustedKeys()) ?? [], transport: HTTPTransport(options: transport)
             )
             source.headers = headers
             return source
@@ -164,7 +166,7 @@ public struct DepotSync: Sendable {
 
     /// Downloads (concurrently) and installs each pack as soon as it is complete.
     private func downloadAndInstall(_ downloads: [PlannedDownload], store: StateStore, now: Date) async -> [Result<Int64, ClientError>] {
-        let downloader = Downloader(concurrency: concurrency, retries: retries, headers: headers)
+        let downloader = Downloader(concurrency: concurrency, retries: retries, headers: headers, options: transport)
         let installer: Installer
         do {
             installer = Installer(keyRing: try configuration.keyRing())

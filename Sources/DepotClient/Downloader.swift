@@ -57,12 +57,15 @@ public struct Downloader: Sendable {
 
     /// `retries` after the first attempt; the first backoff `baseDelay`, doubling per retry (up
     /// to 30 s), times a random factor in 0.5–1.5.
-    public init(concurrency: Int = 4, retries: Int = 5, timeout: TimeInterval = 30, baseDelay: TimeInterval = 0.5, headers: [String: String] = [:]) {
+    public init(
+        concurrency: Int = 4, retries: Int = 5, timeout: TimeInterval = 30, baseDelay: TimeInterval = 0.5, headers: [String: String] = [:],
+        options: TransportOptions = TransportOptions()
+    ) {
         self.concurrency = max(1, concurrency)
         retry = RetryPolicy(retries: retries, baseDelay: baseDelay, maximumDelay: RetryPolicy.downloads.maximumDelay)
         self.timeout = timeout
         self.headers = headers
-        transport = HTTPTransport(timeout: timeout)
+        transport = HTTPTransport(timeout: timeout, options: options)
     }
 
     /// Downloads every item; returns each one's size on disk or its error. Events go to

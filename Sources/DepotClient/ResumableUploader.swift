@@ -44,6 +44,8 @@ public struct ResumableUploader: Sendable {
     public var retry = RetryPolicy.uploads
     /// Seconds without progress before a request fails.
     public var timeout: TimeInterval = 60
+    /// What https trusts and where names connect.
+    public var transport = TransportOptions()
 
     public init(server: URL, app: String, token: String) {
         self.server = server
@@ -61,7 +63,7 @@ public struct ResumableUploader: Sendable {
         file path: String, sha256: String, options: Options, resume: URL?,
         created: @Sendable (URL) -> Void = { _ in }, progress: @escaping @Sendable (Int64, Int64) -> Void = { _, _ in }
     ) async throws -> [UInt8] {
-        let transport = HTTPTransport(timeout: timeout)
+        let transport = HTTPTransport(timeout: timeout, options: self.transport)
         let length = try FileDescriptor.openForReading(path).size()
         var upload: URL
         var offset: Int64

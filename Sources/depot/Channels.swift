@@ -26,7 +26,7 @@ struct Channels: AsyncParsableCommand {
         }
 
         func run() async throws {
-            let response = try await HTTPTransport().get(origin.endpoint("channels"), headers: credentials.headers)
+            let response = try await origin.transport().get(origin.endpoint("channels"), headers: credentials.headers)
             guard response.status == 200 else { throw CLIError("channels failed: HTTP \(response.status): \(Publish.message(response.body))") }
             for channel in try JSONDecoder().decode(List.self, from: Data(response.body)).channels {
                 print("\(channel.name)\trelease \(channel.release)\t\(channel.manifestURL)")
@@ -49,7 +49,7 @@ struct Channels: AsyncParsableCommand {
 
         func run() async throws {
             let query = [URLQueryItem(name: "release", value: String(release))] + (force ? [URLQueryItem(name: "force", value: "true")] : [])
-            let response = try await HTTPTransport().send(method: "POST", to: origin.endpoint("channels/\(channel)", query), headers: try token.headers())
+            let response = try await origin.transport().send(method: "POST", to: origin.endpoint("channels/\(channel)", query), headers: try token.headers())
             guard (200..<300).contains(response.status) else { throw CLIError("promote failed: HTTP \(response.status): \(Publish.message(response.body))") }
             let result = try JSONDecoder().decode(Result.self, from: Data(response.body))
             print(result.changed ? "\(channel) now serves release \(result.release) at \(result.manifestURL)" : "\(channel) already serves release \(result.release)")
@@ -65,7 +65,7 @@ struct Channels: AsyncParsableCommand {
         @Option(help: "The channel to remove.") var channel: String
 
         func run() async throws {
-            let response = try await HTTPTransport().send(method: "DELETE", to: origin.endpoint("channels/\(channel)"), headers: try token.headers())
+            let response = try await origin.transport().send(method: "DELETE", to: origin.endpoint("channels/\(channel)"), headers: try token.headers())
             guard response.status == 204 else { throw CLIError("remove failed: HTTP \(response.status): \(Publish.message(response.body))") }
             print("removed channel \(channel) of \(origin.app)")
         }

@@ -14,13 +14,14 @@ struct Fetch: AsyncParsableCommand {
     @Option(help: "The exact size expected; anything else fails.") var size: Int64?
     @Option(help: "The SHA-256 expected (hex), checked in a pass after the download.") var sha256: String?
     @OptionGroup var credentials: CredentialsOption
+    @OptionGroup var connection: ConnectionOptions
     @Flag(help: "Print no progress.") var quiet = false
 
     func run() async throws {
         guard let target = URL(string: url), target.scheme == "http" || target.scheme == "https" else { throw CLIError("not an http(s) URL: \(url)") }
         var expected = size
         if expected == nil {
-            let head = try await HTTPTransport().send(method: "HEAD", to: target, headers: credentials.headers)
+            let head = try await HTTPTransport(options: connection.options).send(method: "HEAD", to: target, headers: credentials.headers)
             guard head.status == 200, let length = head.header("Content-Length").flatMap({ Int64($0) }) else {
                 throw CLIError("HEAD \(url): HTTP \(head.status)")
             }
@@ -28,7 +29,7 @@ struct Fetch: AsyncParsableCommand {
         }
         let item = DownloadItem(id: FileSystem.lastComponent(of: out), url: target, size: expected!, sha256: sha256 ?? "", path: out)
         let progress = ProgressReporter(label: "downloading")
-        let (events, task) = Downloader(concurrency: 1, headers: credentials.headers).start([item])
+        let (events, task) = Downloader(concurrency: 1, headers: credentials.headers, options: connection.options).start([item])
         for await event in events where !quiet {
             if case .progress(_, let received, let total) = event { progress.update(received, of: total) }
         }

@@ -13,7 +13,7 @@ struct Plist: AsyncParsableCommand {
     @OptionGroup var channel: ChannelOption
 
     func run() async throws {
-        let response = try await HTTPTransport().get(origin.endpoint("info-plist", channel.query), headers: credentials.headers, limit: 1 << 20)
+        let response = try await origin.transport().get(origin.endpoint("info-plist", channel.query), headers: credentials.headers, limit: 1 << 20)
         guard response.status == 200 else { throw CLIError("plist failed: HTTP \(response.status): \(Publish.message(response.body))") }
         FileHandle.standardOutput.write(Data(response.body))
     }

@@ -60,7 +60,9 @@ struct Publish: AsyncParsableCommand {
         let quiet = quiet
         let body: [UInt8]
         do {
-            body = try await ResumableUploader(server: origin.url, app: origin.app, token: String(bearer)).upload(
+            var uploader = ResumableUploader(server: origin.url, app: origin.app, token: String(bearer))
+            uploader.transport = origin.connection.options
+            body = try await uploader.upload(
                 file: file, sha256: digest, options: options, resume: resume,
                 created: { url in
                     try? FileSystem.createDirectory(Self.cacheFolder, mode: 0o700)

@@ -14,7 +14,7 @@ struct Releases: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let response = try await HTTPTransport().get(origin.endpoint("releases"), headers: credentials.headers)
+        let response = try await origin.transport().get(origin.endpoint("releases"), headers: credentials.headers)
         guard response.status == 200 else { throw CLIError("releases failed: HTTP \(response.status): \(Publish.message(response.body))") }
         for release in try JSONDecoder().decode(List.self, from: Data(response.body)).releases {
             let channels = release.channels ?? []
@@ -43,7 +43,7 @@ struct Rollback: AsyncParsableCommand {
 
     func run() async throws {
         let query = [URLQueryItem(name: "to", value: String(to))] + (force ? [URLQueryItem(name: "force", value: "true")] : []) + channel.query
-        let response = try await HTTPTransport().send(method: "POST", to: origin.endpoint("rollback", query), headers: try token.headers())
+        let response = try await origin.transport().send(method: "POST", to: origin.endpoint("rollback", query), headers: try token.headers())
         guard (200..<300).contains(response.status) else { throw CLIError("rollback failed: HTTP \(response.status): \(Publish.message(response.body))") }
         let result = try JSONDecoder().decode(Result.self, from: Data(response.body))
         print(result.changed ? "release \(result.release) restores the content of release \(result.rolledBackTo)" : "release \(result.release) already has the content of release \(result.rolledBackTo)")
@@ -68,7 +68,7 @@ struct Release: AsyncParsableCommand {
     func run() async throws {
         let query = (base.map { [URLQueryItem(name: "base", value: String($0))] } ?? []) + (force ? [URLQueryItem(name: "force", value: "true")] : [])
             + channel.query
-        let response = try await HTTPTransport().send(method: "POST", to: origin.endpoint("releases", query), headers: try token.headers())
+        let response = try await origin.transport().send(method: "POST", to: origin.endpoint("releases", query), headers: try token.headers())
         guard (200..<300).contains(response.status) else { throw CLIError("release failed: HTTP \(response.status): \(Publish.message(response.body))") }
         let result = try JSONDecoder().decode(Result.self, from: Data(response.body))
         let on = channel.channel == "production" ? "" : " on channel \(channel.channel)"

@@ -1,17 +1,22 @@
 import ArgumentParser
+import DepotClient
 import DepotCore
 import Foundation
 
-/// `--server` and `--app`, for every command that talks to an origin.
+/// `--server` and `--app`, for every command that talks to an origin, with how to reach it.
 struct ServerOptions: ParsableArguments {
     @Option(help: "The origin (or edge) URL.") var server: String
     @Option(help: "The app.") var app: String
+    @OptionGroup var connection: ConnectionOptions
 
     func validate() throws {
         guard let url = URL(string: server), url.scheme == "http" || url.scheme == "https" else {
             throw ValidationError("--server must be a URL such as http://127.0.0.1:8080")
         }
     }
+
+    /// A transport that trusts and connects as the options say.
+    func transport(timeout: TimeInterval = 60) -> HTTPTransport { HTTPTransport(timeout: timeout, options: connection.options) }
 
     var url: URL { URL(string: server)! }
 
@@ -20,6 +25,32 @@ struct ServerOptions: ParsableArguments {
         var components = URLComponents(url: url.appendingPathComponent("v1/apps/\(app)/\(path)"), resolvingAgainstBaseURL: false)!
         components.queryItems = query.isEmpty ? nil : query
         return components.url!
+    }
+}
+
+/// `--ca-file` and `--resolve`: what https trusts and where a name connects.
+struct ConnectionOptions: ParsableArguments {
+    @Option(name: .customLong("ca-file"), help: "Trust the CA certificates in this PEM file for https, instead of the system's store (env DEPOT_CA_FILE).")
+    var caFileOption: String?
+    @Option(help: ArgumentHelp("Connect to ADDRESS for HOST:PORT, as curl's --resolve (repeatable): reach one edge of several behind one name.", valueName: "HOST:PORT:ADDRESS"))
+    var resolve: [String] = []
+
+    var caFile: String? { caFileOption ?? Environment.string("DEPOT_CA_FILE") }
+
+    func validate() throws {
+        if let caFile, !FileSystem.exists(caFile) { throw ValidationError("--ca-file \(caFile): no such file") }
+        for entry in resolve where entry.split(separator: ":", maxSplits: 2).count != 3 {
+            throw ValidationError("--resolve takes HOST:PORT:ADDRESS, such as assets.example.com:443:127.0.0.1")
+        }
+    }
+
+    var options: TransportOptions {
+        var map: [String: String] = [:]
+        for entry in resolve {
+            let parts = entry.split(separator: ":", maxSplits: 2).map(String.init)
+            map[parts[0] + ":" + parts[1]] = parts[2]
+        }
+        return TransportOptions(caFile: caFile, resolve: map)
     }
 }
 

@@ -55,12 +55,13 @@ struct Sync: AsyncParsableCommand {
         sync.requestedTags = Set(tag)
         sync.concurrency = concurrency
         sync.headers = credentials.headers
+        sync.transport = origin.connection.options
         if event != nil {
             let plist: [UInt8]
             if let infoPlist {
                 plist = try FileSystem.readFile(infoPlist, limit: 1 << 20)
             } else {
-                let response = try await HTTPTransport().get(origin.endpoint("info-plist", channel.query), headers: credentials.headers, limit: 1 << 20)
+                let response = try await origin.transport().get(origin.endpoint("info-plist", channel.query), headers: credentials.headers, limit: 1 << 20)
                 guard response.status == 200 else { throw CLIError("cannot read the Info.plist keys: HTTP \(response.status): \(Publish.message(response.body))") }
                 plist = response.body
             }

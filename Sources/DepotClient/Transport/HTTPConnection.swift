@@ -3,32 +3,53 @@ import DepotCore
 import Foundation
 import Synchronization
 
-/// One HTTP/1.1 exchange over a plain TCP socket: the engine ``HTTPTransport`` uses for
-/// `http://`, where URLSession (libcurl through Foundation on Linux) runs at a fraction of
-/// curl's speed.
+/// One HTTP/1.1 exchange over a TCP socket, with TLS (OpenSSL's libssl, through DepotCore) for
+/// `https://`: the engine ``HTTPTransport`` uses on Linux, where URLSession (libcurl through
+/// Foundation) runs at a fraction of curl's speed and takes no CA file.
 ///
 /// Bodies stream both ways without passing through Swift buffers larger than 1 MiB: uploads
-/// go from a file with `sendfile`, downloads into a sink in 1 MiB reads. Calls block (the
-/// transport runs them through ``BlockingCall``); ``cancel()`` from any thread makes a blocked
-/// call fail at once.
+/// go from a file with `sendfile` (over TLS, 1 MiB reads encrypted by libssl), downloads into a
+/// sink in 1 MiB reads. Calls block (the transport runs them through ``BlockingCall``);
+/// ``cancel()`` from any thread makes a blocked call fail at once.
 final class HTTPConnection: Sendable {
     private let socket: Int32
+    /// The TLS session over the socket, for https.
+    private let tls: TLSSession?
     private let cancelled = Atomic<Bool>(false)
     private let closed = Atomic<Bool>(false)
     /// Bytes read past the head, not yet handed out. Only the calling thread touches it.
     private let leftover = Mutex<[UInt8]>([])
     let url: URL
 
-    /// Connects to the URL's host and port (80 by default).
-    init(url: URL, timeout: TimeInterval) throws {
-        guard url.scheme == "http", let host = url.host else { throw ClientError.transport(url.absoluteString, URLError(.unsupportedURL)) }
+    /// Connects to the URL's host and port (80 or 443 by default), and for https does the TLS
+    /// handshake with `trust` (`options.resolve` may name another address to connect to).
+    init(url: URL, timeout: TimeInterval, trust: TLSClientContext?, options: TransportOptions) throws {
+        guard url.scheme == "http" || url.scheme == "https", let host = url.host else {
+            throw ClientError.transport(url.absoluteString, URLError(.unsupportedURL))
+        }
         self.url = url
+        let name = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        let port = url.port ?? (url.scheme == "https" ? 443 : 80)
+        let address = options.resolve["\(name):\(port)"] ?? name
+        let socket: Int32
         do {
-            socket = try Sockets.connect(host: host.trimmingCharacters(in: CharacterSet(charactersIn: "[]")), port: url.port ?? 80, timeout: timeout)
+            socket = try Sockets.connect(host: address, port: port, timeout: timeout)
         } catch .unknownHost {
             throw ClientError.transport(url.absoluteString, URLError(.cannotFindHost))
         } catch .refused(let code) {
             throw ClientError.transport(url.absoluteString, POSIXError(POSIXErrorCode(rawValue: code) ?? .ECONNREFUSED))
+        }
+        self.socket = socket
+        guard url.scheme == "https" else {
+            tls = nil
+            return
+        }
+        do {
+            guard let trust else { throw TLSError(description: "no TLS configuration") }
+            tls = try trust.connect(socket: socket, host: name)
+        } catch {
+            Sockets.close(socket)
+            throw ClientError.tls(url.absoluteString, "\(error)")
         }
     }
 
@@ -71,6 +92,10 @@ final class HTTPConnection: Sendable {
     func sendBytes(_ bytes: [UInt8]) throws {
         var sent = 0
         while sent < bytes.count {
+            if let tls {
+                guard try tlsCall({ try bytes.withUnsafeBytes { try tls.write($0) } }) else { throw failure(System.errno) }
+                return
+            }
             let n = bytes.withUnsafeBytes { Sockets.send(socket, $0.baseAddress! + sent, bytes.count - sent) }
             guard n > 0 else { throw failure(System.errno) }
             sent += n
@@ -79,6 +104,7 @@ final class HTTPConnection: Sendable {
 
     /// Sends `count` bytes of `file` from `offset` with sendfile, reporting each step to `progress`.
     func sendFile(_ file: FileDescriptor, offset: Int64, count: Int64, progress: (Int64) -> Void = { _ in }) throws {
+        if let tls { return try sendFileOverTLS(tls, file, offset: offset, count: count, progress: progress) }
         var position = offset
         var remaining = count
         while remaining > 0 {
@@ -89,8 +115,36 @@ final class HTTPConnection: Sendable {
         }
     }
 
+    /// TLS has no sendfile: 1 MiB reads from the file, encrypted and written by libssl.
+    private func sendFileOverTLS(_ tls: TLSSession, _ file: FileDescriptor, offset: Int64, count: Int64, progress: (Int64) -> Void) throws {
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        var position = offset
+        var remaining = count
+        while remaining > 0 {
+            let n = try buffer.withUnsafeMutableBytes { try file.read(into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<Int(min(Int64($0.count), remaining))]), at: position) }
+            guard n > 0 else { throw ClientError.transport(url.absoluteString, URLError(.cannotWriteToFile)) }
+            guard try tlsCall({ try buffer.withUnsafeBytes { try tls.write(UnsafeRawBufferPointer(rebasing: $0[0..<n])) } }) else {
+                throw failure(System.errno)
+            }
+            position += Int64(n)
+            remaining -= Int64(n)
+            progress(Int64(n))
+        }
+    }
+
+    /// Runs a TLS call, turning a protocol failure into a ``ClientError``.
+    private func tlsCall<T>(_ body: () throws -> T) throws -> T {
+        do {
+            return try body()
+        } catch let error as TLSError {
+            if cancelled.load(ordering: .acquiring) { throw ClientError.cancelled }
+            throw ClientError.tls(url.absoluteString, error.description)
+        }
+    }
+
     private func receive(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
-        let n = Sockets.receive(socket, buffer)
+        let n: Int
+        if let tls { n = try tlsCall { try tls.read(into: buffer) } } else { n = Sockets.receive(socket, buffer) }
         guard n >= 0 else { throw failure(System.errno) }
         if cancelled.load(ordering: .acquiring) { throw ClientError.cancelled }
         return n

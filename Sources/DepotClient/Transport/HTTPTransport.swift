@@ -4,10 +4,10 @@ import Foundation
 import FoundationNetworking
 #endif
 
-/// The client's one way to make HTTP calls. It picks the engine inside: on Linux a plain
-/// HTTP/1.1 connection for `http://` (`HTTPConnection`: `sendfile` uploads, 1 MiB reads,
-/// about curl's speed) and URLSession (libcurl) for `https://`; on Apple platforms URLSession
-/// for both. Callers see one ``Response`` type either way.
+/// The client's one way to make HTTP calls. It picks the engine inside: on Linux its own
+/// HTTP/1.1 connection for `http://` and `https://` (`HTTPConnection`: `sendfile` uploads,
+/// 1 MiB reads, TLS through OpenSSL's libssl, at about curl's speed, with a CA file when given);
+/// on Apple platforms URLSession. Callers see one ``Response`` type either way.
 ///
 /// Bodies stream: an upload goes from a file, and a large download goes into a sink chosen
 /// once its head is known, so memory stays flat whatever the pack size.
@@ -64,11 +64,21 @@ public struct HTTPTransport: Sendable {
 
     /// Seconds without progress before a call fails.
     let timeout: TimeInterval
+    /// What it trusts and where it connects.
+    public let options: TransportOptions
     private let session: URLSessionEngine
+    #if os(Linux)
+    /// The TLS trust of the Linux engine, made once (a CA file that cannot be read fails each https call).
+    private let trust: Result<TLSClientContext, TLSError>
+    #endif
 
-    public init(timeout: TimeInterval = 60) {
+    public init(timeout: TimeInterval = 60, options: TransportOptions = TransportOptions()) {
         self.timeout = timeout
+        self.options = options
         session = URLSessionEngine(timeout: timeout)
+        #if os(Linux)
+        trust = Result { () throws(TLSError) in try TLSClientContext(caFile: options.caFile) }
+        #endif
     }
 
     /// GETs a small resource, refusing a body over `limit` bytes.
@@ -87,11 +97,11 @@ public struct HTTPTransport: Sendable {
         return try await exchange(Request(method: method, url: url, headers: Self.fields(headers), body: .file(path: file, offset: 0, count: size)))
     }
 
-    /// Whether a file body to `url` is streamed from disk whatever its size (`http://`, by
-    /// `sendfile`); elsewhere callers send a large file in parts of a few MiB.
+    /// Whether a file body to `url` is streamed from disk whatever its size (the Linux engine);
+    /// elsewhere (URLSession) callers send a large file in parts of a few MiB.
     public static func streamsFiles(to url: URL) -> Bool {
         #if os(Linux)
-        url.scheme == "http"
+        url.scheme == "http" || url.scheme == "https"
         #else
         false
         #endif
@@ -116,7 +126,14 @@ public struct HTTPTransport: Sendable {
     private func plain(
         _ request: Request, progress: (@Sendable (Int64) -> Void)?, handling: @escaping @Sendable (Response) throws -> BodyHandling
     ) async throws -> Response {
-        let connection = try HTTPConnection(url: request.url, timeout: timeout)
+        let trust: TLSClientContext?
+        switch self.trust {
+        case .success(let context): trust = context
+        case .failure(let error):
+            if request.url.scheme == "https" { throw ClientError.tls(request.url.absoluteString, error.description) }
+            trust = nil
+        }
+        let connection = try HTTPConnection(url: request.url, timeout: timeout, trust: trust, options: options)
         return try await BlockingCall.run(onCancel: connection.cancel) {
             defer { connection.close() }
             var fields = request.headers
