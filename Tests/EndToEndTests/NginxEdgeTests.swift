@@ -5,32 +5,74 @@ import DepotTestSupport
 import Foundation
 import Testing
 
-/// A real nginx using Deploy/nginx/assetdepot-locations.conf, verbatim, in front of an origin.
+/// A real nginx using Deploy/nginx/assetdepot-locations.conf, verbatim, in front of an origin:
+/// plain http, or TLS with a certificate the test made.
 final class NginxEdge {
+    let address: String
     let port: UInt16
     let folder: TemporaryDirectory
     private let process = Process()
+
+    /// A certificate and its key, PEM files.
+    struct Certificate {
+        var certificate: String
+        var key: String
+    }
 
     static var locationsFile: String {
         URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("Deploy/nginx/assetdepot-locations.conf").path
     }
 
-    static func freePort() throws -> UInt16 {
+    /// A port free on every address given (edges behind one name listen on one port).
+    static func freePort(on addresses: [String] = ["127.0.0.1"]) throws -> UInt16 {
+        for _ in 0..<50 {
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_addr.s_addr = inet_addr(addresses[0])
+            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
+            _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
+            close(fd)
+            let port = UInt16(bigEndian: address.sin_port)
+            if addresses.dropFirst().allSatisfy({ canBind($0, port) }) { return port }
+        }
+        throw POSIXError(.EADDRINUSE)
+    }
+
+    static func canBind(_ host: String, _ port: UInt16) -> Bool {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(fd) }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
-        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
-        return UInt16(bigEndian: address.sin_port)
+        address.sin_port = port.bigEndian
+        address.sin_addr.s_addr = inet_addr(host)
+        return withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } } == 0
     }
 
-    init(port: UInt16, originPort: UInt16) throws {
+    static func canConnect(_ host: String, _ port: UInt16) -> Bool {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        address.sin_addr.s_addr = inet_addr(host)
+        return withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } } == 0
+    }
+
+    /// Starts nginx on `address`:`port` in front of the origin at 127.0.0.1:`originPort`; with
+    /// `tls`, over https (HTTP/2 and HTTP/1.1); `proxyBind` is the address it fetches from (so
+    /// the origin's access log tells edges apart). Its access log records each request's `Range`.
+    init(address: String = "127.0.0.1", port: UInt16, originPort: UInt16, tls: Certificate? = nil, proxyBind: String? = nil) throws {
+        self.address = address
         self.port = port
         folder = TemporaryDirectory("depot-nginx")
+        let listen = tls == nil ? "listen \(address):\(port);" : """
+            listen \(address):\(port) ssl http2;
+                ssl_certificate \(tls!.certificate);
+                ssl_certificate_key \(tls!.key);
+            """
         let config = """
             daemon off;
             worker_processes 1;
@@ -39,7 +81,8 @@ final class NginxEdge {
             error_log \(folder.path)/error.log;
             events { worker_connections 256; }
             http {
-              access_log off;
+              log_format edge '$request $status range=$http_range cache=$upstream_cache_status';
+              access_log \(folder.path)/access.log edge;
               client_body_temp_path \(folder.path)/body;
               proxy_temp_path \(folder.path)/proxy;
               fastcgi_temp_path \(folder.path)/fastcgi;
@@ -47,9 +90,10 @@ final class NginxEdge {
               scgi_temp_path \(folder.path)/scgi;
               upstream assetdepot_origin { server 127.0.0.1:\(originPort); keepalive 8; }
               proxy_cache_path \(folder.path)/cache keys_zone=assetdepot:8m use_temp_path=off;
+              limit_conn_zone $binary_remote_addr zone=assetdepot_per_ip:1m;
+              \(proxyBind.map { "proxy_bind \($0);" } ?? "")
               server {
-                listen 127.0.0.1:\(port);
-                client_header_timeout 10s;
+                \(listen)
                 include \(Self.locationsFile);
               }
             }
@@ -59,10 +103,13 @@ final class NginxEdge {
         process.arguments = ["-c", folder.path + "/nginx.conf", "-p", folder.path]
         try process.run()
         for _ in 0..<200 {
-            if (try? RawHTTP.exchange(port: port, Array("GET /nothing HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".utf8), timeout: 1)) != nil { return }
+            if Self.canConnect(address, port) { return }
             usleep(20_000)
         }
     }
+
+    /// The edge's access log, a line per request.
+    var accessLog: [String] { ((try? FileSystem.readFile(folder.path + "/access.log")) ?? []).split(separator: 10).map { String(decoding: $0, as: UTF8.self) } }
 
     deinit {
         // nginx inherits the test thread's blocked signal mask; its master process sets its own,

@@ -132,13 +132,14 @@ final class HTTPConnection: Sendable {
         }
     }
 
-    /// Runs a TLS call, turning a protocol failure into a ``ClientError``.
+    /// Runs a TLS call after the handshake: a protocol failure there is a damaged connection,
+    /// as worth retrying as a dropped one (a refused handshake is ``ClientError/Kind/tls``).
     private func tlsCall<T>(_ body: () throws -> T) throws -> T {
         do {
             return try body()
         } catch let error as TLSError {
             if cancelled.load(ordering: .acquiring) { throw ClientError.cancelled }
-            throw ClientError.tls(url.absoluteString, error.description)
+            throw ClientError(.transport, "cannot reach \(url.absoluteString): TLS: \(error.description)")
         }
     }
 
