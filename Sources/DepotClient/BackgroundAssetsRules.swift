@@ -9,6 +9,8 @@ public struct BackgroundAssetsRules: Hashable, Sendable {
     public var downloadAllowance: Int64?
     /// `BAEssentialDownloadAllowance`: essential bytes before first launch, manifest included.
     public var essentialDownloadAllowance: Int64?
+    /// Refuse `http://` manifests and packs, as a device does (off only for a development run).
+    public var requiresHTTPS = true
 
     public init(allowedDomains: [String], downloadAllowance: Int64?, essentialDownloadAllowance: Int64?) {
         self.allowedDomains = allowedDomains
@@ -35,6 +37,16 @@ public struct BackgroundAssetsRules: Hashable, Sendable {
             downloadAllowance: number(restrictions["BADownloadAllowance"]),
             essentialDownloadAllowance: number(restrictions["BAEssentialDownloadAllowance"])
         )
+    }
+
+    /// Why a device would refuse to download `url`, or nil if it would not: not https (unless
+    /// ``requiresHTTPS`` is off), or a host off the allow list.
+    public func refusal(for url: URL) -> String? {
+        if requiresHTTPS && url.scheme != "https" {
+            return "\(url.absoluteString) is not https: Background Assets downloads only over https (--allow-http for a development run)"
+        }
+        guard allows(url) else { return "\(url.host ?? "?") is not in the Info.plist's BADownloadDomainAllowList \(allowedDomains)" }
+        return nil
     }
 
     /// Whether a URL's host is on the allow list (an entry `*.example.com` also allows subdomains).

@@ -66,9 +66,7 @@ public struct DepotSync: Sendable {
             source.headers = headers
             return source
         }()
-        if let rules, !rules.allows(source.url) {
-            throw ClientError.manifest("\(source.url.host ?? "?") is not in the Info.plist's BADownloadDomainAllowList \(rules.allowedDomains)")
-        }
+        if let refusal = rules?.refusal(for: source.url) { throw ClientError.manifest(refusal) }
 
         // The manifest: new bytes, or (304) the ones accepted before; verified either way, with one "now".
         let before = try store.read(app: app)
@@ -113,11 +111,13 @@ public struct DepotSync: Sendable {
         var queue = plan.downloads
         if let rules {
             queue.removeAll { download in
-                guard let url = URL(string: download.entry.url), rules.allows(url) else {
-                    report.failed[download.entry.id] = "pack \(download.entry.id) refused: \(download.entry.url) is not on an allowed domain"
+                guard let url = URL(string: download.entry.url) else {
+                    report.failed[download.entry.id] = "pack \(download.entry.id) refused: its URL \(download.entry.url) is not valid"
                     return true
                 }
-                return false
+                guard let refusal = rules.refusal(for: url) else { return false }
+                report.failed[download.entry.id] = "pack \(download.entry.id) refused: \(refusal)"
+                return true
             }
         }
         // Essential downloads that fail go round once more as non-essential ones.

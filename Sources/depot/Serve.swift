@@ -107,6 +107,9 @@ struct Serve: ParsableCommand {
         configuration.uploadExpiry = TimeInterval(uploadExpiryHours) * 3600
         let server = try DepotServer(configuration: configuration)
         print("AssetDepot listening on \(host.contains(":") ? "[\(host)]" : host):\(server.port), data \(data.data), public URL \(server.publicURL)")
+        if !server.publicURL.hasPrefix("https://") {
+            print("warning: the public URL \(server.publicURL) is not https: fine for development, but devices (Background Assets) download only over https; put a TLS edge in front and pass --public-url https://… (Deploy/README.md)")
+        }
         if let bootstrap { print(bootstrap.instructions(server: server.publicURL, dataPath: data.data)) }
         fflush(nil)
         let received = stop.wait()

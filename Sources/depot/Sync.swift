@@ -14,8 +14,8 @@ struct Sync: AsyncParsableCommand {
             With --event install|update|periodic it simulates Background Assets on a device, applying the \
             system's rules to the server's real output: essential downloads only on install and update; a \
             download whose size differs from the manifest fails; on install (before first launch) downloads \
-            beyond the Info.plist allowances wait; the manifest and packs must be on a domain of \
-            BADownloadDomainAllowList. The Info.plist keys come from --info-plist (what the shipped build \
+            beyond the Info.plist allowances wait; the manifest and packs must be https (unless --allow-http) \
+            and on a domain of BADownloadDomainAllowList. The Info.plist keys come from --info-plist (what the shipped build \
             carries; `depot plist` prints them) or else from the server. It then reports what a device would \
             end up with.
 
@@ -35,11 +35,14 @@ struct Sync: AsyncParsableCommand {
     @Option(help: "Downloads at once.") var concurrency: Int = 4
     @Option(name: .customLong("manifest-url"), help: "Read the manifest from this URL instead of the channel's on --server.") var manifestURL: String?
     @OptionGroup var credentials: CredentialsOption
+    @Flag(name: .customLong("allow-http"), help: "With --event: accept http:// manifest and pack URLs (a development run; a device refuses them).")
+    var allowHTTP = false
     @Flag(help: "Print no progress.") var quiet = false
 
     func validate() throws {
         if let event, !["install", "update", "periodic"].contains(event) { throw ValidationError("--event must be install, update or periodic") }
         if infoPlist != nil && event == nil { throw ValidationError("--info-plist goes with --event") }
+        if allowHTTP && event == nil { throw ValidationError("--allow-http goes with --event") }
         guard (1...32).contains(concurrency) else { throw ValidationError("--concurrency must be 1–32") }
         if let manifestURL, URL(string: manifestURL)?.scheme == nil { throw ValidationError("--manifest-url must be a URL") }
     }
@@ -65,7 +68,9 @@ struct Sync: AsyncParsableCommand {
                 guard response.status == 200 else { throw CLIError("cannot read the Info.plist keys: HTTP \(response.status): \(Publish.message(response.body))") }
                 plist = response.body
             }
-            sync.rules = try BackgroundAssetsRules.parse(plist: plist)
+            var rules = try BackgroundAssetsRules.parse(plist: plist)
+            rules.requiresHTTPS = !allowHTTP
+            sync.rules = rules
         }
         let progress = ProgressReporter(label: "downloading")
         let totals = Mutex<(planned: Int64, done: [String: Int64])>((0, [:]))

@@ -228,7 +228,7 @@ struct ClientEndToEndTests {
                 try FileSystem.writeAtomically(Array(text.utf8), to: path)
                 return path
             }
-            let base = ["sync", "--server", origin.baseURL.absoluteString, "--app", origin.app, "--config", config, "--dest", work.path + "/dest"]
+            let base = ["sync", "--server", origin.baseURL.absoluteString, "--app", origin.app, "--config", config, "--dest", work.path + "/dest", "--allow-http"]
             // Before first launch only what the allowance covers comes; the rest waits.
             let allowance = Int64(envelope.count) + size("core") + size("world-1") + 1000
             let install = try Processes.run(Processes.depotBinary, base + ["--event", "install", "--info-plist", plist(allowance: allowance, domain: "127.0.0.1")])
@@ -239,6 +239,10 @@ struct ClientEndToEndTests {
             // A periodic event later fetches the rest (Info.plist keys from the server this time).
             let periodic = try Processes.run(Processes.depotBinary, base + ["--event", "periodic"])
             #expect(periodic.status == 0 && periodic.stdout.contains("device has world-2 revision 1"), "\(periodic.stderr)")
+            // A device refuses a manifest that is not https (this origin is plain http).
+            let plain = try Processes.run(Processes.depotBinary, base.dropLast() + ["--event", "update", "--dest", work.path + "/plain"])
+            #expect(plain.status != 0 && plain.stderr.contains("is not https"), "\(plain.stderr)")
+            #expect(FileSystem.contents(of: work.path + "/plain/packs").isEmpty)
             // A build whose allow list lacks the origin's domain gets nothing.
             let foreign = try Processes.run(Processes.depotBinary, base + ["--event", "update", "--info-plist", plist(allowance: 1 << 30, domain: "cdn.example.com")])
             #expect(foreign.status != 0 && foreign.stderr.contains("BADownloadDomainAllowList"), "\(foreign.stderr)")
@@ -262,7 +266,7 @@ struct ClientEndToEndTests {
             try FileSystem.writeAtomically(Array(plist.stdout.utf8), to: keys)
             let install = try Processes.run(Processes.depotBinary, [
                 "sync", "--server", origin.baseURL.absoluteString, "--app", origin.app, "--config", config, "--dest", work.path + "/dest",
-                "--event", "install", "--info-plist", keys,
+                "--event", "install", "--info-plist", keys, "--allow-http",
             ])
             #expect(install.status == 0, "\(install.stderr)")
             for id in ["core", "tutorial", "world-1"] { #expect(install.stdout.contains("device has \(id) revision 1"), "\(install.stdout)") }

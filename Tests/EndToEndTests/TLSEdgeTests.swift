@@ -121,6 +121,16 @@ struct TLSEdgeTests {
             #expect(edgeC.accessLog.contains { $0.contains("/blobs/\(world.sha256)") && $0.contains("range=bytes=") }, "\(edgeC.accessLog)")
             #expect(edgeC.accessLog.first?.contains("range=-") == true, "the first attempt asked for the whole blob: \(edgeC.accessLog)")
 
+            // The Info.plist keys name the edge's https URL and host; a simulated device given them
+            // installs through the edge with no development switch.
+            let plist = try depot(["plist", "--server", server, "--app", origin.app], via: "127.0.0.2")
+            #expect(plist.status == 0 && plist.stdout.contains("<string>\(server)/v1/apps/\(origin.app)/manifest</string>"), "\(plist.stdout)")
+            #expect(plist.stdout.contains("<string>\(Self.host)</string>"))
+            try FileSystem.writeAtomically(Array(plist.stdout.utf8), to: work.path + "/Info.plist")
+            let device = try depot(["sync", "--server", server, "--app", origin.app, "--config", config, "--dest", work.path + "/device-ba", "--quiet",
+                                    "--event", "install", "--info-plist", work.path + "/Info.plist"], via: "127.0.0.2")
+            #expect(device.status == 0 && device.stdout.contains("device has core revision 1") && device.stdout.contains("device has world"), "\(device.stderr)")
+
             // An untrusted CA: a clear refusal, nothing installed.
             let untrusted = try sync(work.path + "/untrusted", via: "127.0.0.1", trusted: false)
             #expect(untrusted.status != 0 && untrusted.stderr.contains("not trusted"), "\(untrusted.stderr)")
