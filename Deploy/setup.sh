@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(libmicrohttpd-dev libssl-dev pkg-config curl python3 python3-pip python3-cryptography nginx-light)
+packages=(libmicrohttpd-dev libssl-dev openssl pkg-config curl python3 python3-pip python3-cryptography nginx-light systemd)
 
 install_missing() {
   local missing=()

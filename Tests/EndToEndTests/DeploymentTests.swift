@@ -1,0 +1,31 @@
+import DepotTestSupport
+import Foundation
+import Testing
+
+@Suite("Deploy/: the systemd unit")
+struct DeploymentTests {
+    static let deploy = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("Deploy").path
+
+    @Test("systemd-analyze verifies the unit without a word, and rates its exposure low")
+    func systemdUnit() throws {
+        let analyze = "/usr/bin/systemd-analyze"
+        #expect(FileManager.default.isExecutableFile(atPath: analyze), "systemd-analyze is not installed: run Deploy/setup.sh deps")
+        let work = TemporaryDirectory("depot-unit")
+        defer { work.remove() }
+        // The unit as shipped, with ExecStart pointing at the binary just built (verify checks it exists).
+        let unit = try String(contentsOfFile: Self.deploy + "/systemd/assetdepot.service", encoding: .utf8)
+        #expect(unit.contains("ExecStart=/usr/local/bin/depot serve"))
+        let path = work.path + "/assetdepot.service"
+        try unit.replacingOccurrences(of: "/usr/local/bin/depot", with: Processes.depotBinary).write(toFile: path, atomically: true, encoding: .utf8)
+        let verify = try Processes.run(analyze, ["verify", path])
+        #expect(verify.status == 0 && verify.stderr.isEmpty && verify.stdout.isEmpty, "\(verify.stdout)\(verify.stderr)")
+        let security = try Processes.run(analyze, ["security", "--offline=true", path])
+        let level = security.stdout.split(separator: "\n").last { $0.contains("Overall exposure level") }
+            .flatMap { line in line.split(separator: " ").compactMap { Double($0) }.first }
+        #expect(level.map { $0 <= 2.5 } == true, "exposure: \(security.stdout.suffix(300))")
+        for directive in ["NoNewPrivileges=yes", "ProtectSystem=strict", "PrivateTmp=yes", "StateDirectory=assetdepot", "LimitNOFILE=", "KillSignal=SIGTERM"] {
+            #expect(unit.contains(directive), "\(directive)")
+        }
+    }
+}
