@@ -143,6 +143,20 @@ final class HTTPConnection: Sendable {
         }
     }
 
+    /// Reads until `buffer` is full or the stream ends, for a body whose length is known (so it
+    /// never waits past its end). TLS hands over one 16 KiB record per read; gathering them
+    /// makes the sink's writes 1 MiB, as over plain TCP.
+    private func receiveFilling(_ buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+        guard tls != nil else { return try receive(into: buffer) }
+        var total = 0
+        while total < buffer.count {
+            let n = try receive(into: UnsafeMutableRawBufferPointer(rebasing: buffer[total...]))
+            if n == 0 { break }
+            total += n
+        }
+        return total
+    }
+
     private func receive(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         let n: Int
         if let tls { n = try tlsCall { try tls.read(into: buffer) } } else { n = Sockets.receive(socket, buffer) }
@@ -203,7 +217,10 @@ final class HTTPConnection: Sendable {
         }
         var buffer = [UInt8](repeating: 0, count: 1 << 20)
         while remaining > 0 {
-            let n = try buffer.withUnsafeMutableBytes { try receive(into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<Int(min(Int64($0.count), remaining))])) }
+            let n = try buffer.withUnsafeMutableBytes { buffer in
+                let room = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<Int(min(Int64(buffer.count), remaining))])
+                return try declared == nil ? receive(into: room) : receiveFilling(room)
+            }
             if n == 0 {
                 if declared == nil { return }
                 throw ClientError.transport(url.absoluteString, URLError(.networkConnectionLost))
