@@ -57,6 +57,12 @@ struct TLSEdgeTests {
                                            "--token", origin.token, "--quiet"], via: "127.0.0.1")
                 #expect(published.status == 0, "\(published.stderr)")
             }
+            // The edge speaks HTTP/2 (and HTTP/1.1, which the client uses) and sends HSTS.
+            let curl = try Processes.run("/usr/bin/curl", ["-s", "-D", "-", "-o", "/dev/null", "-w", "version=%{http_version}", "--http2",
+                                                           "--cacert", pki.caFile, "--resolve", "\(Self.host):\(port):127.0.0.1",
+                                                           "\(server)/v1/apps/\(origin.app)/manifest"])
+            #expect(curl.stdout.contains("version=2") && curl.stdout.lowercased().contains("strict-transport-security: max-age=31536000"), "\(curl.stdout)")
+
             let config = work.path + "/client.json"
             try FileSystem.writeAtomically(origin.clientConfiguration().encoded(), to: config)
             let app = origin.app
