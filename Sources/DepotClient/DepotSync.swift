@@ -108,6 +108,11 @@ public struct DepotSync: Sendable {
             manifestVersion: manifest.version, notModified: notModified, installed: [], removed: [], unchanged: plan.unchanged,
             deferred: (plan.deferred.map(\.entry.id) + plan.notRequested).sorted(), rescheduled: [], failed: [:], bytesDownloaded: 0
         )
+        for download in plan.deferred {
+            let allowance = download.essential ? "BAEssentialDownloadAllowance" : "BADownloadAllowance"
+            report.waiting[download.entry.id] = "over the \(allowance) left before first launch by \(plan.overAllowance[download.entry.id] ?? 0) bytes"
+        }
+        for id in plan.notRequested { report.waiting[id] = "on demand: not asked for (--pack, --tag)" }
         var queue = plan.downloads
         if let rules {
             queue.removeAll { download in
@@ -123,14 +128,14 @@ public struct DepotSync: Sendable {
         // Essential downloads that fail go round once more as non-essential ones.
         var round = 0
         while !queue.isEmpty && round < 2 {
-            let outcomes = await downloadAndInstall(queue, store: store, now: now)
+            let (outcomes, transferred) = await downloadAndInstall(queue, store: store, now: now)
+            report.bytesDownloaded += transferred
             var again: [PlannedDownload] = []
             for (download, outcome) in zip(queue, outcomes) {
                 let id = download.entry.id
                 switch outcome {
-                case .success(let bytes):
+                case .success:
                     report.installed.append(id)
-                    report.bytesDownloaded += bytes
                     report.failed[id] = nil
                 case .failure(let error):
                     report.failed[id] = error.description
@@ -164,19 +169,37 @@ public struct DepotSync: Sendable {
         return report
     }
 
-    /// Downloads (concurrently) and installs each pack as soon as it is complete.
-    private func downloadAndInstall(_ downloads: [PlannedDownload], store: StateStore, now: Date) async -> [Result<Int64, ClientError>] {
+    /// Downloads (concurrently) and installs each pack as soon as it is complete; returns each
+    /// outcome and the bytes transferred (a download refused afterwards was transferred all the same).
+    private func downloadAndInstall(
+        _ downloads: [PlannedDownload], store: StateStore, now: Date
+    ) async -> (outcomes: [Result<Int64, ClientError>], transferred: Int64) {
         let downloader = Downloader(concurrency: concurrency, retries: retries, headers: headers, options: transport)
         let installer: Installer
         do {
             installer = Installer(keyRing: try configuration.keyRing())
         } catch {
-            return downloads.map { _ in .failure(ClientError.install("keys", error)) }
+            return (downloads.map { _ in .failure(ClientError.install("keys", error)) }, 0)
         }
         let observer = observer
         let app = configuration.app
         let (events, continuation) = AsyncStream.makeStream(of: DownloadEvent.self)
-        let forwarding = Task { for await event in events { observer?(.download(event)) } }
+        // Bytes on disk per download, from its events: each attempt starts at its offset.
+        let forwarding = Task { () -> Int64 in
+            var position: [String: Int64] = [:]
+            var transferred: Int64 = 0
+            for await event in events {
+                switch event {
+                case .started(let id, let offset, _): position[id] = offset
+                case .progress(let id, let received, _):
+                    transferred += max(0, received - (position[id] ?? 0))
+                    position[id] = received
+                default: break
+                }
+                observer?(.download(event))
+            }
+            return transferred
+        }
         defer {
             continuation.finish()
         }
@@ -231,7 +254,6 @@ public struct DepotSync: Sendable {
             return results
         }
         continuation.finish()
-        await forwarding.value
-        return results
+        return (results, await forwarding.value)
     }
 }

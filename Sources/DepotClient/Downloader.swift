@@ -152,6 +152,11 @@ public struct Downloader: Sendable {
         events?.yield(.started(id: item.id, offset: offset, size: item.size))
         let request = HTTPTransport.Request(method: "GET", url: item.url, headers: fields, largeResponse: true)
         let response: HTTPTransport.Response
+        // An attempt cut short reports what it got (progress comes in 1 MiB steps otherwise).
+        var succeeded = false
+        defer {
+            if !succeeded, let size = try? file.size(), size > offset { events?.yield(.progress(id: item.id, received: size, size: item.size)) }
+        }
         do {
             response = try await transport.exchange(request) { [offset] head in
                 try Self.bodyHandling(head, item: item, file: file, offset: offset, events: events)
@@ -173,6 +178,7 @@ public struct Downloader: Sendable {
             // The server closed early without a declared length: resume on the next attempt.
             throw Failure(error: .transport(item.url.absoluteString, URLError(.networkConnectionLost)), retryable: true)
         }
+        succeeded = true
         // No fsync: a download is a cache. The installed copy is what must be durable, and the
         // installer syncs it; a partial file that lost bytes in a power cut fails its SHA-256
         // and is fetched again.

@@ -44,6 +44,8 @@ public struct Installer: Sendable {
                 try FileSystem.syncDirectory(staged)
             }
             try Self.switchInto(destination, from: staged)
+        } catch let error as PackError where error.kind == .unknownKeyID {
+            throw ClientError(.integrity, "pack \(entry.id) cannot be decrypted: the app's key ring has no key \"\(entry.keyID)\" (the origin's pack key was rotated after this configuration was exported): export the configuration again with `depot keys export` and ship it in the app")
         } catch let error as PackError {
             throw ClientError.integrity(entry.id, "its content does not match the manifest's SHA-256: \(error.description)")
         } catch let error as ZipPackError {

@@ -44,6 +44,9 @@ public struct Plan: Hashable, Sendable {
     public var unchanged: [String]
     /// On-demand packs nobody asked for (not installed, not downloaded).
     public var notRequested: [String]
+    /// For each deferred download, by how many bytes it would have exceeded its allowance (the
+    /// essential one for an essential download, the download allowance otherwise).
+    public var overAllowance: [String: Int64] = [:]
 }
 
 /// The planner: a pure function from (manifest, installed state, request) to a ``Plan``.
@@ -114,13 +117,13 @@ public enum Planner {
         var deferred: [PlannedDownload] = []
         var nonEssential: Int64 = 0
         var essential: Int64 = 0
+        var overAllowance: [String: Int64] = [:]
         for download in wanted {
             let size = download.entry.size
-            let fits = download.essential
-                ? request.essentialAllowance.map { essential + size <= $0 } ?? true
-                : request.allowance.map { nonEssential + size <= $0 } ?? true
-            guard fits else {
+            let (used, allowance) = download.essential ? (essential, request.essentialAllowance) : (nonEssential, request.allowance)
+            if let allowance, used + size > allowance {
                 deferred.append(download)
+                overAllowance[download.entry.id] = used + size - allowance
                 continue
             }
             if download.essential { essential += size } else { nonEssential += size }
@@ -128,6 +131,8 @@ public enum Planner {
         }
         let listed = Set(manifest.packs.map(\.id))
         let removals = state.packs.keys.filter { !listed.contains($0) }.sorted()
-        return Plan(downloads: downloads, deferred: deferred, removals: removals, unchanged: unchanged, notRequested: notRequested)
+        return Plan(
+            downloads: downloads, deferred: deferred, removals: removals, unchanged: unchanged, notRequested: notRequested, overAllowance: overAllowance
+        )
     }
 }

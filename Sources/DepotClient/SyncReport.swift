@@ -12,11 +12,13 @@ public struct SyncReport: Hashable, Sendable {
     public var unchanged: [String]
     /// Packs left for a later sync: over the allowance, or on-demand packs nobody asked for.
     public var deferred: [String]
+    /// Why each deferred pack waits, in words: which allowance and by how many bytes, or on demand.
+    public var waiting: [String: String] = [:]
     /// Essential downloads that failed and were tried again as non-essential.
     public var rescheduled: [String]
     /// Packs that could not be installed, with the reason; their previous revision (if any) stays.
     public var failed: [String: String]
-    /// Container bytes downloaded in this sync.
+    /// Container bytes transferred in this sync, including downloads refused afterwards.
     public var bytesDownloaded: Int64
 
     /// A one-line summary.

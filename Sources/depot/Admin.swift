@@ -201,7 +201,12 @@ struct Keys: ParsableCommand {
 
     struct Export: ParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Print the client configuration JSON to inject into the app: its pack key ring and the manifest public key."
+            abstract: "Print the client configuration JSON to inject into the app: its pack key ring and the manifest public key.",
+            discussion: """
+                The output is a secret: the pack keys decrypt every pack of the app. Write it outside any \
+                repository's working copy (or to a path your .gitignore covers), keep it out of logs, and \
+                give it to the app's build only.
+                """
         )
         @OptionGroup var data: DataOptions
         @Option(help: "The app.") var app: String

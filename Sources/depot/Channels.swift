@@ -65,7 +65,7 @@ struct Channels: AsyncParsableCommand {
         @Option(help: "The channel to remove.") var channel: String
 
         func run() async throws {
-            let response = try await origin.transport().send(method: "DELETE", to: origin.endpoint("channels/\(channel)"), headers: try token.headers())
+            let response = try await origin.transport().send(method: "DELETE", to: origin.endpoint("channels/\(channel)"), headers: try token.headers(admin: true))
             guard response.status == 204 else { throw CLIError("remove failed: HTTP \(response.status): \(Publish.message(response.body))") }
             print("removed channel \(channel) of \(origin.app)")
         }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import Foundation
 
 @main
 struct Depot: AsyncParsableCommand {
@@ -11,6 +12,35 @@ struct Depot: AsyncParsableCommand {
             """,
         subcommands: [Serve.self, Apps.self, Tokens.self, Keys.self, Publish.self, Release.self, Releases.self, Rollback.self, Channels.self, Plist.self, GC.self, Sync.self, Fetch.self, Inspect.self]
     )
+
+    /// Runs the command; a failure is one line on stderr (a usage error points at `depot help`),
+    /// as the README promises, and a non-zero exit.
+    static func main() async {
+        do {
+            var command = try parseAsRoot()
+            if var command = command as? any AsyncParsableCommand {
+                try await command.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            let code = exitCode(for: error)
+            let message = fullMessage(for: error)
+            guard code != .success else {
+                print(message)
+                Foundation.exit(code.rawValue)
+            }
+            var line = message.split(separator: "\n").first.map(String.init) ?? "\(error)"
+            if !line.hasPrefix("Error: ") { line = "Error: " + line }
+            if message.contains("Usage:") {
+                let words = CommandLine.arguments.dropFirst().prefix { !$0.hasPrefix("-") }
+                let known = words.prefix { word in configuration.subcommands.contains { $0._commandName == word } || ["create", "list", "revoke", "export", "rotate", "rotate-signing", "allowances", "credentials", "promote", "remove"].contains(word) }
+                line += " (see `depot help\(known.isEmpty ? "" : " " + known.joined(separator: " "))`)"
+            }
+            FileHandle.standardError.write(Data((line + "\n").utf8))
+            Foundation.exit(code.rawValue == 0 ? 1 : code.rawValue)
+        }
+    }
 }
 
 /// The data folder option shared by server-side commands.

@@ -7,9 +7,20 @@ struct Inspect: ParsableCommand {
         abstract: "Describe a pack container's header, or a manifest envelope (signatures are not checked)."
     )
 
-    @Argument(help: "A pack file or a manifest envelope.") var file: String
+    @Argument(help: "Pack files or manifest envelopes; several get a heading each.") var files: [String]
+
+    func validate() throws {
+        guard !files.isEmpty else { throw ValidationError("name a pack file or a manifest envelope") }
+    }
 
     func run() throws {
+        for (index, file) in files.enumerated() {
+            if files.count > 1 { print((index == 0 ? "" : "\n") + "== \(file)") }
+            try describe(file)
+        }
+    }
+
+    private func describe(_ file: String) throws {
         let fd = try FileDescriptor.openForReading(file)
         var head = [UInt8](repeating: 0, count: 512)
         let n = try head.withUnsafeMutableBytes { try fd.read(into: $0, at: 0) }

@@ -43,7 +43,7 @@ struct Rollback: AsyncParsableCommand {
 
     func run() async throws {
         let query = [URLQueryItem(name: "to", value: String(to))] + (force ? [URLQueryItem(name: "force", value: "true")] : []) + channel.query
-        let response = try await origin.transport().send(method: "POST", to: origin.endpoint("rollback", query), headers: try token.headers())
+        let response = try await origin.transport().send(method: "POST", to: origin.endpoint("rollback", query), headers: try token.headers(admin: true))
         guard (200..<300).contains(response.status) else { throw CLIError("rollback failed: HTTP \(response.status): \(Publish.message(response.body))") }
         let result = try JSONDecoder().decode(Result.self, from: Data(response.body))
         print(result.changed ? "release \(result.release) restores the content of release \(result.rolledBackTo)" : "release \(result.release) already has the content of release \(result.rolledBackTo)")

@@ -110,7 +110,7 @@ struct Serve: ParsableCommand {
         if !server.publicURL.hasPrefix("https://") {
             print("warning: the public URL \(server.publicURL) is not https: fine for development, but devices (Background Assets) download only over https; put a TLS edge in front and pass --public-url https://… (Deploy/README.md)")
         }
-        if let bootstrap { print(bootstrap.instructions(server: server.publicURL, dataPath: data.data)) }
+        if let bootstrap { print(bootstrap.instructions(server: server.publicURL, dataPath: data.data, depot: CommandLine.executablePath)) }
         fflush(nil)
         let received = stop.wait()
         print("stopping (signal \(received)): draining requests for up to \(drainTimeout) s")

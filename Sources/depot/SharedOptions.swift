@@ -66,12 +66,16 @@ struct ChannelOption: ParsableArguments {
     var query: [URLQueryItem] { channel == "production" ? [] : [URLQueryItem(name: "channel", value: channel)] }
 }
 
-/// `--token`, defaulting to `$DEPOT_TOKEN`, for commands that publish.
+/// `--token`, defaulting to `$DEPOT_TOKEN` (`$DEPOT_ADMIN_TOKEN` first for admin calls), for
+/// commands that publish.
 struct TokenOption: ParsableArguments {
-    @Option(help: "A token of the app (default: $DEPOT_TOKEN).") var token: String?
+    @Option(help: "A token of the app (default: $DEPOT_TOKEN; for rollback and channel removal $DEPOT_ADMIN_TOKEN first).") var token: String?
 
-    func headers() throws -> [String: String] {
-        guard let token = token ?? Environment.string("DEPOT_TOKEN") else { throw CLIError("no token: pass --token or set DEPOT_TOKEN") }
+    func headers(admin: Bool = false) throws -> [String: String] {
+        let fallback = (admin ? Environment.string("DEPOT_ADMIN_TOKEN") : nil) ?? Environment.string("DEPOT_TOKEN")
+        guard let token = token ?? fallback else {
+            throw CLIError("no token: pass --token or set \(admin ? "DEPOT_ADMIN_TOKEN (an admin token: `depot tokens create --app APP --role admin`)" : "DEPOT_TOKEN")")
+        }
         return ["Authorization": "Bearer \(token)"]
     }
 }

@@ -48,7 +48,7 @@ struct Sync: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let configuration = try ClientConfiguration.decode(FileSystem.readFile(config, limit: 1 << 20))
+        let configuration = try Self.loadConfiguration(config)
         guard configuration.app == origin.app else { throw CLIError("\(config) is for app \(configuration.app), not \(origin.app)") }
         var sync = DepotSync(server: origin.url, configuration: configuration, destination: dest)
         sync.kind = event.flatMap(RequestKind.init(rawValue:)) ?? .foreground
@@ -106,7 +106,7 @@ struct Sync: AsyncParsableCommand {
             for (id, pack) in state.packs.sorted(by: { $0.key < $1.key }) {
                 print("device has \(id) revision \(pack.revision) (\(pack.installSize) bytes installed\(pack.unpacked ? ", unpacked" : ""))")
             }
-            for id in report.deferred { print("device waits for \(id) (allowance or on demand)") }
+            for id in report.deferred { print("device waits for \(id): \(report.waiting[id] ?? "a later event")") }
         }
         for (id, reason) in report.failed.sorted(by: { $0.key < $1.key }) {
             FileHandle.standardError.write(Data("failed: \(id): \(reason)\n".utf8))
@@ -114,5 +114,26 @@ struct Sync: AsyncParsableCommand {
         let on = channel.channel == "production" ? "" : " (\(channel.channel))"
         print("synced \(origin.app)\(on) \(report.summary)")
         if !report.failed.isEmpty { throw ExitCode(1) }
+    }
+
+    /// The client configuration at `path`, or a one-line error saying what the file is instead.
+    static func loadConfiguration(_ path: String) throws -> ClientConfiguration {
+        let bytes = try FileSystem.readFile(path, limit: 1 << 20)
+        do {
+            return try ClientConfiguration.decode(bytes)
+        } catch {
+            throw CLIError("\(path) is not a client configuration: expected the JSON that `depot keys export` prints (app, manifestPublicKeys, packKeys); found \(describe(bytes))")
+        }
+    }
+
+    /// What a file holds, in a few words.
+    static func describe(_ bytes: [UInt8]) -> String {
+        guard let value = try? JSONSerialization.jsonObject(with: Data(bytes)) else { return "\(bytes.count) bytes that are not JSON" }
+        if let object = value as? [String: Any] {
+            if object["payloadType"] != nil && object["signatures"] != nil { return "a signed manifest envelope (payloadType, payload, signatures)" }
+            let keys = object.keys.sorted()
+            return "a JSON object with \(keys.isEmpty ? "no keys" : "keys " + keys.prefix(8).joined(separator: ", ") + (keys.count > 8 ? ", …" : ""))"
+        }
+        return value is [Any] ? "a JSON array" : "a JSON value that is not an object"
     }
 }

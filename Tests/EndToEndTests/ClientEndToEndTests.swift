@@ -234,7 +234,8 @@ struct ClientEndToEndTests {
             let install = try Processes.run(Processes.depotBinary, base + ["--event", "install", "--info-plist", plist(allowance: allowance, domain: "127.0.0.1")])
             #expect(install.status == 0, "\(install.stderr)")
             #expect(install.stdout.contains("device has core revision 1") && install.stdout.contains("device has world-1 revision 1"))
-            #expect(install.stdout.contains("device waits for world-2"))
+            let over = size("world-1") + size("world-2") - allowance
+            #expect(install.stdout.contains("device waits for world-2: over the BADownloadAllowance left before first launch by \(over) bytes"), "\(install.stdout)")
             #expect(install.stdout.split(separator: "\n").last?.hasPrefix("synced \(origin.app) release 3: 2 installed, 0 removed, 0 unchanged, 1 deferred") == true)
             // A periodic event later fetches the rest (Info.plist keys from the server this time).
             let periodic = try Processes.run(Processes.depotBinary, base + ["--event", "periodic"])
@@ -271,6 +272,7 @@ struct ClientEndToEndTests {
             #expect(install.status == 0, "\(install.stderr)")
             for id in ["core", "tutorial", "world-1"] { #expect(install.stdout.contains("device has \(id) revision 1"), "\(install.stdout)") }
             #expect(!install.stdout.contains("device has extras"))
+            #expect(install.stdout.contains("device waits for extras: on demand: not asked for"), "\(install.stdout)")
             #expect(FileSystem.contents(of: work.path + "/dest/packs") == ["core", "tutorial", "world-1"])
         }
     }

@@ -6,6 +6,10 @@ final class ServeProcess {
     let process = Process()
     let port: String
     let token: String
+    /// The admin token the embedded default prints (empty for an existing data folder).
+    let adminToken: String
+    /// What it printed on start.
+    let banner: String
     private let output = Pipe()
     private let errors = Pipe()
 
@@ -23,9 +27,11 @@ final class ServeProcess {
             if chunk.isEmpty { break }
             banner += String(decoding: chunk, as: UTF8.self)
         }
+        self.banner = banner
         let first = banner.split(separator: "\n").first ?? ""
         port = first.split(separator: ",").first?.split(separator: ":").last.map(String.init) ?? "0"
         token = banner.split(separator: "\n").first { $0.contains("export DEPOT_TOKEN=") }?.split(separator: "=").last.map(String.init) ?? ""
+        adminToken = banner.split(separator: "\n").first { $0.contains("export DEPOT_ADMIN_TOKEN=") }?.split(separator: "=").last.map(String.init) ?? ""
     }
 
     var url: String { "http://127.0.0.1:\(port)" }

@@ -17,9 +17,13 @@ struct Authenticator: Sendable {
         case .expired: throw DepotError(.unauthorized, "token_expired", "the bearer token has expired")
         case .revoked: throw DepotError(.unauthorized, "token_revoked", "the bearer token was revoked")
         }
-        guard token.app == app else { throw DepotError.forbidden("this token is scoped to another app") }
+        guard token.app == app else {
+            throw DepotError.forbidden("this token is scoped to another app; make one for \(app) with `depot tokens create --app \(app)`")
+        }
         guard token.role == .publisher || token.role == .admin else { throw DepotError.forbidden("this token cannot publish") }
-        if admin && token.role != .admin { throw DepotError.forbidden("this call needs an admin token of the app") }
+        if admin && token.role != .admin {
+            throw DepotError.forbidden("this call needs an admin token of the app; make one with `depot tokens create --app \(app) --role admin`")
+        }
         return token
     }
 
