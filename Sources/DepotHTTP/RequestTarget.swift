@@ -38,7 +38,7 @@ public struct RequestTarget: Sendable, Hashable {
                 let decoded = try decode(part, plusIsSpace: false)
                 guard !decoded.isEmpty else { throw .emptySegment }
                 guard decoded != "." && decoded != ".." else { throw .dotSegment }
-                guard !decoded.contains("/") else { throw .encodedSlash }
+                guard !decoded.utf8.contains(UInt8(ascii: "/")) else { throw .encodedSlash }
                 segments.append(decoded)
             }
         }
@@ -55,6 +55,10 @@ public struct RequestTarget: Sendable, Hashable {
     }
 
     private static func decode(_ part: ArraySlice<UInt8>, plusIsSpace: Bool) throws(Failure) -> String {
+        // The common case: printable ASCII with nothing to decode becomes a String as it is.
+        if part.allSatisfy({ $0 > 0x20 && $0 < 0x7f && $0 != UInt8(ascii: "%") && $0 != UInt8(ascii: "\\") && !(plusIsSpace && $0 == UInt8(ascii: "+")) }) {
+            return String(decoding: part, as: UTF8.self)
+        }
         var out: [UInt8] = []
         out.reserveCapacity(part.count)
         var i = part.startIndex

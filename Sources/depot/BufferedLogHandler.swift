@@ -20,9 +20,9 @@ struct BufferedLogHandler: LogHandler {
             }
         }
 
-        func append(_ line: String, urgent: Bool) {
+        func append(_ line: [UInt8], urgent: Bool) {
             let full = buffer.withLock { buffer -> Bool in
-                buffer.append(contentsOf: line.utf8)
+                buffer.append(contentsOf: line)
                 return buffer.count >= 32 << 10
             }
             if full || urgent { flush() }
@@ -56,26 +56,54 @@ struct BufferedLogHandler: LogHandler {
     }
 
     func log(event: LogEvent) {
-        var line = Self.timestamp() + " \(event.level) \(label): \(event.message)"
+        // Bytes appended in place: the access log makes one line per request.
+        var line: [UInt8] = []
+        line.reserveCapacity(256)
+        Self.appendTimestamp(to: &line)
+        line.append(32)
+        line.append(contentsOf: event.level.rawValue.utf8)
+        line.append(32)
+        line.append(contentsOf: label.utf8)
+        line.append(contentsOf: ": ".utf8)
+        line.append(contentsOf: event.message.description.utf8)
         let merged = metadata.isEmpty ? (event.metadata ?? [:]) : metadata.merging(event.metadata ?? [:]) { $1 }
         for (key, value) in merged.sorted(by: { $0.key < $1.key }) {
-            line += " \(key)=\(value)"
+            line.append(32)
+            line.append(contentsOf: key.utf8)
+            line.append(61)
+            if case .string(let text) = value { line.append(contentsOf: text.utf8) } else { line.append(contentsOf: value.description.utf8) }
         }
-        line += "\n"
+        line.append(10)
         Sink.shared.append(line, urgent: event.level >= .warning)
     }
 
-    private static func timestamp() -> String {
+    /// `2026-11-22T03:17:32` for the current second, kept until the second changes.
+    private static let secondPrefix = Mutex<(second: Int, text: [UInt8])>((-1, []))
+
+    private static func appendTimestamp(to line: inout [UInt8]) {
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
-        var seconds = now.tv_sec
-        var parts = tm()
-        gmtime_r(&seconds, &parts)
-        func pad(_ value: Int32, _ width: Int) -> String {
-            let text = String(value)
-            return String(repeating: "0", count: max(0, width - text.count)) + text
+        let second = now.tv_sec
+        let prefix = secondPrefix.withLock { cached -> [UInt8] in
+            if cached.second == second { return cached.text }
+            var seconds = second
+            var parts = tm()
+            gmtime_r(&seconds, &parts)
+            func pad(_ value: Int32, _ width: Int) -> String {
+                let text = String(value)
+                return String(repeating: "0", count: max(0, width - text.count)) + text
+            }
+            let text = Array(("\(parts.tm_year + 1900)-\(pad(parts.tm_mon + 1, 2))-\(pad(parts.tm_mday, 2))T\(pad(parts.tm_hour, 2)):"
+                + "\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2))").utf8)
+            cached = (second, text)
+            return text
         }
-        return "\(parts.tm_year + 1900)-\(pad(parts.tm_mon + 1, 2))-\(pad(parts.tm_mday, 2))T\(pad(parts.tm_hour, 2)):"
-            + "\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2)).\(pad(Int32(now.tv_nsec / 1_000_000), 3))Z"
+        line.append(contentsOf: prefix)
+        let millis = Int(now.tv_nsec / 1_000_000)
+        line.append(46)
+        line.append(UInt8(48 + millis / 100))
+        line.append(UInt8(48 + millis / 10 % 10))
+        line.append(UInt8(48 + millis % 10))
+        line.append(90)
     }
 }

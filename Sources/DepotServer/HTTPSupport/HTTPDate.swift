@@ -1,11 +1,25 @@
 import Foundation
+import Synchronization
 
-/// IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), formatted and parsed without shared state.
+/// IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), formatted and parsed.
 enum HTTPDate {
     private static let days = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"]
     private static let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+    /// The last few dates formatted (a blob's Last-Modified repeats on every request for it).
+    private static let recent = Mutex<[Int: String]>([:])
 
     static func format(_ date: Date) -> String {
+        let second = Int(date.timeIntervalSince1970.rounded(.down))
+        if let hit = recent.withLock({ $0[second] }) { return hit }
+        let text = formatUncached(date)
+        recent.withLock { cache in
+            if cache.count >= 64 { cache.removeAll(keepingCapacity: true) }
+            cache[second] = text
+        }
+        return text
+    }
+
+    private static func formatUncached(_ date: Date) -> String {
         var time = time_t(date.timeIntervalSince1970.rounded(.down))
         var parts = tm()
         gmtime_r(&time, &parts)

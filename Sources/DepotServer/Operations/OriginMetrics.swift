@@ -9,8 +9,19 @@ final class OriginMetrics: Sendable {
     let registry = PrometheusCollectorRegistry()
     private let factory: PrometheusMetricsFactory
     private let counters = Mutex<[String: Metrics.Counter]>([:])
-    private let timers = Mutex<[String: Metrics.Timer]>([:])
+    /// The handles of each route, resolved once: its timer, its bytes counter, a counter per status.
+    private let routes = Mutex<[String: RouteMetrics]>([:])
     private let inFlight: Metrics.Gauge
+
+    private final class RouteMetrics: Sendable {
+        let timer: Metrics.Timer
+        let bytes: Metrics.Counter
+        let statuses: Mutex<[Int: Metrics.Counter]> = Mutex([:])
+        init(timer: Metrics.Timer, bytes: Metrics.Counter) {
+            self.timer = timer
+            self.bytes = bytes
+        }
+    }
 
     init() {
         var factory = PrometheusMetricsFactory(registry: registry)
@@ -33,17 +44,24 @@ final class OriginMetrics: Sendable {
     }
 
     func record(_ exchange: HTTPExchangeRecord) {
-        counter("depot_http_requests_total", [("route", exchange.route), ("status", String(exchange.status))]).increment()
-        if exchange.bodyBytes > 0 {
-            counter("depot_http_response_body_bytes_total", [("route", exchange.route)]).increment(by: Int(exchange.bodyBytes))
-        }
-        let timer = timers.withLock { cache in
+        let route = routes.withLock { cache in
             if let hit = cache[exchange.route] { return hit }
-            let made = Metrics.Timer(label: "depot_http_request_duration_seconds", dimensions: [("route", exchange.route)], factory: factory)
+            let made = RouteMetrics(
+                timer: Metrics.Timer(label: "depot_http_request_duration_seconds", dimensions: [("route", exchange.route)], factory: factory),
+                bytes: Metrics.Counter(label: "depot_http_response_body_bytes_total", dimensions: [("route", exchange.route)], factory: factory)
+            )
             cache[exchange.route] = made
             return made
         }
-        timer.recordNanoseconds(Int64(exchange.duration.components.seconds) * 1_000_000_000 + exchange.duration.components.attoseconds / 1_000_000_000)
+        let requests = route.statuses.withLock { cache in
+            if let hit = cache[exchange.status] { return hit }
+            let made = counter("depot_http_requests_total", [("route", exchange.route), ("status", String(exchange.status))])
+            cache[exchange.status] = made
+            return made
+        }
+        requests.increment()
+        if exchange.bodyBytes > 0 { route.bytes.increment(by: Int(exchange.bodyBytes)) }
+        route.timer.recordNanoseconds(Int64(exchange.duration.components.seconds) * 1_000_000_000 + exchange.duration.components.attoseconds / 1_000_000_000)
     }
 
     func published(app: String, changed: Bool) {

@@ -42,21 +42,18 @@ struct PathPattern: Sendable, CustomStringConvertible {
 
     var isCatchAll: Bool { segments.last == .rest }
 
-    /// The parameters, when `path` matches.
+    /// The parameters, when `path` matches. The literals are compared first, so that a
+    /// mismatch (most routes, for most requests) allocates nothing.
     func match(_ path: [String]) -> [String: String]? {
+        if isCatchAll ? path.count < segments.count - 1 : path.count != segments.count { return nil }
+        for (index, segment) in segments.enumerated() {
+            if case .literal(let value) = segment, path[index] != value { return nil }
+        }
         var parameters: [String: String] = [:]
         for (index, segment) in segments.enumerated() {
-            switch segment {
-            case .rest:
-                return parameters
-            case .literal(let value):
-                guard index < path.count, path[index] == value else { return nil }
-            case .parameter(let name):
-                guard index < path.count else { return nil }
-                parameters[name] = path[index]
-            }
+            if case .parameter(let name) = segment { parameters[name] = path[index] }
         }
-        return path.count == segments.count ? parameters : nil
+        return parameters
     }
 }
 

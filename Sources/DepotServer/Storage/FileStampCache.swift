@@ -3,22 +3,31 @@ import Foundation
 import Synchronization
 
 /// Decoded small files, re-read only when the file changes (inode, size or mtime), so that a
-/// CLI writing the data folder takes effect on a running server without a read per request.
+/// CLI writing the data folder takes effect on a running server without a read per request:
+/// one `stat` per lookup, compared as integers.
 final class FileStampCache<Value: Sendable>: Sendable {
-    private let entries = Mutex<[String: (stamp: String, value: Value?)]>([:])
+    /// What identifies one version of a file; nil fields: the file is missing.
+    struct Stamp: Equatable, Sendable {
+        var inode: UInt64
+        var size: Int64
+        var seconds: Int
+        var nanoseconds: Int
+    }
+
+    private let entries = Mutex<[String: (stamp: Stamp?, value: Value?)]>([:])
 
     /// The decoded value of the file at `path`, nil if it is missing or unreadable.
     func value(at path: String, load: (String) throws -> Value) -> Value? {
         let stamp = Self.stamp(path)
         if let hit = entries.withLock({ $0[path].flatMap { $0.stamp == stamp ? $0 : nil } }) { return hit.value }
-        let value = stamp == "missing" ? nil : try? load(path)
+        let value = stamp == nil ? nil : try? load(path)
         entries.withLock { $0[path] = (stamp, value) }
         return value
     }
 
-    static func stamp(_ path: String) -> String {
+    static func stamp(_ path: String) -> Stamp? {
         var info = stat()
-        guard stat(path, &info) == 0 else { return "missing" }
-        return "\(info.st_ino).\(info.st_size).\(info.st_mtim.tv_sec).\(info.st_mtim.tv_nsec)"
+        guard stat(path, &info) == 0 else { return nil }
+        return Stamp(inode: UInt64(info.st_ino), size: Int64(info.st_size), seconds: info.st_mtim.tv_sec, nanoseconds: info.st_mtim.tv_nsec)
     }
 }
