@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Instructions per request for a 1 KiB blob GET on keep-alive connections, counted by valgrind's
-# callgrind (repeatable on a noisy machine), with the share of each part of the origin.
+# callgrind (repeatable on a noisy machine): the origin, and the plain-C libmicrohttpd file
+# server of Deploy/bench/mhd-fileserver.c with the same MHD options on the same file, so that
+# the difference is the Swift layer's cost; then the origin's parts, by function.
 #   Deploy/bench/callgrind-request.sh [REQUESTS]     (default 2000)
 set -euo pipefail
 requests=${1:-2000}
@@ -56,7 +58,31 @@ count() { # requests -> total instructions of the origin process
 low=$(count 0)
 high=$(count "$requests")
 per=$(( (high - low) / requests ))
-echo "instructions per 1 KiB blob GET (keep-alive, access log and metrics on): $per"
+
+# The plain-C peer on the same bytes at the same path.
+cc -O2 -o "$work/mhd-fileserver" "$root/Deploy/bench/mhd-fileserver.c" $(pkg-config --cflags --libs libmicrohttpd)
+mkdir -p "$work/croot$(dirname "$path")"
+blob=$(basename "$path")
+cp "$work/data/blobs/${blob:0:2}/$blob" "$work/croot$path"
+count_c() {
+  local n=$1 out="$work/callgrind.c.$1"
+  valgrind --tool=callgrind --callgrind-out-file="$out" "$work/mhd-fileserver" "$work/croot" 0 1 > "$work/c.$n.log" 2>/dev/null &
+  local vpid=$!
+  for _ in $(seq 600); do grep -q "listening on" "$work/c.$n.log" 2>/dev/null && break; sleep 0.1; done
+  local port
+  port=$(sed -E 's/listening on ([0-9]+)/\1/' "$work/c.$n.log")
+  client "$port" 50
+  [ "$n" -gt 0 ] && client "$port" "$n"
+  kill -TERM $vpid; wait $vpid 2>/dev/null || true
+  callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ && !done { gsub(",", "", $1); print $1; done = 1 }'
+}
+c_low=$(count_c 0)
+c_high=$(count_c "$requests")
+c_per=$(( (c_high - c_low) / requests ))
+echo "instructions per 1 KiB blob GET on keep-alive connections (each answer checked):"
+echo "  origin (access log and metrics on): $per"
+echo "  plain-C libmicrohttpd file server, same options: $c_per"
+echo "  the Swift layer: $((per - c_per)) ($(awk -v a="$per" -v b="$c_per" 'BEGIN { printf "%.2f", a / b }')x the C server's total)"
 echo "per request, inclusive, by function (the difference between the two runs, top 30):"
 callgrind_annotate --inclusive=yes --threshold=100 "$work/callgrind.0" 2>/dev/null > "$work/annotate.0" || true
 callgrind_annotate --inclusive=yes --threshold=100 "$work/callgrind.$requests" 2>/dev/null > "$work/annotate.n" || true

@@ -29,3 +29,22 @@ struct DeploymentTests {
         }
     }
 }
+
+@Suite("Deploy/bench: the smoke run")
+struct BenchmarkSmokeTests {
+    @Test("Deploy/bench/serve.sh runs end to end on small sizes: every peer checked, the table written")
+    func serveBenchmark() throws {
+        for tool in ["/usr/bin/wrk", "/usr/sbin/nginx", "/usr/bin/curl"] {
+            #expect(FileManager.default.isExecutableFile(atPath: tool), "\(tool) is not installed: run Deploy/setup.sh deps")
+        }
+        let work = TemporaryDirectory("depot-bench-smoke")
+        defer { work.remove() }
+        let script = DeploymentTests.deploy + "/bench/serve.sh"
+        let result = try Processes.run("/bin/bash", [script, "1", "1", "5", "4"], environment: ["DEPOT_BIN": Processes.depotBinary, "OUT": work.path + "/table.txt"])
+        #expect(result.status == 0, "\(result.stderr)")
+        let table = try String(contentsOfFile: work.path + "/table.txt", encoding: .utf8)
+        for row in ["1 KiB blob             origin", "1 KiB blob             mhd-c", "64 KiB blob            nginx", "manifest (5 packs)", "curl x4"] {
+            #expect(table.contains(row), "\(row)\n\(table)")
+        }
+    }
+}
