@@ -32,14 +32,25 @@ for _ in $(seq 100); do grep -q "depot sync" "$work/serve.log" 2>/dev/null && br
 origin=$(head -1 "$work/serve.log" | sed -E 's/.*listening on ([^,]+),.*/http:\/\/\1/')
 token=$(grep 'export DEPOT_TOKEN=' "$work/serve.log" | sed 's/.*=//')
 app=com.example.dev
-for i in $(seq "$packs"); do
-  printf 'pack %s\n' "$i" | curl -sf -o /dev/null -X PUT --data-binary @- -H "Authorization: Bearer $token" "$origin/v1/apps/$app/packs/p$i"
-done
+# Staging PACKS small packs on one keep-alive connection, then one release of them all, timed.
+stage_start=$(date +%s.%N)
+python3 - "$origin" "$token" "$app" "$packs" <<'PY'
+import http.client, sys, urllib.parse
+url, token, app, n = urllib.parse.urlparse(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+c = http.client.HTTPConnection(url.hostname, url.port)
+for i in range(1, n + 1):
+    c.request("PUT", f"/v1/apps/{app}/packs/p{i}", body=f"pack {i}\n".encode(), headers={"Authorization": "Bearer " + token})
+    r = c.getresponse(); r.read()
+    assert r.status == 202, r.status
+PY
+stage_end=$(date +%s.%N)
 head -c 1024 /dev/urandom > "$work/small"; head -c 65536 /dev/urandom > "$work/medium"; head -c $((big_mib << 20)) /dev/urandom > "$work/big"
 for name in small medium big; do
   curl -sf -o /dev/null -X PUT -T "$work/$name" -H "Authorization: Bearer $token" "$origin/v1/apps/$app/packs/$name"
 done
+release_start=$(date +%s.%N)
 curl -sf -o /dev/null -X POST -H "Authorization: Bearer $token" "$origin/v1/apps/$app/releases"
+release_end=$(date +%s.%N)
 curl -sf -o "$work/manifest.json" "$origin/v1/apps/$app/manifest"
 paths=$(python3 - "$work/manifest.json" <<'PY'
 import base64, json, sys, urllib.parse
@@ -125,14 +136,18 @@ fetch() { # peer count -> seconds for COUNT parallel downloads of the big blob
   end=$(date +%s.%N)
   awk -v a="$start" -v b="$end" 'BEGIN { printf "%.3f", b - a }'
 }
-printf '%-30s %-8s %-18s %s\n' "large object (${big_mib} MiB)" "peer" "GB/s median" "origin / nginx"
+printf '%-30s %-8s %-18s %s\n' "large object (${big_mib} MiB)" "peer" "GB/s median" "origin / peer"
 for count in 1 4; do
-  declare -A speeds=([origin]="" [nginx]="")
+  declare -A speeds=([origin]="" [nginx]="" [mhd-c]="")
   for round in $(seq "$rounds"); do
-    for peer in origin nginx; do t=$(fetch "$peer" "$count"); speeds[$peer]+="$(gbps $((big_size * count)) "$t") "; done
+    for peer in "${peers[@]}"; do t=$(fetch "$peer" "$count"); speeds[$peer]+="$(gbps $((big_size * count)) "$t") "; done
   done
-  o=$(median ${speeds[origin]}); n=$(median ${speeds[nginx]})
-  printf '%-30s %-8s %-18s %s\n' "curl x$count" origin "$o ($(spread ${speeds[origin]}))" "$(ratio "$o" "$n")"
-  printf '%-30s %-8s %-18s\n' "curl x$count" nginx "$n ($(spread ${speeds[nginx]}))"
+  o=$(median ${speeds[origin]})
+  for peer in "${peers[@]}"; do
+    m=$(median ${speeds[$peer]})
+    printf '%-30s %-8s %-18s %s\n' "curl x$count" "$peer" "$m ($(spread ${speeds[$peer]}))" "$([ "$peer" = origin ] && echo "" || ratio "$o" "$m")"
+  done
 done
+echo
+echo "publishing: $packs packs staged by PUT on one connection in $(awk -v a="$stage_start" -v b="$stage_end" 'BEGIN { printf "%.2f", b - a }') s; one release of them all in $(awk -v a="$release_start" -v b="$release_end" 'BEGIN { printf "%.3f", b - a }') s"
 } | tee "$out"
