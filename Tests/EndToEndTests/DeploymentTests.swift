@@ -47,4 +47,15 @@ struct BenchmarkSmokeTests {
             #expect(table.contains(row), "\(row)\n\(table)")
         }
     }
+
+    @Test("Deploy/bench/client.sh runs end to end on a small pack: both pipelines checked, the table written")
+    func clientBenchmark() throws {
+        let work = TemporaryDirectory("depot-bench-client")
+        defer { work.remove() }
+        let script = DeploymentTests.deploy + "/bench/client.sh"
+        let result = try Processes.run("/bin/bash", [script, "8", "1"], environment: ["DEPOT_BIN": Processes.depotBinary, "OUT": work.path + "/table.txt"])
+        #expect(result.status == 0, "\(result.stderr)")
+        let table = try String(contentsOfFile: work.path + "/table.txt", encoding: .utf8)
+        #expect(table.contains("sync (download, verify, decrypt)") && table.contains("ingest (encrypt, hash, upload)"), "\(table)")
+    }
 }

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# The client and the ingest path against sequential peer pipelines, on loopback, interleaved:
+#   sync:   `depot sync` of one pack of SIZE MiB (download, SHA-256, decrypt, install) vs curl to a
+#           file, then `openssl dgst -sha256`, then pack-tool.c decrypting it (fsync), one after another;
+#   ingest: `depot publish` of SIZE MiB vs pack-tool.c encrypting it (fsync), `openssl dgst -sha256`,
+#           and curl uploading the container (to nginx, which discards it), one after another.
+# Both pipelines are checked: the peer's plaintext equals the original, and the origin's pack
+# decrypts with the reference decryptor. Peak resident memory of the depot processes is reported.
+# Prints a table of medians, spreads and ratios; writes it to bench-client.txt (or $OUT).
+#   Deploy/bench/client.sh [SIZE_MIB] [ROUNDS]     (defaults 1024, 3)
+set -euo pipefail
+size_mib=${1:-1024}; rounds=${2:-3}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+out=${OUT:-$root/bench-client.txt}
+cd "$root"
+if [ -z "${DEPOT_BIN:-}" ]; then swift build -c release --product depot >/dev/null 2>&1; fi
+depot=${DEPOT_BIN:-$root/.build/release/depot}
+work=$(mktemp -d /tmp/depot-bench-client.XXXXXX)
+chmod 755 "$work"
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null || true; [ -f "$work/nginx/nginx.pid" ] && kill "$(cat "$work/nginx/nginx.pid")" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$work"' EXIT
+cc -O2 -o "$work/pack-tool" Deploy/bench/pack-tool.c $(pkg-config --cflags --libs libcrypto)
+
+"$depot" serve --data "$work/data" --listen 127.0.0.1:0 --threads 2 --log-level warning > "$work/serve.log" 2>/dev/null &
+pids+=($!)
+for _ in $(seq 100); do grep -q "depot sync" "$work/serve.log" 2>/dev/null && break; sleep 0.1; done
+origin=$(head -1 "$work/serve.log" | sed -E 's/.*listening on ([^,]+),.*/http:\/\/\1/')
+token=$(grep 'export DEPOT_TOKEN=' "$work/serve.log" | sed 's/.*=//')
+app=com.example.dev
+"$depot" keys export --data "$work/data" --app $app > "$work/client.json"
+read -r key_id key_hex < <(python3 -c 'import json,sys,base64; k=json.load(open(sys.argv[1]))["packKeys"]; i=sorted(k)[0]; print(i, base64.b64decode(k[i]).hex())' "$work/client.json")
+head -c $((size_mib << 20)) /dev/urandom > "$work/pack.bin"
+
+# An nginx that takes an upload and discards it: the ingest pipeline's destination.
+nginx_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+mkdir -p "$work/nginx"
+cat > "$work/nginx/nginx.conf" <<CONF
+worker_processes 2; user root; pid $work/nginx/nginx.pid; error_log $work/nginx/error.log;
+events { worker_connections 256; }
+http { access_log off; client_body_temp_path $work/nginx/body;
+  server { listen 127.0.0.1:$nginx_port; client_max_body_size 0; location / { client_body_buffer_size 1m; proxy_request_buffering off; return 204; } } }
+CONF
+nginx -c "$work/nginx/nginx.conf" -p "$work/nginx"
+
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
+peak_rss() { awk '/VmHWM/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status" 2>/dev/null || echo "?"; }
+median() { printf '%s\n' "$@" | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
+spread() { printf '%s\n' "$@" | sort -n | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%s–%s", lo, hi }'; }
+
+# Ingest first (it also puts the pack on the origin for the sync rounds).
+ingest_depot=(); ingest_peer=(); publish_rss=()
+for round in $(seq "$rounds"); do
+  sync; t0=$(now)
+  "$depot" publish "$work/pack.bin" --server "$origin" --app $app --pack big --token "$token" --release --quiet > /dev/null &
+  p=$!; rss=0; while kill -0 $p 2>/dev/null; do r=$(peak_rss $p); rss=$r; sleep 0.1; done; wait $p
+  t1=$(now); ingest_depot+=("$(elapsed "$t0" "$t1")"); publish_rss+=("$rss")
+  rm -f "$work/peer.pack"; sync; t0=$(now)
+  "$work/pack-tool" encrypt "$work/pack.bin" "$work/peer.pack" "$key_id" "$key_hex"
+  openssl dgst -sha256 "$work/peer.pack" > /dev/null
+  curl -sf -o /dev/null -T "$work/peer.pack" "http://127.0.0.1:$nginx_port/upload"
+  t1=$(now); ingest_peer+=("$(elapsed "$t0" "$t1")")
+  head -c 17 /dev/urandom >> "$work/pack.bin"   # new content each round, so each publish stores a new pack
+done
+
+read -r blob size sha < <(curl -sf "$origin/v1/apps/$app/manifest" | python3 -c 'import sys,json,base64; m=json.loads(base64.b64decode(json.load(sys.stdin)["payload"])); p=[p for p in m["packs"] if p["id"]=="big"][0]; print(p["url"], p["size"], p["sha256"])')
+# The origin's pack decrypts with the reference decryptor to what depot sync installs.
+curl -sf -o "$work/check.pack" "$blob"
+"$work/pack-tool" decrypt "$work/check.pack" "$work/check.bin" "$key_id" "$key_hex"
+sync_depot=(); sync_peer=(); sync_rss=()
+for round in $(seq "$rounds"); do
+  rm -rf "$work/dest"; sync; t0=$(now)
+  "$depot" sync --server "$origin" --app $app --config "$work/client.json" --dest "$work/dest" --quiet > /dev/null &
+  p=$!; rss=0; while kill -0 $p 2>/dev/null; do r=$(peak_rss $p); rss=$r; sleep 0.1; done; wait $p
+  t1=$(now); sync_depot+=("$(elapsed "$t0" "$t1")"); sync_rss+=("$rss")
+  cmp -s "$work/dest/packs/big" "$work/check.bin" || { echo "depot sync installed other bytes" >&2; exit 1; }
+  rm -f "$work/peer.pack" "$work/peer.bin"; sync; t0=$(now)
+  curl -sf -o "$work/peer.pack" "$blob"
+  [ "$(openssl dgst -sha256 -r "$work/peer.pack" | cut -d' ' -f1)" = "$sha" ] || { echo "curl got other bytes" >&2; exit 1; }
+  "$work/pack-tool" decrypt "$work/peer.pack" "$work/peer.bin" "$key_id" "$key_hex"
+  t1=$(now); sync_peer+=("$(elapsed "$t0" "$t1")")
+done
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+{
+echo "AssetDepot client and ingest benchmark, $(date -u +%Y-%m-%d), $(nproc) cores; ${size_mib} MiB, $rounds interleaved rounds"
+echo
+printf '%-34s %-22s %-22s %-12s %s\n' "path" "depot s, median (spread)" "peer pipeline s" "depot/peer" "depot peak RSS MiB"
+printf '%-34s %-22s %-22s %-12s %s\n' "sync (download, verify, decrypt)" "$(median "${sync_depot[@]}") ($(spread "${sync_depot[@]}"))" \
+  "$(median "${sync_peer[@]}") ($(spread "${sync_peer[@]}"))" "$(ratio "$(median "${sync_depot[@]}")" "$(median "${sync_peer[@]}")")" "$(median "${sync_rss[@]}")"
+printf '%-34s %-22s %-22s %-12s %s\n' "ingest (encrypt, hash, upload)" "$(median "${ingest_depot[@]}") ($(spread "${ingest_depot[@]}"))" \
+  "$(median "${ingest_peer[@]}") ($(spread "${ingest_peer[@]}"))" "$(ratio "$(median "${ingest_depot[@]}")" "$(median "${ingest_peer[@]}")")" "$(median "${publish_rss[@]}")"
+} | tee "$out"

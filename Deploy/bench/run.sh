@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The benchmark suite, one command: builds the release binary, then runs, each on loopback with
+# its peers started and checked by the script itself,
+#   serve.sh              origin vs nginx vs plain-C libmicrohttpd: small objects, the manifest of
+#                         a 1,000-pack release, a 1 GiB blob alone and 4 at once; staging and releasing
+#   client.sh             depot sync and depot publish of 1 GiB vs sequential peer pipelines, peak RSS
+#   callgrind-request.sh  instructions per 1 KiB blob GET, origin vs the C server, by function
+# and writes everything to Deploy/bench/results.txt (takes about 10 minutes on 2 cores).
+#   Deploy/bench/run.sh
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+cd "$here/../.."
+swift build -c release --product depot >/dev/null 2>&1
+results="$here/results.txt"
+{
+  OUT=/dev/null "$here/serve.sh" 3 5 1000 1024
+  echo
+  OUT=/dev/null "$here/client.sh" 1024 3
+  echo
+  "$here/callgrind-request.sh" 2000 | head -4
+} 2>&1 | grep -v -e "^warning: 'zipfoundation'" -e PrivacyInfo | tee "$results"
