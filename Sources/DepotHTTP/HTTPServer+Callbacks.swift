@@ -16,6 +16,11 @@ final class RequestState {
     var pending: HTTPResponse?
     var receiver: (any HTTPBodyReceiver)?
     var finished = false
+    /// A refusal made in the middle of a body, sent once the rest of the body has been read
+    /// (and thrown away): queued at once, libmicrohttpd 0.9.75 closes with the client's bytes
+    /// unread, and the reset loses the answer on its way.
+    var refusal: HTTPResponse?
+    var discarded: Int64 = 0
     // What the exchange record reports.
     var method = ""
     var path: String
@@ -117,15 +122,28 @@ let accessHandlerCallback: @convention(c) (
     if uploadDataSize.pointee > 0 {
         let count = uploadDataSize.pointee
         uploadDataSize.pointee = 0
+        if var refusal = state.refusal {
+            // Past the drain limit, answer now and close: the client may not read it.
+            state.discarded += Int64(count)
+            guard state.discarded > refusalDrainLimit else { return .YES }
+            state.refusal = nil
+            refusal.closeConnection = true
+            return queue(refusal, for: state, on: connection)
+        }
         guard let receiver = state.receiver, !state.finished else { return .YES }
         if let early = receiver.receive(UnsafeRawBufferPointer(start: uploadData, count: count)) {
             state.finished = true
             receiver.abort()
-            var response = early
-            response.closeConnection = true
-            return queue(response, for: state, on: connection)
+            state.refusal = early
+            return .YES
         }
         return .YES
+    }
+
+    if let refusal = state.refusal {
+        // The body is over: the refusal goes out on a connection that stays usable.
+        state.refusal = nil
+        return queue(refusal, for: state, on: connection)
     }
 
     if let response = state.pending {
@@ -139,6 +157,10 @@ let accessHandlerCallback: @convention(c) (
     }
     return .YES
 }
+
+/// How much of a refused body is read and thrown away so that the refusal reaches the client;
+/// past it the answer goes at once and the connection closes.
+let refusalDrainLimit: Int64 = 256 << 20
 
 /// Hands a response to libmicrohttpd. The response's file descriptor, if any, passes to MHD.
 private func queue(_ response: HTTPResponse, for state: RequestState, on connection: OpaquePointer) -> MHD_Result {

@@ -27,8 +27,8 @@ enum ErrorResponse {
         case .gone: 410
         case .tooLarge: 413
         case .unprocessable: 422
-        // A full disk is the client's to retry later with less (see the README's status table).
-        case .noSpace: 413
+        // 507 Insufficient Storage: nothing was stored, the same request may succeed later.
+        case .noSpace: 507
         case .failure: 500
         }
     }

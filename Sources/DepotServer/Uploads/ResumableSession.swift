@@ -75,7 +75,13 @@ final class ResumableSession {
     @discardableResult
     func finish() throws -> ResumableState {
         defer { end() }
-        try commit()
+        do {
+            try commit()
+        } catch {
+            // Not committed: the bytes go, so a full disk gets its space back at once.
+            try? file.truncate(to: state.containerLength)
+            throw error
+        }
         guard state.offset == state.length else { return state }
         try encryptor.sealFinal()
         try file.sync()
@@ -100,19 +106,23 @@ final class ResumableSession {
     func abandon(keepReceived: Bool) {
         guard !ended else { return }
         if keepReceived { try? commit() }
+        // Whatever is not committed goes now, so a failed request (a full disk) gives its space back.
+        try? file.truncate(to: state.containerLength)
         end()
     }
 
-    /// Makes the received bytes durable and records the new offset.
+    /// Makes the received bytes durable and records the new offset; nothing changes if it fails.
     private func commit() throws {
         try file.sync()
-        state.offset += received
+        var next = state
+        next.offset += received
+        next.sealedSegments = encryptor.sealedSegments
+        next.containerLength = try file.size()
+        next.tail = try tail.seal(encryptor.pendingPlaintext)
+        next.expires = Date().addingTimeInterval(expiry)
+        try uploads.save(next)
+        state = next
         received = 0
-        state.sealedSegments = encryptor.sealedSegments
-        state.containerLength = try file.size()
-        state.tail = try tail.seal(encryptor.pendingPlaintext)
-        state.expires = Date().addingTimeInterval(expiry)
-        try uploads.save(state)
     }
 
     private func end() {
