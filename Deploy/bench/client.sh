@@ -81,6 +81,7 @@ for round in $(seq "$rounds"); do
   t1=$(now); sync_peer+=("$(elapsed "$t0" "$t1")")
 done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+origin_peak=$(peak_rss "${pids[0]}")
 {
 echo "AssetDepot client and ingest benchmark, $(date -u +%Y-%m-%d), $(nproc) cores; ${size_mib} MiB, $rounds interleaved rounds"
 echo
@@ -89,4 +90,5 @@ printf '%-34s %-22s %-22s %-12s %s\n' "sync (download, verify, decrypt)" "$(medi
   "$(median "${sync_peer[@]}") ($(spread "${sync_peer[@]}"))" "$(ratio "$(median "${sync_depot[@]}")" "$(median "${sync_peer[@]}")")" "$(median "${sync_rss[@]}")"
 printf '%-34s %-22s %-22s %-12s %s\n' "ingest (encrypt, hash, upload)" "$(median "${ingest_depot[@]}") ($(spread "${ingest_depot[@]}"))" \
   "$(median "${ingest_peer[@]}") ($(spread "${ingest_peer[@]}"))" "$(ratio "$(median "${ingest_depot[@]}")" "$(median "${ingest_peer[@]}")")" "$(median "${publish_rss[@]}")"
+echo "origin peak RSS over the whole run (ingesting and serving ${size_mib} MiB packs): $origin_peak MiB"
 } | tee "$out"

@@ -149,5 +149,15 @@ for count in 1 4; do
   done
 done
 echo
+# Memory: the origin's peak resident set while CLIENTS curls download the big blob at once.
+clients=${CLIENTS:-100}
+origin_pid=${pids[0]}
+before=$(awk '/VmHWM/ { print $2 }' /proc/$origin_pid/status)
+start=$(date +%s.%N)
+for _ in $(seq "$clients"); do curl -sf -o /dev/null "$origin$big" & done
+wait
+end=$(date +%s.%N)
+peak=$(awk '/VmHWM/ { printf "%.1f", $2 / 1024 }' /proc/$origin_pid/status)
+echo "memory: origin peak RSS $peak MiB with $clients curls downloading the ${big_mib} MiB blob at once ($(awk -v a="$start" -v b="$end" -v s="$big_size" -v n="$clients" 'BEGIN { printf "%.2f", s * n / (b - a) / 1e9 }') GB/s in all; peak before: $(awk -v k="$before" 'BEGIN { printf "%.1f", k / 1024 }') MiB)"
 echo "publishing: $packs packs staged by PUT on one connection in $(awk -v a="$stage_start" -v b="$stage_end" 'BEGIN { printf "%.2f", b - a }') s; one release of them all in $(awk -v a="$release_start" -v b="$release_end" 'BEGIN { printf "%.3f", b - a }') s"
 } | tee "$out"
