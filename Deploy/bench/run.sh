@@ -11,6 +11,12 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here/../.."
+missing=()
+for tool in nginx wrk curl bc valgrind openssl cc; do command -v $tool >/dev/null || missing+=("$tool"); done
+[ -x /usr/bin/time ] || missing+=(time)
+if ((${#missing[@]})); then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light wrk curl bc valgrind openssl gcc time >/dev/null
+fi
 swift build -c release --product depot >/dev/null 2>&1
 results="$here/results.txt"
 {
