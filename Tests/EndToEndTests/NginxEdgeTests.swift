@@ -41,24 +41,18 @@ final class NginxEdge {
         throw POSIXError(.EADDRINUSE)
     }
 
-    static func canBind(_ host: String, _ port: UInt16) -> Bool {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = port.bigEndian
-        address.sin_addr.s_addr = inet_addr(host)
-        return withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } } == 0
-    }
+    static func canBind(_ host: String, _ port: UInt16) -> Bool { withSocket(host, port) { bind($0, $1, $2) } == 0 }
+    static func canConnect(_ host: String, _ port: UInt16) -> Bool { withSocket(host, port) { Glibc.connect($0, $1, $2) } == 0 }
 
-    static func canConnect(_ host: String, _ port: UInt16) -> Bool {
+    /// Runs `call` on a new TCP socket and the address `host`:`port`, then closes the socket.
+    private static func withSocket(_ host: String, _ port: UInt16, _ call: (Int32, UnsafePointer<sockaddr>, socklen_t) -> Int32) -> Int32 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(fd) }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = port.bigEndian
         address.sin_addr.s_addr = inet_addr(host)
-        return withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } } == 0
+        return withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { call(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
     }
 
     /// Starts nginx on `address`:`port` in front of the origin at 127.0.0.1:`originPort`; with
