@@ -32,7 +32,7 @@ struct StagingTests {
             let manifest = try liveManifest(origin)
             #expect(manifest.version == 1 && manifest.packs.map(\.id) == ["a", "b"])
             #expect(manifest[pack: "b"]?.policy == .essential)
-            #expect(!FileSystem.exists(origin.data.path + "/apps/\(origin.app)/staging.json"))
+            #expect(FileSystem.contents(of: origin.data.path + "/apps/\(origin.app)/staging").isEmpty, "the draft is spent")
 
             let empty = try post(origin, "/v1/apps/\(origin.app)/releases")
             #expect(empty.status == 409 && empty.bodyText.contains("nothing_staged"))
@@ -134,14 +134,28 @@ struct StagingTests {
 
 @Suite("Crash recovery of releases and drafts")
 struct CrashRecoveryTests {
-    @Test("A draft left by a crash after its release went live does not delete the live blob when released again")
-    func staleDraft() async throws {
-        try await withServer { origin in
-            #expect(try upload(origin, pack: "a", [1, 2, 3]).status == 201)
-            let live = try liveManifest(origin)
+    @Test("A draft left by a crash after its release went live does not delete the live blob when released again (either draft format)",
+          arguments: [false, true])
+    func staleDraft(legacyFormat: Bool) async throws {
+        try await withServer { first in
+            #expect(try upload(first, pack: "a", [1, 2, 3]).status == 201)
+            let live = try liveManifest(first)
+            first.server.stop()
             // The crash: the draft still names the pack that is now live.
-            let draft = "{\"removals\":[],\"upserts\":{\"a\":" + String(decoding: try JSONEncoder().encode(live[pack: "a"]!), as: UTF8.self) + "}}"
-            try FileSystem.writeAtomically(Array(draft.utf8), to: origin.data.path + "/apps/\(origin.app)/staging.json")
+            let entry = String(decoding: try JSONEncoder().encode(live[pack: "a"]!), as: UTF8.self)
+            let app = first.data.path + "/apps/\(first.app)"
+            if legacyFormat {
+                try FileSystem.writeAtomically(Array("{\"removals\":[],\"upserts\":{\"a\":\(entry)}}".utf8), to: app + "/staging.json")
+            } else {
+                try FileSystem.createDirectory(app + "/staging")
+                try FileSystem.writeAtomically(Array("{\"upsert\":\(entry)}".utf8), to: app + "/staging/a.json")
+            }
+            let server = try startServer(dataPath: first.data.path)
+            defer { server.stop() }
+            let origin = TestOrigin(server: server, data: first.data, app: first.app, token: first.token)
+            let draft = try request(origin, "GET", "/v1/apps/\(origin.app)/staging", headers: ["Authorization: Bearer \(origin.token)"])
+            #expect(draft.bodyText.contains("\"changed\" : [\n    \"a\"\n  ]"), "the draft is read back: \(draft.bodyText)")
+            #expect(!FileSystem.exists(app + "/staging.json"), "the first format is converted")
             let response = try post(origin, "/v1/apps/\(origin.app)/releases")
             #expect(response.status == 200 && response.bodyText.contains("\"changed\" : false"))
             let blob = try request(origin, "GET", "/v1/apps/\(origin.app)/blobs/\(live[pack: "a"]!.sha256)")
@@ -272,14 +286,15 @@ struct InterruptedPublishTests {
         var server = try startServer(dataPath: data.path)
         #expect(try put(server.port, "a", 1, query: "?release=true") == 201)
         #expect(try put(server.port, "b", 2, query: "") == 202)
-        let draft = try FileSystem.readFile(data.path + "/apps/\(app)/staging.json")
+        let draftFile = data.path + "/apps/\(app)/staging/b.json"
+        let draft = try FileSystem.readFile(draftFile)
         let release = "POST /v1/apps/\(app)/releases HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\nConnection: close\r\n\r\n"
         #expect(try RawHTTP.send(port: server.port, release).first?.status == 201)
         server.stop()
 
         // Back to what the crash left: the pointer at 1, the draft of release 2 still there.
         try FileSystem.writeAtomically(Array("1\n".utf8), to: data.path + "/apps/\(app)/current")
-        try FileSystem.writeAtomically(draft, to: data.path + "/apps/\(app)/staging.json")
+        try FileSystem.writeAtomically(draft, to: draftFile)
         let manifest = try Envelope.decode(FileSystem.readFile(data.path + "/apps/\(app)/releases/000002.json"))
             .verifiedManifest(trusting: AppStore(folder: DataFolder(data.path)).clientConfiguration(app).trustedKeys())
         let blob = try #require(manifest[pack: "b"]).sha256

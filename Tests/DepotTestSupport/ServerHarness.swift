@@ -11,6 +11,10 @@ public struct TestOrigin: Sendable {
     public let app: String
     public let token: String
 
+    public init(server: DepotServer, data: TemporaryDirectory, app: String, token: String) {
+        (self.server, self.data, self.app, self.token) = (server, data, app, token)
+    }
+
     public var port: UInt16 { server.port }
     public var baseURL: URL { URL(string: "http://127.0.0.1:\(server.port)")! }
 

@@ -30,12 +30,15 @@ struct CrashTests {
             let live = Int(String(decoding: pointer, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1
             #expect(FileSystem.exists(releases + "/" + String(format: "%06d.json", live)), "current names release \(live), which is missing")
         }
-        if let draft = try? FileSystem.readFile(data + "/apps/\(app)/staging.json") {
-            struct Draft: Decodable { var upserts: [String: PackEntry] }
-            for (id, entry) in try JSONDecoder().decode(Draft.self, from: Data(draft)).upserts {
-                #expect(FileSystem.fileSize(data + "/blobs/\(entry.sha256.prefix(2))/\(entry.sha256)") == entry.size,
-                        "the draft's \(id) references a missing or partial blob")
-            }
+        // The draft: a file per staged pack.
+        struct Change: Decodable { var upsert: PackEntry? }
+        let staged = FileSystem.contents(of: data + "/apps/\(app)/staging").filter { $0.hasSuffix(".json") && !$0.hasPrefix(".") }
+        let entries = try staged.compactMap { name in
+            try JSONDecoder().decode(Change.self, from: Data(FileSystem.readFile(data + "/apps/\(app)/staging/" + name))).upsert.map { (name, $0) }
+        }
+        for (id, entry) in entries {
+            #expect(FileSystem.fileSize(data + "/blobs/\(entry.sha256.prefix(2))/\(entry.sha256)") == entry.size,
+                    "the draft's \(id) references a missing or partial blob")
         }
         // Only resumable uploads survive a restart, each cut back to what its state records.
         struct UploadState: Decodable { var offset: Int64; var length: Int64; var containerLength: Int64; var result: String? }
@@ -51,7 +54,7 @@ struct CrashTests {
                 #expect(FileSystem.contents(of: folder) == ["state.json"])
             }
         }
-        for folder in [data, data + "/apps/\(app)", releases, data + "/keys"] + FileSystem.contents(of: data + "/blobs").map({ data + "/blobs/" + $0 }) {
+        for folder in [data, data + "/apps/\(app)", data + "/apps/\(app)/staging", releases, data + "/keys"] + FileSystem.contents(of: data + "/blobs").map({ data + "/blobs/" + $0 }) {
             #expect(!FileSystem.contents(of: folder).contains { $0.hasPrefix(".tmp-") }, "temporary file left in \(folder)")
         }
         return newest

@@ -9,7 +9,7 @@ import Foundation
 /// apps/<app>/app.json      settings
 /// apps/<app>/releases/NNNNNN.json   signed envelopes, immutable
 /// apps/<app>/current       the live release number
-/// apps/<app>/staging.json  the draft of the next release
+/// apps/<app>/staging/      the draft of the next release, a file per staged pack
 /// uploads/                 uploads in progress, never served
 /// keys/                    0700: pack master keys (<app>.json), manifest signing key
 /// tokens.json              publish tokens as SHA-256 hashes
@@ -36,6 +36,7 @@ public struct DataFolder: Sendable {
     func currentPointer(_ id: String) -> String { app(id) + "/current" }
     func head(_ id: String) -> String { app(id) + "/head" }
     func channels(_ id: String) -> String { app(id) + "/channels" }
+    /// The draft's first format, one file, converted on first read (``DraftStore``).
     func staging(_ id: String) -> String { app(id) + "/staging.json" }
     func packKeys(_ id: String) -> String { keys + "/" + id + ".json" }
     func blob(_ sha256: String) -> String { blobs + "/" + sha256.prefix(2) + "/" + sha256 }
@@ -89,6 +90,7 @@ public struct DataFolder: Sendable {
             removed += FileSystem.removeTemporaryFiles(in: self.app(app))
             removed += FileSystem.removeTemporaryFiles(in: releases(app))
             removed += FileSystem.removeTemporaryFiles(in: channels(app))
+            removed += FileSystem.removeTemporaryFiles(in: self.app(app) + "/staging")
         }
         return removed
     }

@@ -25,12 +25,14 @@ public final class ReleaseStore: Sendable {
     let apps: AppStore
     private let publishLock = Mutex(())
     private let live = Mutex<[String: LiveManifest]>([:])
+    private let drafts: DraftStore
     /// How long a signed manifest stays valid.
     let manifestLifetime: TimeInterval
 
     init(folder: DataFolder, apps: AppStore, manifestLifetime: TimeInterval) {
         self.folder = folder
         self.apps = apps
+        drafts = DraftStore(folder: folder)
         self.manifestLifetime = manifestLifetime
     }
 
@@ -207,10 +209,7 @@ public final class ReleaseStore: Sendable {
     }
 
     /// The staged changes of an app.
-    func staging(_ app: String) throws -> Staging {
-        guard FileSystem.exists(folder.staging(app)) else { return Staging() }
-        return try StoredJSON.read(Staging.self, from: folder.staging(app))
-    }
+    func staging(_ app: String) throws -> Staging { try drafts.draft(app) }
 
     /// Changes the staged draft, under the publish lock; returns the packs of `channel` it was staged against.
     @discardableResult
@@ -224,14 +223,7 @@ public final class ReleaseStore: Sendable {
         }
     }
 
-    private func saveStaging(_ app: String, _ staging: Staging) throws {
-        if staging.isEmpty {
-            FileSystem.remove(folder.staging(app))
-            try FileSystem.syncDirectory(folder.app(app))
-        } else {
-            try StoredJSON.write(staging, to: folder.staging(app))
-        }
-    }
+    private func saveStaging(_ app: String, _ staging: Staging) throws { try drafts.save(app, staging) }
 
     /// Publishes the staged changes as the next release and empties the draft. `base`, when
     /// given, must be the live version: a publisher that raced another gets ``DepotError`` 409.
