@@ -6,7 +6,7 @@
 #   client.sh             depot sync and depot publish of 1 GiB vs sequential peer pipelines, peak RSS
 #   callgrind-request.sh  instructions per 1 KiB blob GET, origin vs the C server, by function
 #   ../bench-memory.sh    peak RSS of the origin ingesting 4 GiB, depot publish and depot sync of 4 GiB
-# and writes everything to Deploy/bench/results.txt (takes about 12 minutes on 2 cores).
+# and writes everything to Deploy/bench/results.txt (takes about 14 minutes on 2 cores).
 #   Deploy/bench/run.sh
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -20,7 +20,10 @@ fi
 swift build -c release --product depot >/dev/null 2>&1
 results="$here/results.txt"
 {
-  OUT=/dev/null "$here/serve.sh" 3 5 1000 1024
+  OUT=/dev/null FILL=100000 "$here/serve.sh" 3 5 1000 1024
+  echo
+  echo "a 10,000-pack release:"
+  OUT=/dev/null CLIENTS=4 "$here/serve.sh" 1 1 10000 16 | tail -1
   echo
   OUT=/dev/null "$here/client.sh" 1024 3
   echo

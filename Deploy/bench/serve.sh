@@ -159,5 +159,21 @@ wait
 end=$(date +%s.%N)
 peak=$(awk '/VmHWM/ { printf "%.1f", $2 / 1024 }' /proc/$origin_pid/status)
 echo "memory: origin peak RSS $peak MiB with $clients curls downloading the ${big_mib} MiB blob at once ($(awk -v a="$start" -v b="$end" -v s="$big_size" -v n="$clients" 'BEGIN { printf "%.2f", s * n / (b - a) / 1e9 }') GB/s in all; peak before: $(awk -v k="$before" 'BEGIN { printf "%.1f", k / 1024 }') MiB)"
+# Store size: the 1 KiB blob again once the store holds FILL more blobs (files named as blobs,
+# never served), origin only, interleaved with the same number of rounds.
+fill=${FILL:-0}
+if [ "$fill" -gt 0 ]; then
+  small_before=$(wrk_once origin "$small" | cut -d' ' -f1)
+  python3 - "$work/data/blobs" "$fill" <<'PY'
+import os, sys
+root, n = sys.argv[1], int(sys.argv[2])
+for i in range(n):
+    name = os.urandom(32).hex()
+    os.makedirs(os.path.join(root, name[:2]), exist_ok=True)
+    with open(os.path.join(root, name[:2], name), "wb") as f: f.write(b"filler")
+PY
+  small_after=$(wrk_once origin "$small" | cut -d' ' -f1)
+  echo "store size: 1 KiB blob at $small_before req/s with $((packs + 3)) blobs, $small_after req/s with $((packs + 3 + fill)) ($(ratio "$small_after" "$small_before"))"
+fi
 echo "publishing: $packs packs staged by PUT on one connection in $(awk -v a="$stage_start" -v b="$stage_end" 'BEGIN { printf "%.2f", b - a }') s; one release of them all in $(awk -v a="$release_start" -v b="$release_end" 'BEGIN { printf "%.3f", b - a }') s"
 } | tee "$out"
