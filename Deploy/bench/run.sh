@@ -27,7 +27,7 @@ results="$here/results.txt"
   echo
   OUT=/dev/null "$here/client.sh" 1024 3
   echo
-  "$here/callgrind-request.sh" 2000 | head -4
+  "$here/callgrind-request.sh" 2000 | sed -n 1,4p
   echo
   "$here/../bench-memory.sh" 4096
 } 2>&1 | grep -v -e "^warning: 'zipfoundation'" -e PrivacyInfo | tee "$results"
