@@ -55,33 +55,39 @@ public enum PackDecryptor {
         let cipher = try AES256GCM(key: header.dataKey(master: master))
         let (plaintextSize, segments) = try header.layout(containerSize: size)
 
-        let containerHash = SHA256Hasher()
-        containerHash.update(encodedHeader)
+        // The container's SHA-256 on the other core, while this one decrypts the same bytes: two
+        // buffers, so that the next segment is read while the previous one is still being hashed.
+        let containerHash = BackgroundHasher(prefix: encodedHeader)
         let plaintextHash = SHA256Hasher()
         let segmentSize = Int(header.segmentSize)
         let record = segmentSize + AES256GCM.tagSize
-        var sealed = [UInt8](repeating: 0, count: record)
+        let buffers = [UnsafeMutableRawBufferPointer.allocate(byteCount: record, alignment: 64),
+                       UnsafeMutableRawBufferPointer.allocate(byteCount: record, alignment: 64)]
+        defer {
+            containerHash.stop()
+            buffers.forEach { $0.deallocate() }
+        }
         var plain = [UInt8](repeating: 0, count: segmentSize)
         var offset = Int64(headerSize)
         for index in 0..<Int(segments) {
             let isLast = index == Int(segments) - 1
             let count = isLast ? Int(size - offset) : record
-            let got = try sealed.withUnsafeMutableBytes { try source.read(into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<count]), at: offset) }
+            // This buffer was hashed two segments ago, and submit() below waited for that.
+            let sealed = UnsafeMutableRawBufferPointer(rebasing: buffers[index % 2][0..<count])
+            let got = try source.read(into: sealed, at: offset)
             guard got == count else { throw PackError.truncated("the file shrank while it was read") }
+            containerHash.submit(UnsafeRawBufferPointer(sealed))
             let nonce = header.nonce(segment: UInt32(index), final: isLast)
             do {
-                try sealed.withUnsafeBytes { s in
-                    try plain.withUnsafeMutableBytes { p in
-                        try cipher.open(UnsafeRawBufferPointer(rebasing: s[0..<count]), nonce: nonce, aad: encodedHeader, into: p)
-                    }
+                try plain.withUnsafeMutableBytes { p in
+                    try cipher.open(UnsafeRawBufferPointer(sealed), nonce: nonce, aad: encodedHeader, into: p)
                 }
             } catch {
                 throw classify(
-                    failedSegment: index, of: Int(segments), sealed: Array(sealed[0..<count]), header: header,
+                    failedSegment: index, of: Int(segments), sealed: Array(sealed), header: header,
                     encodedHeader: encodedHeader, cipher: cipher, source: source, headerSize: headerSize, size: size
                 )
             }
-            sealed.withUnsafeBytes { containerHash.update(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
             try plain.withUnsafeBytes { p in
                 let text = UnsafeRawBufferPointer(rebasing: p[0..<(count - AES256GCM.tagSize)])
                 plaintextHash.update(text)
