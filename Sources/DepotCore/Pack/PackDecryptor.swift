@@ -55,19 +55,20 @@ public enum PackDecryptor {
         let cipher = try AES256GCM(key: header.dataKey(master: master))
         let (plaintextSize, segments) = try header.layout(containerSize: size)
 
-        // The container's SHA-256 on the other core, while this one decrypts the same bytes: two
-        // buffers, so that the next segment is read while the previous one is still being hashed.
+        // Both SHA-256s on threads of their own, while this one reads, decrypts and hands out the
+        // same bytes: two buffers of each, so that the next segment goes on while the previous
+        // one is still being hashed.
         let containerHash = BackgroundHasher(prefix: encodedHeader)
-        let plaintextHash = SHA256Hasher()
+        let plaintextHash = BackgroundHasher(prefix: [])
         let segmentSize = Int(header.segmentSize)
         let record = segmentSize + AES256GCM.tagSize
-        let buffers = [UnsafeMutableRawBufferPointer.allocate(byteCount: record, alignment: 64),
-                       UnsafeMutableRawBufferPointer.allocate(byteCount: record, alignment: 64)]
+        let buffers = (0..<2).map { _ in UnsafeMutableRawBufferPointer.allocate(byteCount: record, alignment: 64) }
+        let plains = (0..<2).map { _ in UnsafeMutableRawBufferPointer.allocate(byteCount: max(segmentSize, 1), alignment: 64) }
         defer {
             containerHash.stop()
-            buffers.forEach { $0.deallocate() }
+            plaintextHash.stop()
+            (buffers + plains).forEach { $0.deallocate() }
         }
-        var plain = [UInt8](repeating: 0, count: segmentSize)
         var offset = Int64(headerSize)
         for index in 0..<Int(segments) {
             let isLast = index == Int(segments) - 1
@@ -78,21 +79,18 @@ public enum PackDecryptor {
             guard got == count else { throw PackError.truncated("the file shrank while it was read") }
             containerHash.submit(UnsafeRawBufferPointer(sealed))
             let nonce = header.nonce(segment: UInt32(index), final: isLast)
+            let plain = plains[index % 2]
             do {
-                try plain.withUnsafeMutableBytes { p in
-                    try cipher.open(UnsafeRawBufferPointer(sealed), nonce: nonce, aad: encodedHeader, into: p)
-                }
+                try cipher.open(UnsafeRawBufferPointer(sealed), nonce: nonce, aad: encodedHeader, into: plain)
             } catch {
                 throw classify(
                     failedSegment: index, of: Int(segments), sealed: Array(sealed), header: header,
                     encodedHeader: encodedHeader, cipher: cipher, source: source, headerSize: headerSize, size: size
                 )
             }
-            try plain.withUnsafeBytes { p in
-                let text = UnsafeRawBufferPointer(rebasing: p[0..<(count - AES256GCM.tagSize)])
-                plaintextHash.update(text)
-                try sink(text)
-            }
+            let text = UnsafeRawBufferPointer(rebasing: plain[0..<(count - AES256GCM.tagSize)])
+            plaintextHash.submit(text)
+            try sink(text)
             offset += Int64(count)
         }
         return PackSummary(
