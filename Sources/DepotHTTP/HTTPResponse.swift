@@ -10,6 +10,8 @@ public struct HTTPResponse: Sendable {
         case empty
         /// Bytes copied to libmicrohttpd.
         case bytes([UInt8])
+        /// A range of bytes that many responses share without a copy (a live manifest).
+        case shared(SharedBytes, offset: Int, length: Int)
         /// A region of an open file, sent with sendfile.
         case file(FileRegion)
     }
@@ -38,6 +40,7 @@ public struct HTTPResponse: Sendable {
         switch body {
         case .empty: return 0
         case .bytes(let bytes): return Int64(bytes.count)
+        case .shared(_, _, let length): return Int64(length)
         case .file(let region): return region.length
         }
     }
@@ -83,6 +86,26 @@ public struct HTTPResponse: Sendable {
         let hex = Swift.String(value, radix: 16)
         return "\\u" + Swift.String(repeating: "0", count: 4 - hex.count) + hex
     }
+}
+
+/// Immutable bytes in memory of their own, which libmicrohttpd sends from directly: each
+/// response holds a reference until libmicrohttpd is done with it, so a large body served
+/// many times at once is not copied once per request.
+public final class SharedBytes: @unchecked Sendable {
+    // @unchecked: owns raw memory, written once in init and only read afterwards.
+    let storage: UnsafeMutableRawBufferPointer
+
+    public init(_ bytes: [UInt8]) {
+        let storage = UnsafeMutableRawBufferPointer.allocate(byteCount: max(bytes.count, 1), alignment: 16)
+        bytes.withUnsafeBytes { storage.copyMemory(from: $0) }
+        self.storage = storage
+        count = bytes.count
+    }
+
+    /// The number of bytes.
+    public let count: Int
+
+    deinit { storage.deallocate() }
 }
 
 /// A byte range of an open file, owned until libmicrohttpd takes the descriptor.

@@ -158,6 +158,11 @@ let accessHandlerCallback: @convention(c) (
     return .YES
 }
 
+/// Releases the reference a response held on its ``SharedBytes``.
+let releaseSharedBytes: @convention(c) (UnsafeMutableRawPointer?) -> Void = { owner in
+    if let owner { Unmanaged<SharedBytes>.fromOpaque(owner).release() }
+}
+
 /// How much of a refused body is read and thrown away so that the refusal reaches the client;
 /// past it the answer goes at once and the connection closes.
 let refusalDrainLimit: Int64 = 256 << 20
@@ -173,6 +178,14 @@ private func queue(_ response: HTTPResponse, for state: RequestState, on connect
         mhdResponse = bytes.withUnsafeBytes {
             MHD_create_response_from_buffer($0.count, UnsafeMutableRawPointer(mutating: $0.baseAddress), .RESPMEM_MUST_COPY)
         }
+    case .shared(let shared, let offset, let length):
+        // libmicrohttpd sends from the shared memory; the reference goes with the response and
+        // is released by the callback when libmicrohttpd frees it.
+        let owner = Unmanaged.passRetained(shared).toOpaque()
+        mhdResponse = MHD_create_response_from_buffer_with_free_callback_cls(
+            length, shared.storage.baseAddress! + offset, releaseSharedBytes, owner
+        )
+        if mhdResponse == nil { Unmanaged<SharedBytes>.fromOpaque(owner).release() }
     case .file(let region):
         let fd = region.take()
         // On success the response owns fd and closes it; on failure it is still ours.

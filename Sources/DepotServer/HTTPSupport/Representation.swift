@@ -8,6 +8,8 @@ struct Representation {
     /// Where the bytes come from.
     enum Source {
         case bytes([UInt8])
+        /// Bytes served to many requests without a copy each.
+        case shared(SharedBytes)
         /// An open file; its descriptor passes to the response.
         case file(FileDescriptor)
     }
@@ -78,6 +80,8 @@ struct Representation {
         switch source {
         case .bytes(let bytes):
             return .bytes(Array(bytes[Int(offset)..<Int(offset + length)]))
+        case .shared(let shared):
+            return .shared(shared, offset: Int(offset), length: Int(length))
         case .file(let file):
             // The descriptor passes to the response, which passes it to libmicrohttpd (sendfile).
             return .file(FileRegion(descriptor: file.release(), offset: offset, length: length))

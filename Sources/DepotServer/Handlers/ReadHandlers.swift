@@ -1,5 +1,6 @@
 import DepotCore
 import DepotHTTP
+import Synchronization
 
 /// What apps, devices and CDN edges read: manifests, releases, blobs, the Info.plist keys and
 /// the listings. Each answer goes through ``Representation`` (validators, preconditions, ranges).
@@ -9,6 +10,8 @@ struct ReadHandlers: Sendable {
     let urls: PublicURL
     /// `max-age` of a live manifest, in seconds.
     let manifestMaxAge: Int
+    /// Live envelopes as responses send them, by ETag: one copy in memory for every request.
+    let envelopes = EnvelopeBodies()
 
     /// `GET …/manifest` and `GET …/channels/{channel}/manifest`: the live envelope.
     func manifest(_ context: RequestContext) throws -> HTTPResponse {
@@ -17,7 +20,7 @@ struct ReadHandlers: Sendable {
             throw DepotError.notFound(channel == ReleaseStore.production ? "a release of app \(context.app)" : "channel \(channel) of app \(context.app)")
         }
         return Representation(
-            source: .bytes(live.envelope), size: Int64(live.envelope.count), etag: live.etag, lastModified: live.manifest.publishedAt,
+            source: .shared(envelopes.body(live.envelope, etag: live.etag)), size: Int64(live.envelope.count), etag: live.etag, lastModified: live.manifest.publishedAt,
             contentType: "application/json",
             cacheControl: Representation.cacheControl("public, max-age=\(manifestMaxAge), must-revalidate", gated: context.gated)
         ).response(to: context.request)
@@ -78,5 +81,22 @@ struct ReadHandlers: Sendable {
             source: .bytes(body), size: Int64(body.count), etag: Representation.etag(of: body), lastModified: live.manifest.publishedAt,
             contentType: "application/xml; charset=utf-8", cacheControl: Representation.cacheControl("public, max-age=0, must-revalidate", gated: context.gated)
         ).response(to: context.request)
+    }
+}
+
+/// The bodies of live envelopes, shared by every response that sends one (a 1,000-pack
+/// manifest is about 600 KB; copied per request, it cost a memcpy and its memory per connection).
+final class EnvelopeBodies: Sendable {
+    private let bodies = Mutex<[String: SharedBytes]>([:])
+
+    func body(_ envelope: [UInt8], etag: String) -> SharedBytes {
+        if let hit = bodies.withLock({ $0[etag] }) { return hit }
+        let made = SharedBytes(envelope)
+        bodies.withLock { cache in
+            // Channels and apps are few; a full cache starts over rather than tracking age.
+            if cache.count >= 256 { cache.removeAll() }
+            cache[etag] = made
+        }
+        return made
     }
 }
