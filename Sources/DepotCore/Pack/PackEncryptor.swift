@@ -63,6 +63,18 @@ public final class PackEncryptor {
         pendingCount = pending.count
     }
 
+    /// Takes over a container of which only the header is written (a resumable upload's first
+    /// request): it sees the whole pack, so it reports the pack's size and hashes with
+    /// ``finish()`` as a fresh encryptor does, and the container needs no second reading.
+    public convenience init(
+        continuingAfterHeader header: PackHeader, masterKey: [UInt8], sink: @escaping (UnsafeRawBufferPointer) throws -> Void
+    ) throws(CryptoError) {
+        try self.init(header: header, masterKey: masterKey, sink: sink)
+        started = true
+        containerHash.update(encodedHeader)
+        containerSize = Int64(encodedHeader.count)
+    }
+
     /// How many segments have been sealed and written so far.
     public var sealedSegments: UInt32 { segmentIndex }
 

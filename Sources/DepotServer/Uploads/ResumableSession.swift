@@ -25,6 +25,8 @@ final class ResumableSession {
     private let tail: SealedTail
     private var received: Int64 = 0
     private var ended = false
+    /// This request started the upload: its encryptor saw every byte, so its hashes are the pack's.
+    private let fromStart: Bool
 
     /// Claims upload `id` of `app` and resumes it; `offset`, when given, must be where it stands.
     init(claiming id: String, app: String, at offset: Int64?, uploads: ResumableUploads, publisher: Publisher, expiry: TimeInterval) throws {
@@ -48,10 +50,15 @@ final class ResumableSession {
             } catch {
                 throw DepotError(.failure, "upload_damaged", "\(error)")
             }
-            encryptor = try PackEncryptor(
-                resuming: current.header, masterKey: master, sealedSegments: current.sealedSegments, pending: pending,
-                sink: { try file.write($0) }
-            )
+            let fromStart = current.offset == 0 && current.sealedSegments == 0 && pending.isEmpty
+                && current.containerLength == Int64(current.header.encodedSize)
+            encryptor = fromStart
+                ? try PackEncryptor(continuingAfterHeader: current.header, masterKey: master, sink: { try file.write($0) })
+                : try PackEncryptor(
+                    resuming: current.header, masterKey: master, sealedSegments: current.sealedSegments, pending: pending,
+                    sink: { try file.write($0) }
+                )
+            self.fromStart = fromStart
             (state, self.keys, self.file, tail) = (current, keys, file, sealer)
             (self.uploads, self.publisher, self.expiry) = (uploads, publisher, expiry)
         } catch {
@@ -83,13 +90,18 @@ final class ResumableSession {
             throw error
         }
         guard state.offset == state.length else { return state }
-        try encryptor.sealFinal()
+        // One request from the first byte: the encryptor's own hashes. Otherwise (the upload
+        // spanned requests or restarts) one pass over the finished container gives them.
+        let inline = fromStart ? try encryptor.finish() : nil
+        if !fromStart { try encryptor.sealFinal() }
         try file.sync()
         do {
             let container = uploads.containerPath(state.id)
-            let summary = try PackDecryptor.verify(
-                FileDescriptor.openForReading(container), keyRing: keys, expectedSize: state.header.containerSize(plaintextSize: state.length)
-            )
+            let expected = state.header.containerSize(plaintextSize: state.length)
+            let summary = try inline.map { summary throws -> PackSummary in
+                guard summary.size == expected, summary.plaintextSize == state.length else { throw PackError.sizeMismatch(expected: expected, actual: summary.size) }
+                return summary
+            } ?? PackDecryptor.verify(FileDescriptor.openForReading(container), keyRing: keys, expectedSize: expected)
             state.publishResult = try publisher.store(container: container, summary: summary, keys: keys, for: state.parameters)
             state.tail = ""
             try uploads.save(state)
