@@ -10,29 +10,16 @@
 #   Deploy/bench/client.sh [SIZE_MIB] [ROUNDS]     (defaults 1024, 3)
 set -euo pipefail
 size_mib=${1:-1024}; rounds=${2:-3}
-root=$(cd "$(dirname "$0")/../.." && pwd)
-out=${OUT:-$root/bench-client.txt}
-cd "$root"
-if [ -z "${DEPOT_BIN:-}" ]; then swift build -c release --product depot >/dev/null 2>&1; fi
-depot=${DEPOT_BIN:-$root/.build/release/depot}
-work=$(mktemp -d /tmp/depot-bench-client.XXXXXX)
-chmod 755 "$work"
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null || true; [ -f "$work/nginx/nginx.pid" ] && kill "$(cat "$work/nginx/nginx.pid")" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$work"' EXIT
+out=${OUT:-$(cd "$(dirname "$0")/../.." && pwd)/bench-client.txt}
+source "$(dirname "$0")/lib.sh" client --log-level warning
 cc -O2 -o "$work/pack-tool" Deploy/bench/pack-tool.c $(pkg-config --cflags --libs libcrypto)
 
-"$depot" serve --data "$work/data" --listen 127.0.0.1:0 --threads 2 --log-level warning > "$work/serve.log" 2>/dev/null &
-pids+=($!)
-for _ in $(seq 100); do grep -q "depot sync" "$work/serve.log" 2>/dev/null && break; sleep 0.1; done
-origin=$(head -1 "$work/serve.log" | sed -E 's/.*listening on ([^,]+),.*/http:\/\/\1/')
-token=$(grep 'export DEPOT_TOKEN=' "$work/serve.log" | sed 's/.*=//')
-app=com.example.dev
 "$depot" keys export --data "$work/data" --app $app > "$work/client.json"
 read -r key_id key_hex < <(python3 -c 'import json,sys,base64; k=json.load(open(sys.argv[1]))["packKeys"]; i=sorted(k)[0]; print(i, base64.b64decode(k[i]).hex())' "$work/client.json")
 head -c $((size_mib << 20)) /dev/urandom > "$work/pack.bin"
 
 # An nginx that takes an upload and discards it: the ingest pipeline's destination.
-nginx_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+nginx_port=$(free_port)
 mkdir -p "$work/nginx"
 cat > "$work/nginx/nginx.conf" <<CONF
 worker_processes 2; user root; pid $work/nginx/nginx.pid; error_log $work/nginx/error.log;
@@ -42,11 +29,7 @@ http { access_log off; client_body_temp_path $work/nginx/body;
 CONF
 nginx -c "$work/nginx/nginx.conf" -p "$work/nginx"
 
-now() { date +%s.%N; }
-elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 peak_rss() { awk '/VmHWM/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status" 2>/dev/null || echo "?"; }
-median() { printf '%s\n' "$@" | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
-spread() { printf '%s\n' "$@" | sort -n | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%s–%s", lo, hi }'; }
 
 # Ingest first (it also puts the pack on the origin for the sync rounds).
 ingest_depot=(); ingest_peer=(); publish_rss=()
@@ -80,7 +63,6 @@ for round in $(seq "$rounds"); do
   "$work/pack-tool" decrypt "$work/peer.pack" "$work/peer.bin" "$key_id" "$key_hex"
   t1=$(now); sync_peer+=("$(elapsed "$t0" "$t1")")
 done
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 origin_peak=$(peak_rss "${pids[0]}")
 {
 echo "AssetDepot client and ingest benchmark, $(date -u +%Y-%m-%d), $(nproc) cores; ${size_mib} MiB, $rounds interleaved rounds"

@@ -9,29 +9,13 @@
 #   Deploy/bench/serve.sh [ROUNDS] [SECONDS] [PACKS] [BIG_MIB]     (defaults 3, 5, 1000, 1024)
 set -euo pipefail
 rounds=${1:-3}; seconds=${2:-5}; packs=${3:-1000}; big_mib=${4:-1024}
-root=$(cd "$(dirname "$0")/../.." && pwd)
-out=${OUT:-$root/bench-serve.txt}
-cd "$root"
+out=${OUT:-$(cd "$(dirname "$0")/../.." && pwd)/bench-serve.txt}
 for tool in nginx wrk curl; do
   command -v $tool >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light wrk curl >/dev/null; break; }
 done
-# DEPOT_BIN: another build of depot (the CI smoke run uses the debug build the tests made).
-if [ -z "${DEPOT_BIN:-}" ]; then swift build -c release --product depot >/dev/null 2>&1; fi
-depot=${DEPOT_BIN:-$root/.build/release/depot}
-work=$(mktemp -d /tmp/depot-bench-serve.XXXXXX)
-chmod 755 "$work"
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null || true; [ -f "$work/nginx/nginx.pid" ] && kill "$(cat "$work/nginx/nginx.pid")" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$work"' EXIT
+source "$(dirname "$0")/lib.sh" serve --log-level info
 cc -O2 -o "$work/mhd-fileserver" Deploy/bench/mhd-fileserver.c $(pkg-config --cflags --libs libmicrohttpd)
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
-# The origin, and its content: three blobs and a release of PACKS packs (one release, staged by PUT).
-"$depot" serve --data "$work/data" --listen 127.0.0.1:0 --threads 2 --log-level info > "$work/serve.log" 2>/dev/null &
-pids+=($!)
-for _ in $(seq 100); do grep -q "depot sync" "$work/serve.log" 2>/dev/null && break; sleep 0.1; done
-origin=$(head -1 "$work/serve.log" | sed -E 's/.*listening on ([^,]+),.*/http:\/\/\1/')
-token=$(grep 'export DEPOT_TOKEN=' "$work/serve.log" | sed 's/.*=//')
-app=com.example.dev
 # Staging PACKS small packs on one keep-alive connection, then one release of them all, timed.
 stage_start=$(date +%s.%N)
 python3 - "$origin" "$token" "$app" "$packs" <<'PY'
@@ -93,9 +77,6 @@ for p in $small $medium $manifest; do
   done
 done
 
-median() { printf '%s\n' "$@" | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
-spread() { printf '%s\n' "$@" | sort -n | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%s–%s", lo, hi }'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 declare -A rps p99
 wrk_once() { # peer path -> "req/s p99_ms"
   wrk -t2 -c64 -d"${seconds}s" --latency "${base[$1]}$2" > "$work/wrk.out"
