@@ -6,6 +6,7 @@
 #           and curl uploading the container (to nginx, which discards it), one after another.
 # Both pipelines are checked: the peer's plaintext equals the original, and the origin's pack
 # decrypts with the reference decryptor. Peak resident memory of the depot processes is reported.
+# Round 0 of each is a warm-up, not counted (this VM's first touch of fresh memory is slow).
 # Prints a table of medians, spreads and ratios; writes it to bench-client.txt (or $OUT).
 #   Deploy/bench/client.sh [SIZE_MIB] [ROUNDS]     (defaults 1024, 3)
 set -euo pipefail
@@ -33,16 +34,16 @@ peak_rss() { awk '/VmHWM/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status" 2>/dev
 
 # Ingest first (it also puts the pack on the origin for the sync rounds).
 ingest_depot=(); ingest_peer=(); publish_rss=()
-for round in $(seq "$rounds"); do
+for round in $(seq 0 "$rounds"); do
   sync; t0=$(now)
   "$depot" publish "$work/pack.bin" --server "$origin" --app $app --pack big --token "$token" --release --quiet > /dev/null &
   p=$!; rss=0; while kill -0 $p 2>/dev/null; do r=$(peak_rss $p); rss=$r; sleep 0.1; done; wait $p
-  t1=$(now); ingest_depot+=("$(elapsed "$t0" "$t1")"); publish_rss+=("$rss")
+  t1=$(now); [ "$round" = 0 ] || { ingest_depot+=("$(elapsed "$t0" "$t1")"); publish_rss+=("$rss"); }
   rm -f "$work/peer.pack"; sync; t0=$(now)
   "$work/pack-tool" encrypt "$work/pack.bin" "$work/peer.pack" "$key_id" "$key_hex"
   openssl dgst -sha256 "$work/peer.pack" > /dev/null
   curl -sf -o /dev/null -T "$work/peer.pack" "http://127.0.0.1:$nginx_port/upload"
-  t1=$(now); ingest_peer+=("$(elapsed "$t0" "$t1")")
+  t1=$(now); [ "$round" = 0 ] || ingest_peer+=("$(elapsed "$t0" "$t1")")
   head -c 17 /dev/urandom >> "$work/pack.bin"   # new content each round, so each publish stores a new pack
 done
 
@@ -51,17 +52,17 @@ read -r blob size sha < <(curl -sf "$origin/v1/apps/$app/manifest" | python3 -c 
 curl -sf -o "$work/check.pack" "$blob"
 "$work/pack-tool" decrypt "$work/check.pack" "$work/check.bin" "$key_id" "$key_hex"
 sync_depot=(); sync_peer=(); sync_rss=()
-for round in $(seq "$rounds"); do
+for round in $(seq 0 "$rounds"); do
   rm -rf "$work/dest"; sync; t0=$(now)
   "$depot" sync --server "$origin" --app $app --config "$work/client.json" --dest "$work/dest" --quiet > /dev/null &
   p=$!; rss=0; while kill -0 $p 2>/dev/null; do r=$(peak_rss $p); rss=$r; sleep 0.1; done; wait $p
-  t1=$(now); sync_depot+=("$(elapsed "$t0" "$t1")"); sync_rss+=("$rss")
+  t1=$(now); [ "$round" = 0 ] || { sync_depot+=("$(elapsed "$t0" "$t1")"); sync_rss+=("$rss"); }
   cmp -s "$work/dest/packs/big" "$work/check.bin" || { echo "depot sync installed other bytes" >&2; exit 1; }
   rm -f "$work/peer.pack" "$work/peer.bin"; sync; t0=$(now)
   curl -sf -o "$work/peer.pack" "$blob"
   [ "$(openssl dgst -sha256 -r "$work/peer.pack" | cut -d' ' -f1)" = "$sha" ] || { echo "curl got other bytes" >&2; exit 1; }
   "$work/pack-tool" decrypt "$work/peer.pack" "$work/peer.bin" "$key_id" "$key_hex"
-  t1=$(now); sync_peer+=("$(elapsed "$t0" "$t1")")
+  t1=$(now); [ "$round" = 0 ] || sync_peer+=("$(elapsed "$t0" "$t1")")
 done
 origin_peak=$(peak_rss "${pids[0]}")
 {

@@ -6,7 +6,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 if [ -z "${DEPOT_BIN:-}" ]; then swift build -c release --product depot >/dev/null 2>&1; fi
 depot=${DEPOT_BIN:-$root/.build/release/depot}
-work=$(mktemp -d "/tmp/depot-bench-$1.XXXXXX")
+work=$(mktemp -d "${BENCH_TMP:-/tmp}/depot-bench-$1.XXXXXX")
 shift
 chmod 755 "$work"
 pids=()

@@ -182,7 +182,6 @@ public struct DepotSync: Sendable {
             return (downloads.map { _ in .failure(ClientError.install("keys", error)) }, 0)
         }
         let observer = observer
-        let app = configuration.app
         let (events, continuation) = AsyncStream.makeStream(of: DownloadEvent.self)
         // Bytes on disk per download, from its events: each attempt starts at its offset.
         let forwarding = Task { () -> Int64 in
@@ -216,34 +215,16 @@ public struct DepotSync: Sendable {
                         return (index, .failure(ClientError.manifest("pack \(entry.id) has an invalid URL")))
                     }
                     let item = DownloadItem(id: entry.id, url: url, size: entry.size, sha256: entry.sha256, path: store.downloads + "/" + entry.sha256)
-                    switch await downloader.download(item, events: continuation) {
+                    let outcome = await downloadAndInstall(item, entry: entry, downloader: downloader, installer: installer, store: store, now: now, events: continuation)
+                    switch outcome {
+                    case .success:
+                        FileSystem.remove(item.path)
+                        FileSystem.remove(item.path + ".etag")
+                        observer?(.installed(entry.id))
                     case .failure(let error):
                         observer?(.failed(entry.id, error.description))
-                        return (index, .failure(error))
-                    case .success:
-                        do {
-                            try await BlockingCall.run {
-                                let unpacked = try installer.install(entry, from: item.path, to: store.packPath(entry.id))
-                                try store.withExclusiveControl(app: app) { state in
-                                    state.packs[entry.id] = InstalledState.Pack(
-                                        revision: entry.revision, sha256: entry.sha256, plaintextSHA256: entry.plaintextSHA256,
-                                        installSize: entry.installSize, installedAt: now, unpacked: unpacked
-                                    )
-                                }
-                            }
-                            FileSystem.remove(item.path)
-                            FileSystem.remove(item.path + ".etag")
-                            observer?(.installed(entry.id))
-                            return (index, .success(entry.size))
-                        } catch {
-                            // A container that fails its checks is not worth resuming.
-                            FileSystem.remove(item.path)
-                            FileSystem.remove(item.path + ".etag")
-                            let failure = error as? ClientError ?? ClientError.install(entry.id, error)
-                            observer?(.failed(entry.id, failure.description))
-                            return (index, .failure(failure))
-                        }
                     }
+                    return (index, outcome)
                 }
             }
             for _ in 0..<max(1, concurrency) { startNext() }
@@ -255,5 +236,65 @@ public struct DepotSync: Sendable {
         }
         continuation.finish()
         return (results, await forwarding.value)
+    }
+    /// One pack: the download and its installation run at once, the installer decrypting what
+    /// the downloader has written so far (``DownloadFollower``) and starting over if an attempt
+    /// rewinds the file. The installed copy changes only after the whole container verified.
+    private func downloadAndInstall(
+        _ item: DownloadItem, entry: PackEntry, downloader: Downloader, installer: Installer, store: StateStore, now: Date,
+        events: AsyncStream<DownloadEvent>.Continuation
+    ) async -> Result<Int64, ClientError> {
+        let follower: DownloadFollower
+        do {
+            follower = try DownloadFollower(path: item.path, total: item.size)
+        } catch {
+            return .failure((error as? SystemError)?.isNoSpace == true ? .noSpace(store.downloads) : .install(entry.id, error))
+        }
+        let app = configuration.app
+        let downloading = Task { await downloader.download(item, follower: follower, events: events) }
+        let installing = Task {
+            do {
+                return try await BlockingCall.run {
+                    while true {
+                        let pass = follower.beginPass()
+                        do {
+                            return try installer.install(entry, from: follower, scratch: item.path + ".plain", to: store.packPath(entry.id))
+                        } catch where follower.rewound(since: pass) {
+                            continue
+                        }
+                    }
+                }
+            } catch {
+                // A tampered or undecryptable pack: no reason to download the rest.
+                downloading.cancel()
+                throw error
+            }
+        }
+        let downloaded = await withTaskCancellationHandler { await downloading.value } onCancel: { downloading.cancel() }
+        if case .failure = downloaded { follower.abandon() }
+        let installed = await installing.result
+        switch (downloaded, installed) {
+        case (.success, .success(let unpacked)):
+            do {
+                try store.withExclusiveControl(app: app) { state in
+                    state.packs[entry.id] = InstalledState.Pack(
+                        revision: entry.revision, sha256: entry.sha256, plaintextSHA256: entry.plaintextSHA256,
+                        installSize: entry.installSize, installedAt: now, unpacked: unpacked
+                    )
+                }
+                return .success(entry.size)
+            } catch {
+                return .failure(error as? ClientError ?? ClientError.install(entry.id, error))
+            }
+        case (.failure(let error), .failure) where follower.starved:
+            return .failure(error)
+        case (_, .failure(let error)):
+            // A container that fails its checks is not worth resuming.
+            FileSystem.remove(item.path)
+            FileSystem.remove(item.path + ".etag")
+            return .failure(error as? ClientError ?? ClientError.install(entry.id, error))
+        case (.failure(let error), .success):
+            return .failure(error)
+        }
     }
 }

@@ -39,7 +39,8 @@ public enum DownloadEvent: Hashable, Sendable {
 /// `Range` and `If-Range`, retried by ``RetryPolicy`` (exponential backoff with jitter on 5xx,
 /// 408, 429, timeouts and dropped connections), never reading past the declared size, and
 /// failing on any size mismatch. It does not hash: the installer's decryption pass computes
-/// the container's SHA-256 on its way through, so a sync reads each download once.
+/// the container's SHA-256 on its way through, following the partial file as it grows
+/// (``DownloadFollower``), so a sync reads each download once and decrypts while it downloads.
 ///
 /// Over ``HTTPTransport``: `http://` is measured at about curl's speed on loopback; over
 /// `https://` (URLSession) a retry resumes where the partial file ends, but an attempt cut
@@ -99,13 +100,16 @@ public struct Downloader: Sendable {
         return (stream, task)
     }
 
-    /// One item, with retries.
-    func download(_ item: DownloadItem, events: AsyncStream<DownloadEvent>.Continuation?) async -> Result<Int64, ClientError> {
+    /// One item, with retries; `follower` (an install reading the file as it grows) learns how
+    /// far the partial file is complete.
+    func download(
+        _ item: DownloadItem, follower: DownloadFollower? = nil, events: AsyncStream<DownloadEvent>.Continuation?
+    ) async -> Result<Int64, ClientError> {
         var attempt = 0
         while true {
             if Task.isCancelled { return .failure(.cancelled) }
             do {
-                try await attemptOnce(item, events: events)
+                try await attemptOnce(item, follower: follower, events: events)
                 events?.yield(.finished(id: item.id, size: item.size))
                 return .success(item.size)
             } catch let failure as Failure {
@@ -136,13 +140,14 @@ public struct Downloader: Sendable {
     }
 
     /// One attempt: request from where the partial file ends, append.
-    private func attemptOnce(_ item: DownloadItem, events: AsyncStream<DownloadEvent>.Continuation?) async throws {
+    private func attemptOnce(_ item: DownloadItem, follower: DownloadFollower?, events: AsyncStream<DownloadEvent>.Continuation?) async throws {
         let file = try Self.open(item)
         var offset = try file.size()
         if offset > item.size {
             try file.truncate(to: 0)
             offset = 0
         }
+        follower?.settle(at: offset)
         if offset == item.size && offset > 0 { return }
         var fields = headers.map { ($0.key, $0.value) }
         if offset > 0 {
@@ -159,7 +164,7 @@ public struct Downloader: Sendable {
         }
         do {
             response = try await transport.exchange(request) { [offset] head in
-                try Self.bodyHandling(head, item: item, file: file, offset: offset, events: events)
+                try Self.bodyHandling(head, item: item, file: file, offset: offset, follower: follower, events: events)
             }
         } catch let failure as Failure {
             throw failure
@@ -187,7 +192,8 @@ public struct Downloader: Sendable {
     /// Where the body of `head` goes: appended to the partial file for 200 and 206, an excerpt
     /// in memory (for the error message) otherwise.
     private static func bodyHandling(
-        _ head: HTTPTransport.Response, item: DownloadItem, file: FileDescriptor, offset: Int64, events: AsyncStream<DownloadEvent>.Continuation?
+        _ head: HTTPTransport.Response, item: DownloadItem, file: FileDescriptor, offset: Int64, follower: DownloadFollower?,
+        events: AsyncStream<DownloadEvent>.Continuation?
     ) throws -> HTTPTransport.BodyHandling {
         var offset = offset
         switch head.status {
@@ -195,6 +201,7 @@ public struct Downloader: Sendable {
             guard let range = head.header("Content-Range"), let (first, total) = parseContentRange(range), first == offset, total == item.size else {
                 // Not the range asked for: start over on the next attempt.
                 try file.truncate(to: 0)
+                follower?.settle(at: 0)
                 throw Failure(error: ClientError.http(206, item.url.absoluteString, "unexpected Content-Range"), retryable: true)
             }
         case 200:
@@ -203,10 +210,12 @@ public struct Downloader: Sendable {
             }
             if offset > 0 {
                 try file.truncate(to: 0)
+                follower?.settle(at: 0)
                 offset = 0
             }
         case 416:
             try file.truncate(to: 0)
+            follower?.settle(at: 0)
             throw Failure(error: ClientError.http(416, item.url.absoluteString, "range not satisfiable"), retryable: true)
         default:
             return .excerpt(limit: 4096)
@@ -220,6 +229,7 @@ public struct Downloader: Sendable {
         return .stream(limit: item.size - offset) { chunk in
             try file.write(chunk)
             received += Int64(chunk.count)
+            follower?.advance(to: received)
             if received - reported >= 1 << 20 || received == item.size {
                 reported = received
                 events?.yield(.progress(id: item.id, received: received, size: item.size))

@@ -16,28 +16,37 @@ public struct Installer: Sendable {
     ///
     /// One pass reads the container: it is decrypted segment by segment (each authenticated)
     /// while its SHA-256 is computed, and nothing replaces the installed copy unless that
-    /// SHA-256 is the manifest's, the plaintext's SHA-256 is too, and the size was exact.
+    /// SHA-256 is the manifest's and the size was exact. (The plaintext is not hashed again: a
+    /// container with the signed SHA-256 whose segments all authenticate has one plaintext, the
+    /// one the origin hashed when it encrypted it.)
     @discardableResult
     public func install(_ entry: PackEntry, from file: String, to destination: String) throws -> Bool {
         guard let size = FileSystem.fileSize(file), size == entry.size else {
             throw ClientError.sizeMismatch(entry.id, expected: entry.size, got: FileSystem.fileSize(file) ?? 0)
         }
+        let source: FileDescriptor
+        do { source = try FileDescriptor.openForReading(file) } catch { throw ClientError.install(entry.id, error) }
+        return try install(entry, from: source, scratch: file + ".plain", to: destination)
+    }
 
+    /// Installs from any source of the container's bytes (a download still being written, read
+    /// as it grows); `scratch` is where a zip's plaintext waits to be unpacked.
+    func install(_ entry: PackEntry, from source: some RandomAccessSource, scratch: String, to destination: String) throws -> Bool {
         let folder = FileSystem.directory(of: destination)
         let staged = folder + "/.tmp-" + FileSystem.lastComponent(of: destination) + "-" + Hex.encode(SecureRandom.bytes(6))
         let unpack = ZipPack.isZip(contentType: entry.contentType)
-        let plaintext = unpack ? file + ".plain" : staged
+        let plaintext = unpack ? scratch : staged
         defer {
             if unpack { FileSystem.remove(plaintext) }
             Self.removeTree(staged)
         }
         do {
-            let summary = try PackDecryptor.decrypt(file: file, to: plaintext, keyRing: keyRing, expectedSize: entry.size)
+            // The container's SHA-256 is the signed manifest's, and each segment authenticated:
+            // those bytes decrypt to one plaintext only, the one the origin hashed when it
+            // encrypted it, so the plaintext is not hashed a second time.
+            let summary = try PackDecryptor.decrypt(source, to: plaintext, keyRing: keyRing, expectedSize: entry.size, hashingPlaintext: false)
             guard summary.sha256 == entry.sha256 else {
                 throw ClientError.integrity(entry.id, "SHA-256 is \(summary.sha256), the manifest says \(entry.sha256)")
-            }
-            guard summary.plaintextSHA256 == entry.plaintextSHA256 else {
-                throw ClientError.integrity(entry.id, "decrypted content does not match the manifest's plaintext SHA-256")
             }
             if unpack {
                 try ZipPack.extract(plaintext, into: staged)

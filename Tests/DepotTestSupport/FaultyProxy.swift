@@ -5,7 +5,8 @@ import Glibc
 #endif
 
 /// A TCP proxy in front of a real server that misbehaves on purpose: it cuts a response after
-/// some bytes (a dropped connection), or answers a canned status instead of forwarding. It
+/// some bytes (a dropped connection), answers a canned status instead of forwarding, or drops
+/// the request's range. It
 /// records every request head, so tests can see the `Range` a client resumed with.
 public final class FaultyProxy: Sendable {
     public enum Behavior: Sendable {
@@ -17,6 +18,8 @@ public final class FaultyProxy: Sendable {
         case respond(Int)
         /// Read the request and never answer (until the proxy stops).
         case stall
+        /// Forward without the `Range` and `If-Range` headers, as a cache that ignores them would.
+        case ignoringRange
     }
 
     public let port: UInt16
@@ -95,7 +98,15 @@ public final class FaultyProxy: Sendable {
         }
         guard let upstream = try? RawHTTP.connect(port: upstreamPort) else { return }
         defer { close(upstream) }
-        RawHTTP.sendAll(upstream, head)
+        if case .ignoringRange = behavior {
+            let lines = text.components(separatedBy: "\r\n").filter { line in
+                let name = line.lowercased()
+                return !name.hasPrefix("range:") && !name.hasPrefix("if-range:")
+            }
+            RawHTTP.sendAll(upstream, Array((lines.joined(separator: "\r\n") + "\r\n\r\n").utf8) + head[(head.firstRange(of: [13, 10, 13, 10])!.upperBound)...])
+        } else {
+            RawHTTP.sendAll(upstream, head)
+        }
         // Client to server in the background (request bodies), server to client here.
         Thread.detachNewThread {
             var buffer = [UInt8](repeating: 0, count: 65536)

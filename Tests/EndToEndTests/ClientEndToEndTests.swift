@@ -138,6 +138,33 @@ struct ClientEndToEndTests {
         proxy.stop()
     }
 
+    @Test("The install runs while the download does: a resumed download answered in full (200) starts the decryption over, and the pack ends byte-identical")
+    func resumeAnsweredInFull() async throws {
+        // The first attempt is cut after 40 MiB (the installer has decrypted part of it by then);
+        // the second goes through a proxy that drops its Range, so the origin sends all 64 MiB.
+        let proxy = try FaultyProxy { _, head in
+            guard head.contains("/blobs/") else { return .forward }
+            return head.contains("Range:") ? .ignoringRange : .cutAfter(40 << 20)
+        }
+        try await withServer(configure: { $0.publicURL = "http://127.0.0.1:\(proxy.port)" }) { origin in
+            proxy.upstreamPort = origin.port
+            let work = TemporaryDirectory("depot-client")
+            defer { work.remove() }
+            let file = try work.file("big", size: 64 << 20, seed: 12)
+            try await publish(origin, file: file, pack: "big")
+            let sync = DepotSync(server: URL(string: "http://127.0.0.1:\(proxy.port)")!, configuration: try origin.clientConfiguration(),
+                                 destination: work.path + "/dest")
+            let report = try await sync.run()
+            #expect(report.installed == ["big"])
+            #expect(try SHA256Hasher.hexDigest(ofFile: work.path + "/dest/packs/big") == SHA256Hasher.hexDigest(ofFile: file))
+            #expect(proxy.requests.filter { $0.contains("/blobs/") }.count == 2)
+            #expect(report.bytesDownloaded > 64 << 20, "the whole pack came again after the cut: \(report.bytesDownloaded)")
+            #expect(FileSystem.contents(of: work.path + "/dest/packs") == ["big"], "no temporary file left")
+            #expect(FileSystem.contents(of: work.path + "/dest/.depot/downloads").isEmpty)
+        }
+        proxy.stop()
+    }
+
     @Test("Two depot sync processes on one destination at once both succeed and leave it consistent")
     func twoProcesses() async throws {
         try await withServer { origin in

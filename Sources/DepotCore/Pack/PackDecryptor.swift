@@ -34,6 +34,9 @@ public struct MemorySource: RandomAccessSource {
 /// which writes a temporary file and renames it into place after the last segment verified:
 /// a damaged pack leaves nothing behind. See <doc:PackContainer>.
 public enum PackDecryptor {
+    /// How much plaintext is written between two requests to start writing it to disk.
+    static let writebackStep: Int64 = 8 << 20
+
     /// The largest number of other indices tried when classifying a failed segment.
     static let reorderSearchLimit = 1024
 
@@ -41,8 +44,12 @@ public enum PackDecryptor {
     ///
     /// The sink sees segments before the whole pack is verified; use it only with a sink that
     /// discards its output on error (as ``decrypt(file:to:keyRing:expectedSize:)`` does).
+    ///
+    /// Without `hashingPlaintext` the summary's ``PackSummary/plaintextSHA256`` is empty: a
+    /// caller that checks the container's SHA-256 against a signed manifest needs no second
+    /// hash, since the authenticated decryption of those exact bytes has one possible result.
     public static func process(
-        _ source: some RandomAccessSource, keyRing: KeyRing, expectedSize: Int64? = nil,
+        _ source: some RandomAccessSource, keyRing: KeyRing, expectedSize: Int64? = nil, hashingPlaintext: Bool = true,
         sink: (UnsafeRawBufferPointer) throws -> Void
     ) throws -> PackSummary {
         let size = try source.size()
@@ -59,14 +66,14 @@ public enum PackDecryptor {
         // same bytes: two buffers of each, so that the next segment goes on while the previous
         // one is still being hashed.
         let containerHash = BackgroundHasher(prefix: encodedHeader)
-        let plaintextHash = BackgroundHasher(prefix: [])
+        let plaintextHash = hashingPlaintext ? BackgroundHasher(prefix: []) : nil
         let segmentSize = Int(header.segmentSize)
         let record = segmentSize + AES256GCM.tagSize
         let buffers = (0..<2).map { _ in UnsafeMutableRawBufferPointer.allocate(byteCount: record, alignment: 64) }
         let plains = (0..<2).map { _ in UnsafeMutableRawBufferPointer.allocate(byteCount: max(segmentSize, 1), alignment: 64) }
         defer {
             containerHash.stop()
-            plaintextHash.stop()
+            plaintextHash?.stop()
             (buffers + plains).forEach { $0.deallocate() }
         }
         var offset = Int64(headerSize)
@@ -89,13 +96,13 @@ public enum PackDecryptor {
                 )
             }
             let text = UnsafeRawBufferPointer(rebasing: plain[0..<(count - AES256GCM.tagSize)])
-            plaintextHash.submit(text)
+            plaintextHash?.submit(text)
             try sink(text)
             offset += Int64(count)
         }
         return PackSummary(
             size: size, sha256: Hex.encode(containerHash.finalize()), plaintextSize: plaintextSize,
-            plaintextSHA256: Hex.encode(plaintextHash.finalize()), keyID: header.keyID
+            plaintextSHA256: plaintextHash.map { Hex.encode($0.finalize()) } ?? "", keyID: header.keyID
         )
     }
 
@@ -106,13 +113,30 @@ public enum PackDecryptor {
     /// and `destination` is untouched.
     @discardableResult
     public static func decrypt(
-        file path: String, to destination: String, keyRing: KeyRing, expectedSize: Int64? = nil
+        file path: String, to destination: String, keyRing: KeyRing, expectedSize: Int64? = nil, hashingPlaintext: Bool = true
     ) throws -> PackSummary {
-        let input = try FileDescriptor.openForReading(path)
+        try decrypt(FileDescriptor.openForReading(path), to: destination, keyRing: keyRing, expectedSize: expectedSize, hashingPlaintext: hashingPlaintext)
+    }
+
+    /// Decrypts `source` into `destination`, atomically and durably, as ``decrypt(file:to:keyRing:expectedSize:)``.
+    @discardableResult
+    public static func decrypt(
+        _ source: some RandomAccessSource, to destination: String, keyRing: KeyRing, expectedSize: Int64? = nil, hashingPlaintext: Bool = true
+    ) throws -> PackSummary {
         let temporary = FileSystem.temporaryPath(besides: destination)
         do {
             let output = try FileDescriptor(path: temporary, flags: O_WRONLY | O_CREAT | O_EXCL, mode: 0o644)
-            let summary = try process(input, keyRing: keyRing, expectedSize: expectedSize) { try output.write($0) }
+            // Written back as it goes (where the system allows), so the final sync has little to wait for.
+            var written: Int64 = 0
+            var flushed: Int64 = 0
+            let summary = try process(source, keyRing: keyRing, expectedSize: expectedSize, hashingPlaintext: hashingPlaintext) { bytes in
+                try output.write(bytes)
+                written += Int64(bytes.count)
+                if written - flushed >= writebackStep {
+                    output.startWriteback(from: flushed, count: written - flushed)
+                    flushed = written
+                }
+            }
             try output.sync()
             try output.close()
             try FileSystem.durableRename(temporary, to: destination)

@@ -86,6 +86,11 @@ public final class FileDescriptor: @unchecked Sendable {
         try systemCall("fsync", path: path) { System.fullSync(rawValue) }
     }
 
+    /// Starts writing `count` bytes from `offset` to disk in the background (Linux; a no-op elsewhere).
+    public func startWriteback(from offset: Int64, count: Int64) {
+        System.startWriteback(rawValue, offset, count)
+    }
+
     /// The file's size in bytes.
     public func size() throws(SystemError) -> Int64 {
         try System.status(rawValue, path: path).size

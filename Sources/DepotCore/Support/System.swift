@@ -71,6 +71,16 @@ public enum System {
         #endif
     }
 
+    /// Starts writing a range of a file to disk without waiting for it, so that a later
+    /// ``fullSync(_:)`` has little left to do. On Linux `POSIX_FADV_DONTNEED` starts the
+    /// writeback of the range's dirty pages (and lets the cache drop them once written);
+    /// elsewhere nothing happens and the final sync does it all.
+    static func startWriteback(_ fd: Int32, _ offset: Int64, _ count: Int64) {
+        #if canImport(Glibc)
+        _ = Glibc.posix_fadvise(fd, off_t(offset), off_t(count), POSIX_FADV_DONTNEED)
+        #endif
+    }
+
     static func truncate(_ fd: Int32, _ size: Int64) -> Int32 {
         #if canImport(Glibc)
         Glibc.ftruncate(fd, off_t(size))
