@@ -34,9 +34,6 @@ public struct MemorySource: RandomAccessSource {
 /// which writes a temporary file and renames it into place after the last segment verified:
 /// a damaged pack leaves nothing behind. See <doc:PackContainer>.
 public enum PackDecryptor {
-    /// How much plaintext is written between two requests to start writing it to disk.
-    static let writebackStep: Int64 = 8 << 20
-
     /// The largest number of other indices tried when classifying a failed segment.
     static let reorderSearchLimit = 1024
 
@@ -126,16 +123,10 @@ public enum PackDecryptor {
         let temporary = FileSystem.temporaryPath(besides: destination)
         do {
             let output = try FileDescriptor(path: temporary, flags: O_WRONLY | O_CREAT | O_EXCL, mode: 0o644)
-            // Written back as it goes (where the system allows), so the final sync has little to wait for.
-            var written: Int64 = 0
-            var flushed: Int64 = 0
+            var behind = WriteBehind()
             let summary = try process(source, keyRing: keyRing, expectedSize: expectedSize, hashingPlaintext: hashingPlaintext) { bytes in
                 try output.write(bytes)
-                written += Int64(bytes.count)
-                if written - flushed >= writebackStep {
-                    output.startWriteback(from: flushed, count: written - flushed)
-                    flushed = written
-                }
+                behind.wrote(bytes.count, to: output)
             }
             try output.sync()
             try output.close()

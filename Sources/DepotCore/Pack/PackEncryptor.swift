@@ -1,8 +1,9 @@
 /// Encrypts a stream of plaintext into a pack container v1, pushed chunk by chunk.
 ///
-/// Holds at most one segment of plaintext and one of ciphertext, whatever the pack size:
-/// a segment is sealed as soon as the next byte proves it is not the last. The container's
-/// SHA-256 and size are computed on the way out. See <doc:PackContainer>.
+/// Holds two segments of plaintext and two of ciphertext, whatever the pack size: a segment is
+/// sealed as soon as the next byte proves it is not the last. The container's SHA-256 and the
+/// plaintext's are computed on threads of their own (``BackgroundHasher``) while the caller's
+/// thread receives, encrypts and writes the next segment. See <doc:PackContainer>.
 public final class PackEncryptor {
     /// The header written at the start of the container.
     public let header: PackHeader
@@ -10,12 +11,15 @@ public final class PackEncryptor {
     private let cipher: AES256GCM
     private let sink: (UnsafeRawBufferPointer) throws -> Void
     private let segmentSize: Int
-    private var pending: [UInt8]
+    /// Two of each, taken in turn: one is being hashed while the other fills.
+    private let plains: [UnsafeMutableRawBufferPointer]
+    private let seals: [UnsafeMutableRawBufferPointer]
+    private let headerBytes: UnsafeMutableRawBufferPointer
+    private var turn = 0
     private var pendingCount = 0
-    private var sealed: [UInt8]
     private var segmentIndex: UInt32 = 0
-    private let containerHash = SHA256Hasher()
-    private let plaintextHash = SHA256Hasher()
+    private let containerHash = BackgroundHasher(prefix: [])
+    private let plaintextHash = BackgroundHasher(prefix: [])
     private var plaintextSize: Int64 = 0
     private var containerSize: Int64 = 0
     private var started = false
@@ -38,8 +42,16 @@ public final class PackEncryptor {
         self.cipher = try AES256GCM(key: header.dataKey(master: masterKey))
         self.sink = sink
         self.segmentSize = Int(header.segmentSize)
-        self.pending = [UInt8](repeating: 0, count: segmentSize)
-        self.sealed = [UInt8](repeating: 0, count: segmentSize + AES256GCM.tagSize)
+        plains = (0..<2).map { _ in UnsafeMutableRawBufferPointer.allocate(byteCount: max(1, Int(header.segmentSize)), alignment: 64) }
+        seals = (0..<2).map { _ in UnsafeMutableRawBufferPointer.allocate(byteCount: Int(header.segmentSize) + AES256GCM.tagSize, alignment: 64) }
+        headerBytes = UnsafeMutableRawBufferPointer.allocate(byteCount: encodedHeader.count, alignment: 8)
+        encodedHeader.withUnsafeBytes { headerBytes.copyMemory(from: $0) }
+    }
+
+    deinit {
+        containerHash.stop()
+        plaintextHash.stop()
+        (plains + seals + [headerBytes]).forEach { $0.deallocate() }
     }
 
     /// Takes over a container that another encryptor began (a resumable upload across requests
@@ -57,9 +69,7 @@ public final class PackEncryptor {
         started = true
         resumed = true
         segmentIndex = sealedSegments
-        pending.withUnsafeBytes { source in
-            self.pending.withUnsafeMutableBytes { $0.copyMemory(from: source) }
-        }
+        pending.withUnsafeBytes { plains[turn].copyMemory(from: $0) }
         pendingCount = pending.count
     }
 
@@ -71,7 +81,7 @@ public final class PackEncryptor {
     ) throws(CryptoError) {
         try self.init(header: header, masterKey: masterKey, sink: sink)
         started = true
-        containerHash.update(encodedHeader)
+        containerHash.submit(UnsafeRawBufferPointer(headerBytes))
         containerSize = Int64(encodedHeader.count)
     }
 
@@ -79,7 +89,7 @@ public final class PackEncryptor {
     public var sealedSegments: UInt32 { segmentIndex }
 
     /// Plaintext received but not sealed yet: what a resumable upload keeps between requests.
-    public var pendingPlaintext: [UInt8] { Array(pending[0..<pendingCount]) }
+    public var pendingPlaintext: [UInt8] { Array(plains[turn][0..<pendingCount]) }
 
     /// Adds plaintext.
     public func update(_ bytes: UnsafeRawBufferPointer) throws {
@@ -91,13 +101,10 @@ public final class PackEncryptor {
                 try sealPending(final: false)
             }
             let take = min(segmentSize - pendingCount, bytes.count - offset)
-            pending.withUnsafeMutableBytes { dest in
-                dest.baseAddress!.advanced(by: pendingCount).copyMemory(from: bytes.baseAddress! + offset, byteCount: take)
-            }
+            plains[turn].baseAddress!.advanced(by: pendingCount).copyMemory(from: bytes.baseAddress! + offset, byteCount: take)
             pendingCount += take
             offset += take
         }
-        plaintextHash.update(bytes)
         plaintextSize += Int64(bytes.count)
     }
 
@@ -128,27 +135,25 @@ public final class PackEncryptor {
     private func startIfNeeded() throws {
         guard !started else { return }
         started = true
-        try emit(encodedHeader.withUnsafeBytes { Array($0) }[...])
+        try emit(UnsafeRawBufferPointer(headerBytes))
     }
 
     private func sealPending(final: Bool) throws {
         let nonce = header.nonce(segment: segmentIndex, final: final)
-        let count = pendingCount
-        try pending.withUnsafeBytes { plain in
-            try sealed.withUnsafeMutableBytes { out in
-                try cipher.seal(UnsafeRawBufferPointer(rebasing: plain[0..<count]), nonce: nonce, aad: encodedHeader, into: out)
-            }
-        }
-        try emit(sealed[0..<(count + AES256GCM.tagSize)])
+        let plain = UnsafeRawBufferPointer(rebasing: plains[turn][0..<pendingCount])
+        try cipher.seal(plain, nonce: nonce, aad: encodedHeader, into: seals[turn])
+        // Both buffers of this turn stay untouched until the hashers are done with them: the
+        // next turn's submissions wait for that.
+        plaintextHash.submit(plain)
+        try emit(UnsafeRawBufferPointer(rebasing: seals[turn][0..<(pendingCount + AES256GCM.tagSize)]))
+        turn ^= 1
         pendingCount = 0
         segmentIndex += 1
     }
 
-    private func emit(_ bytes: ArraySlice<UInt8>) throws {
-        try bytes.withUnsafeBytes { buffer in
-            containerHash.update(buffer)
-            try sink(buffer)
-        }
+    private func emit(_ bytes: UnsafeRawBufferPointer) throws {
+        containerHash.submit(bytes)
+        try sink(bytes)
         containerSize += Int64(bytes.count)
     }
 

@@ -21,8 +21,13 @@ final class PackIngest {
         (path, file) = try publisher.folder.scratchFile()
         let file = self.file
         do {
+            var behind = WriteBehind()
             encryptor = try PackEncryptor(
-                header: PackHeader(keyID: keys.current), masterKey: keys.ring[keys.current]!, sink: { try file.write($0) }
+                header: PackHeader(keyID: keys.current), masterKey: keys.ring[keys.current]!,
+                sink: { bytes in
+                    try file.write(bytes)
+                    behind.wrote(bytes.count, to: file)
+                }
             )
         } catch {
             FileSystem.remove(path)

@@ -52,11 +52,16 @@ final class ResumableSession {
             }
             let fromStart = current.offset == 0 && current.sealedSegments == 0 && pending.isEmpty
                 && current.containerLength == Int64(current.header.encodedSize)
+            // Written back as it goes, so each commit's fsync has little left to wait for.
+            var behind = WriteBehind(from: current.containerLength)
+            let sink: (UnsafeRawBufferPointer) throws -> Void = { bytes in
+                try file.write(bytes)
+                behind.wrote(bytes.count, to: file)
+            }
             encryptor = fromStart
-                ? try PackEncryptor(continuingAfterHeader: current.header, masterKey: master, sink: { try file.write($0) })
+                ? try PackEncryptor(continuingAfterHeader: current.header, masterKey: master, sink: sink)
                 : try PackEncryptor(
-                    resuming: current.header, masterKey: master, sealedSegments: current.sealedSegments, pending: pending,
-                    sink: { try file.write($0) }
+                    resuming: current.header, masterKey: master, sealedSegments: current.sealedSegments, pending: pending, sink: sink
                 )
             self.fromStart = fromStart
             (state, self.keys, self.file, tail) = (current, keys, file, sealer)
