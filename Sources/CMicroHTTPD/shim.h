@@ -46,4 +46,20 @@ static inline const struct sockaddr *CMicroHTTPD_client_address(struct MHD_Conne
   return info == NULL ? NULL : info->client_addr;
 }
 
+/* A client that sent its request and then half-closed (FIN) will send nothing more, but
+   libmicrohttpd 0.9.75 under epoll notices only at the connection timeout, leaving the socket
+   in CLOSE_WAIT until then. After a completed request: if the peer's side is closed and nothing
+   is waiting to be read, shut the socket down, so the next round of the event loop closes the
+   connection. Returns 1 when it did. */
+static inline int CMicroHTTPD_close_if_peer_finished(struct MHD_Connection *connection) {
+  const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+  if (info == NULL) return 0;
+  char byte;
+  if (recv(info->connect_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
+    shutdown(info->connect_fd, SHUT_RDWR);
+    return 1;
+  }
+  return 0;
+}
+
 #endif

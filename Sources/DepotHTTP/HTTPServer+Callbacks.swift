@@ -54,7 +54,9 @@ let uriLogCallback: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<CCha
 
 let requestCompletedCallback: @convention(c) (
     UnsafeMutableRawPointer?, OpaquePointer?, UnsafeMutablePointer<UnsafeMutableRawPointer?>?, MHD_RequestTerminationCode
-) -> Void = { cls, _, reqCls, termination in
+) -> Void = { cls, connection, reqCls, termination in
+    // A peer that half-closed after its request gets its connection closed now, not at the timeout.
+    if termination == .REQUEST_TERMINATED_COMPLETED_OK, let connection { _ = CMicroHTTPD_close_if_peer_finished(connection) }
     guard let cls, let reqCls, let pointer = reqCls.pointee else { return }
     reqCls.pointee = nil
     let context = Unmanaged<ServerContext>.fromOpaque(cls).takeUnretainedValue()

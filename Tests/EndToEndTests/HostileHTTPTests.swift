@@ -1,0 +1,163 @@
+import DepotCore
+import DepotTestSupport
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Requests sent to hurt: oversized heads, unknown methods, clients that half-close or trickle
+/// their headers. The real `depot serve` process, raw sockets and Debian's slowhttptest.
+@Suite("Hostile HTTP", .serialized)
+struct HostileHTTPTests {
+    @Test("Oversized headers and 10,000 headers get 431, a 20 KB request line 414, an unknown method 405; each closes cleanly and the next client is served")
+    func oversized() throws {
+        let work = TemporaryDirectory("depot-hostile")
+        defer { work.remove() }
+        let server = try ServeProcess(data: work.path + "/data", environment: [:])
+        defer { server.process.terminate(); server.process.waitUntilExit() }
+        let port = UInt16(server.port)!
+        let manyHeaders = (0..<10_000).map { "X-Header-\($0): 1\r\n" }.joined()
+        let cases: [(String, String, Int)] = [
+            ("one 100 KB header", "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "a", count: 100_000))\r\n\r\n", 431),
+            ("10,000 headers", "GET /healthz HTTP/1.1\r\nHost: x\r\n\(manyHeaders)\r\n", 431),
+            ("a 20 KB request line", "GET /\(String(repeating: "a", count: 20_000)) HTTP/1.1\r\nHost: x\r\n\r\n", 414),
+            ("an unknown method", "FROB /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 405),
+            ("an unknown method on a blob", "PROPFIND /v1/apps/com.example.dev/blobs/\(String(repeating: "0", count: 64)) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 405),
+        ]
+        for (name, request, status) in cases {
+            let responses = try RawHTTP.send(port: port, request, timeout: 10)
+            #expect(responses.count == 1, "\(name): one answer, then the connection closes")
+            #expect(responses.first?.status == status, "\(name)")
+            let healthy = try RawHTTP.send(port: port, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            #expect(healthy.first?.status == 200, "after \(name)")
+        }
+        #expect(server.process.isRunning)
+    }
+
+    @Test("A client that half-closes after its request gets the answer and its connection is closed at once, not at the timeout")
+    func halfClose() throws {
+        let work = TemporaryDirectory("depot-hostile")
+        defer { work.remove() }
+        // The inactivity timeout is 30 s: a connection left in CLOSE_WAIT would outlive the test.
+        let server = try ServeProcess(data: work.path + "/data", environment: ["DEPOT_TIMEOUT": "30"])
+        defer { server.process.terminate(); server.process.waitUntilExit() }
+        let port = UInt16(server.port)!
+        for _ in 0..<20 {
+            let fd = try RawHTTP.connect(port: port)
+            defer { close(fd) }
+            var tv = timeval(tv_sec: 5, tv_usec: 0)
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+            RawHTTP.sendAll(fd, Array("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n".utf8))
+            shutdown(fd, Int32(SHUT_WR))
+            let start = ContinuousClock.now
+            var received: [UInt8] = []
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            var closed = false
+            while true {
+                let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+                if n == 0 { closed = true }
+                if n <= 0 { break }
+                received += buffer[0..<n]
+            }
+            #expect(RawHTTP.parse(received).first?.status == 200)
+            #expect(closed, "the origin closed the connection")
+            #expect(ContinuousClock.now - start < .seconds(2), "closed at once, not at the 30 s timeout")
+        }
+        #expect(Self.serverSockets(port: server.port)["08", default: 0] == 0, "sockets left in CLOSE_WAIT: \(Self.serverSockets(port: server.port))")
+    }
+
+    @Test("Slow-header clients (slowhttptest, 300 connections) are held to the per-IP limit while other clients are served; open files and memory come back")
+    func slowHeaders() throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/slowhttptest") else {
+            Issue.record("slowhttptest is not installed (Deploy/setup.sh installs it)")
+            return
+        }
+        let work = TemporaryDirectory("depot-hostile")
+        defer { work.remove() }
+        // Listening on every loopback address: the attack comes from 127.0.0.1, the legitimate
+        // client from 127.0.0.2.
+        let server = try ServeProcess(
+            data: work.path + "/data",
+            environment: ["DEPOT_LISTEN": "0.0.0.0:0", "DEPOT_PER_IP_LIMIT": "32", "DEPOT_CONNECTION_LIMIT": "512", "DEPOT_TIMEOUT": "20"]
+        )
+        defer { server.process.terminate(); server.process.waitUntilExit() }
+        let pid = server.process.processIdentifier
+        // Warm up, then the baseline.
+        for _ in 0..<20 { #expect(Self.get(port: server.port, from: "127.0.0.2") == 200) }
+        let filesBefore = Self.openFiles(pid)
+        let rssBefore = Self.residentKiB(pid)
+        #expect(filesBefore > 0 && rssBefore > 0)
+
+        let attack = Process()
+        attack.executableURL = URL(fileURLWithPath: "/usr/bin/slowhttptest")
+        attack.arguments = ["-H", "-c", "300", "-r", "150", "-i", "2", "-l", "8", "-x", "24", "-p", "3", "-u", "http://127.0.0.1:\(server.port)/healthz"]
+        attack.standardOutput = FileHandle.nullDevice
+        attack.standardError = FileHandle.nullDevice
+        try attack.run()
+        Thread.sleep(forTimeInterval: 3)
+        // Mid-attack: the attacker holds at most the per-IP limit; everyone else is answered.
+        let held = Self.serverSockets(port: server.port)["01", default: 0]
+        #expect(held >= 16 && held <= 32, "connections held by the attack: \(held) (the limit is 32)")
+        var served = 0
+        let start = ContinuousClock.now
+        for _ in 0..<50 where Self.get(port: server.port, from: "127.0.0.2") == 200 { served += 1 }
+        #expect(served == 50, "legitimate requests answered during the attack: \(served) of 50")
+        #expect(ContinuousClock.now - start < .seconds(10))
+        attack.waitUntilExit()
+
+        // Afterwards: the attack's connections are gone and the origin is where it was.
+        var filesAfter = Self.openFiles(pid)
+        for _ in 0..<100 where filesAfter > filesBefore {
+            Thread.sleep(forTimeInterval: 0.25)
+            filesAfter = Self.openFiles(pid)
+        }
+        #expect(filesAfter <= filesBefore, "open files \(filesBefore) before, \(filesAfter) after")
+        let rssAfter = Self.residentKiB(pid)
+        #expect(rssAfter < rssBefore + 16 * 1024, "resident memory \(rssBefore) KiB before, \(rssAfter) KiB after")
+        #expect(Self.get(port: server.port, from: "127.0.0.1") == 200, "the attacker's address is served again")
+    }
+
+    /// GET /healthz from a given source address with curl; the status (0 when none).
+    static func get(port: String, from source: String) -> Int {
+        let curl = Process()
+        curl.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
+        curl.arguments = ["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5", "--interface", source, "http://127.0.0.1:\(port)/healthz"]
+        let output = Pipe()
+        curl.standardOutput = output
+        curl.standardError = FileHandle.nullDevice
+        guard (try? curl.run()) != nil else { return 0 }
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        curl.waitUntilExit()
+        return Int(text) ?? 0
+    }
+
+    /// A /proc file, read to its end (they report a size of 0).
+    static func readProc(_ path: String) -> String {
+        guard let handle = FileHandle(forReadingAtPath: path) else { return "" }
+        defer { try? handle.close() }
+        return String(decoding: handle.readDataToEndOfFile(), as: UTF8.self)
+    }
+
+    static func openFiles(_ pid: Int32) -> Int { FileSystem.contents(of: "/proc/\(pid)/fd").count }
+
+    static func residentKiB(_ pid: Int32) -> Int {
+        let status = readProc("/proc/\(pid)/status")
+        let line = status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") } ?? ""
+        return Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
+    }
+
+    /// Server-side TCP sockets on `port` whose peer is 127.0.0.1, by state, from /proc/net/tcp
+    /// (01 established, 08 close-wait).
+    static func serverSockets(port: String) -> [String: Int] {
+        let hexPort = String(format: "%04X", Int(port)!)
+        let table = readProc("/proc/net/tcp")
+        var states: [String: Int] = [:]
+        for line in table.split(separator: "\n").dropFirst() {
+            let fields = line.split(separator: " ")
+            guard fields.count > 3, fields[1].hasSuffix(":" + hexPort), fields[2].hasPrefix("0100007F:") else { continue }
+            states[String(fields[3]), default: 0] += 1
+        }
+        return states
+    }
+}
