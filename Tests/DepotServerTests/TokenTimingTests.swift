@@ -7,25 +7,30 @@ import Testing
 /// Whether a token check's time tells a guesser how much of the guess was right.
 @Suite("Token timing", .serialized)
 struct TokenTimingTests {
-    /// Times `body` in interleaved batches for two inputs; returns the ratio of the medians of
-    /// the per-batch times (first / second).
-    static func medianRatio(rounds: Int = 31, batch: Int, _ first: String, _ second: String, _ body: (String) -> Void) -> Double {
-        var times: [[Double]] = [[], []]
+    /// Times `body` for two inputs in back-to-back batches (the order alternating) and returns
+    /// the median of the per-round ratios (first / second): a burst of load from elsewhere falls
+    /// on both halves of a round, so it moves a round's ratio little and the median not at all.
+    static func medianRatio(rounds: Int = 61, batch: Int, _ first: String, _ second: String, _ body: (String) -> Void) -> Double {
+        func time(_ input: String) -> Double {
+            let start = ContinuousClock.now
+            for _ in 0..<batch { body(input) }
+            let elapsed = ContinuousClock.now - start
+            return Double(elapsed.components.attoseconds) / 1e18 + Double(elapsed.components.seconds)
+        }
+        var ratios: [Double] = []
         for round in 0..<rounds {
-            let order = round % 2 == 0 ? [0, 1] : [1, 0]
-            for which in order {
-                let input = which == 0 ? first : second
-                let start = ContinuousClock.now
-                for _ in 0..<batch { body(input) }
-                let elapsed = ContinuousClock.now - start
-                times[which].append(Double(elapsed.components.attoseconds) / 1e18 + Double(elapsed.components.seconds))
+            if round % 2 == 0 {
+                let a = time(first)
+                ratios.append(a / time(second))
+            } else {
+                let b = time(second)
+                ratios.append(time(first) / b)
             }
         }
-        func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
-        return median(times[0]) / median(times[1])
+        return ratios.sorted()[ratios.count / 2]
     }
 
-    @Test("A guess sharing all but the last character of a real token takes as long to refuse as one sharing none (medians of interleaved batches within 5%); the same harness sees an early-exit comparison leak")
+    @Test("A guess sharing all but the last character of a real token takes as long to refuse as one sharing none (median of paired, interleaved batches within 5%); the same harness sees an early-exit comparison leak")
     func noTimingLeak() throws {
         let data = TemporaryDirectory("depot-timing")
         defer { data.remove() }
@@ -50,12 +55,12 @@ struct TokenTimingTests {
             return index == secret.count
         }
         var sink = false
-        let leaky = Self.medianRatio(batch: 20_000, nearMiss, farMiss) { sink = sink != leakyEquals($0) }
+        let leaky = Self.medianRatio(batch: 5_000, nearMiss, farMiss) { sink = sink != leakyEquals($0) }
         #expect(leaky > 1.5, "an early-exit comparison takes longer for the near miss: \(leaky)")
 
         // The origin's check: the presented token is hashed and compared with every stored hash
         // in constant time, so how much of the guess was right cannot show.
-        let origin = Self.medianRatio(batch: 2_000, nearMiss, farMiss) { sink = sink != (store.check($0) == .unknown) }
+        let origin = Self.medianRatio(batch: 500, nearMiss, farMiss) { sink = sink != (store.check($0) == .unknown) }
         #expect(abs(origin - 1) < 0.05, "near miss / far miss time of TokenStore.check: \(origin)")
     }
 }
