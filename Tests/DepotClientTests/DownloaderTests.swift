@@ -112,7 +112,9 @@ struct DownloaderTests {
             let started = ContinuousClock.now
             task.cancel()
             let result = await task.value
-            #expect(ContinuousClock.now - started < .seconds(5))
+            // Far below the 60 s timeout even when the machine is loaded by other suites (load and
+            // slow-header tests run alongside): the cancellation, not the timeout, ended it.
+            #expect(ContinuousClock.now - started < .seconds(10))
             guard case .failure(let error) = result["p"] else {
                 Issue.record("a cancelled download cannot succeed")
                 return

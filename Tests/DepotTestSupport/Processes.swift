@@ -38,3 +38,10 @@ public enum Processes {
         return Result(status: process.terminationStatus, stdout: String(decoding: outData, as: UTF8.self), stderr: String(decoding: errData, as: UTF8.self))
     }
 }
+
+/// Suites that load the whole machine (hundreds of connections, slow-header attacks) and would
+/// make the timing of others flaky: `Deploy/setup.sh test` runs them alone, after the parallel
+/// suite, with `DEPOT_HEAVY_TESTS=1`.
+public enum HeavyTests {
+    public static var enabled: Bool { ProcessInfo.processInfo.environment["DEPOT_HEAVY_TESTS"] == "1" }
+}

@@ -8,7 +8,7 @@ import Glibc
 
 /// Requests sent to hurt: oversized heads, unknown methods, clients that half-close or trickle
 /// their headers. The real `depot serve` process, raw sockets and Debian's slowhttptest.
-@Suite("Hostile HTTP", .serialized)
+@Suite("Hostile HTTP", .serialized, .enabled(if: HeavyTests.enabled, "run alone by Deploy/setup.sh test, with DEPOT_HEAVY_TESTS=1"))
 struct HostileHTTPTests {
     @Test("Oversized headers and 10,000 headers get 431, a 20 KB request line 414, an unknown method 405; each closes cleanly and the next client is served")
     func oversized() throws {
