@@ -5,7 +5,7 @@ import Foundation
 import Testing
 
 /// Whether a token check's time tells a guesser how much of the guess was right.
-@Suite("Token timing", .serialized)
+@Suite("Token timing", .serialized, .enabled(if: HeavyTests.enabled, "run alone by Deploy/setup.sh test, with DEPOT_HEAVY_TESTS=1"))
 struct TokenTimingTests {
     /// Times `body` for two inputs in back-to-back batches (the order alternating) and returns
     /// the median of the per-round ratios (first / second): a burst of load from elsewhere falls

@@ -39,8 +39,8 @@ public enum Processes {
     }
 }
 
-/// Suites that load the whole machine (hundreds of connections, slow-header attacks) and would
-/// make the timing of others flaky: `Deploy/setup.sh test` runs them alone, after the parallel
+/// Suites that load the whole machine (hundreds of connections, slow-header attacks, tight timing
+/// loops) and would make the timing of others flaky, or be made flaky by them: `Deploy/setup.sh test` runs them alone, after the parallel
 /// suite, with `DEPOT_HEAVY_TESTS=1`.
 public enum HeavyTests {
     public static var enabled: Bool { ProcessInfo.processInfo.environment["DEPOT_HEAVY_TESTS"] == "1" }
