@@ -85,8 +85,8 @@ struct HostileHTTPTests {
         let pid = server.process.processIdentifier
         // Warm up, then the baseline.
         for _ in 0..<20 { #expect(Self.get(port: server.port, from: "127.0.0.2") == 200) }
-        let filesBefore = Self.openFiles(pid)
-        let rssBefore = Self.residentKiB(pid)
+        let filesBefore = ProcessProbe.openFiles(pid)
+        let rssBefore = ProcessProbe.residentKiB(pid)
         #expect(filesBefore > 0 && rssBefore > 0)
 
         let attack = Process()
@@ -107,13 +107,9 @@ struct HostileHTTPTests {
         attack.waitUntilExit()
 
         // Afterwards: the attack's connections are gone and the origin is where it was.
-        var filesAfter = Self.openFiles(pid)
-        for _ in 0..<100 where filesAfter > filesBefore {
-            Thread.sleep(forTimeInterval: 0.25)
-            filesAfter = Self.openFiles(pid)
-        }
+        let filesAfter = ProcessProbe.openFiles(pid, backTo: filesBefore, within: 25)
         #expect(filesAfter <= filesBefore, "open files \(filesBefore) before, \(filesAfter) after")
-        let rssAfter = Self.residentKiB(pid)
+        let rssAfter = ProcessProbe.residentKiB(pid)
         #expect(rssAfter < rssBefore + 16 * 1024, "resident memory \(rssBefore) KiB before, \(rssAfter) KiB after")
         #expect(Self.get(port: server.port, from: "127.0.0.1") == 200, "the attacker's address is served again")
     }
@@ -132,26 +128,11 @@ struct HostileHTTPTests {
         return Int(text) ?? 0
     }
 
-    /// A /proc file, read to its end (they report a size of 0).
-    static func readProc(_ path: String) -> String {
-        guard let handle = FileHandle(forReadingAtPath: path) else { return "" }
-        defer { try? handle.close() }
-        return String(decoding: handle.readDataToEndOfFile(), as: UTF8.self)
-    }
-
-    static func openFiles(_ pid: Int32) -> Int { FileSystem.contents(of: "/proc/\(pid)/fd").count }
-
-    static func residentKiB(_ pid: Int32) -> Int {
-        let status = readProc("/proc/\(pid)/status")
-        let line = status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") } ?? ""
-        return Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
-    }
-
     /// Server-side TCP sockets on `port` whose peer is 127.0.0.1, by state, from /proc/net/tcp
     /// (01 established, 08 close-wait).
     static func serverSockets(port: String) -> [String: Int] {
         let hexPort = String(format: "%04X", Int(port)!)
-        let table = readProc("/proc/net/tcp")
+        let table = ProcessProbe.read("/proc/net/tcp")
         var states: [String: Int] = [:]
         for line in table.split(separator: "\n").dropFirst() {
             let fields = line.split(separator: " ")

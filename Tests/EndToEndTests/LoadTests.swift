@@ -63,26 +63,16 @@ struct LoadTests {
         _ = try wrk(seconds: 1)
         let pid = server.process.processIdentifier
         // The baseline once the warm-up's connections are gone.
-        var filesBefore = HostileHTTPTests.openFiles(pid)
-        for _ in 0..<40 {
-            Thread.sleep(forTimeInterval: 0.25)
-            let now = HostileHTTPTests.openFiles(pid)
-            if now == filesBefore { break }
-            filesBefore = now
-        }
-        let rssBefore = HostileHTTPTests.residentKiB(pid)
+        let filesBefore = ProcessProbe.settledOpenFiles(pid)
+        let rssBefore = ProcessProbe.residentKiB(pid)
         let report = try wrk(seconds: Self.seconds)
         let requests = report.split(separator: "\n").first { $0.contains(" requests in ") }.flatMap { Int($0.split(separator: " ").first ?? "") } ?? 0
         #expect(requests > 500 * Self.seconds, "\(report)")
         #expect(!report.contains("Non-2xx or 3xx responses"), "\(report)")
         #expect(!report.contains("Socket errors"), "\(report)")
-        var filesAfter = HostileHTTPTests.openFiles(pid)
-        for _ in 0..<80 where filesAfter > filesBefore {
-            Thread.sleep(forTimeInterval: 0.25)
-            filesAfter = HostileHTTPTests.openFiles(pid)
-        }
+        let filesAfter = ProcessProbe.openFiles(pid, backTo: filesBefore, within: 20)
         #expect(filesAfter <= filesBefore, "open files \(filesBefore) before, \(filesAfter) after")
-        let rssAfter = HostileHTTPTests.residentKiB(pid)
+        let rssAfter = ProcessProbe.residentKiB(pid)
         #expect(rssAfter < rssBefore + 32 * 1024, "resident memory \(rssBefore) KiB before, \(rssAfter) KiB after \(requests) requests")
         print("load: \(requests) requests in \(Self.seconds) s on 256 connections, RSS \(rssBefore) -> \(rssAfter) KiB, open files \(filesBefore) -> \(filesAfter)")
     }
