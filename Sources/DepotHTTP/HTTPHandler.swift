@@ -32,7 +32,7 @@ extension HTTPHandler {
 public struct HTTPExchangeRecord: Sendable {
     /// The method.
     public var method: String
-    /// The decoded path (the raw target, without its query, when it could not be decoded).
+    /// The path as received, escapes kept, without its query (at most 512 bytes).
     public var path: String
     /// The status sent, 0 if none was.
     public var status: Int
@@ -46,4 +46,12 @@ public struct HTTPExchangeRecord: Sendable {
     public var clientAddress: String?
     /// False when the client left, timed out or the server stopped before the end.
     public var completedNormally: Bool
+
+    public init(
+        method: String, path: String, status: Int, bodyBytes: Int64, duration: Duration, route: String, clientAddress: String?,
+        completedNormally: Bool
+    ) {
+        (self.method, self.path, self.status, self.bodyBytes) = (method, path, status, bodyBytes)
+        (self.duration, self.route, self.clientAddress, self.completedNormally) = (duration, route, clientAddress, completedNormally)
+    }
 }

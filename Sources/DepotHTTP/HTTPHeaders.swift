@@ -42,6 +42,20 @@ extension String {
     func caseInsensitiveEquals(_ other: String) -> Bool {
         let a = utf8, b = other.utf8
         guard a.count == b.count else { return false }
+        // Native strings are contiguous: compare their bytes without an iterator per byte.
+        if let equal = a.withContiguousStorageIfAvailable({ x in b.withContiguousStorageIfAvailable { y in Self.equalIgnoringCase(x, y) } }) ?? nil {
+            return equal
+        }
         return zip(a, b).allSatisfy { x, y in x == y || (x | 0x20 == y | 0x20 && (x | 0x20) >= 97 && (x | 0x20) <= 122) }
+    }
+
+    private static func equalIgnoringCase(_ a: UnsafeBufferPointer<UInt8>, _ b: UnsafeBufferPointer<UInt8>) -> Bool {
+        for index in 0..<a.count {
+            let x = a[index], y = b[index]
+            if x == y { continue }
+            let lower = x | 0x20
+            guard lower == y | 0x20, lower >= 97, lower <= 122 else { return false }
+        }
+        return true
     }
 }

@@ -26,30 +26,42 @@ enum HTTPRequestReader {
             MHD_get_connection_values(connection, MHD_ValueKind.HEADER_KIND, headerIteratorCallback, pointer)
         }
         let headers = HTTPHeaders(collector.fields)
-        // Framing that libmicrohttpd 0.9.75 accepts but that lets a second request hide in a body.
-        let lengths = headers.values("Content-Length")
-        let codings = headers.values("Transfer-Encoding")
-        if lengths.count > 1 {
+        // One pass over the fields: framing that libmicrohttpd 0.9.75 accepts but that lets a
+        // second request hide in a body, the Host rule, malformed names.
+        var lengths = 0, codings = 0, hosts = 0
+        var length: String?, coding: String?
+        for field in collector.fields {
+            let name = field.name
+            if name.isEmpty || name.utf8.contains(where: { $0 == 0x20 || $0 == 0x09 }) {
+                return .failure(.error(status: 400, code: "bad_header", message: "malformed header field name", closeConnection: true))
+            }
+            if name.caseInsensitiveEquals("Host") {
+                hosts += 1
+            } else if name.caseInsensitiveEquals("Content-Length") {
+                lengths += 1
+                length = field.value
+            } else if name.caseInsensitiveEquals("Transfer-Encoding") {
+                codings += 1
+                coding = field.value
+            }
+        }
+        if lengths > 1 {
             return .failure(.error(status: 400, code: "bad_framing", message: "more than one Content-Length", closeConnection: true))
         }
-        if let length = lengths.first, Int64(length) == nil || length.hasPrefix("+") || length.hasPrefix("-") {
+        if let length, Int64(length) == nil || length.hasPrefix("+") || length.hasPrefix("-") {
             return .failure(.error(status: 400, code: "bad_framing", message: "Content-Length is not a number", closeConnection: true))
         }
-        if !codings.isEmpty {
-            if !lengths.isEmpty {
+        if let coding {
+            if lengths > 0 {
                 return .failure(.error(status: 400, code: "bad_framing", message: "Content-Length together with Transfer-Encoding", closeConnection: true))
             }
-            if codings.count > 1 || codings[0].lowercased() != "chunked" {
+            if codings > 1 || coding.lowercased() != "chunked" {
                 return .failure(.error(status: 400, code: "bad_framing", message: "only the chunked transfer coding is accepted", closeConnection: true))
             }
         }
         // RFC 9112 §3.2: an HTTP/1.1 request without exactly one Host gets 400.
-        let hosts = headers.values("Host")
-        if hosts.count > 1 || (version == "HTTP/1.1" && hosts.isEmpty) {
+        if hosts > 1 || (version == "HTTP/1.1" && hosts == 0) {
             return .failure(.error(status: 400, code: "bad_host", message: "an HTTP/1.1 request needs exactly one Host header", closeConnection: true))
-        }
-        for field in headers where field.name.utf8.contains(where: { $0 == 0x20 || $0 == 0x09 }) || field.name.isEmpty {
-            return .failure(.error(status: 400, code: "bad_header", message: "malformed header field name", closeConnection: true))
         }
         let request = HTTPRequest(
             method: method, rawTarget: rawTarget, pathSegments: target.segments,
@@ -61,14 +73,24 @@ enum HTTPRequestReader {
 
     private static func clientAddress(_ connection: OpaquePointer) -> String? {
         guard let address = CMicroHTTPD_client_address(connection) else { return nil }
-        var buffer = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN) + 1)
         switch Int32(address.pointee.sa_family) {
         case AF_INET:
-            let ok = address.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { v4 in
-                withUnsafePointer(to: v4.pointee.sin_addr) { inet_ntop(AF_INET, $0, &buffer, socklen_t(buffer.count)) }
+            // Dotted quad written in place (inet_ntop and its buffer cost more, on every request).
+            let octets = address.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { UInt32(bigEndian: $0.pointee.sin_addr.s_addr) }
+            return String(unsafeUninitializedCapacity: 15) { text in
+                var count = 0
+                for shift in stride(from: 24, through: 0, by: -8) {
+                    let octet = Int(octets >> UInt32(shift) & 0xff)
+                    if shift != 24 { text[count] = UInt8(ascii: "."); count += 1 }
+                    if octet >= 100 { text[count] = UInt8(48 + octet / 100); count += 1 }
+                    if octet >= 10 { text[count] = UInt8(48 + octet / 10 % 10); count += 1 }
+                    text[count] = UInt8(48 + octet % 10)
+                    count += 1
+                }
+                return count
             }
-            return ok == nil ? nil : buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
         case AF_INET6:
+            var buffer = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN) + 1)
             let ok = address.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { v6 in
                 withUnsafePointer(to: v6.pointee.sin6_addr) { inet_ntop(AF_INET6, $0, &buffer, socklen_t(buffer.count)) }
             }

@@ -23,7 +23,6 @@ final class RequestState {
     var discarded: Int64 = 0
     // What the exchange record reports.
     var method = ""
-    var path: String
     var clientAddress: String?
     var status = 0
     var bodyBytes: Int64 = 0
@@ -31,11 +30,17 @@ final class RequestState {
 
     init(rawTarget: String) {
         self.rawTarget = rawTarget
-        // By bytes: walking Characters (grapheme breaking) costs ten times as much.
-        let utf8 = rawTarget.utf8
-        let end = utf8.firstIndex(of: UInt8(ascii: "?")) ?? utf8.endIndex
-        let path = utf8[..<end].prefix(512)
-        self.path = String(decoding: path, as: UTF8.self)
+    }
+
+    /// The path as received (escapes kept, no query), at most 512 bytes: what the exchange
+    /// record reports. Made once, when the request completes.
+    var reportedPath: String {
+        var raw = rawTarget
+        return raw.withUTF8 { bytes in
+            var end = 0
+            while end < bytes.count && end < 512 && bytes[end] != UInt8(ascii: "?") { end += 1 }
+            return String(decoding: UnsafeBufferPointer(rebasing: bytes[..<end]), as: UTF8.self)
+        }
     }
 
     func record(_ response: HTTPResponse) {
@@ -67,7 +72,7 @@ let requestCompletedCallback: @convention(c) (
     }
     if state.started {
         context.handler.completed(HTTPExchangeRecord(
-            method: state.method, path: state.path, status: state.status, bodyBytes: state.bodyBytes,
+            method: state.method, path: state.reportedPath, status: state.status, bodyBytes: state.bodyBytes,
             duration: ContinuousClock.now - state.start, route: state.route, clientAddress: state.clientAddress,
             completedNormally: termination == .REQUEST_TERMINATED_COMPLETED_OK
         ))
@@ -100,7 +105,6 @@ let accessHandlerCallback: @convention(c) (
         switch request {
         case .failure(let response): disposition = .respond(response)
         case .success(let request):
-            state.path = request.path
             state.clientAddress = request.clientAddress
             disposition = context.handler.handle(request)
             if case .respond(let response) = disposition, !request.hasBody {
@@ -197,7 +201,8 @@ private func queue(_ response: HTTPResponse, for state: RequestState, on connect
     guard let mhdResponse else { return .NO }
     defer { MHD_destroy_response(mhdResponse) }
     for (name, value) in response.headers {
-        _ = MHD_add_response_header(mhdResponse, name, value)
+        // withCString: a short (inline) Swift string passed as a pointer would be copied to the heap.
+        _ = name.withCString { name in value.withCString { value in MHD_add_response_header(mhdResponse, name, value) } }
     }
     if response.closeConnection {
         _ = MHD_add_response_header(mhdResponse, "Connection", "close")

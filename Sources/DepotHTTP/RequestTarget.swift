@@ -25,26 +25,41 @@ public struct RequestTarget: Sendable, Hashable {
 
     /// Parses `raw`, the request target exactly as received.
     public static func parse(_ raw: String) throws(Failure) -> RequestTarget {
-        let bytes = Array(raw.utf8)
+        var raw = raw
+        // Over the contiguous UTF-8 (no copy for a native string): byte loops, no iterator per byte.
+        let result = raw.withUTF8 { bytes -> Result<RequestTarget, Failure> in
+            do throws(Failure) { return .success(try parse(bytes: bytes)) } catch { return .failure(error) }
+        }
+        return try result.get()
+    }
+
+    private static func parse(bytes: UnsafeBufferPointer<UInt8>) throws(Failure) -> RequestTarget {
         guard bytes.count <= maximumLength else { throw .tooLong }
         guard bytes.first == UInt8(ascii: "/") else { throw .notOriginForm }
-        let queryStart = bytes.firstIndex(of: UInt8(ascii: "?")) ?? bytes.count
-        var pathBytes = bytes[1..<queryStart]
+        var queryStart = bytes.count
+        for index in 0..<bytes.count where bytes[index] == UInt8(ascii: "?") {
+            queryStart = index
+            break
+        }
         // One trailing slash names the same resource ("/a/" is "/a"); "//" anywhere is refused.
-        if pathBytes.last == UInt8(ascii: "/") { pathBytes = pathBytes.dropLast() }
+        var pathEnd = queryStart
+        if pathEnd > 1 && bytes[pathEnd - 1] == UInt8(ascii: "/") { pathEnd -= 1 }
         var segments: [String] = []
-        if !pathBytes.isEmpty {
-            for part in pathBytes.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false) {
-                let decoded = try decode(part, plusIsSpace: false)
-                guard !decoded.isEmpty else { throw .emptySegment }
-                guard decoded != "." && decoded != ".." else { throw .dotSegment }
-                guard !decoded.utf8.contains(UInt8(ascii: "/")) else { throw .encodedSlash }
-                segments.append(decoded)
+        if pathEnd > 1 {
+            segments.reserveCapacity(8)
+            var start = 1
+            while true {
+                var end = start
+                while end < pathEnd && bytes[end] != UInt8(ascii: "/") { end += 1 }
+                segments.append(try segment(UnsafeBufferPointer(rebasing: bytes[start..<end])))
+                guard end < pathEnd else { break }
+                start = end + 1
             }
         }
         var query: [Pair] = []
         if queryStart < bytes.count {
-            for item in bytes[(queryStart + 1)...].split(separator: UInt8(ascii: "&")) {
+            let text = UnsafeBufferPointer(rebasing: bytes[(queryStart + 1)...])
+            for item in text.split(separator: UInt8(ascii: "&")) {
                 let eq = item.firstIndex(of: UInt8(ascii: "=")) ?? item.endIndex
                 let name = try decode(item[item.startIndex..<eq], plusIsSpace: true)
                 let value = eq < item.endIndex ? try decode(item[(eq + 1)...], plusIsSpace: true) : ""
@@ -54,7 +69,23 @@ public struct RequestTarget: Sendable, Hashable {
         return RequestTarget(segments: segments, query: query)
     }
 
-    private static func decode(_ part: ArraySlice<UInt8>, plusIsSpace: Bool) throws(Failure) -> String {
+    /// One path segment, decoded and checked.
+    private static func segment(_ part: UnsafeBufferPointer<UInt8>) throws(Failure) -> String {
+        var plain = true
+        for c in part where c <= 0x20 || c >= 0x7f || c == UInt8(ascii: "%") || c == UInt8(ascii: "\\") {
+            plain = false
+            break
+        }
+        let decoded = plain ? String(decoding: part, as: UTF8.self) : try decode(part[...], plusIsSpace: false)
+        guard !decoded.isEmpty else { throw .emptySegment }
+        guard decoded != "." && decoded != ".." else { throw .dotSegment }
+        if !plain {
+            guard !decoded.utf8.contains(UInt8(ascii: "/")) else { throw .encodedSlash }
+        }
+        return decoded
+    }
+
+    private static func decode(_ part: Slice<UnsafeBufferPointer<UInt8>>, plusIsSpace: Bool) throws(Failure) -> String {
         // The common case: printable ASCII with nothing to decode becomes a String as it is.
         if part.allSatisfy({ $0 > 0x20 && $0 < 0x7f && $0 != UInt8(ascii: "%") && $0 != UInt8(ascii: "\\") && !(plusIsSpace && $0 == UInt8(ascii: "+")) }) {
             return String(decoding: part, as: UTF8.self)

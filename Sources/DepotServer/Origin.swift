@@ -35,7 +35,7 @@ final class Origin: HTTPHandler {
         // An app's settings, re-read only when app.json changes.
         let settings: @Sendable (String) -> AppSettings? = { app in
             guard Identifier.isValidApp(app) else { return nil }
-            return cache.value(at: folder.appSettings(app)) { try StoredJSON.read(AppSettings.self, from: $0) }
+            return cache.value(for: app, path: { folder.appSettings(app) }) { try StoredJSON.read(AppSettings.self, from: $0) }
         }
         publisher = Publisher(
             folder: folder, apps: apps, blobs: blobs, releases: releases, urls: urls, metrics: metrics, logger: configuration.logger,

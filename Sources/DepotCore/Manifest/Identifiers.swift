@@ -12,16 +12,18 @@ public enum Identifier {
     public static func isValidChannel(_ name: String) -> Bool { isValid(name, maxLength: 64) }
 
     private static func isValid(_ id: String, maxLength: Int) -> Bool {
-        let utf8 = Array(id.utf8)
-        guard (1...maxLength).contains(utf8.count) else { return false }
-        guard isAlphanumeric(utf8[0]) else { return false }
-        var previous: UInt8 = 0
-        for c in utf8 {
-            guard isAlphanumeric(c) || c == 45 || c == 46 else { return false }
-            if c == 46 && previous == 46 { return false }
-            previous = c
+        // Over the contiguous UTF-8 (no copy for a native string): routing checks ids on every request.
+        var id = id
+        return id.withUTF8 { utf8 in
+            guard (1...maxLength).contains(utf8.count), isAlphanumeric(utf8[0]) else { return false }
+            var previous: UInt8 = 0
+            for c in utf8 {
+                guard isAlphanumeric(c) || c == 45 || c == 46 else { return false }
+                if c == 46 && previous == 46 { return false }
+                previous = c
+            }
+            return true
         }
-        return true
     }
 
     private static func isAlphanumeric(_ c: UInt8) -> Bool {

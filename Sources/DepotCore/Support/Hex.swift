@@ -30,8 +30,9 @@ public enum Hex {
 
     /// Whether `text` is exactly 64 lower-case hex digits, the form of a SHA-256 name.
     public static func isSHA256(_ text: String) -> Bool {
-        let utf8 = text.utf8
-        return utf8.count == 64 && utf8.allSatisfy { ($0 >= 48 && $0 <= 57) || ($0 >= 97 && $0 <= 102) }
+        guard text.utf8.count == 64 else { return false }
+        var text = text
+        return text.withUTF8 { utf8 in utf8.allSatisfy { ($0 >= 48 && $0 <= 57) || ($0 >= 97 && $0 <= 102) } }
     }
 
     private static func value(_ c: UInt8) -> UInt8? {

@@ -65,7 +65,7 @@ struct ReadHandlers: Sendable {
         let sha256 = context["sha256"]
         guard let blob = try blobs.open(sha256) else { throw DepotError.notFound("blob \(sha256)") }
         return Representation(
-            source: .file(blob.file), size: blob.size, etag: "\"\(sha256)\"", lastModified: blob.modified, contentType: "application/octet-stream",
+            source: .file(blob.file), size: blob.size, etag: TextAssembler.quoted(sha256), lastModified: blob.modified, contentType: "application/octet-stream",
             cacheControl: Representation.cacheControl("public, max-age=31536000, immutable", gated: context.gated)
         ).response(to: context.request)
     }

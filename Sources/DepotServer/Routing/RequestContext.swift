@@ -5,7 +5,7 @@ import DepotHTTP
 struct RequestContext: Sendable {
     let request: HTTPRequest
     /// Path parameters by name, each checked against its rule (``Router/validate(_:)``).
-    let parameters: [String: String]
+    let parameters: PathParameters
     /// The app named by `:app`, when the route's access looked it up.
     let settings: AppSettings?
     /// Whether the app's download credentials gate the answer (so shared caches must not keep it).

@@ -44,17 +44,30 @@ struct PathPattern: Sendable, CustomStringConvertible {
 
     /// The parameters, when `path` matches. The literals are compared first, so that a
     /// mismatch (most routes, for most requests) allocates nothing.
-    func match(_ path: [String]) -> [String: String]? {
+    func match(_ path: [String]) -> PathParameters? {
         if isCatchAll ? path.count < segments.count - 1 : path.count != segments.count { return nil }
         for (index, segment) in segments.enumerated() {
             if case .literal(let value) = segment, path[index] != value { return nil }
         }
-        var parameters: [String: String] = [:]
+        var parameters = PathParameters()
         for (index, segment) in segments.enumerated() {
-            if case .parameter(let name) = segment { parameters[name] = path[index] }
+            if case .parameter(let name) = segment { parameters.pairs.append((name, path[index])) }
         }
         return parameters
     }
+}
+
+/// A matched route's path parameters, in pattern order. A route has at most three, so a list
+/// looked up by name beats a dictionary (no hashing on every request).
+struct PathParameters: Sendable, Sequence {
+    var pairs: [(name: String, value: String)] = []
+
+    subscript(name: String) -> String? {
+        for pair in pairs where pair.name == name { return pair.value }
+        return nil
+    }
+
+    func makeIterator() -> IndexingIterator<[(name: String, value: String)]> { pairs.makeIterator() }
 }
 
 /// One route: the methods it answers, its path, its metrics label, who may call it, and the

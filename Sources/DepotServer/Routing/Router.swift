@@ -44,7 +44,7 @@ struct Router: Sendable {
 
     /// The route for the request's path and method: 404 when no route has the path, 405 (with
     /// every method the path has) when none has the method.
-    func route(for request: HTTPRequest) throws -> (Route, [String: String]) {
+    func route(for request: HTTPRequest) throws -> (Route, PathParameters) {
         let path = request.pathSegments
         var allowed: [String] = []
         for route in routes {
@@ -58,7 +58,7 @@ struct Router: Sendable {
     }
 
     /// Checks the parameters and the route's access; returns what the handler gets.
-    private func admit(_ request: HTTPRequest, route: Route, parameters: [String: String]) throws -> RequestContext {
+    private func admit(_ request: HTTPRequest, route: Route, parameters: PathParameters) throws -> RequestContext {
         for (name, value) in parameters { try Self.validate(name, value, parameters) }
         var settings: AppSettings?
         var gated = false
@@ -83,7 +83,7 @@ struct Router: Sendable {
     }
 
     /// The rule of each parameter name used in a pattern.
-    static func validate(_ name: String, _ value: String, _ parameters: [String: String]) throws {
+    static func validate(_ name: String, _ value: String, _ parameters: PathParameters) throws {
         switch name {
         case "app":
             guard Identifier.isValidApp(value) else { throw DepotError.invalidID("app id") }

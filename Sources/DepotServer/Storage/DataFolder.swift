@@ -39,7 +39,19 @@ public struct DataFolder: Sendable {
     /// The draft's first format, one file, converted on first read (``DraftStore``).
     func staging(_ id: String) -> String { app(id) + "/staging.json" }
     func packKeys(_ id: String) -> String { keys + "/" + id + ".json" }
-    func blob(_ sha256: String) -> String { blobs + "/" + sha256.prefix(2) + "/" + sha256 }
+    /// `blobs/ab/abcdef…`, in one allocation (every blob GET makes one).
+    func blob(_ sha256: String) -> String {
+        TextAssembler.text(capacity: root.utf8.count + 11 + 2 * sha256.utf8.count) { path in
+            path.append(root)
+            path.append("/blobs/")
+            var name = sha256
+            name.withUTF8 { bytes in
+                path.append(UnsafeBufferPointer(rebasing: bytes.prefix(2)))
+                path.append(byte: UInt8(ascii: "/"))
+                path.append(bytes)
+            }
+        }
+    }
 
     static func releaseName(_ version: Int) -> String {
         let digits = String(version)

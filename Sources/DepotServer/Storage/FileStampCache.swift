@@ -14,14 +14,26 @@ final class FileStampCache<Value: Sendable>: Sendable {
         var nanoseconds: Int
     }
 
-    private let entries = Mutex<[String: (stamp: Stamp?, value: Value?)]>([:])
+    private let entries = Mutex<[String: (path: String, stamp: Stamp?, value: Value?)]>([:])
 
     /// The decoded value of the file at `path`, nil if it is missing or unreadable.
     func value(at path: String, load: (String) throws -> Value) -> Value? {
+        value(for: path, path: { path }, load: load)
+    }
+
+    /// The decoded value of the file named by `key` (an app id, say), whose path is made only
+    /// the first time: a lookup is then one hash of the key and one `stat`.
+    func value(for key: String, path: () -> String, load: (String) throws -> Value) -> Value? {
+        let known = entries.withLock { $0[key] }
+        let path = known?.path ?? path()
         let stamp = Self.stamp(path)
-        if let hit = entries.withLock({ $0[path].flatMap { $0.stamp == stamp ? $0 : nil } }) { return hit.value }
+        if let known, known.stamp == stamp { return known.value }
         let value = stamp == nil ? nil : try? load(path)
-        entries.withLock { $0[path] = (stamp, value) }
+        entries.withLock { entries in
+            // Names come from requests: a flood of made-up ones starts the cache over instead of growing it.
+            if entries.count >= 4096 && entries[key] == nil { entries.removeAll() }
+            entries[key] = (path, stamp, value)
+        }
         return value
     }
 
