@@ -5,6 +5,12 @@ public struct HTTPHeaders: Sendable, Hashable, Sequence {
 
     public init(_ fields: [(name: String, value: String)] = []) { self.fields = fields }
 
+    /// No fields yet, room for `capacity` without growing.
+    public init(capacity: Int) {
+        fields = []
+        fields.reserveCapacity(capacity)
+    }
+
     /// The first value of `name`.
     public subscript(name: String) -> String? {
         fields.first { $0.name.caseInsensitiveEquals(name) }?.value

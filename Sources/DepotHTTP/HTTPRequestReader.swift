@@ -22,6 +22,7 @@ enum HTTPRequestReader {
             return .failure(.error(status: 400, code: "bad_request_target", message: "the request target is not acceptable (\(error))", closeConnection: true))
         }
         var collector = HeaderCollector()
+        collector.fields.reserveCapacity(16)
         _ = withUnsafeMutablePointer(to: &collector) { pointer in
             MHD_get_connection_values(connection, MHD_ValueKind.HEADER_KIND, headerIteratorCallback, pointer)
         }

@@ -97,10 +97,8 @@ let accessHandlerCallback: @convention(c) (
 
     if !state.started {
         state.started = true
-        state.method = method.map { String(cString: $0) } ?? ""
-        let request = HTTPRequestReader.read(
-            connection: connection, method: state.method, version: version.map { String(cString: $0) } ?? "", rawTarget: state.rawTarget
-        )
+        state.method = knownText(method, methods)
+        let request = HTTPRequestReader.read(connection: connection, method: state.method, version: knownText(version, versions), rawTarget: state.rawTarget)
         let disposition: HTTPDisposition
         switch request {
         case .failure(let response): disposition = .respond(response)
@@ -162,6 +160,18 @@ let accessHandlerCallback: @convention(c) (
         return queue(receiver.finish(), for: state, on: connection)
     }
     return .YES
+}
+
+/// The methods and versions of nearly every request, as literals: comparing a few bytes costs
+/// less than `String(cString:)` (length, validation, copy) on every request.
+private let methods: [(StaticString, String)] = [("GET", "GET"), ("HEAD", "HEAD"), ("PUT", "PUT"), ("POST", "POST"), ("PATCH", "PATCH")]
+private let versions: [(StaticString, String)] = [("HTTP/1.1", "HTTP/1.1"), ("HTTP/1.0", "HTTP/1.0")]
+
+/// `text` as a string: one of `known` when it is one of them, else a copy.
+private func knownText(_ text: UnsafePointer<CChar>?, _ known: [(StaticString, String)]) -> String {
+    guard let text else { return "" }
+    for (c, string) in known where strcmp(text, UnsafeRawPointer(c.utf8Start).assumingMemoryBound(to: CChar.self)) == 0 { return string }
+    return String(cString: text)
 }
 
 /// Releases the reference a response held on its ``SharedBytes``.

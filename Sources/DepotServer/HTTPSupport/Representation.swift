@@ -32,7 +32,7 @@ struct Representation {
     }
 
     func response(to request: HTTPRequest) -> HTTPResponse {
-        var headers = HTTPHeaders()
+        var headers = HTTPHeaders(capacity: 8)
         headers.add("ETag", etag)
         headers.add("Cache-Control", cacheControl)
         if let lastModified { headers.add("Last-Modified", HTTPDate.format(lastModified)) }

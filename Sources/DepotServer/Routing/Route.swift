@@ -32,6 +32,7 @@ struct PathPattern: Sendable, CustomStringConvertible {
             return .literal(String(part))
         }
         precondition(!segments.dropLast().contains(.rest), "* comes last in \(text)")
+        isCatchAll = segments.last == .rest
     }
 
     /// The literal first segment, if any (a catch-all never takes a path under one of these).
@@ -40,7 +41,7 @@ struct PathPattern: Sendable, CustomStringConvertible {
         return nil
     }
 
-    var isCatchAll: Bool { segments.last == .rest }
+    let isCatchAll: Bool
 
     /// The parameters, when `path` matches. The literals are compared first, so that a
     /// mismatch (most routes, for most requests) allocates nothing.
@@ -50,6 +51,7 @@ struct PathPattern: Sendable, CustomStringConvertible {
             if case .literal(let value) = segment, path[index] != value { return nil }
         }
         var parameters = PathParameters()
+        parameters.pairs.reserveCapacity(segments.count)
         for (index, segment) in segments.enumerated() {
             if case .parameter(let name) = segment { parameters.pairs.append((name, path[index])) }
         }

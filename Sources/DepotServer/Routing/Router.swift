@@ -24,16 +24,18 @@ struct Router: Sendable {
     func dispatch(_ request: HTTPRequest) -> HTTPDisposition {
         var decorate: (@Sendable (inout HTTPResponse) -> Void)?
         do {
-            let (route, parameters) = try self.route(for: request)
-            decorate = route.extraHeaders
-            let context = try admit(request, route: route, parameters: parameters)
-            switch try route.handler(context) {
+            // The route is used in place (by index): a copy of a Route retains and releases each
+            // of its fields, shared by every server thread, on every request.
+            let (index, parameters) = try self.route(for: request)
+            decorate = routes[index].extraHeaders
+            let context = try admit(request, access: routes[index].access, pattern: routes[index].pattern, parameters: parameters)
+            switch try routes[index].handler(context) {
             case .respond(var response):
-                response.route = route.label
+                response.route = routes[index].label
                 decorate?(&response)
                 return .respond(response)
             case .receiveBody(let receiver):
-                return .receiveBody(LabelledReceiver(receiver, label: route.label, decorate: decorate))
+                return .receiveBody(LabelledReceiver(receiver, label: routes[index].label, decorate: decorate))
             }
         } catch {
             var response = ErrorResponse.response(for: error)
@@ -42,35 +44,35 @@ struct Router: Sendable {
         }
     }
 
-    /// The route for the request's path and method: 404 when no route has the path, 405 (with
-    /// every method the path has) when none has the method.
-    func route(for request: HTTPRequest) throws -> (Route, PathParameters) {
+    /// The index of the route for the request's path and method, and its parameters: 404 when
+    /// no route has the path, 405 (with every method the path has) when none has the method.
+    func route(for request: HTTPRequest) throws -> (Int, PathParameters) {
         let path = request.pathSegments
         var allowed: [String] = []
-        for route in routes {
-            if route.pattern.isCatchAll, let first = path.first, reserved.contains(first) { continue }
-            guard let parameters = route.pattern.match(path) else { continue }
-            if route.methods.contains(request.method) { return (route, parameters) }
-            allowed += route.methods.filter { !allowed.contains($0) }
+        for index in routes.indices {
+            if routes[index].pattern.isCatchAll, let first = path.first, reserved.contains(first) { continue }
+            guard let parameters = routes[index].pattern.match(path) else { continue }
+            if routes[index].methods.contains(request.method) { return (index, parameters) }
+            allowed += routes[index].methods.filter { !allowed.contains($0) }
         }
         guard allowed.isEmpty else { throw HTTPFailure.methodNotAllowed(allowed) }
         throw DepotError.notFound("route \(request.path)")
     }
 
     /// Checks the parameters and the route's access; returns what the handler gets.
-    private func admit(_ request: HTTPRequest, route: Route, parameters: PathParameters) throws -> RequestContext {
+    private func admit(_ request: HTTPRequest, access: Access, pattern: PathPattern, parameters: PathParameters) throws -> RequestContext {
         for (name, value) in parameters { try Self.validate(name, value, parameters) }
         var settings: AppSettings?
         var gated = false
-        switch route.access {
+        switch access {
         case .open:
             break
         case .download:
             settings = try lookUp(parameters["app"])
             if let settings { gated = try authenticator.download(request, settings: settings) }
         case .publisher, .admin:
-            guard let app = parameters["app"] else { preconditionFailure("\(route.pattern) needs :app for token access") }
-            _ = try authenticator.bearer(request, app: app, admin: route.access == .admin)
+            guard let app = parameters["app"] else { preconditionFailure("\(pattern) needs :app for token access") }
+            _ = try authenticator.bearer(request, app: app, admin: access == .admin)
             settings = try lookUp(app)
         }
         return RequestContext(request: request, parameters: parameters, settings: settings, gated: gated)
