@@ -6,7 +6,10 @@ import Foundation
 /// timeout asks for the offset and goes on from there, with exponential backoff.
 ///
 /// Where the transport streams files (`http://`, by `sendfile`) the rest of the file goes in
-/// one PATCH; elsewhere (URLSession) in PATCHes of 8 MiB. Either way memory stays flat.
+/// one chunked PATCH, and the file's SHA-256, computed on another thread while it is sent,
+/// follows it in a `Depot-Content-SHA256` trailer; elsewhere (URLSession, which cannot send
+/// trailers) the SHA-256 is computed first and goes in the upload's metadata, and the file in
+/// PATCHes of 8 MiB. Either way memory stays flat and the origin checks the whole file end to end.
 public struct ResumableUploader: Sendable {
     /// What the pack is published as: the upload's tus metadata.
     public struct Options: Sendable {
@@ -46,6 +49,11 @@ public struct ResumableUploader: Sendable {
     public var timeout: TimeInterval = 60
     /// What https trusts and where names connect.
     public var transport = TransportOptions()
+    /// Where files stream, send the file's SHA-256 after it (a trailer) instead of reading the
+    /// file once before the upload. Through a proxy that drops trailers (nginx does) the origin
+    /// keeps the upload at its last commit and the rest goes again with the digest in a header;
+    /// `trailersDropped` tells the caller, who can turn this off for that server.
+    public var digestAfterBody = true
 
     public init(server: URL, app: String, token: String) {
         self.server = server
@@ -55,31 +63,52 @@ public struct ResumableUploader: Sendable {
 
     private var authorization: (String, String) { ("Authorization", "Bearer \(token)") }
     private static let tus = ("Tus-Resumable", "1.0.0")
+    /// The trailer that carries the whole file's SHA-256 after the PATCH that completes it.
+    static let lateChecksum = "Depot-Content-SHA256"
 
-    /// Uploads `file`; `resume` is an upload URL from an earlier, interrupted run. `created`
-    /// learns the upload URL as soon as there is one (to keep for a later run); `progress`
-    /// gets (bytes stored by the origin, total). Returns the origin's JSON answer for the pack.
+    /// Uploads `file`; `resume` is an upload URL from an earlier, interrupted run. `sha256` is
+    /// the file's plaintext SHA-256 when the caller has it; otherwise it is computed (while
+    /// sending where files stream, before elsewhere). `created` learns the upload URL as soon
+    /// as there is one (to keep for a later run); `progress` gets (bytes stored by the origin,
+    /// total). Returns the origin's JSON answer for the pack.
     public func upload(
-        file path: String, sha256: String, options: Options, resume: URL?,
-        created: @Sendable (URL) -> Void = { _ in }, progress: @escaping @Sendable (Int64, Int64) -> Void = { _, _ in }
+        file path: String, sha256: String? = nil, options: Options, resume: URL?,
+        created: @Sendable (URL) -> Void = { _ in }, progress: @escaping @Sendable (Int64, Int64) -> Void = { _, _ in },
+        trailersDropped: @Sendable () -> Void = {}
     ) async throws -> [UInt8] {
         let transport = HTTPTransport(timeout: timeout, options: self.transport)
         let length = try FileDescriptor.openForReading(path).size()
+        // Hashed alongside the PATCH where a trailer can carry the digest; first otherwise.
+        let streams = HTTPTransport.streamsFiles(to: server) && digestAfterBody
+        let late = sha256 == nil && streams ? BackgroundFileDigest(path: path) : nil
+        let early = try sha256 ?? (streams ? nil : SHA256Hasher.hexDigest(ofFile: path))
         var upload: URL
         var offset: Int64
         if let resume, let known = try await offsetOf(resume, length: length, transport) {
             (upload, offset) = (resume, known)
         } else {
-            upload = try await create(length: length, metadata: options.metadata(sha256: sha256), transport)
+            upload = try await create(length: length, metadata: options.metadata(sha256: early), transport)
             offset = 0
         }
         created(upload)
         progress(offset, length)
         var failures = 0
+        var trailersArrive = true
         while offset < length {
             do {
-                offset = try await patch(upload, file: path, offset: offset, length: length, transport, progress: progress)
+                offset = try await patch(
+                    upload, file: path, offset: offset, length: length, digest: late, trailer: trailersArrive, transport, progress: progress
+                )
                 failures = 0
+            } catch is TrailerDropped {
+                // Something between here and the origin drops trailers: the digest goes as a header.
+                trailersArrive = false
+                trailersDropped()
+                guard let known = try await offsetOf(upload, length: length, transport) else {
+                    throw ClientError(.http, "the upload \(upload) is gone (expired or removed); run again to start over")
+                }
+                offset = known
+                progress(offset, length)
             } catch let error as ClientError where error.kind == .transport {
                 failures += 1
                 guard failures <= retry.retries else { throw error }
@@ -123,18 +152,31 @@ public struct ResumableUploader: Sendable {
         return url.absoluteURL
     }
 
-    /// Sends the file from `offset`; returns the new offset.
+    /// The origin said the announced trailer did not arrive.
+    private struct TrailerDropped: Error {}
+
+    /// Sends the file from `offset`, to its end with `digest` in a trailer (or, when trailers do
+    /// not get through, in a header once it is known) when given; returns the new offset.
     private func patch(
-        _ upload: URL, file path: String, offset: Int64, length: Int64, _ transport: HTTPTransport, progress: @escaping @Sendable (Int64, Int64) -> Void
+        _ upload: URL, file path: String, offset: Int64, length: Int64, digest: BackgroundFileDigest?, trailer: Bool, _ transport: HTTPTransport,
+        progress: @escaping @Sendable (Int64, Int64) -> Void
     ) async throws -> Int64 {
         let count = HTTPTransport.streamsFiles(to: upload) ? length - offset : min(length - offset, 8 << 20)
         guard try FileDescriptor.openForReading(path).size() == length else {
             throw ClientError(.install, "\(path) changed while it was being published")
         }
-        let headers = [authorization, Self.tus, ("Upload-Offset", String(offset)), ("Content-Type", "application/offset+octet-stream"),
-                       ("Content-Length", String(count))]
-        let request = HTTPTransport.Request(method: "PATCH", url: upload, headers: headers, body: .file(path: path, offset: offset, count: count))
+        var headers = [authorization, Self.tus, ("Upload-Offset", String(offset)), ("Content-Type", "application/offset+octet-stream")]
+        var request = HTTPTransport.Request(method: "PATCH", url: upload, headers: headers, body: .file(path: path, offset: offset, count: count))
+        if let digest, offset + count == length, trailer {
+            headers.append(("Trailer", Self.lateChecksum))
+            request.headers = headers
+            request.trailer = { [(Self.lateChecksum, try digest.value())] }
+        } else {
+            if let digest, offset + count == length { request.headers.append((Self.lateChecksum, try digest.value())) }
+            request.headers.append(("Content-Length", String(count)))
+        }
         let response = try await transport.exchange(request, limit: 1 << 20, progress: { sent in progress(offset + sent, length) })
+        if response.status == 400, Self.message(response.body).hasPrefix("trailer_missing") { throw TrailerDropped() }
         if response.status == 409, ["offset_mismatch", "upload_busy"].contains(where: { Self.message(response.body).hasPrefix($0) }) {
             // Another attempt is still finishing on the origin: ask for the offset again.
             throw ClientError(.transport, "\(upload): \(Self.message(response.body))")

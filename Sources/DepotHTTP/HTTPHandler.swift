@@ -12,8 +12,15 @@ public protocol HTTPBodyReceiver: AnyObject {
     func receive(_ chunk: UnsafeRawBufferPointer) -> HTTPResponse?
     /// The body is complete: produce the answer.
     func finish() -> HTTPResponse
+    /// The body is complete, with the trailer fields of a chunked body: produce the answer.
+    /// By default the trailers are ignored and ``finish()`` answers.
+    func finish(trailers: HTTPHeaders) -> HTTPResponse
     /// The request ended early (client gone, timeout, server stop): drop what was received.
     func abort()
+}
+
+extension HTTPBodyReceiver {
+    public func finish(trailers: HTTPHeaders) -> HTTPResponse { finish() }
 }
 
 /// Answers requests. Called concurrently from the server's threads, so it must be `Sendable`.

@@ -72,6 +72,15 @@ enum HTTPRequestReader {
         return .success(request)
     }
 
+    /// The trailer fields of a chunked body (libmicrohttpd's footers), once the body is complete.
+    static func trailers(_ connection: OpaquePointer) -> HTTPHeaders {
+        var collector = HeaderCollector()
+        _ = withUnsafeMutablePointer(to: &collector) { pointer in
+            MHD_get_connection_values(connection, MHD_ValueKind.FOOTER_KIND, headerIteratorCallback, pointer)
+        }
+        return HTTPHeaders(collector.fields)
+    }
+
     private static func clientAddress(_ connection: OpaquePointer) -> String? {
         guard let address = CMicroHTTPD_client_address(connection) else { return nil }
         switch Int32(address.pointee.sa_family) {

@@ -157,7 +157,7 @@ let accessHandlerCallback: @convention(c) (
     }
     if let receiver = state.receiver, !state.finished {
         state.finished = true
-        return queue(receiver.finish(), for: state, on: connection)
+        return queue(receiver.finish(trailers: HTTPRequestReader.trailers(connection)), for: state, on: connection)
     }
     return .YES
 }

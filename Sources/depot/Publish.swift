@@ -40,7 +40,8 @@ struct Publish: AsyncParsableCommand {
     func run() async throws {
         guard let bearer = try token.headers()["Authorization"]?.dropFirst("Bearer ".count) else { throw CLIError("no token") }
         guard FileSystem.exists(file), !FileSystem.isDirectory(file) else { throw CLIError("\(file): no such file") }
-        let digest = try SHA256Hasher.hexDigest(ofFile: file)
+        // The file is not read before the upload: its SHA-256 is computed while it is sent.
+        let (size, modified) = try FileDescriptor.openForReading(file).sizeAndModification()
         var options = ResumableUploader.Options(pack: pack)
         options.policy = policy
         options.tags = tag
@@ -50,8 +51,11 @@ struct Publish: AsyncParsableCommand {
         options.force = force
         options.channel = channel.channel == "production" ? nil : channel.channel
 
-        // Where an interrupted run left its upload URL, keyed by everything that defines the upload.
-        let key = Hex.encode(SHA256Hasher.hash(Array("\(origin.server)\n\(origin.app)\n\(pack)\n\(digest)\n\(options.metadata)".utf8)).prefix(16))
+        // Where an interrupted run left its upload URL, keyed by everything that defines the upload
+        // (the file by size and modification time: content changed behind those fails the
+        // origin's end-to-end check, and the next run starts over).
+        let identity = "\(size) \(modified.timeIntervalSince1970)"
+        let key = Hex.encode(SHA256Hasher.hash(Array("\(origin.server)\n\(origin.app)\n\(pack)\n\(file)\n\(identity)\n\(options.metadata)".utf8)).prefix(16))
         let record = Self.cacheFolder + "/" + key
         let resume = (try? FileSystem.readFile(record, limit: 4096)).flatMap { URL(string: String(decoding: $0, as: UTF8.self)) }
         if resume != nil && !quiet { FileHandle.standardError.write(Data("resuming the upload of \(pack) left by an earlier run\n".utf8)) }
@@ -62,13 +66,20 @@ struct Publish: AsyncParsableCommand {
         do {
             var uploader = ResumableUploader(server: origin.url, app: origin.app, token: String(bearer))
             uploader.transport = origin.connection.options
+            // A server behind a proxy that dropped the digest trailer once gets it first from now on.
+            let dropsTrailers = Self.cacheFolder + "/drops-trailers-" + Hex.encode(SHA256Hasher.hash(Array(origin.server.utf8)).prefix(8))
+            uploader.digestAfterBody = !FileSystem.exists(dropsTrailers)
             body = try await uploader.upload(
-                file: file, sha256: digest, options: options, resume: resume,
+                file: file, options: options, resume: resume,
                 created: { url in
                     try? FileSystem.createDirectory(Self.cacheFolder, mode: 0o700)
                     try? FileSystem.writeAtomically(Array(url.absoluteString.utf8), to: record, mode: 0o600)
                 },
-                progress: { done, total in if !quiet { progress.update(done, of: total) } }
+                progress: { done, total in if !quiet { progress.update(done, of: total) } },
+                trailersDropped: {
+                    try? FileSystem.createDirectory(Self.cacheFolder, mode: 0o700)
+                    try? FileSystem.writeAtomically([], to: dropsTrailers, mode: 0o600)
+                }
             )
             progress.finish()
         } catch {

@@ -231,3 +231,103 @@ struct ResumableInterruptionTests {
         }
     }
 }
+
+/// The whole upload's SHA-256 sent after the body, in a trailer of a chunked PATCH, so that a
+/// client hashes the file while it sends it instead of reading it once before.
+@Suite("Resumable uploads: the checksum trailer")
+struct ResumableTrailerTests {
+    /// A chunked PATCH of `body` in chunks of `chunk` bytes, with `trailer` fields after it.
+    static func chunkedPatch(_ origin: TestOrigin, _ path: String, offset: Int, _ body: ArraySlice<UInt8>, chunk: Int = 100_000, trailer: [String]) throws -> RawHTTP.Response {
+        var bytes = Array(("PATCH \(path) HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer \(origin.token)\r\nTus-Resumable: 1.0.0\r\n"
+            + "Upload-Offset: \(offset)\r\nContent-Type: application/offset+octet-stream\r\nTransfer-Encoding: chunked\r\n"
+            + "Trailer: Depot-Content-SHA256\r\n\r\n").utf8)
+        var start = body.startIndex
+        while start < body.endIndex {
+            let end = min(body.endIndex, start + chunk)
+            bytes += Array((String(end - start, radix: 16) + "\r\n").utf8) + body[start..<end] + Array("\r\n".utf8)
+            start = end
+        }
+        bytes += Array(("0\r\n" + trailer.map { $0 + "\r\n" }.joined() + "\r\n").utf8)
+        let responses = RawHTTP.parse(try RawHTTP.exchange(port: origin.port, bytes, timeout: 10))
+        return try #require(responses.first)
+    }
+
+    static func status(_ origin: TestOrigin, _ path: String) throws -> (complete: Bool, plaintextSHA256: String?) {
+        let response = try request(origin, "GET", path, headers: ["Authorization: Bearer \(origin.token)", "Tus-Resumable: 1.0.0"])
+        struct Status: Decodable { var complete: Bool; var result: Result?; struct Result: Decodable { var pack: PackEntry? } }
+        let decoded = try JSONDecoder().decode(Status.self, from: Data(response.body))
+        return (decoded.complete, decoded.result?.pack?.plaintextSHA256)
+    }
+
+    @Test("The right digest publishes; a wrong one refuses the pack and removes the upload; a malformed one discards the request")
+    func trailer() async throws {
+        try await withServer { origin in
+            let plaintext = (0..<(2 << 20) + 5).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ 1) }
+            let digest = Hex.encode(SHA256Hasher.hash(plaintext))
+
+            let good = try ResumableUploadTests.create(origin, length: plaintext.count, metadata: ["pack": "good"])
+            let done = try Self.chunkedPatch(origin, good, offset: 0, plaintext[...], trailer: ["Depot-Content-SHA256: \(digest.uppercased())"])
+            #expect(done.status == 204, "\(done.bodyText)")
+            #expect(done.header("Upload-Offset") == String(plaintext.count))
+            #expect(try Self.status(origin, good) == (true, digest))
+
+            let wrong = try ResumableUploadTests.create(origin, length: plaintext.count, metadata: ["pack": "wrong"])
+            let refused = try Self.chunkedPatch(origin, wrong, offset: 0, plaintext[...], trailer: ["Depot-Content-SHA256: \(String(repeating: "0", count: 64))"])
+            #expect(refused.status == 422 || refused.status == 400, "\(refused.status)")
+            #expect(refused.bodyText.contains("checksum_mismatch"))
+            #expect(try ResumableUploadTests.offset(origin, wrong).status == 404)
+
+            let malformed = try ResumableUploadTests.create(origin, length: plaintext.count, metadata: ["pack": "malformed"])
+            let discarded = try Self.chunkedPatch(origin, malformed, offset: 0, plaintext[..<1000], trailer: ["Depot-Content-SHA256: xyz"])
+            #expect(discarded.status == 400 && discarded.bodyText.contains("Depot-Content-SHA256"))
+            #expect(try ResumableUploadTests.offset(origin, malformed).header("Upload-Offset") == "0")
+
+            #expect(try request(origin, "POST", "/v1/apps/\(origin.app)/releases", headers: ["Authorization: Bearer \(origin.token)"]).status == 201)
+            let manifest = try liveManifest(origin)
+            #expect(manifest[pack: "good"]?.plaintextSHA256 == digest)
+            #expect(manifest[pack: "wrong"] == nil && manifest[pack: "malformed"] == nil)
+        }
+    }
+
+    @Test("A PATCH that does not complete the upload leaves its trailer aside; the completing one is checked, against the metadata too")
+    func partial() async throws {
+        try await withServer { origin in
+            let plaintext = (0..<(1 << 20) + 99).map { UInt8(truncatingIfNeeded: $0 &* 5) }
+            let digest = Hex.encode(SHA256Hasher.hash(plaintext))
+            let path = try ResumableUploadTests.create(origin, length: plaintext.count, metadata: ["pack": "p"])
+            let first = try Self.chunkedPatch(origin, path, offset: 0, plaintext[..<500_000], trailer: ["Depot-Content-SHA256: \(String(repeating: "1", count: 64))"])
+            #expect(first.status == 204 && first.header("Upload-Offset") == "500000")
+            let last = try Self.chunkedPatch(origin, path, offset: 500_000, plaintext[500_000...], trailer: ["Depot-Content-SHA256: \(digest)"])
+            #expect(last.status == 204, "\(last.bodyText)")
+            #expect(try Self.status(origin, path) == (true, digest))
+
+            // Metadata and trailer must agree.
+            let both = try ResumableUploadTests.create(origin, length: plaintext.count, metadata: ["pack": "q", "sha256": digest])
+            let disagree = try Self.chunkedPatch(origin, both, offset: 0, plaintext[...], trailer: ["Depot-Content-SHA256: \(String(repeating: "2", count: 64))"])
+            #expect(disagree.status == 400 && disagree.bodyText.contains("differs from the sha256 metadata"))
+        }
+    }
+
+    @Test("An announced trailer that does not arrive leaves the upload where it was; a header can carry the digest instead")
+    func dropped() async throws {
+        try await withServer { origin in
+            let plaintext = (0..<(1 << 20) + 3).map { UInt8(truncatingIfNeeded: $0 &* 11) }
+            let digest = Hex.encode(SHA256Hasher.hash(plaintext))
+            let path = try ResumableUploadTests.create(origin, length: plaintext.count, metadata: ["pack": "p"])
+            let lost = try Self.chunkedPatch(origin, path, offset: 0, plaintext[...], trailer: [])
+            #expect(lost.status == 400 && lost.bodyText.contains("trailer_missing"), "\(lost.bodyText)")
+            #expect(try ResumableUploadTests.offset(origin, path).header("Upload-Offset") == "0")
+            let done = try ResumableUploadTests.patch(origin, path, offset: 0, plaintext, extra: ["Depot-Content-SHA256: \(digest)"])
+            #expect(done.status == 204, "\(done.bodyText)")
+            #expect(try Self.status(origin, path) == (true, digest))
+
+            let wrong = try ResumableUploadTests.create(origin, length: plaintext.count, metadata: ["pack": "q"])
+            let refused = try ResumableUploadTests.patch(origin, wrong, offset: 0, plaintext, extra: ["Depot-Content-SHA256: \(String(repeating: "e", count: 64))"])
+            #expect(refused.status == 400 && refused.bodyText.contains("checksum_mismatch"))
+            #expect(try ResumableUploadTests.offset(origin, wrong).status == 404)
+            let third = try ResumableUploadTests.create(origin, length: plaintext.count, metadata: ["pack": "r"])
+            let malformed = try ResumableUploadTests.patch(origin, third, offset: 0, [1], extra: ["Depot-Content-SHA256: 12"])
+            #expect(malformed.status == 400 && malformed.bodyText.contains("64 hex digits"))
+        }
+    }
+}

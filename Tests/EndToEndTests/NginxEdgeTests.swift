@@ -166,17 +166,20 @@ struct NginxEdgeTests {
             #expect(try get("/metrics").status == 404)
             #expect(try get("/healthz").status == 404)
 
-            // A resumable (tus) upload through the edge, released on the beta channel only.
+            // A resumable (tus) upload through the edge, released on the beta channel only. The
+            // client hashes the file while sending it; its digest reaches the origin whether or
+            // not the edge passes the trailer on (if not, the rest goes again with a header).
             var options = ResumableUploader.Options(pack: "extra")
             options.release = true
             options.channel = "beta"
             let extra = try work.file("extra", size: 3_000_001, seed: 5)
             let uploaded = try await ResumableUploader(server: URL(string: "http://127.0.0.1:\(edge.port)")!, app: origin.app, token: origin.token)
-                .upload(file: extra, sha256: SHA256Hasher.hexDigest(ofFile: extra), options: options, resume: nil)
+                .upload(file: extra, options: options, resume: nil)
             #expect(String(decoding: uploaded, as: UTF8.self).contains("\"complete\" : true"))
             let beta = try Envelope.decode(get("/v1/apps/\(origin.app)/channels/beta/manifest").body)
                 .verifiedManifest(trusting: origin.clientConfiguration().trustedKeys())
             #expect(beta.packs.map(\.id) == ["extra", "level"])
+            #expect(beta[pack: "extra"]?.plaintextSHA256 == (try SHA256Hasher.hexDigest(ofFile: extra)))
             #expect(try get("/v1/apps/\(origin.app)/manifest").body == envelope, "production is unchanged")
             let productionPlist = try get("/v1/apps/\(origin.app)/info-plist").bodyText
             let betaPlist = try get("/v1/apps/\(origin.app)/info-plist?channel=beta").bodyText

@@ -115,6 +115,29 @@ final class HTTPConnection: Sendable {
         }
     }
 
+    /// Sends `count` bytes of `file` from `offset` as a chunked body (chunks of up to 4 MiB, each
+    /// by ``sendFile(_:offset:count:progress:)``), then the last chunk with the `trailer` fields.
+    func sendChunked(
+        _ file: FileDescriptor, offset: Int64, count: Int64, progress: (Int64) -> Void, trailer: () throws -> [(String, String)]
+    ) throws {
+        let chunk: Int64 = 4 << 20
+        var position = offset
+        var remaining = count
+        // Each chunk's size line goes out with the end of the chunk before it, in one send.
+        var pending = ""
+        while remaining > 0 {
+            let size = min(chunk, remaining)
+            try sendBytes(Array((pending + String(size, radix: 16) + "\r\n").utf8))
+            try sendFile(file, offset: position, count: size, progress: progress)
+            position += size
+            remaining -= size
+            pending = "\r\n"
+        }
+        var last = pending + "0\r\n"
+        for (name, value) in try trailer() { last += "\(name): \(value)\r\n" }
+        try sendBytes(Array((last + "\r\n").utf8))
+    }
+
     /// TLS has no sendfile: 1 MiB reads from the file, encrypted and written by libssl.
     private func sendFileOverTLS(_ tls: TLSSession, _ file: FileDescriptor, offset: Int64, count: Int64, progress: (Int64) -> Void) throws {
         var buffer = [UInt8](repeating: 0, count: 1 << 20)

@@ -50,6 +50,10 @@ public struct HTTPTransport: Sendable {
         var body: Body = .none
         /// The answer may be large: URLSession then takes it into a temporary file, not memory.
         var largeResponse = false
+        /// Fields sent after a file body, which then goes chunked; called once the body is sent
+        /// (so it may wait for a value computed while sending). Only where files stream
+        /// (``HTTPTransport/streamsFiles(to:)``): URLSession cannot send trailers.
+        var trailer: (@Sendable () throws -> [(String, String)])?
     }
 
     /// Where a response body goes, decided once its head is known.
@@ -141,7 +145,12 @@ public struct HTTPTransport: Sendable {
             switch request.body {
             case .none: break
             case .bytes(let bytes): if !hasLength { fields.append(("Content-Length", String(bytes.count))) }
-            case .file(_, _, let count): if !hasLength { fields.append(("Content-Length", String(count))) }
+            case .file(_, _, let count):
+                if request.trailer != nil {
+                    fields.append(("Transfer-Encoding", "chunked"))
+                } else if !hasLength {
+                    fields.append(("Content-Length", String(count)))
+                }
             }
             try connection.sendHead(method: request.method, headers: fields)
             switch request.body {
@@ -150,9 +159,14 @@ public struct HTTPTransport: Sendable {
             case .file(let path, let offset, let count):
                 let file = try FileDescriptor.openForReading(path)
                 var sent: Int64 = 0
-                try connection.sendFile(file, offset: offset, count: count) { step in
+                let step: (Int64) -> Void = { step in
                     sent += step
                     progress?(sent)
+                }
+                if let trailer = request.trailer {
+                    try connection.sendChunked(file, offset: offset, count: count, progress: step, trailer: trailer)
+                } else {
+                    try connection.sendFile(file, offset: offset, count: count, progress: step)
                 }
             }
             var response = try connection.readHead()

@@ -25,6 +25,9 @@ struct URLSessionEngine: Sendable {
         _ request: HTTPTransport.Request, progress: (@Sendable (Int64) -> Void)?,
         handling: @Sendable (HTTPTransport.Response) throws -> HTTPTransport.BodyHandling
     ) async throws -> HTTPTransport.Response {
+        guard request.trailer == nil else {
+            throw ClientError(.transport, "\(request.url): trailer fields need the engine that streams files")
+        }
         var urlRequest = URLRequest(url: request.url)
         urlRequest.httpMethod = request.method
         for (name, value) in request.headers { urlRequest.setValue(value, forHTTPHeaderField: name) }

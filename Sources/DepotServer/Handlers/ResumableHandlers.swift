@@ -8,6 +8,9 @@ import Logging
 struct ResumableHandlers: Sendable {
     static let version = "1.0.0"
     static let extensions = "creation,checksum,termination,expiration"
+    /// A trailer of the PATCH that completes an upload: the plaintext SHA-256 of the whole upload,
+    /// which a client can compute while it sends instead of reading the file once before.
+    static let lateChecksumField = "Depot-Content-SHA256"
 
     let uploads: ResumableUploads
     let publisher: Publisher
@@ -118,10 +121,16 @@ struct ResumableHandlers: Sendable {
             }
             checksum = (MessageDigest(algorithm), Array(digest))
         }
+        // The whole upload's SHA-256, as a header or announced as a trailer (checked when this PATCH completes the upload).
+        let late = try request.headers[Self.lateChecksumField].map { value in
+            guard Hex.isSHA256(value.lowercased()) else { throw DepotError.badRequest("\(Self.lateChecksumField) must be 64 hex digits") }
+            return value.lowercased()
+        }
+        let announced = request.headers["Trailer"].map { $0.lowercased().split(separator: ",").map(\.trimmingWhitespace).contains(Self.lateChecksumField.lowercased()) } ?? false
         let session = try session(state.id, context, at: offset)
         // A PATCH with a checksum commits only at its end, once verified.
         session.commitsPeriodically = checksum == nil
-        let receiver = ResumablePatchReceiver(session, checksum: checksum)
+        let receiver = ResumablePatchReceiver(session, checksum: checksum, late: late, trailerAnnounced: announced)
         if request.contentLength == 0 { return .respond(receiver.finish()) }
         return .receiveBody(receiver)
     }
@@ -181,11 +190,17 @@ struct UploadStatus: Codable {
 final class ResumablePatchReceiver: HTTPBodyReceiver {
     private let session: ResumableSession
     private let checksum: (MessageDigest, [UInt8])?
+    /// A `Depot-Content-SHA256` header.
+    private let late: String?
+    /// The request's `Trailer` field names `Depot-Content-SHA256`.
+    private let trailerAnnounced: Bool
     private var done = false
 
-    init(_ session: ResumableSession, checksum: (MessageDigest, [UInt8])?) {
+    init(_ session: ResumableSession, checksum: (MessageDigest, [UInt8])?, late: String? = nil, trailerAnnounced: Bool = false) {
         self.session = session
         self.checksum = checksum
+        self.late = late
+        self.trailerAnnounced = trailerAnnounced
     }
 
     func receive(_ chunk: UnsafeRawBufferPointer) -> HTTPResponse? {
@@ -200,7 +215,13 @@ final class ResumablePatchReceiver: HTTPBodyReceiver {
         }
     }
 
-    func finish() -> HTTPResponse {
+    func finish() -> HTTPResponse { finish(trailers: HTTPHeaders()) }
+
+    /// A `Depot-Content-SHA256` header or trailer (the whole upload's plaintext SHA-256, which a
+    /// client computes while it sends) is checked when this PATCH completes the upload. An
+    /// announced trailer that did not arrive (a proxy may drop trailers) leaves the upload
+    /// unfinished at its last commit, so that the client can send the rest with the header.
+    func finish(trailers: HTTPHeaders) -> HTTPResponse {
         guard !done else { return ErrorResponse.response(for: ResumableUploads.busy(session.state.id)) }
         done = true
         if let (digest, expected) = checksum, digest.finalize() != expected {
@@ -209,8 +230,23 @@ final class ResumablePatchReceiver: HTTPBodyReceiver {
                 status: 460, code: "checksum_mismatch", message: "Upload-Checksum does not match the body; the request was discarded"
             ))
         }
+        var late = self.late
+        let field = ResumableHandlers.lateChecksumField
+        if let value = trailers[field] {
+            guard Hex.isSHA256(value.lowercased()), late == nil || late == value.lowercased() else {
+                session.abandon(keepReceived: false)
+                return ErrorResponse.response(for: DepotError.badRequest("the \(field) trailer must be 64 hex digits (and agree with the header); the request was discarded"))
+            }
+            late = value.lowercased()
+        } else if trailerAnnounced && late == nil && session.reachesEnd {
+            session.abandon(keepReceived: false)
+            return ErrorResponse.response(for: DepotError(
+                .invalid, "trailer_missing", "the announced \(field) trailer did not arrive (a proxy may drop trailers); "
+                    + "the upload stays at its offset: send the rest with \(field) as a header"
+            ))
+        }
         do {
-            let state = try session.finish()
+            let state = try session.finish(lateSHA256: late)
             var response = HTTPResponse(status: 204)
             response.headers.add("Tus-Resumable", ResumableHandlers.version)
             response.headers.add("Upload-Offset", String(state.offset))

@@ -129,6 +129,7 @@ final class LabelledReceiver: HTTPBodyReceiver {
 
     func receive(_ chunk: UnsafeRawBufferPointer) -> HTTPResponse? { inner.receive(chunk).map(labelled) }
     func finish() -> HTTPResponse { labelled(inner.finish()) }
+    func finish(trailers: HTTPHeaders) -> HTTPResponse { labelled(inner.finish(trailers: trailers)) }
     func abort() { inner.abort() }
 
     private func labelled(_ response: HTTPResponse) -> HTTPResponse {

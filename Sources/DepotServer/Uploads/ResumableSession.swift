@@ -72,6 +72,9 @@ final class ResumableSession {
         }
     }
 
+    /// Whether the bytes received so far take the upload to its length.
+    var reachesEnd: Bool { state.offset + received == state.length }
+
     /// Encrypts the next chunk of the body.
     func append(_ chunk: UnsafeRawBufferPointer) throws {
         received += Int64(chunk.count)
@@ -84,8 +87,10 @@ final class ResumableSession {
 
     /// The request's body is complete: commits it and, when the upload is complete, stores and
     /// stages (or releases) the pack. A pack refused then removes the upload. Ends the session.
+    /// `lateSHA256` is the plaintext SHA-256 sent after the body (a `Depot-Content-SHA256`
+    /// trailer): checked like the `sha256` metadata when this request completes the upload.
     @discardableResult
-    func finish() throws -> ResumableState {
+    func finish(lateSHA256: String? = nil) throws -> ResumableState {
         defer { end() }
         do {
             try commit()
@@ -107,7 +112,14 @@ final class ResumableSession {
                 guard summary.size == expected, summary.plaintextSize == state.length else { throw PackError.sizeMismatch(expected: expected, actual: summary.size) }
                 return summary
             } ?? PackDecryptor.verify(FileDescriptor.openForReading(container), keyRing: keys, expectedSize: expected)
-            state.publishResult = try publisher.store(container: container, summary: summary, keys: keys, for: state.parameters)
+            var parameters = state.parameters
+            if let late = lateSHA256 {
+                if let early = parameters.expectedPlaintextSHA256, early != late {
+                    throw DepotError.badRequest("the Depot-Content-SHA256 trailer differs from the sha256 metadata")
+                }
+                parameters.expectedPlaintextSHA256 = late
+            }
+            state.publishResult = try publisher.store(container: container, summary: summary, keys: keys, for: parameters)
             state.tail = ""
             try uploads.save(state)
         } catch {
