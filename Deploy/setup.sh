@@ -53,7 +53,7 @@ case "${1:-}" in
     swift test --disable-xctest
     # Then the suites that load the whole machine or time themselves, alone (in the parallel run
     # they would make others' timing flaky, or be made flaky).
-    DEPOT_HEAVY_TESTS=1 exec swift test --disable-xctest --skip-build --filter 'LoadTests|HostileHTTPTests|TokenTimingTests' ;;
+    DEPOT_HEAVY_TESTS=1 exec swift test --disable-xctest --skip-build --filter 'LoadTests|HostileHTTPTests|TokenTimingTests|ConcurrentUploadTests' ;;
   *)
     echo "usage: Deploy/setup.sh serve [options] | test | deps" >&2
     exit 2 ;;

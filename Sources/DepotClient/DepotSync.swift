@@ -28,6 +28,9 @@ public struct DepotSync: Sendable {
     public var concurrency = 4
     /// Retries per download.
     public var retries = 5
+    /// Seconds without progress before a request (the manifest, a download) fails; a failed
+    /// download is retried.
+    public var timeout: TimeInterval = 30
     /// How long to wait for another sync of the same folder to finish.
     public var lockTimeout: TimeInterval = 600
     /// The Background Assets simulator: when set, the build's Info.plist rules apply (allowed
@@ -61,7 +64,7 @@ public struct DepotSync: Sendable {
         let source = {
             var source = ManifestSource(
                 url: manifestURL ?? ManifestSource.url(server: server, app: app, channel: channel), app: app, channel: channel,
-                trustedKeys: (try? configuration.trustedKeys()) ?? [], transport: HTTPTransport(options: transport)
+                trustedKeys: (try? configuration.trustedKeys()) ?? [], transport: HTTPTransport(timeout: timeout, options: transport)
             )
             source.headers = headers
             return source
@@ -174,7 +177,7 @@ public struct DepotSync: Sendable {
     private func downloadAndInstall(
         _ downloads: [PlannedDownload], store: StateStore, now: Date
     ) async -> (outcomes: [Result<Int64, ClientError>], transferred: Int64) {
-        let downloader = Downloader(concurrency: concurrency, retries: retries, headers: headers, options: transport)
+        let downloader = Downloader(concurrency: concurrency, retries: retries, timeout: timeout, headers: headers, options: transport)
         let installer: Installer
         do {
             installer = Installer(keyRing: try configuration.keyRing())

@@ -92,6 +92,11 @@ struct Serve: ParsableCommand {
         LoggingSystem.bootstrap { label in BufferedLogHandler(label: label, logLevel: level) }
         let bootstrap = try Bootstrap.ifNeeded(dataPath: data.data)
         let stop = StopSignal()
+        let files = Self.raiseOpenFileLimit()
+        // A connection takes a socket, an upload or a download a file besides.
+        if files < 2 * connectionLimit + 64 {
+            print("warning: \(files) open files allowed (ulimit -n); --connection-limit \(connectionLimit) may need \(2 * connectionLimit + 64) (systemd: LimitNOFILE=)")
+        }
 
         let http = HTTPServerConfiguration(
             host: host, port: port, threads: threads, connectionLimit: connectionLimit, perIPConnectionLimit: perIPLimit,
@@ -118,6 +123,23 @@ struct Serve: ParsableCommand {
         let cut = server.shutdown(gracePeriod: .seconds(drainTimeout))
         BufferedLogHandler.Sink.shared.flush()
         print(cut == 0 ? "stopped" : "stopped; \(cut) requests were cut off at the deadline")
+    }
+
+    /// Raises the soft limit on open files to the hard one (shells often start at 1,024);
+    /// returns the limit in force.
+    static func raiseOpenFileLimit() -> Int {
+        #if canImport(Glibc)
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 1024 }
+        if limit.rlim_cur < limit.rlim_max {
+            var raised = limit
+            raised.rlim_cur = limit.rlim_max
+            if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) == 0 { limit = raised }
+        }
+        return Int(clamping: limit.rlim_cur)
+        #else
+        return .max
+        #endif
     }
 
     static func defaultPublicDirectory() -> String? {
