@@ -55,6 +55,12 @@ struct Serve: ParsableCommand {
     @Option(name: .customLong("refresh-interval"), help: "Seconds between checks for live manifests to re-sign: near expiry, or after a signing key rotation (env DEPOT_REFRESH_INTERVAL).")
     var refreshInterval: Int = Environment.int("DEPOT_REFRESH_INTERVAL", 3600)
 
+    @Option(name: .customLong("retention-days"), help: "Every --refresh-interval, blobs no live release, draft or release of the last this many days needs are removed, so releases that recent stay restorable by rollback (env DEPOT_RETENTION_DAYS).")
+    var retentionDays: Int = Environment.int("DEPOT_RETENTION_DAYS", 30)
+
+    @Option(name: .customLong("grace-seconds"), help: "Never remove a blob younger than this: it covers the moment between a blob being stored and staged (env DEPOT_GRACE_SECONDS).")
+    var graceSeconds: Int = Environment.int("DEPOT_GRACE_SECONDS", 3600)
+
     @Option(name: .customLong("upload-expiry-hours"), help: "Hours a resumable upload may sit untouched before it is removed (env DEPOT_UPLOAD_EXPIRY_HOURS).")
     var uploadExpiryHours: Int = Environment.int("DEPOT_UPLOAD_EXPIRY_HOURS", 24)
 
@@ -70,7 +76,8 @@ struct Serve: ParsableCommand {
         guard connectionLimit >= 1, perIPLimit >= 0, timeout >= 1, connectionMemory >= 4096 else {
             throw ValidationError("--connection-limit and --timeout must be at least 1, --connection-memory at least 4096")
         }
-        guard manifestMaxAge >= 0, manifestLifetimeDays >= 1, drainTimeout >= 0, maxPackSize >= 0, refreshInterval >= 1, uploadExpiryHours >= 1 else {
+        guard manifestMaxAge >= 0, manifestLifetimeDays >= 1, drainTimeout >= 0, maxPackSize >= 0, refreshInterval >= 1, uploadExpiryHours >= 1,
+              retentionDays >= 0, graceSeconds >= 1 else {
             throw ValidationError("sizes and durations must not be negative")
         }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical") }
@@ -110,6 +117,8 @@ struct Serve: ParsableCommand {
         )
         configuration.refreshInterval = TimeInterval(refreshInterval)
         configuration.uploadExpiry = TimeInterval(uploadExpiryHours) * 3600
+        configuration.blobRetention = TimeInterval(retentionDays) * 86_400
+        configuration.blobGrace = TimeInterval(graceSeconds)
         let server = try DepotServer(configuration: configuration)
         print("AssetDepot listening on \(host.contains(":") ? "[\(host)]" : host):\(server.port), data \(data.data), public URL \(server.publicURL)")
         if !server.publicURL.hasPrefix("https://") {

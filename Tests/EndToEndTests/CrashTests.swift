@@ -6,12 +6,26 @@ import Testing
 
 @Suite("End to end: crashes")
 struct CrashTests {
-    /// What must hold on disk after any crash: every release verifies and references only
-    /// complete blobs, the live pointer names a release, the draft references stored blobs, and
-    /// no temporary file or upload survives a restart.
-    /// Blobs are immutable: one hash check each is enough (`verified` carries them across rounds).
-    static func checkInvariants(data: String, app: String, keys: [Ed25519PublicKey], verified: inout Set<String>) throws -> Int {
+    /// What must hold on disk after any crash: every release verifies; the releases devices can
+    /// get (production's and each channel's) reference only complete blobs, and any other
+    /// release's blobs are complete or swept (`swept`: garbage collection with no retention),
+    /// never partial; the draft references stored blobs; no temporary file or upload survives a
+    /// restart. Blobs are immutable: one hash check each is enough (`verified` carries them across rounds).
+    static func checkInvariants(data: String, app: String, keys: [Ed25519PublicKey], verified: inout Set<String>, swept: Bool = false) throws -> Int {
         let releases = data + "/apps/\(app)/releases"
+        func number(_ path: String) -> Int? {
+            (try? FileSystem.readFile(path)).flatMap { Int(String(decoding: $0, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) }
+        }
+        var served: Set<Int> = []
+        if let live = number(data + "/apps/\(app)/current") {
+            #expect(FileSystem.exists(releases + "/" + String(format: "%06d.json", live)), "current names release \(live), which is missing")
+            served.insert(live)
+        }
+        for channel in FileSystem.contents(of: data + "/apps/\(app)/channels") where !channel.hasPrefix(".") {
+            guard let head = number(data + "/apps/\(app)/channels/" + channel) else { continue }
+            #expect(FileSystem.exists(releases + "/" + String(format: "%06d.json", head)), "channel \(channel) names release \(head), which is missing")
+            served.insert(head)
+        }
         var newest = 0
         for name in FileSystem.contents(of: releases) {
             #expect(name.hasSuffix(".json") && !name.hasPrefix("."), "stray file \(name)")
@@ -19,16 +33,13 @@ struct CrashTests {
             newest = max(newest, manifest.version)
             for pack in manifest.packs {
                 let blob = data + "/blobs/\(pack.sha256.prefix(2))/\(pack.sha256)"
+                if swept && !served.contains(manifest.version) && !FileSystem.exists(blob) { continue }
                 #expect(FileSystem.fileSize(blob) == pack.size, "release \(manifest.version) pack \(pack.id): blob missing or partial")
                 if !verified.contains(pack.sha256), FileSystem.exists(blob) {
                     #expect(try SHA256Hasher.hexDigest(ofFile: blob) == pack.sha256)
                     verified.insert(pack.sha256)
                 }
             }
-        }
-        if let pointer = try? FileSystem.readFile(data + "/apps/\(app)/current") {
-            let live = Int(String(decoding: pointer, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1
-            #expect(FileSystem.exists(releases + "/" + String(format: "%06d.json", live)), "current names release \(live), which is missing")
         }
         // The draft: a file per staged pack.
         struct Change: Decodable { var upsert: PackEntry? }
@@ -60,20 +71,25 @@ struct CrashTests {
         return newest
     }
 
-    @Test("SIGKILL at random points of uploads and releases, 20 times: every release verifies, nothing partial, no leftovers")
+    /// Rounds of the SIGKILL test: 20 in the default suite, `DEPOT_CRASH_ROUNDS` (100 in `Deploy/reliability.sh`).
+    static let rounds = Int(ProcessInfo.processInfo.environment["DEPOT_CRASH_ROUNDS"] ?? "") ?? 20
+
+    @Test("SIGKILL at random points of uploads, releases, promotions and garbage collection: every release verifies, what devices get is whole, nothing partial, no leftovers")
     func killRepeatedly() async throws {
         let work = TemporaryDirectory("depot-crash")
         defer { work.remove() }
         let data = work.path + "/data"
         let app = "com.example.dev"
-        var server = try ServeProcess(data: data, environment: [:])
+        // Garbage collection every second with no retention: superseded blobs go while publishing goes on.
+        let sweeping = ["DEPOT_REFRESH_INTERVAL": "1", "DEPOT_RETENTION_DAYS": "0", "DEPOT_GRACE_SECONDS": "2"]
+        var server = try ServeProcess(data: data, environment: sweeping)
         let token = server.token
         let keys = try AppStoreKeys.trusted(data: data, app: app)
         var generator = SystemRandomNumberGenerator()
         var releasesSeen = 0
         var verified: Set<String> = []
 
-        for round in 0..<20 {
+        for round in 0..<Self.rounds {
             let port = UInt16(server.port)!
             let stop = Atomic<Bool>(false)
             let done = DispatchGroup()
@@ -98,6 +114,24 @@ struct CrashTests {
                               response.status == 204 else { break }
                         offset += size
                     }
+                }
+            }
+            // A fourth keeps promoting recent releases to the beta channel.
+            done.enter()
+            Thread.detachNewThread {
+                defer { done.leave() }
+                var n = 0
+                while !stop.load(ordering: .relaxed) && n < 40 {
+                    n += 1
+                    let list = "GET /v1/apps/\(app)/releases HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                    struct Listed: Decodable { var releases: [Item]; struct Item: Decodable { var version: Int } }
+                    if let body = try? RawHTTP.parse(RawHTTP.exchange(port: port, Array(list.utf8), timeout: 5)).first?.body,
+                       let listed = try? JSONDecoder().decode(Listed.self, from: Data(body)), let target = listed.releases.map(\.version).max() {
+                        let promote = "POST /v1/apps/\(app)/channels/beta?release=\(max(1, target - n % 2)) HTTP/1.1\r\nHost: x\r\n"
+                            + "Authorization: Bearer \(token)\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                        _ = try? RawHTTP.exchange(port: port, Array(promote.utf8), timeout: 5)
+                    }
+                    usleep(20_000)
                 }
             }
             // Two clients keep uploading (some staged, some released) and releasing.
@@ -127,14 +161,20 @@ struct CrashTests {
             #expect(server.process.terminationReason == .uncaughtSignal, "round \(round)")
 
             // Restart: start-up removes what the crash left; then the invariants must hold.
-            server = try ServeProcess(data: data, environment: [:], bootstrap: false)
-            releasesSeen = try Self.checkInvariants(data: data, app: app, keys: keys, verified: &verified)
+            server = try ServeProcess(data: data, environment: sweeping, bootstrap: false)
+            releasesSeen = try Self.checkInvariants(data: data, app: app, keys: keys, verified: &verified, swept: true)
         }
         #expect(releasesSeen > 0, "the rounds must have published something")
         let releasedByTus = try FileSystem.contents(of: data + "/apps/\(app)/releases").contains { name in
             try Envelope.decode(FileSystem.readFile(data + "/apps/\(app)/releases/" + name)).verifiedManifest(trusting: keys)[pack: "tus"] != nil
         }
         #expect(releasedByTus, "resumable uploads must have completed and been released in some rounds")
+        #expect(FileSystem.exists(data + "/apps/\(app)/channels/beta"), "promotions must have happened")
+        let sweptBlobs = try FileSystem.contents(of: data + "/apps/\(app)/releases").flatMap { name in
+            try Envelope.decode(FileSystem.readFile(data + "/apps/\(app)/releases/" + name)).verifiedManifest(trusting: keys).packs
+        }.filter { !FileSystem.exists(data + "/blobs/\($0.sha256.prefix(2))/\($0.sha256)") }
+        #expect(!sweptBlobs.isEmpty, "garbage collection must have removed superseded blobs")
+        print("CrashTests: \(Self.rounds) rounds, \(releasesSeen) releases, \(Set(sweptBlobs.map(\.sha256)).count) superseded blobs swept")
         // The server still works after all that.
         let response = try RawHTTP.send(port: UInt16(server.port)!, "GET /v1/apps/\(app)/manifest HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first
         #expect(response?.status == 200)
