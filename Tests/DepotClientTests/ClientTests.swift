@@ -158,6 +158,25 @@ struct InstallerTests {
         #expect(FileSystem.contents(of: dir.path) == ["download", "installed"])
     }
 
+    @Test("Zip entry paths are checked as bytes: a slash followed by a combining mark still separates components", arguments: [
+        ("../\u{301}escaped.txt", false), ("ok/../../\u{301}x", false), ("a/\u{301}b.txt", true), ("\u{301}../x", true),
+    ])
+    func zipEntryBytes(name: String, safe: Bool) throws {
+        // Found by Deploy/fuzz (zippath): split by Character, "../\u{301}escaped.txt" had no ".." component.
+        let dir = TemporaryDirectory("depot-zip-bytes")
+        defer { dir.remove() }
+        let zip = dir.path + "/pack.zip"
+        let script = "import sys, zipfile\nwith zipfile.ZipFile(sys.argv[1], 'w') as z: z.writestr(sys.argv[2], b'x')\n"
+        #expect(try Processes.run("/usr/bin/env", ["python3", "-c", script, zip, name]).status == 0)
+        if safe {
+            #expect(try ZipPack.inspect(zip).files == 1)
+        } else {
+            #expect(throws: ZipPackError.self) { try ZipPack.inspect(zip) }
+            #expect(throws: ZipPackError.self) { try ZipPack.extract(zip, into: dir.path + "/out") }
+            #expect(FileSystem.contents(of: dir.path).sorted() == ["out", "pack.zip"] && FileSystem.contents(of: dir.path + "/out").isEmpty, "nothing unpacked anywhere")
+        }
+    }
+
     @Test("A zip pack installs as a folder; a new revision replaces it whole; an escaping entry leaves the old one")
     func zip() throws {
         let dir = TemporaryDirectory("depot-installer-zip")

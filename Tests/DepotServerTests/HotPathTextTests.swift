@@ -43,3 +43,17 @@ struct HotPathTextTests {
         #expect(TextAssembler.text(capacity: 3) { $0.append(Int64(-42)); $0.append(Int64(-1)) } == "-42")
     }
 }
+
+@Suite("tus Upload-Metadata")
+struct TusMetadataTests {
+    @Test("Pairs, keys alone, spaces around; split as bytes, so a comma before a combining mark still separates pairs")
+    func parse() throws {
+        #expect(try TusMetadata.parse(" pack bGV2ZWw= ,release, sha256  YWJj") == ["pack": "level", "release": "", "sha256": "abc"])
+        // Found by Deploy/fuzz (metadata): split by Character, ",\u{301}" was one grapheme and two pairs ran together.
+        #expect(try TusMetadata.parse("pack bGV2ZWw=,\u{301}x ZXNz") == ["pack": "level", "\u{301}x": "ess"])
+        #expect(throws: TusMetadata.Failure.notBase64(key: "pack")) { try TusMetadata.parse("pack %%%") }
+        #expect(throws: TusMetadata.Failure.duplicate(key: "a")) { try TusMetadata.parse("a,a") }
+        let pairs = ["pack": "level", "tags": "a, b", "release": ""]
+        #expect(try TusMetadata.parse(TusMetadata.encode(pairs)) == pairs)
+    }
+}

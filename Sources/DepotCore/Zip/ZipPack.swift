@@ -75,14 +75,7 @@ public enum ZipPack {
     }
 
     private static func check(_ entry: Entry) throws(ZipPackError) {
-        let path = entry.path
-        guard entry.type != .symlink else { throw .unsafeEntry(path, "links are not allowed") }
-        guard !path.isEmpty, !path.hasPrefix("/"), !path.contains("\\"), !path.utf8.contains(0) else {
-            throw .unsafeEntry(path, "the path must be relative")
-        }
-        guard !path.split(separator: "/", omittingEmptySubsequences: false).contains(where: { $0 == ".." }) else {
-            throw .unsafeEntry(path, "the path leaves the pack's folder")
-        }
+        if let why = ZipEntryPath.refusal(entry.path, isLink: entry.type == .symlink) { throw .unsafeEntry(entry.path, why) }
     }
 }
 

@@ -153,23 +153,13 @@ struct ResumableHandlers: Sendable {
         return response
     }
 
-    /// tus metadata: `key base64,key base64,key`.
+    /// tus metadata (``TusMetadata``), a malformed header answered with 400.
     static func parseMetadata(_ text: String) throws -> [String: String] {
-        var out: [String: String] = [:]
-        for pair in text.split(separator: ",") {
-            let parts = pair.trimmingWhitespace.split(separator: " ", maxSplits: 1)
-            guard let key = parts.first, !key.isEmpty else { continue }
-            var value = ""
-            if parts.count == 2 {
-                guard let data = Data(base64Encoded: String(parts[1])), let text = String(data: data, encoding: .utf8) else {
-                    throw DepotError.badRequest("Upload-Metadata: the value of \(key) is not base64 of UTF-8")
-                }
-                value = text
-            }
-            guard out[String(key)] == nil else { throw DepotError.badRequest("Upload-Metadata: \(key) appears twice") }
-            out[String(key)] = value
+        do {
+            return try TusMetadata.parse(text)
+        } catch {
+            throw DepotError.badRequest(error.description)
         }
-        return out
     }
 }
 
