@@ -103,6 +103,7 @@ struct HostileHTTPTests {
         let start = ContinuousClock.now
         for _ in 0..<50 where Self.get(port: server.port, from: "127.0.0.2") == 200 { served += 1 }
         #expect(served == 50, "legitimate requests answered during the attack: \(served) of 50")
+        print("HostileHTTPTests: slowhttptest held \(held) connections (limit 32); \(served) of 50 other requests answered during the attack")
         #expect(ContinuousClock.now - start < .seconds(10))
         attack.waitUntilExit()
 
@@ -114,11 +115,54 @@ struct HostileHTTPTests {
         #expect(Self.get(port: server.port, from: "127.0.0.1") == 200, "the attacker's address is served again")
     }
 
-    /// GET /healthz from a given source address with curl; the status (0 when none).
-    static func get(port: String, from source: String) -> Int {
+    @Test("Slow-header clients against the nginx edge (Deploy/nginx rules): others are served, none of the attack reaches the origin, and the edge drops them at client_header_timeout")
+    func slowHeadersAtTheEdge() throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/slowhttptest"), FileManager.default.isExecutableFile(atPath: "/usr/sbin/nginx") else {
+            Issue.record("slowhttptest and nginx are not installed (Deploy/setup.sh installs them)")
+            return
+        }
+        let work = TemporaryDirectory("depot-hostile-edge")
+        defer { work.remove() }
+        let server = try ServeProcess(data: work.path + "/data", environment: ["DEPOT_LOG_LEVEL": "warning"])
+        defer { server.process.terminate(); server.process.waitUntilExit() }
+        let put = "PUT /v1/apps/com.example.dev/packs/a?release=true HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(server.token)\r\nContent-Length: 5\r\nConnection: close\r\n\r\n"
+        #expect(try RawHTTP.send(port: UInt16(server.port)!, put, body: Array("hello".utf8)).first?.status == 201)
+        let edgePort = try NginxEdge.freePort()
+        let edge = try NginxEdge(port: edgePort, originPort: UInt16(server.port)!, workerConnections: 1024)
+        let manifest = "/v1/apps/com.example.dev/manifest"
+        #expect(Self.get(port: String(edgePort), from: "127.0.0.2", path: manifest) == 200)
+
+        let attack = Process()
+        attack.executableURL = URL(fileURLWithPath: "/usr/bin/slowhttptest")
+        attack.arguments = ["-H", "-c", "300", "-r", "150", "-i", "2", "-l", "16", "-x", "24", "-p", "3", "-u", "http://127.0.0.1:\(edgePort)\(manifest)"]
+        attack.standardOutput = FileHandle.nullDevice
+        attack.standardError = FileHandle.nullDevice
+        let started = ContinuousClock.now
+        try attack.run()
+        Thread.sleep(forTimeInterval: 4)
+        let held = Self.serverSockets(port: String(edgePort))["01", default: 0]
+        #expect(held >= 200, "the attack holds its connections at the edge: \(held)")
+        // The edge keeps the attack to itself: the origin sees at most its keep-alive connections.
+        let atOrigin = Self.serverSockets(port: server.port)["01", default: 0]
+        #expect(atOrigin <= 8, "connections at the origin during the attack: \(atOrigin)")
+        var served = 0
+        for _ in 0..<50 where Self.get(port: String(edgePort), from: "127.0.0.2", path: manifest) == 200 { served += 1 }
+        #expect(served == 50, "requests answered by the edge during the attack: \(served) of 50")
+        // client_header_timeout is 10 s: by 13 s the attack's connections are gone.
+        let wait = .seconds(13) - (ContinuousClock.now - started)
+        if wait > .zero { Thread.sleep(forTimeInterval: Double(wait.components.seconds) + Double(wait.components.attoseconds) / 1e18) }
+        let left = Self.serverSockets(port: String(edgePort))["01", default: 0]
+        #expect(left < 20, "attack connections the edge still holds after client_header_timeout: \(left)")
+        attack.waitUntilExit()
+        print("HostileHTTPTests: at the nginx edge, slowhttptest held \(held) connections, the origin saw \(atOrigin), \(served) of 50 requests answered, \(left) left after 13 s")
+        _ = edge
+    }
+
+    /// GET a path (/healthz) from a given source address with curl; the status (0 when none).
+    static func get(port: String, from source: String, path: String = "/healthz") -> Int {
         let curl = Process()
         curl.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
-        curl.arguments = ["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5", "--interface", source, "http://127.0.0.1:\(port)/healthz"]
+        curl.arguments = ["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5", "--interface", source, "http://127.0.0.1:\(port)\(path)"]
         let output = Pipe()
         curl.standardOutput = output
         curl.standardError = FileHandle.nullDevice

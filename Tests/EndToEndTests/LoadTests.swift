@@ -104,6 +104,7 @@ struct LoadTests {
         let versions = releases.releases.map(\.version).sorted()
         #expect(versions.count == 8 * Self.publishes, "\(versions)")
         #expect(versions == Array((versions.first ?? 1)...(versions.last ?? 0)), "contiguous: \(versions)")
+        print("load: 8 publishers × \(Self.publishes) publishes: \(versions.count) releases, contiguous")
         #expect(releases.live == versions.last)
         let manifest = try #require(try RawHTTP.send(port: port, "GET /v1/apps/\(app)/manifest HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first)
         let packs = try Manifest.decode(Array(try #require(Data(base64Encoded: try Envelope.decode(manifest.body).payload)))).packs

@@ -58,7 +58,7 @@ final class NginxEdge {
     /// Starts nginx on `address`:`port` in front of the origin at 127.0.0.1:`originPort`; with
     /// `tls`, over https (HTTP/2 and HTTP/1.1); `proxyBind` is the address it fetches from (so
     /// the origin's access log tells edges apart). Its access log records each request's `Range`.
-    init(address: String = "127.0.0.1", port: UInt16, originPort: UInt16, tls: Certificate? = nil, proxyBind: String? = nil) throws {
+    init(address: String = "127.0.0.1", port: UInt16, originPort: UInt16, tls: Certificate? = nil, proxyBind: String? = nil, workerConnections: Int = 256) throws {
         self.address = address
         self.port = port
         folder = TemporaryDirectory("depot-nginx")
@@ -73,7 +73,7 @@ final class NginxEdge {
             user root;
             pid \(folder.path)/nginx.pid;
             error_log \(folder.path)/error.log;
-            events { worker_connections 256; }
+            events { worker_connections \(workerConnections); }
             http {
               log_format edge '$request $status range=$http_range cache=$upstream_cache_status';
               access_log \(folder.path)/access.log edge;
