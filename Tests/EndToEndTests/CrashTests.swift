@@ -88,6 +88,9 @@ struct CrashTests {
         var generator = SystemRandomNumberGenerator()
         var releasesSeen = 0
         var verified: Set<String> = []
+        // Every upload the origin acknowledged as released: (release, pack, container SHA-256).
+        let acknowledged = Mutex<[(release: Int, pack: String, sha256: String)]>([])
+        struct Acknowledgement: Decodable { var release: Int?; var pack: Entry?; struct Entry: Decodable { var id: String; var sha256: String } }
 
         for round in 0..<Self.rounds {
             let port = UInt16(server.port)!
@@ -145,7 +148,11 @@ struct CrashTests {
                         let size = Int.random(in: 0...(3 << 20))
                         let query = n % 3 == 0 ? "" : "?release=true"
                         let head = "PUT /v1/apps/\(app)/packs/p\(client)-\(n % 4)\(query) HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\nContent-Length: \(size)\r\nConnection: close\r\n\r\n"
-                        _ = try? RawHTTP.exchange(port: port, Array(head.utf8) + [UInt8](repeating: UInt8(n & 0xff), count: size), timeout: 5)
+                        let answer = try? RawHTTP.parse(RawHTTP.exchange(port: port, Array(head.utf8) + [UInt8](repeating: UInt8(n & 0xff), count: size), timeout: 5)).first
+                        if answer?.status == 201, let body = answer?.body, let ack = try? JSONDecoder().decode(Acknowledgement.self, from: Data(body)),
+                           let release = ack.release, let pack = ack.pack {
+                            acknowledged.withLock { $0.append((release, pack.id, pack.sha256)) }
+                        }
                         if n % 5 == 0 {
                             let release = "POST /v1/apps/\(app)/releases HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\nConnection: close\r\n\r\n"
                             _ = try? RawHTTP.exchange(port: port, Array(release.utf8), timeout: 5)
@@ -163,6 +170,12 @@ struct CrashTests {
             // Restart: start-up removes what the crash left; then the invariants must hold.
             server = try ServeProcess(data: data, environment: sweeping, bootstrap: false)
             releasesSeen = try Self.checkInvariants(data: data, app: app, keys: keys, verified: &verified, swept: true)
+            // Nothing acknowledged is lost: each released upload is in the release it was told.
+            for ack in acknowledged.withLock({ $0 }) {
+                let file = data + "/apps/\(app)/releases/" + String(format: "%06d.json", ack.release)
+                let manifest = try Envelope.decode(FileSystem.readFile(file)).verifiedManifest(trusting: keys)
+                #expect(manifest[pack: ack.pack]?.sha256 == ack.sha256, "acknowledged upload \(ack.pack) missing from release \(ack.release)")
+            }
         }
         #expect(releasesSeen > 0, "the rounds must have published something")
         let releasedByTus = try FileSystem.contents(of: data + "/apps/\(app)/releases").contains { name in
@@ -174,7 +187,8 @@ struct CrashTests {
             try Envelope.decode(FileSystem.readFile(data + "/apps/\(app)/releases/" + name)).verifiedManifest(trusting: keys).packs
         }.filter { !FileSystem.exists(data + "/blobs/\($0.sha256.prefix(2))/\($0.sha256)") }
         #expect(!sweptBlobs.isEmpty, "garbage collection must have removed superseded blobs")
-        print("CrashTests: \(Self.rounds) rounds, \(releasesSeen) releases, \(Set(sweptBlobs.map(\.sha256)).count) superseded blobs swept")
+        #expect(!acknowledged.withLock({ $0 }).isEmpty, "uploads must have been acknowledged")
+        print("CrashTests: \(Self.rounds) rounds, \(releasesSeen) releases, \(acknowledged.withLock { $0.count }) acknowledged uploads all found, \(Set(sweptBlobs.map(\.sha256)).count) superseded blobs swept")
         // The server still works after all that.
         let response = try RawHTTP.send(port: UInt16(server.port)!, "GET /v1/apps/\(app)/manifest HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first
         #expect(response?.status == 200)
