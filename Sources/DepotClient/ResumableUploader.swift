@@ -81,12 +81,13 @@ public struct ResumableUploader: Sendable {
         // Hashed alongside the PATCH where a trailer can carry the digest; first otherwise.
         let streams = HTTPTransport.streamsFiles(to: server) && digestAfterBody
         let late = sha256 == nil && streams ? BackgroundFileDigest(path: path) : nil
-        let early = try sha256 ?? (streams ? nil : SHA256Hasher.hexDigest(ofFile: path))
         var upload: URL
         var offset: Int64
         if let resume, let known = try await offsetOf(resume, length: length, transport) {
             (upload, offset) = (resume, known)
         } else {
+            // Only a new upload carries the digest in its metadata (a resumed one has its own).
+            let early = try sha256 ?? (streams ? nil : SHA256Hasher.hexDigest(ofFile: path))
             upload = try await create(length: length, metadata: options.metadata(sha256: early), transport)
             offset = 0
         }

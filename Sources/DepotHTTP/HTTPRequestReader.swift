@@ -21,17 +21,12 @@ enum HTTPRequestReader {
             }
             return .failure(.error(status: 400, code: "bad_request_target", message: "the request target is not acceptable (\(error))", closeConnection: true))
         }
-        var collector = HeaderCollector()
-        collector.fields.reserveCapacity(16)
-        _ = withUnsafeMutablePointer(to: &collector) { pointer in
-            MHD_get_connection_values(connection, MHD_ValueKind.HEADER_KIND, headerIteratorCallback, pointer)
-        }
-        let headers = HTTPHeaders(collector.fields)
+        let headers = fields(connection, .HEADER_KIND)
         // One pass over the fields: framing that libmicrohttpd 0.9.75 accepts but that lets a
         // second request hide in a body, the Host rule, malformed names.
         var lengths = 0, codings = 0, hosts = 0
         var length: String?, coding: String?
-        for field in collector.fields {
+        for field in headers {
             let name = field.name
             if name.isEmpty || name.utf8.contains(where: { $0 == 0x20 || $0 == 0x09 }) {
                 return .failure(.error(status: 400, code: "bad_header", message: "malformed header field name", closeConnection: true))
@@ -73,10 +68,14 @@ enum HTTPRequestReader {
     }
 
     /// The trailer fields of a chunked body (libmicrohttpd's footers), once the body is complete.
-    static func trailers(_ connection: OpaquePointer) -> HTTPHeaders {
+    static func trailers(_ connection: OpaquePointer) -> HTTPHeaders { fields(connection, .FOOTER_KIND) }
+
+    /// The fields of one kind (headers, footers) libmicrohttpd holds for the request.
+    private static func fields(_ connection: OpaquePointer, _ kind: MHD_ValueKind) -> HTTPHeaders {
         var collector = HeaderCollector()
+        collector.fields.reserveCapacity(16)
         _ = withUnsafeMutablePointer(to: &collector) { pointer in
-            MHD_get_connection_values(connection, MHD_ValueKind.FOOTER_KIND, headerIteratorCallback, pointer)
+            MHD_get_connection_values(connection, kind, headerIteratorCallback, pointer)
         }
         return HTTPHeaders(collector.fields)
     }

@@ -71,12 +71,8 @@ public struct RequestTarget: Sendable, Hashable {
 
     /// One path segment, decoded and checked.
     private static func segment(_ part: UnsafeBufferPointer<UInt8>) throws(Failure) -> String {
-        var plain = true
-        for c in part where c <= 0x20 || c >= 0x7f || c == UInt8(ascii: "%") || c == UInt8(ascii: "\\") {
-            plain = false
-            break
-        }
-        let decoded = plain ? String(decoding: part, as: UTF8.self) : try decode(part[...], plusIsSpace: false)
+        let plain = isPlain(part[...], plusIsSpace: false)
+        let decoded = plain ? String(decoding: part, as: UTF8.self) : try unescape(part[...], plusIsSpace: false)
         guard !decoded.isEmpty else { throw .emptySegment }
         guard decoded != "." && decoded != ".." else { throw .dotSegment }
         if !plain {
@@ -87,9 +83,17 @@ public struct RequestTarget: Sendable, Hashable {
 
     private static func decode(_ part: Slice<UnsafeBufferPointer<UInt8>>, plusIsSpace: Bool) throws(Failure) -> String {
         // The common case: printable ASCII with nothing to decode becomes a String as it is.
-        if part.allSatisfy({ $0 > 0x20 && $0 < 0x7f && $0 != UInt8(ascii: "%") && $0 != UInt8(ascii: "\\") && !(plusIsSpace && $0 == UInt8(ascii: "+")) }) {
-            return String(decoding: part, as: UTF8.self)
-        }
+        isPlain(part, plusIsSpace: plusIsSpace) ? String(decoding: part, as: UTF8.self) : try unescape(part, plusIsSpace: plusIsSpace)
+    }
+
+    /// Printable ASCII with nothing to decode or refuse.
+    private static func isPlain(_ part: Slice<UnsafeBufferPointer<UInt8>>, plusIsSpace: Bool) -> Bool {
+        part.allSatisfy { $0 > 0x20 && $0 < 0x7f && $0 != UInt8(ascii: "%") && $0 != UInt8(ascii: "\\") && !(plusIsSpace && $0 == UInt8(ascii: "+")) }
+    }
+
+    /// Decodes escapes (and `+` when `plusIsSpace`), refusing what decodes to NUL, a backslash,
+    /// a control character or invalid UTF-8.
+    private static func unescape(_ part: Slice<UnsafeBufferPointer<UInt8>>, plusIsSpace: Bool) throws(Failure) -> String {
         var out: [UInt8] = []
         out.reserveCapacity(part.count)
         var i = part.startIndex

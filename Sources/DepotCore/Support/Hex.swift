@@ -28,6 +28,12 @@ public enum Hex {
         return out
     }
 
+    /// `text` as a SHA-256 name (64 hex digits, either case, made lower-case), or nil.
+    public static func sha256(from text: String) -> String? {
+        let lower = text.lowercased()
+        return isSHA256(lower) ? lower : nil
+    }
+
     /// Whether `text` is exactly 64 lower-case hex digits, the form of a SHA-256 name.
     public static func isSHA256(_ text: String) -> Bool {
         guard text.utf8.count == 64 else { return false }

@@ -123,8 +123,8 @@ struct ResumableHandlers: Sendable {
         }
         // The whole upload's SHA-256, as a header or announced as a trailer (checked when this PATCH completes the upload).
         let late = try request.headers[Self.lateChecksumField].map { value in
-            guard Hex.isSHA256(value.lowercased()) else { throw DepotError.badRequest("\(Self.lateChecksumField) must be 64 hex digits") }
-            return value.lowercased()
+            guard let name = Hex.sha256(from: value) else { throw DepotError.badRequest("\(Self.lateChecksumField) must be 64 hex digits") }
+            return name
         }
         let announced = request.headers["Trailer"].map { $0.lowercased().split(separator: ",").map(\.trimmingWhitespace).contains(Self.lateChecksumField.lowercased()) } ?? false
         let session = try session(state.id, context, at: offset)
@@ -223,11 +223,11 @@ final class ResumablePatchReceiver: HTTPBodyReceiver {
         var late = self.late
         let field = ResumableHandlers.lateChecksumField
         if let value = trailers[field] {
-            guard Hex.isSHA256(value.lowercased()), late == nil || late == value.lowercased() else {
+            guard let name = Hex.sha256(from: value), late == nil || late == name else {
                 session.abandon(keepReceived: false)
                 return ErrorResponse.response(for: DepotError.badRequest("the \(field) trailer must be 64 hex digits (and agree with the header); the request was discarded"))
             }
-            late = value.lowercased()
+            late = name
         } else if trailerAnnounced && late == nil && session.reachesEnd {
             session.abandon(keepReceived: false)
             return ErrorResponse.response(for: DepotError(

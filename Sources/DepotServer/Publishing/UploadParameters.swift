@@ -34,8 +34,8 @@ struct UploadParameters: Sendable {
         }
         var expected: String?
         if let sha256 {
-            guard Hex.isSHA256(sha256.lowercased()) else { throw DepotError.badRequest("\(checksumName) must be 64 hex digits") }
-            expected = sha256.lowercased()
+            guard let name = Hex.sha256(from: sha256) else { throw DepotError.badRequest("\(checksumName) must be 64 hex digits") }
+            expected = name
         }
         return UploadParameters(
             app: app, pack: pack, policy: policy, tags: Array(Set(tags)).sorted(), contentType: contentType ?? "application/octet-stream",
