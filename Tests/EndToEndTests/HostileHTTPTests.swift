@@ -97,8 +97,18 @@ struct HostileHTTPTests {
         try attack.run()
         Thread.sleep(forTimeInterval: 3)
         // Mid-attack: the attacker holds at most the per-IP limit; everyone else is answered.
-        let held = Self.serverSockets(port: server.port)["01", default: 0]
-        #expect(held >= 16 && held <= 32, "connections held by the attack: \(held) (the limit is 32)")
+        // The attacker keeps opening connections (150 a second); one refused over the limit is
+        // ESTABLISHED in the kernel's accept queue until the origin accepts and closes it, so a
+        // single sample can see one or two in passing. The fewest seen over a second is what
+        // the origin holds.
+        var samples: [Int] = []
+        for _ in 0..<10 {
+            samples.append(Self.serverSockets(port: server.port)["01", default: 0])
+            Thread.sleep(forTimeInterval: 0.1)
+        }
+        let held = samples.min() ?? 0
+        #expect(held >= 16 && held <= 32, "connections held by the attack: \(held) (the limit is 32; samples \(samples))")
+        #expect(samples.max() ?? 0 <= 32 + 8, "never far past the limit: \(samples)")
         var served = 0
         let start = ContinuousClock.now
         for _ in 0..<50 where Self.get(port: server.port, from: "127.0.0.2") == 200 { served += 1 }
