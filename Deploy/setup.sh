@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(libmicrohttpd-dev libssl-dev openssl pkg-config curl python3 python3-pip python3-cryptography nginx-light systemd wrk slowhttptest)
+packages=(libmicrohttpd-dev libssl-dev openssl pkg-config curl python3 python3-pip python3-cryptography nginx-light systemd wrk slowhttptest time)
 
 install_missing() {
   local missing=()
