@@ -23,7 +23,10 @@ results="$here/results.txt"
   OUT=/dev/null FILL=100000 "$here/serve.sh" 3 5 1000 1024
   echo
   echo "a 10,000-pack release:"
-  OUT=/dev/null CLIENTS=4 "$here/serve.sh" 1 1 10000 16 | tail -1
+  log=$(mktemp)
+  OUT=/dev/null CLIENTS=4 "$here/serve.sh" 1 1 10000 16 > "$log" 2>&1 || { echo "the 10,000-pack run failed:"; tail -20 "$log"; }
+  grep -e '^publishing:' -e '^memory:' "$log" || true
+  rm -f "$log"
   echo
   OUT=/dev/null "$here/client.sh" 1024 3
   echo

@@ -21,6 +21,12 @@ public struct ResumableUploader: Sendable {
         public var base: Int?
         public var force = false
         public var channel: String?
+        /// Managed apps: the bytes a compressed Apple Archive unpacks to.
+        public var installSize: Int64?
+        /// Managed apps: the installation events an essential or prefetch pack applies to.
+        public var installationEventTypes: [String]?
+        /// Managed apps: the pack's `userInfo`, a JSON object.
+        public var userInfo: String?
 
         public init(pack: String) { self.pack = pack }
 
@@ -35,6 +41,9 @@ public struct ResumableUploader: Sendable {
             if let base { pairs.append(("base", String(base))) }
             if force { pairs.append(("force", "true")) }
             if let channel { pairs.append(("channel", channel)) }
+            if let installSize { pairs.append(("installSize", String(installSize))) }
+            if let installationEventTypes { pairs.append(("events", installationEventTypes.joined(separator: ","))) }
+            if let userInfo { pairs.append(("userInfo", userInfo)) }
             return pairs.map { "\($0.0) \(Data($0.1.utf8).base64EncodedString())" }.joined(separator: ",")
         }
     }

@@ -44,7 +44,7 @@ final class Origin: HTTPHandler {
         operations = OperationsHandlers(metrics: metrics, staticFiles: configuration.publicDirectory.map(StaticFiles.init(root:)))
         router = Router(
             routes: Router.originRoutes(
-                reads: ReadHandlers(releases: releases, blobs: blobs, urls: urls, manifestMaxAge: configuration.manifestMaxAge),
+                reads: ReadHandlers(releases: releases, blobs: blobs, urls: urls, manifestMaxAge: configuration.manifestMaxAge, settings: settings),
                 publishing: PublishHandlers(publisher: publisher),
                 resumable: ResumableHandlers(uploads: uploads, publisher: publisher, expiry: configuration.uploadExpiry),
                 operations: operations

@@ -3,21 +3,34 @@ import DepotCore
 import DepotServer
 import Foundation
 
+extension AppMode: ExpressibleByArgument {}
+
 struct Apps: ParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Create and list apps.", subcommands: [Create.self, List.self, Credentials.self, Allowances.self])
 
     struct Create: ParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Create an app with a fresh pack key.")
+        static let configuration = CommandConfiguration(
+            abstract: "Create an app with a fresh pack key.",
+            discussion: """
+                unmanaged (the default): the app's Background Assets extension or DepotClient downloads the signed manifest and \
+                encrypted packs. managed (iOS 26+): the system's AssetPackManager downloads the Apple Archives that ba-package \
+                builds, listed in the download manifest; give the app group the app and its extension share.
+                """
+        )
         @OptionGroup var data: DataOptions
         @Argument(help: "The app id (1–128 of A-Z a-z 0-9 . -), e.g. com.example.game.") var app: String
+        @Option(help: "unmanaged or managed.") var mode: AppMode = .unmanaged
+        @Option(name: .customLong("app-group"), help: "Managed apps: the app group id (BAAppGroupID), e.g. group.com.example.game.") var appGroup: String?
 
         func validate() throws {
             guard Identifier.isValidApp(app) else { throw ValidationError("invalid app id \"\(app)\": use 1–128 of A-Z a-z 0-9 . -") }
+            if mode == .managed && appGroup == nil { throw ValidationError("a managed app needs --app-group group.<reverse-DNS name>") }
+            if mode == .unmanaged && appGroup != nil { throw ValidationError("--app-group is for managed apps (--mode managed)") }
         }
 
         func run() throws {
-            try AppStore(folder: DataFolder(data.data)).create(app)
-            print("created app \(app)")
+            try AppStore(folder: DataFolder(data.data)).create(app, mode: mode, appGroup: appGroup)
+            print("created \(mode == .managed ? "managed app \(app) (app group \(appGroup ?? ""))" : "app \(app)")")
         }
     }
 

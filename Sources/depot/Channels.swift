@@ -44,11 +44,13 @@ struct Channels: AsyncParsableCommand {
         @Option(help: "The channel to move.") var channel: String
         @Option(help: "The release it will serve.") var release: Int
         @Flag(help: "Promote even past the recorded allowances.") var force = false
+        @Flag(help: "Managed apps: promote even if packs leave the channel's download manifest (devices delete them for good).") var remove = false
 
         struct Result: Decodable { var release: Int; var changed: Bool; var manifestURL: String }
 
         func run() async throws {
             let query = [URLQueryItem(name: "release", value: String(release))] + (force ? [URLQueryItem(name: "force", value: "true")] : [])
+                + (remove ? [URLQueryItem(name: "removeLive", value: "true")] : [])
             let response = try await origin.transport().send(method: "POST", to: origin.endpoint("channels/\(channel)", query), headers: try token.headers())
             guard (200..<300).contains(response.status) else { throw CLIError("promote failed: HTTP \(response.status): \(Publish.message(response.body))") }
             let result = try JSONDecoder().decode(Result.self, from: Data(response.body))

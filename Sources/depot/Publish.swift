@@ -17,7 +17,7 @@ struct Publish: AsyncParsableCommand {
 
     @Argument(help: "The file to publish.") var file: String
     @OptionGroup var origin: ServerOptions
-    @Option(help: "The pack id (1–64 of A-Z a-z 0-9 . -; no '_').") var pack: String
+    @Option(help: "The pack id (1–64 of A-Z a-z 0-9 . -; no '_'); with --pack-manifest, its assetPackID by default.") var pack: String?
     @OptionGroup var token: TokenOption
     @Option(help: "essential, prefetch or onDemand.") var policy: String = "prefetch"
     @Option(help: "A tag (repeatable).") var tag: [String] = []
@@ -29,9 +29,14 @@ struct Publish: AsyncParsableCommand {
     @Flag(help: "With --release: publish even if the release exceeds the allowances recorded for shipped builds.") var force = false
     @OptionGroup var channel: ChannelOption
     @Flag(help: "Print no progress.") var quiet = false
+    @Option(name: .customLong("pack-manifest"), help: "Managed apps: the Manifest.json given to ba-package; its assetPackID, downloadPolicy and userInfo are the pack's.")
+    var packManifest: String?
+    @Option(name: .customLong("install-size"), help: "Managed apps: the bytes a compressed Apple Archive unpacks to (an uncompressed one is measured by the origin).")
+    var installSize: Int64?
 
     func validate() throws {
-        guard Identifier.isValidPack(pack) else { throw ValidationError("invalid pack id \"\(pack)\": 1–64 of A-Z a-z 0-9 . -, no '_'") }
+        guard pack != nil || packManifest != nil else { throw ValidationError("name the pack: --pack ID, or --pack-manifest Manifest.json") }
+        if let pack, !Identifier.isValidPack(pack) { throw ValidationError("invalid pack id \"\(pack)\": 1–64 of A-Z a-z 0-9 . -, no '_'") }
         guard Identifier.isValidApp(origin.app) else { throw ValidationError("invalid app id \"\(origin.app)\"") }
         guard PackEntry.Policy(rawValue: policy) != nil else { throw ValidationError("--policy must be essential, prefetch or onDemand") }
         guard tag.allSatisfy({ !$0.contains(",") && !$0.isEmpty }) else { throw ValidationError("a --tag is not empty and has no comma") }
@@ -42,8 +47,15 @@ struct Publish: AsyncParsableCommand {
         guard FileSystem.exists(file), !FileSystem.isDirectory(file) else { throw CLIError("\(file): no such file") }
         // The file is not read before the upload: its SHA-256 is computed while it is sent.
         let (size, modified) = try FileDescriptor.openForReading(file).sizeAndModification()
-        var options = ResumableUploader.Options(pack: pack)
-        options.policy = policy
+        let described = try packManifest.map(PackManifest.read)
+        guard let packID = pack ?? described?.assetPackID, Identifier.isValidPack(packID) else {
+            throw CLIError("\(packManifest ?? ""): assetPackID is not a valid pack id (1–64 of A-Z a-z 0-9 . -); give --pack")
+        }
+        var options = ResumableUploader.Options(pack: packID)
+        options.policy = described?.policy ?? policy
+        options.installationEventTypes = described?.installationEventTypes
+        options.userInfo = described?.userInfo
+        options.installSize = installSize
         options.tags = tag
         options.contentType = contentType
         options.release = release
@@ -55,12 +67,12 @@ struct Publish: AsyncParsableCommand {
         // (the file by size and modification time: content changed behind those fails the
         // origin's end-to-end check, and the next run starts over).
         let identity = "\(size) \(modified.timeIntervalSince1970)"
-        let key = Hex.encode(SHA256Hasher.hash(Array("\(origin.server)\n\(origin.app)\n\(pack)\n\(file)\n\(identity)\n\(options.metadata)".utf8)).prefix(16))
+        let key = Hex.encode(SHA256Hasher.hash(Array("\(origin.server)\n\(origin.app)\n\(packID)\n\(file)\n\(identity)\n\(options.metadata)".utf8)).prefix(16))
         let record = Self.cacheFolder + "/" + key
         let resume = (try? FileSystem.readFile(record, limit: 4096)).flatMap { URL(string: String(decoding: $0, as: UTF8.self)) }
-        if resume != nil && !quiet { FileHandle.standardError.write(Data("resuming the upload of \(pack) left by an earlier run\n".utf8)) }
+        if resume != nil && !quiet { FileHandle.standardError.write(Data("resuming the upload of \(packID) left by an earlier run\n".utf8)) }
 
-        let progress = ProgressReporter(label: "uploading \(pack)")
+        let progress = ProgressReporter(label: "uploading \(packID)")
         let quiet = quiet
         let body: [UInt8]
         do {
@@ -93,11 +105,11 @@ struct Publish: AsyncParsableCommand {
         let pack = result.pack
         let on = result.channel.map { $0 == "production" ? "" : " on channel \($0)" } ?? ""
         if result.staged {
-            print("staged \(pack?.id ?? self.pack) (\(pack?.size ?? 0) bytes) for the next release of \(result.app); publish it with `depot release`")
+            print("staged \(pack?.id ?? options.pack) (\(pack?.size ?? 0) bytes) for the next release of \(result.app); publish it with `depot release`")
         } else if result.changed, let pack, let release = result.release {
             print("published \(pack.id) revision \(pack.revision) (\(pack.size) bytes, sha256 \(pack.sha256)) in release \(release) of \(result.app)\(on)")
         } else {
-            print("unchanged: \(self.pack) already has this content in release \(result.release ?? 0) of \(result.app)\(on)")
+            print("unchanged: \(options.pack) already has this content in release \(result.release ?? 0) of \(result.app)\(on)")
         }
     }
 
@@ -117,4 +129,35 @@ struct Publish: AsyncParsableCommand {
     }
 
     static func message(_ body: [UInt8]) -> String { ResumableUploader.message(body) }
+}
+
+/// The pack manifest `ba-package` reads (`Manifest.json`): the parts the origin needs.
+struct PackManifest {
+    var assetPackID: String
+    var policy: String
+    var installationEventTypes: [String]?
+    /// The `userInfo` object as JSON, when there is one.
+    var userInfo: String?
+
+    static func read(_ path: String) throws -> PackManifest {
+        let bytes = try FileSystem.readFile(path, limit: 1 << 20)
+        guard let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any] else {
+            throw CLIError("\(path) is not a JSON object (the Manifest.json given to ba-package)")
+        }
+        guard let id = object["assetPackID"] as? String else { throw CLIError("\(path) has no assetPackID") }
+        guard let policies = object["downloadPolicy"] as? [String: Any], policies.count == 1, let (policy, detail) = policies.first,
+              PackEntry.Policy(rawValue: policy) != nil else {
+            throw CLIError("\(path): downloadPolicy must have one key, essential, prefetch or onDemand")
+        }
+        let events = (detail as? [String: Any])?["installationEventTypes"] as? [String]
+        if policy != "onDemand" && (events ?? []).isEmpty {
+            throw CLIError("\(path): an \(policy) downloadPolicy lists its installationEventTypes")
+        }
+        var userInfo: String?
+        if let info = object["userInfo"] {
+            guard info is [String: Any] else { throw CLIError("\(path): userInfo must be an object") }
+            userInfo = String(decoding: try JSONSerialization.data(withJSONObject: info, options: [.sortedKeys]), as: UTF8.self)
+        }
+        return PackManifest(assetPackID: id, policy: policy, installationEventTypes: policy == "onDemand" ? nil : events, userInfo: userInfo)
+    }
 }

@@ -34,6 +34,7 @@ struct Rollback: AsyncParsableCommand {
     @Option(help: "The release whose content to restore.") var to: Int
     @OptionGroup var channel: ChannelOption
     @Flag(help: "Roll back even if the result exceeds the allowances recorded for shipped builds.") var force = false
+    @Flag(help: "Managed apps: roll back even if packs leave the download manifest (devices delete them for good).") var remove = false
 
     func validate() throws {
         guard to > 0 else { throw ValidationError("--to must be a release number") }
@@ -42,7 +43,8 @@ struct Rollback: AsyncParsableCommand {
     struct Result: Decodable { var release: Int; var rolledBackTo: Int; var changed: Bool; var removed: [String] }
 
     func run() async throws {
-        let query = [URLQueryItem(name: "to", value: String(to))] + (force ? [URLQueryItem(name: "force", value: "true")] : []) + channel.query
+        let query = [URLQueryItem(name: "to", value: String(to))] + (force ? [URLQueryItem(name: "force", value: "true")] : [])
+            + (remove ? [URLQueryItem(name: "removeLive", value: "true")] : []) + channel.query
         let response = try await origin.transport().send(method: "POST", to: origin.endpoint("rollback", query), headers: try token.headers(admin: true))
         guard (200..<300).contains(response.status) else { throw CLIError("rollback failed: HTTP \(response.status): \(Publish.message(response.body))") }
         let result = try JSONDecoder().decode(Result.self, from: Data(response.body))

@@ -25,7 +25,8 @@ struct Sync: AsyncParsableCommand {
     )
 
     @OptionGroup var origin: ServerOptions
-    @Option(help: "The client configuration JSON from `depot keys export`.") var config: String
+    @Option(help: "The client configuration JSON from `depot keys export` (not with --managed).") var config: String?
+    @Flag(help: "A managed app (iOS 26+): simulate the system's AssetPackManager on the download manifest (with --event).") var managed = false
     @Option(help: "The destination folder; packs land in DEST/packs/<id> (a folder for a zip pack).") var dest: String
     @OptionGroup var channel: ChannelOption
     @Option(help: "Simulate a Background Assets event: install, update or periodic.") var event: String?
@@ -41,6 +42,12 @@ struct Sync: AsyncParsableCommand {
 
     func validate() throws {
         if let event, !["install", "update", "periodic"].contains(event) { throw ValidationError("--event must be install, update or periodic") }
+        if managed {
+            guard event != nil else { throw ValidationError("--managed simulates a device: give --event install, update or periodic") }
+            guard config == nil, infoPlist == nil, tag.isEmpty else { throw ValidationError("--managed takes no --config, --info-plist or --tag") }
+        } else if config == nil {
+            throw ValidationError("give --config (the JSON from `depot keys export`), or --managed for a managed app")
+        }
         if infoPlist != nil && event == nil { throw ValidationError("--info-plist goes with --event") }
         if allowHTTP && event == nil { throw ValidationError("--allow-http goes with --event") }
         guard (1...32).contains(concurrency) else { throw ValidationError("--concurrency must be 1–32") }
@@ -48,8 +55,17 @@ struct Sync: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let configuration = try Self.loadConfiguration(config)
-        guard configuration.app == origin.app else { throw CLIError("\(config) is for app \(configuration.app), not \(origin.app)") }
+        if managed, let event {
+            let device = ManagedDevice(destination: dest, allowHTTP: allowHTTP, requested: Set(pack))
+            let url = manifestURL.flatMap(URL.init(string:)) ?? origin.endpoint(channel.channel == "production" ? "download-manifest" : "channels/\(channel.channel)/download-manifest")
+            let report = try await device.run(event: event, manifestURL: url, transport: origin.transport(), headers: credentials.headers)
+            for line in report.lines { print(line) }
+            for (id, reason) in report.failed.sorted(by: { $0.key < $1.key }) { FileHandle.standardError.write(Data("failed: \(id): \(reason)\n".utf8)) }
+            if !report.failed.isEmpty { throw ExitCode(1) }
+            return
+        }
+        let configuration = try Self.loadConfiguration(config ?? "")
+        guard configuration.app == origin.app else { throw CLIError("\(config ?? "") is for app \(configuration.app), not \(origin.app)") }
         var sync = DepotSync(server: origin.url, configuration: configuration, destination: dest)
         sync.kind = event.flatMap(RequestKind.init(rawValue:)) ?? .foreground
         sync.channel = channel.channel

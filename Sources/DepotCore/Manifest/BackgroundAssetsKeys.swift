@@ -14,10 +14,15 @@ public struct BackgroundAssetsKeys: Hashable, Sendable {
     /// `BAMaxInstallSize`: installed bytes of the prefetch packs, "the non-essential assets that
     /// download immediately after app installation"; on-demand packs do not, so they do not count.
     public var maxInstallSize: Int64
+    /// Managed apps (iOS 26+): `BAAppGroupID`, with `BAHasManagedAssetPacks` YES and
+    /// `BAUsesAppleHosting` NO; `manifestURL` is then the download manifest's. Nil: unmanaged.
+    public var appGroupID: String?
 
-    /// Computes the keys for `manifest`, whose signed envelope is `manifestSize` bytes.
-    public init(manifest: Manifest, manifestSize: Int64, manifestURL: String) {
+    /// Computes the keys for `manifest`, whose signed envelope (or, for a managed app, download
+    /// manifest) is `manifestSize` bytes at `manifestURL`.
+    public init(manifest: Manifest, manifestSize: Int64, manifestURL: String, appGroupID: String? = nil) {
         self.manifestURL = manifestURL
+        self.appGroupID = appGroupID
         let essential = manifest.packs.filter { $0.policy == .essential }
         let prefetch = manifest.packs.filter { $0.policy == .prefetch }
         essentialDownloadAllowance = manifestSize + essential.reduce(0) { $0 + $1.size }
@@ -47,12 +52,16 @@ public struct BackgroundAssetsKeys: Hashable, Sendable {
         func escaped(_ text: String) -> String {
             text.replacingAll("&", "&amp;").replacingAll("<", "&lt;").replacingAll(">", "&gt;")
         }
+        // Keys in sorted order, as Xcode writes them.
+        let managedKeys = appGroupID.map { "\t<key>BAAppGroupID</key>\n\t<string>\(escaped($0))</string>\n" } ?? ""
+        let appleHostingKey = appGroupID == nil ? "" : "\t<key>BAUsesAppleHosting</key>\n\t<false/>\n"
+        let hasManaged = appGroupID == nil ? "" : "\t<key>BAHasManagedAssetPacks</key>\n\t<true/>\n"
         return """
             <?xml version="1.0" encoding="UTF-8"?>
             <!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">
             <plist version="1.0">
             <dict>
-            \t<key>BAInitialDownloadRestrictions</key>
+            \(managedKeys)\(hasManaged)\t<key>BAInitialDownloadRestrictions</key>
             \t<dict>
             \t\t<key>BADownloadAllowance</key>
             \t\t<integer>\(downloadAllowance)</integer>
@@ -69,7 +78,7 @@ public struct BackgroundAssetsKeys: Hashable, Sendable {
             \t<string>\(escaped(manifestURL))</string>
             \t<key>BAMaxInstallSize</key>
             \t<integer>\(maxInstallSize)</integer>
-            </dict>
+            \(appleHostingKey)</dict>
             </plist>
 
             """

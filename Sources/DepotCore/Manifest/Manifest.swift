@@ -88,11 +88,19 @@ public struct PackEntry: Codable, Hashable, Sendable {
     public var keyID: String
     /// The plaintext's media type.
     public var contentType: String
+    /// Managed apps: the installation events an essential or prefetch pack applies to
+    /// (`firstInstallation`, `subsequentUpdate`); nil: both.
+    public var installationEventTypes: [String]?
+    /// Managed apps: the publisher's `userInfo`, passed on in the download manifest.
+    public var userInfo: [String: JSONValue]?
 
     public init(
         id: String, revision: Int, url: String, size: Int64, sha256: String, installSize: Int64,
-        plaintextSHA256: String, policy: Policy, tags: [String], keyID: String, contentType: String
+        plaintextSHA256: String, policy: Policy, tags: [String], keyID: String, contentType: String,
+        installationEventTypes: [String]? = nil, userInfo: [String: JSONValue]? = nil
     ) {
+        self.installationEventTypes = installationEventTypes
+        self.userInfo = userInfo
         self.id = id
         self.revision = revision
         self.url = url

@@ -1,5 +1,6 @@
 import DepotCore
 import DepotHTTP
+import Foundation
 
 /// What content teams call to publish: one-piece uploads, releases, removals, the draft,
 /// rollbacks and channel moves. Each turns a request into one ``Publisher`` call.
@@ -14,11 +15,17 @@ struct PublishHandlers: Sendable {
             throw HTTPFailure(status: 411, code: "length_required", message: "send Content-Length or Transfer-Encoding: chunked")
         }
         if let length, length > publisher.maximumPackSize { throw DepotError.tooLarge(publisher.maximumPackSize) }
-        let parameters = try UploadParameters.parse(
+        var parameters = try UploadParameters.parse(
             app: context.app, pack: context["pack"], policy: context.query("policy"), tags: request.query.filter { $0.name == "tag" }.map(\.value),
             sha256: request.headers["X-Depot-SHA256"], checksumName: "X-Depot-SHA256", contentType: request.headers["Content-Type"],
             release: context.flag("release"), base: context.query("base"), force: context.flag("force"), channel: context.query("channel")
         )
+        // userInfo travels base64-encoded: JSON in a header would need escaping.
+        let userInfo = try request.headers["X-Depot-User-Info"].map { text -> String in
+            guard let data = Data(base64Encoded: text) else { throw DepotError.badRequest("X-Depot-User-Info must be a base64-encoded JSON object") }
+            return String(decoding: data, as: UTF8.self)
+        }
+        try parameters.parseManaged(installSize: context.query("installSize"), events: context.query("events"), userInfo: userInfo)
         let receiver = PackUploadReceiver(try PackIngest(parameters, publisher: publisher))
         if length == 0 { return .respond(receiver.finish()) }
         return .receiveBody(receiver)
@@ -51,7 +58,8 @@ struct PublishHandlers: Sendable {
             throw DepotError.badRequest("name the release to roll back to: ?to=N")
         }
         let result = try publisher.rollback(
-            context.app, to: target, channel: UploadParameters.channel(context.query("channel")), force: context.flag("force")
+            context.app, to: target, channel: UploadParameters.channel(context.query("channel")), force: context.flag("force"),
+            confirmRemoval: context.flag("removeLive")
         )
         return try JSONResponse.make(result, status: result.changed ? 201 : 200)
     }
@@ -61,7 +69,9 @@ struct PublishHandlers: Sendable {
         guard let version = context.query("release").flatMap(ReleaseNumber.parse) else {
             throw DepotError.badRequest("name the release to promote: ?release=N")
         }
-        let result = try publisher.promote(context.app, channel: context["channel"], to: version, force: context.flag("force"))
+        let result = try publisher.promote(
+            context.app, channel: context["channel"], to: version, force: context.flag("force"), confirmRemoval: context.flag("removeLive")
+        )
         return try JSONResponse.make(result, status: result.changed ? 201 : 200)
     }
 

@@ -12,6 +12,10 @@ struct ReadHandlers: Sendable {
     let manifestMaxAge: Int
     /// Live envelopes as responses send them, by ETag: one copy in memory for every request.
     let envelopes = EnvelopeBodies()
+    /// Managed apps' download manifests, by the ETag of the release they come from.
+    let downloadManifests = DownloadManifestBodies()
+    /// An app's settings (cached by the caller).
+    let settings: @Sendable (String) -> AppSettings?
 
     /// `GET …/manifest` and `GET …/channels/{channel}/manifest`: the live envelope.
     func manifest(_ context: RequestContext) throws -> HTTPResponse {
@@ -22,6 +26,24 @@ struct ReadHandlers: Sendable {
         return Representation(
             source: .shared(envelopes.body(live.envelope, etag: live.etag)), size: Int64(live.envelope.count), etag: live.etag, lastModified: live.manifest.publishedAt,
             contentType: "application/json",
+            cacheControl: Representation.cacheControl("public, max-age=\(manifestMaxAge), must-revalidate", gated: context.gated)
+        ).response(to: context.request)
+    }
+
+    /// `GET …/download-manifest` and `GET …/channels/{channel}/download-manifest`: a managed
+    /// app's live release as the download manifest `AssetPackManager` reads. The system may add
+    /// query parameters (a platform): accepted, and kept in the access log.
+    func downloadManifest(_ context: RequestContext) throws -> HTTPResponse {
+        let channel = context.parameters["channel"] ?? ReleaseStore.production
+        guard settings(context.app)?.isManaged == true else {
+            throw DepotError.notFound("a download manifest of app \(context.app): it is unmanaged (its devices read \(urls.manifest(context.app, channel: channel)))")
+        }
+        guard let live = try releases.current(context.app, channel: channel) else {
+            throw DepotError.notFound(channel == ReleaseStore.production ? "a release of app \(context.app)" : "channel \(channel) of app \(context.app)")
+        }
+        let (body, etag) = downloadManifests.body(of: live)
+        return Representation(
+            source: .shared(body), size: Int64(body.count), etag: etag, lastModified: live.manifest.publishedAt, contentType: "application/json",
             cacheControl: Representation.cacheControl("public, max-age=\(manifestMaxAge), must-revalidate", gated: context.gated)
         ).response(to: context.request)
     }
@@ -75,7 +97,7 @@ struct ReadHandlers: Sendable {
         let app = context.app
         let channel = try UploadParameters.channel(context.query("channel"))
         guard let live = try releases.current(app, channel: channel) else { throw DepotError.notFound("a release of app \(app) on channel \(channel)") }
-        let keys = BackgroundAssetsKeys(manifest: live.manifest, manifestSize: Int64(live.envelope.count), manifestURL: urls.manifest(app, channel: channel))
+        let keys = BackgroundAssetsKeys(release: live.manifest, envelopeSize: Int64(live.envelope.count), app: settings(app), channel: channel, urls: urls)
         let body = Array(keys.xml.utf8)
         return Representation(
             source: .bytes(body), size: Int64(body.count), etag: Representation.etag(of: body), lastModified: live.manifest.publishedAt,
@@ -96,6 +118,23 @@ final class EnvelopeBodies: Sendable {
             // Channels and apps are few; a full cache starts over rather than tracking age.
             if cache.count >= 256 { cache.removeAll() }
             cache[etag] = made
+        }
+        return made
+    }
+}
+
+/// Managed apps' download manifests, made once per live release and shared by every response.
+final class DownloadManifestBodies: Sendable {
+    private let bodies = Mutex<[String: (SharedBytes, String)]>([:])
+
+    /// The download manifest of `live` and its ETag.
+    func body(of live: LiveManifest) -> (SharedBytes, String) {
+        if let hit = bodies.withLock({ $0[live.etag] }) { return hit }
+        let bytes = DownloadManifest(release: live.manifest).encoded()
+        let made = (SharedBytes(bytes), Representation.etag(of: bytes))
+        bodies.withLock { cache in
+            if cache.count >= 256 { cache.removeAll() }
+            cache[live.etag] = made
         }
         return made
     }

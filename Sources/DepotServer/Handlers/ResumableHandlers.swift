@@ -49,13 +49,16 @@ struct ResumableHandlers: Sendable {
         let rawMetadata = request.headers["Upload-Metadata"]
         let metadata = try Self.parseMetadata(rawMetadata ?? "")
         let tags = (metadata["tags"] ?? "").split(separator: ",").map(\.trimmingWhitespace).filter { !$0.isEmpty }
-        let parameters = try UploadParameters.parse(
+        var parameters = try UploadParameters.parse(
             app: context.app, pack: metadata["pack"], policy: metadata["policy"], tags: tags, sha256: metadata["sha256"],
             checksumName: "the sha256 metadata", contentType: metadata["contentType"] ?? metadata["filetype"], release: metadata["release"] == "true",
             base: metadata["base"], force: metadata["force"] == "true", channel: metadata["channel"]
         )
-        let keys = try publisher.apps.packKeys(context.app)
-        let state = try uploads.create(parameters, metadata: rawMetadata, length: length, header: PackHeader(keyID: keys.current), expiry: expiry)
+        try parameters.parseManaged(installSize: metadata["installSize"], events: metadata["events"], userInfo: metadata["userInfo"])
+        let managed = try publisher.checkMode(parameters)
+        // A managed app's archive is stored as uploaded: the header is not written (its fields are unused).
+        let header = managed ? PackHeader(keyID: "archive") : PackHeader(keyID: try publisher.apps.packKeys(context.app).current)
+        let state = try uploads.create(parameters, metadata: rawMetadata, length: length, header: header, archive: managed, expiry: expiry)
         publisher.logger.info("upload created", metadata: [
             "app": .string(context.app), "pack": .string(parameters.pack), "upload": .string(state.id), "length": .stringConvertible(length),
         ])
@@ -200,7 +203,7 @@ final class ResumablePatchReceiver: HTTPBodyReceiver {
             return nil
         } catch {
             done = true
-            session.abandon(keepReceived: false)
+            if (error as? DepotError)?.code == "not_an_apple_archive" { session.discard() } else { session.abandon(keepReceived: false) }
             return ErrorResponse.response(for: error)
         }
     }

@@ -1,34 +1,36 @@
 import DepotCore
 
 /// One pack arriving in one piece (`PUT …/packs/{pack}`): encrypted chunk by chunk as it
-/// arrives, into a temporary file in `uploads/`; at the end stored as a blob and staged (or
-/// released) through the ``Publisher``. Nothing is kept if anything fails.
+/// arrives (a managed app's Apple Archive: checked and copied), into a temporary file in
+/// `uploads/`; at the end stored as a blob and staged (or released) through the ``Publisher``.
+/// Nothing is kept if anything fails.
 final class PackIngest {
     private let parameters: UploadParameters
     private let publisher: Publisher
     private let keys: KeyRing
     private let path: String
     private let file: FileDescriptor
-    private let encryptor: PackEncryptor
+    private let transform: any PackTransform
     private var received: Int64 = 0
     private var ended = false
 
     init(_ parameters: UploadParameters, publisher: Publisher) throws {
         self.parameters = parameters
         self.publisher = publisher
-        let keys = try publisher.apps.packKeys(parameters.app)
+        let managed = try publisher.checkMode(parameters)
+        let keys: (ring: KeyRing, current: String) = managed ? (try KeyRing([String: [UInt8]]()), "") : try publisher.apps.packKeys(parameters.app)
         self.keys = keys.ring
         (path, file) = try publisher.folder.scratchFile()
         let file = self.file
         do {
             var behind = WriteBehind()
-            encryptor = try PackEncryptor(
-                header: PackHeader(keyID: keys.current), masterKey: keys.ring[keys.current]!,
-                sink: { bytes in
-                    try file.write(bytes)
-                    behind.wrote(bytes.count, to: file)
-                }
-            )
+            let sink: (UnsafeRawBufferPointer) throws -> Void = { bytes in
+                try file.write(bytes)
+                behind.wrote(bytes.count, to: file)
+            }
+            transform = try managed
+                ? ArchiveWriter(sink: sink)
+                : PackEncryptor(header: PackHeader(keyID: keys.current), masterKey: keys.ring[keys.current]!, sink: sink)
         } catch {
             FileSystem.remove(path)
             throw error
@@ -39,13 +41,13 @@ final class PackIngest {
     func append(_ chunk: UnsafeRawBufferPointer) throws {
         received += Int64(chunk.count)
         guard received <= publisher.maximumPackSize else { throw DepotError.tooLarge(publisher.maximumPackSize) }
-        try encryptor.update(chunk)
+        try transform.update(chunk)
     }
 
     /// The last byte arrived: seals, stores and stages (or releases) the pack.
     func finish() throws -> PublishResult {
         defer { abort() }
-        let summary = try encryptor.finish()
+        let summary = try transform.finish()
         try file.close()
         return try publisher.store(container: path, summary: summary, keys: keys, for: parameters)
     }

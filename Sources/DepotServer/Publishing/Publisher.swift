@@ -33,14 +33,30 @@ final class Publisher: Sendable {
         self.settings = settings
     }
 
+    /// The app's settings (cached), or nil if there is no such app.
+    func appSettings(_ app: String) -> AppSettings? { settings(app) }
+
+    /// Whether the app of an upload is managed; refuses values only managed packs have on an
+    /// unmanaged app's upload.
+    func checkMode(_ parameters: UploadParameters) throws -> Bool {
+        let managed = settings(parameters.app)?.isManaged ?? false
+        if !managed && parameters.hasManagedValues {
+            throw DepotError.badRequest("installSize, events and userInfo are for managed apps' packs; app \(parameters.app) is unmanaged")
+        }
+        return managed
+    }
+
     /// Stores a finished, verified container (a temporary file) as a blob, then stages it, or
     /// with `release` publishes it at once. Refuses a plaintext checksum other than the one
-    /// vouched for and a damaged zip; the temporary file is the caller's to remove on failure.
+    /// vouched for, a damaged zip and a malformed Apple Archive; the temporary file is the
+    /// caller's to remove on failure.
     func store(container path: String, summary: PackSummary, keys: KeyRing, for parameters: UploadParameters) throws -> PublishResult {
         if let expected = parameters.expectedPlaintextSHA256, expected != summary.plaintextSHA256 {
             throw DepotError.checksumMismatch(expected: expected, actual: summary.plaintextSHA256)
         }
-        let installSize = try installSize(ofContainer: path, summary: summary, contentType: parameters.contentType, keys: keys)
+        let installSize = try settings(parameters.app)?.isManaged == true
+            ? installSize(ofArchive: path, size: summary.size, declared: parameters.installSize)
+            : installSize(ofContainer: path, summary: summary, contentType: parameters.contentType, keys: keys)
         try blobs.put(temporaryFile: path, sha256: summary.sha256)
         return try publish(summary, installSize: installSize, for: parameters)
     }
@@ -50,7 +66,8 @@ final class Publisher: Sendable {
         let entry = PackEntry(
             id: request.pack, revision: 0, url: urls.blob(request.app, summary.sha256), size: summary.size,
             sha256: summary.sha256, installSize: installSize, plaintextSHA256: summary.plaintextSHA256, policy: request.policy,
-            tags: request.tags, keyID: summary.keyID, contentType: request.contentType
+            tags: request.tags, keyID: summary.keyID, contentType: request.contentType,
+            installationEventTypes: request.policy == .onDemand ? nil : request.installationEventTypes, userInfo: request.userInfo
         )
         // A pack staged twice: the earlier upload's blob is deleted once the draft no longer needs it.
         var superseded: String?
@@ -109,11 +126,13 @@ final class Publisher: Sendable {
 
     /// Refuses a release whose Info.plist keys exceed the allowances recorded for shipped builds.
     func allowanceGuard(_ app: String, channel: String) -> (Manifest, Int64) throws -> Void {
-        let allowances = settings(app)?.allowances
-        let manifestURL = urls.manifest(app, channel: channel)
+        let settings = settings(app)
+        let allowances = settings?.allowances
+        let urls = urls
         return { manifest, envelopeSize in
             guard let allowances else { return }
-            let excesses = allowances.excesses(BackgroundAssetsKeys(manifest: manifest, manifestSize: envelopeSize, manifestURL: manifestURL))
+            let keys = BackgroundAssetsKeys(release: manifest, envelopeSize: envelopeSize, app: settings, channel: channel, urls: urls)
+            let excesses = allowances.excesses(keys)
             guard excesses.isEmpty else {
                 throw DepotError.conflict("allowance_exceeded", excesses.joined(separator: "; ")
                     + ". Nothing was published; ship builds with larger allowances, or repeat with ?force=true")
@@ -155,14 +174,16 @@ final class Publisher: Sendable {
     /// Publishes a new release (versions only go up) whose packs are release `target`'s. A pack
     /// whose content differs from the live one gets the next revision, so devices replace it;
     /// blobs are never deleted, so every older release stays installable.
-    func rollback(_ app: String, to target: Int, channel: String, force: Bool) throws -> RollbackResult {
+    func rollback(_ app: String, to target: Int, channel: String, force: Bool, confirmRemoval: Bool = false) throws -> RollbackResult {
         guard let old = try releases.release(app, target) else { throw DepotError.notFound("release \(target) of app \(app)") }
+        let managed = settings(app)?.isManaged ?? false
         for pack in old.manifest.packs where !blobs.contains(pack.sha256) {
             throw DepotError.conflict("blob_missing", "release \(target) references blob \(pack.sha256), which is no longer stored")
         }
         var removed: [String] = []
         let published = try releases.publish(app, channel: channel, change: { live in
             removed = live.map(\.id).filter { id in !old.manifest.packs.contains { $0.id == id } }
+            if managed && !removed.isEmpty && !confirmRemoval { throw Self.removalRefused(removed, app: app) }
             let current = Dictionary(live.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
             let restored = old.manifest.packs.map { pack -> PackEntry in
                 guard let now = current[pack.id] else { return pack }
@@ -180,9 +201,33 @@ final class Publisher: Sendable {
         )
     }
 
-    /// Points `channel` at release `version` from now on (forward only).
-    func promote(_ app: String, channel: String, to version: Int, force: Bool) throws -> PromotionResult {
-        let changed = try releases.promote(app, channel: channel, to: version, check: force ? nil : allowanceGuard(app, channel: channel))
+    /// A managed app's release that would drop packs devices have: they delete them, and the
+    /// system can never download them again.
+    static func removalRefused(_ packs: [String], app: String) -> DepotError {
+        DepotError.conflict("live_pack_removed", "this would drop \(packs.sorted().joined(separator: ", ")) from the download manifest of managed app \(app): devices delete a pack that leaves it and the system never downloads it again; nothing was published. Repeat with ?removeLive=true (depot … --remove) if that is meant")
+    }
+
+    /// Points `channel` at release `version` from now on (forward only). For a managed app the
+    /// move must keep versions rising: a pack whose bytes differ on the target release needs a
+    /// higher version there (or devices keep the old bytes), and dropping a pack needs `confirmRemoval`.
+    func promote(_ app: String, channel: String, to version: Int, force: Bool, confirmRemoval: Bool = false) throws -> PromotionResult {
+        let allowances = force ? nil : allowanceGuard(app, channel: channel)
+        let managed = settings(app)?.isManaged ?? false
+        let releases = releases
+        let changed = try releases.promote(app, channel: channel, to: version, check: { target, size in
+            if managed, let now = try releases.current(app, channel: channel)?.manifest {
+                let next = Dictionary(target.packs.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+                for pack in now.packs {
+                    guard let after = next[pack.id] else { continue }
+                    if after.sha256 != pack.sha256 && after.revision <= pack.revision {
+                        throw DepotError.conflict("version_not_raised", "pack \(pack.id) has other bytes in release \(version) under version \(after.revision), not above the \(pack.revision) channel \(channel) serves: devices would keep their copy; nothing changed. Publish the change on \(channel) instead (it gets a higher version)")
+                    }
+                }
+                let dropped = now.packs.map(\.id).filter { next[$0] == nil }
+                if !dropped.isEmpty && !confirmRemoval { throw Self.removalRefused(dropped, app: app) }
+            }
+            try allowances?(target, size)
+        })
         let served = try releases.current(app, channel: channel)?.version ?? version
         logger.notice("promoted", metadata: ["app": .string(app), "channel": .string(channel), "release": .stringConvertible(served)])
         return PromotionResult(app: app, channel: channel, release: served, changed: changed, manifestURL: urls.manifest(app, channel: channel))
@@ -191,6 +236,27 @@ final class Publisher: Sendable {
     /// Removes a channel other than production: devices following it get 404 from then on.
     func removeChannel(_ app: String, channel: String) throws {
         try releases.removeChannel(app, channel: channel)
+    }
+
+    /// What a managed app's archive unpacks to: counted in an uncompressed (`AA01`) archive,
+    /// whose structure is checked to the last byte; as declared for a compressed one.
+    func installSize(ofArchive path: String, size: Int64, declared: Int64?) throws -> Int64 {
+        let file = try FileDescriptor.openForReading(path)
+        defer { try? file.close() }
+        var magic = [UInt8](repeating: 0, count: 4)
+        _ = try magic.withUnsafeMutableBytes { try file.read(into: $0, at: 0) }
+        guard let kind = AppleArchive.kind(ofPrefix: magic) else { throw ArchiveWriter.notAnArchive(magic) }
+        guard kind == .uncompressed else {
+            guard let declared else {
+                throw DepotError(.unprocessable, "install_size_required", "a compressed Apple Archive (\(kind.rawValue)) unpacks to a size the origin cannot see: declare it (installSize=N, or depot publish --install-size N); nothing was stored")
+            }
+            return declared
+        }
+        do {
+            return try AppleArchive.inspect(file, size: size).fileBytes
+        } catch let error as AppleArchive.ArchiveError {
+            throw DepotError(.unprocessable, "invalid_archive", "\(error); nothing was stored")
+        }
     }
 
     /// A zip pack's unpacked size, or the plaintext size; refuses a zip that is damaged or unsafe.

@@ -1,4 +1,5 @@
 import DepotCore
+import Foundation
 
 /// What a publisher asks for along with a pack's bytes, from a `PUT`'s query and headers or
 /// a tus upload's metadata: parsed and checked here, by the same rules for both.
@@ -18,6 +19,15 @@ struct UploadParameters: Sendable {
     var force: Bool
     /// The channel a release goes to.
     var channel: String
+    /// Managed apps: the bytes a compressed archive unpacks to, as the publisher declares them.
+    var installSize: Int64? = nil
+    /// Managed apps: the installation events an essential or prefetch pack applies to; nil: both.
+    var installationEventTypes: [String]? = nil
+    /// Managed apps: the publisher's `userInfo` object, passed on in the download manifest.
+    var userInfo: [String: JSONValue]? = nil
+
+    /// Whether any value only a managed app's pack can have is given.
+    var hasManagedValues: Bool { installSize != nil || installationEventTypes != nil || userInfo != nil }
 
     /// Checks each value. `checksumName` says where the checksum came from, for the error message.
     static func parse(
@@ -41,6 +51,31 @@ struct UploadParameters: Sendable {
             app: app, pack: pack, policy: policy, tags: Array(Set(tags)).sorted(), contentType: contentType ?? "application/octet-stream",
             expectedPlaintextSHA256: expected, release: release, base: try Self.base(base), force: force, channel: try Self.channel(channel)
         )
+    }
+
+    /// Adds the values only a managed app's packs have: `installSize` (decimal bytes), `events`
+    /// (comma-separated installation event types), `userInfo` (a JSON object, at most 16 KiB).
+    mutating func parseManaged(installSize: String?, events: String?, userInfo: String?) throws {
+        if let installSize {
+            guard installSize.count <= 19, installSize.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }), let size = Int64(installSize) else {
+                throw DepotError.badRequest("installSize must be the unpacked size in bytes")
+            }
+            self.installSize = size
+        }
+        if let events {
+            let list = events.split(separator: ",").map(\.trimmingWhitespace)
+            guard !list.isEmpty, list.allSatisfy(DownloadManifest.DownloadPolicy.allEvents.contains) else {
+                throw DepotError.badRequest("events must be firstInstallation, subsequentUpdate or both, comma-separated")
+            }
+            guard policy != .onDemand else { throw DepotError.badRequest("an onDemand pack has no installation events") }
+            installationEventTypes = DownloadManifest.DownloadPolicy.allEvents.filter(list.contains)
+        }
+        if let userInfo {
+            guard userInfo.utf8.count <= 16_384, let value = try? JSONDecoder().decode(JSONValue.self, from: Data(userInfo.utf8)), let object = value.object else {
+                throw DepotError.badRequest("userInfo must be a JSON object of at most 16 KiB")
+            }
+            self.userInfo = object
+        }
     }
 
     /// A channel name, production when none is given.

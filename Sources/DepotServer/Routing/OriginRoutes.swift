@@ -17,6 +17,8 @@ extension Router {
             Route("GET, HEAD", app + "/info-plist", label: "info-plist", access: .download, reads.infoPlist),
             Route("GET, HEAD", app + "/channels", label: "channels", access: .download, reads.channelList),
             Route("GET, HEAD", app + "/channels/:channel/manifest", label: "manifest", access: .download, reads.manifest),
+            Route("GET, HEAD", app + "/download-manifest", label: "download-manifest", access: .download, reads.downloadManifest),
+            Route("GET, HEAD", app + "/channels/:channel/download-manifest", label: "download-manifest", access: .download, reads.downloadManifest),
 
             Route("PUT", app + "/packs/:pack", label: "publish", access: .publisher, receiving: publishing.upload),
             Route("DELETE", app + "/packs/:pack", label: "publish", access: .publisher, publishing.removePack),

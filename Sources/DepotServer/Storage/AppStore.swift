@@ -11,6 +11,23 @@ public struct AppSettings: Codable, Sendable, Hashable {
     public var downloadCredentials: DownloadCredentials?
     /// The Info.plist allowances baked into the app's shipped builds; releases must fit them.
     public var allowances: BuildAllowances?
+    /// How the app's devices get their packs; nil: ``AppMode/unmanaged`` (apps made before modes).
+    public var mode: AppMode?
+    /// Managed apps: the app group the app and its downloader extension share (`BAAppGroupID`).
+    public var appGroup: String?
+
+    /// Whether the system manages the app's packs (Apple Archives and a download manifest).
+    public var isManaged: Bool { mode == .managed }
+}
+
+/// How an app's devices get their packs.
+public enum AppMode: String, Codable, Sendable, CaseIterable {
+    /// The app's Background Assets extension (or DepotClient) fetches the signed manifest and
+    /// downloads, verifies and decrypts the packs: encrypted at rest, any content.
+    case unmanaged
+    /// iOS 26+: the system's `AssetPackManager` reads the download manifest and downloads and
+    /// unpacks the Apple Archives `ba-package` built; stored as uploaded.
+    case managed
 }
 
 /// The Background Assets allowances of shipped builds (the smallest across builds still in use).
@@ -68,10 +85,18 @@ public struct AppStore: Sendable {
 
     public init(folder: DataFolder) { self.folder = folder }
 
-    /// Creates an app with a fresh pack master key; fails if it exists.
+    /// Creates an app with a fresh pack master key; fails if it exists. A managed app names the
+    /// app group its app and downloader extension share.
     @discardableResult
-    public func create(_ id: String) throws -> AppSettings {
+    public func create(_ id: String, mode: AppMode = .unmanaged, appGroup: String? = nil) throws -> AppSettings {
         guard Identifier.isValidApp(id) else { throw DepotError.invalidID("app id") }
+        if mode == .managed {
+            guard let appGroup, Self.isValidAppGroup(appGroup) else {
+                throw DepotError.badRequest("a managed app needs its app group: --app-group group.<reverse-DNS name>")
+            }
+        } else if appGroup != nil {
+            throw DepotError.badRequest("an app group is for managed apps (--mode managed)")
+        }
         try folder.prepare()
         guard !FileSystem.exists(folder.appSettings(id)) else { throw DepotError.conflict("exists", "app \(id) already exists") }
         try FileSystem.createDirectory(folder.releases(id))
@@ -81,9 +106,17 @@ public struct AppStore: Sendable {
                                  to: folder.packKeys(id), mode: 0o600)
         }
         _ = try signingKeys()
-        let settings = AppSettings(id: id, createdAt: Date(), downloadCredentials: nil, allowances: nil)
+        let settings = AppSettings(
+            id: id, createdAt: Date(), downloadCredentials: nil, allowances: nil, mode: mode == .managed ? .managed : nil, appGroup: appGroup
+        )
         try StoredJSON.write(settings, to: folder.appSettings(id))
         return settings
+    }
+
+    /// An app group identifier: `group.` and 1–200 of `A-Z a-z 0-9 . -`.
+    static func isValidAppGroup(_ group: String) -> Bool {
+        group.hasPrefix("group.") && group.utf8.count > 6 && group.utf8.count <= 206
+            && group.utf8.allSatisfy { $0 == 0x2E || $0 == 0x2D || ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x41 && $0 <= 0x5A) || ($0 >= 0x61 && $0 <= 0x7A) }
     }
 
     /// The app's settings, or nil if there is no such app.

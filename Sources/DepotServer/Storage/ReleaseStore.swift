@@ -26,6 +26,9 @@ public final class ReleaseStore: Sendable {
     private let publishLock = Mutex(())
     private let live = Mutex<[String: LiveManifest]>([:])
     private let drafts: DraftStore
+    /// Per app, the highest revision each pack id has had in any release: loaded once, kept
+    /// up to date by every publish.
+    private let highestRevisions = Mutex<[String: [String: Int]]>([:])
     /// How long a signed manifest stays valid.
     let manifestLifetime: TimeInterval
 
@@ -266,10 +269,11 @@ public final class ReleaseStore: Sendable {
             if let expected, expected != (channelRelease?.version ?? 0) {
                 throw DepotError.conflict("conflict", "channel \(channel) serves release \(channelRelease?.version ?? 0), not \(expected): another publish came first; nothing was published")
             }
-            guard let packs = try change(base?.manifest.packs ?? []) else {
+            guard let changed = try change(base?.manifest.packs ?? []) else {
                 try then?()
                 return nil
             }
+            let packs = try raisingRevisions(changed, over: base?.manifest.packs ?? [], app: app)
             // Start-up removed any release a crash left unpublished, so the next number is free;
             // the files still count, so that a number is never written twice.
             let version = max(head(app), Self.versions(in: folder.releases(app)).last ?? 0) + 1
@@ -283,6 +287,9 @@ public final class ReleaseStore: Sendable {
             // `head` first: a crash before the pointer leaves a release that no channel serves
             // yet, listed and promotable; a crash before `head` leaves a file start-up removes.
             try FileSystem.writeAtomically(Array("\(version)\n".utf8), to: folder.head(app))
+            highestRevisions.withLock { all in
+                for pack in packs { all[app, default: [:]][pack.id] = max(all[app]?[pack.id] ?? 0, pack.revision) }
+            }
             if channel != Self.production { try FileSystem.createDirectory(folder.channels(app)) }
             try FileSystem.writeAtomically(Array("\(version)\n".utf8), to: pointerPath(app, channel))
             let published = LiveManifest(
@@ -292,5 +299,35 @@ public final class ReleaseStore: Sendable {
             try then?()
             return published
         }
+    }
+
+    /// Versions that only go up, on every channel: a pack whose container differs from the one
+    /// `base` has gets a revision above any it ever had in any release of the app (so a device
+    /// moving between channels, or reinstalling a pack that was dropped, sees it rise); an
+    /// unchanged one keeps its revision. Call under the publish lock.
+    private func raisingRevisions(_ packs: [PackEntry], over base: [PackEntry], app: String) throws -> [PackEntry] {
+        let highest = try highestRevisions(app)
+        let before = Dictionary(base.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+        return packs.map { pack in
+            var pack = pack
+            if let old = before[pack.id], old.sha256 == pack.sha256 {
+                pack.revision = old.revision
+            } else if let top = highest[pack.id], pack.revision <= top {
+                pack.revision = top + 1
+            }
+            return pack
+        }
+    }
+
+    /// The highest revision of each pack id over the app's releases (read once per process).
+    private func highestRevisions(_ app: String) throws -> [String: Int] {
+        if let known = highestRevisions.withLock({ $0[app] }) { return known }
+        var highest: [String: Int] = [:]
+        let head = head(app)
+        for version in Self.versions(in: folder.releases(app)) where version <= head {
+            for pack in try load(app, version).manifest.packs { highest[pack.id] = max(highest[pack.id] ?? 0, pack.revision) }
+        }
+        highestRevisions.withLock { $0[app] = highest }
+        return highest
     }
 }

@@ -3,7 +3,8 @@ import Foundation
 import Logging
 
 /// One request appending to a resumable upload, which it holds claimed until it ends: the
-/// bytes are encrypted through an encryptor resumed from the stored state, and committed
+/// bytes are encrypted through an encryptor resumed from the stored state (a managed app's
+/// Apple Archive: checked and stored as it is), and committed
 /// (made durable, state saved) every 32 MiB, at the end, and when the connection drops. When
 /// the last byte is in, the container is sealed, verified end to end, and stored and staged
 /// (or released) through the ``Publisher``.
@@ -21,11 +22,13 @@ final class ResumableSession {
     private let expiry: TimeInterval
     private let keys: KeyRing
     private let file: FileDescriptor
-    private let encryptor: PackEncryptor
-    private let tail: SealedTail
+    /// What the bytes go through: the encryptor, or for a managed app's archive a checked copy.
+    private let transform: any PackTransform
+    /// The encryptor and the sealer of its pending plaintext; nil for an archive.
+    private let encrypting: (encryptor: PackEncryptor, tail: SealedTail)?
     private var received: Int64 = 0
     private var ended = false
-    /// This request started the upload: its encryptor saw every byte, so its hashes are the pack's.
+    /// This request started the upload: its transform saw every byte, so its hashes are the pack's.
     private let fromStart: Bool
 
     /// Claims upload `id` of `app` and resumes it; `offset`, when given, must be where it stands.
@@ -36,35 +39,47 @@ final class ResumableSession {
             guard let current = uploads.load(id, app: app), current.result == nil, offset == nil || current.offset == offset else {
                 throw DepotError.conflict("offset_mismatch", "the upload moved on; ask for its offset again")
             }
-            let keys = try publisher.apps.packKeys(app).ring
-            guard let master = keys[current.keyID] else {
-                throw DepotError.conflict("key_missing", "the pack key of this upload is gone; start a new upload")
-            }
             let file = try FileDescriptor(path: uploads.containerPath(id), flags: O_WRONLY)
             try file.truncate(to: current.containerLength)
             try file.seek(to: current.containerLength)
-            let sealer = try SealedTail(masterKey: master, header: current.header, id: id)
-            let pending: [UInt8]
-            do {
-                pending = try sealer.open(current.tail)
-            } catch {
-                throw DepotError(.failure, "upload_damaged", "\(error)")
-            }
-            let fromStart = current.offset == 0 && current.sealedSegments == 0 && pending.isEmpty
-                && current.containerLength == Int64(current.header.encodedSize)
             // Written back as it goes, so each commit's fsync has little left to wait for.
             var behind = WriteBehind(from: current.containerLength)
             let sink: (UnsafeRawBufferPointer) throws -> Void = { bytes in
                 try file.write(bytes)
                 behind.wrote(bytes.count, to: file)
             }
-            encryptor = fromStart
-                ? try PackEncryptor(continuingAfterHeader: current.header, masterKey: master, sink: sink)
-                : try PackEncryptor(
-                    resuming: current.header, masterKey: master, sealedSegments: current.sealedSegments, pending: pending, sink: sink
-                )
-            self.fromStart = fromStart
-            (state, self.keys, self.file, tail) = (current, keys, file, sealer)
+            if current.isArchive {
+                // The first bytes already stored, to recognise the archive by.
+                var prefix = [UInt8](repeating: 0, count: Int(min(4, current.containerLength)))
+                if !prefix.isEmpty {
+                    let reader = try FileDescriptor.openForReading(uploads.containerPath(id))
+                    defer { try? reader.close() }
+                    _ = try prefix.withUnsafeMutableBytes { try reader.read(into: $0, at: 0) }
+                }
+                fromStart = current.offset == 0
+                (transform, encrypting, keys) = (ArchiveWriter(prefix: prefix, hashing: fromStart, sink: sink), nil, try KeyRing([String: [UInt8]]()))
+            } else {
+                let keys = try publisher.apps.packKeys(app).ring
+                guard let master = keys[current.keyID] else {
+                    throw DepotError.conflict("key_missing", "the pack key of this upload is gone; start a new upload")
+                }
+                let sealer = try SealedTail(masterKey: master, header: current.header, id: id)
+                let pending: [UInt8]
+                do {
+                    pending = try sealer.open(current.tail)
+                } catch {
+                    throw DepotError(.failure, "upload_damaged", "\(error)")
+                }
+                fromStart = current.offset == 0 && current.sealedSegments == 0 && pending.isEmpty
+                    && current.containerLength == Int64(current.header.encodedSize)
+                let encryptor = fromStart
+                    ? try PackEncryptor(continuingAfterHeader: current.header, masterKey: master, sink: sink)
+                    : try PackEncryptor(
+                        resuming: current.header, masterKey: master, sealedSegments: current.sealedSegments, pending: pending, sink: sink
+                    )
+                (transform, encrypting, self.keys) = (encryptor, (encryptor, sealer), keys)
+            }
+            (state, self.file) = (current, file)
             (self.uploads, self.publisher, self.expiry) = (uploads, publisher, expiry)
         } catch {
             uploads.release(id)
@@ -81,7 +96,7 @@ final class ResumableSession {
         guard state.offset + received <= state.length else {
             throw DepotError.badRequest("the body goes past Upload-Length \(state.length); the request was discarded")
         }
-        try encryptor.update(chunk)
+        try transform.update(chunk)
         if commitsPeriodically && received >= Self.commitInterval { try commit() }
     }
 
@@ -102,16 +117,18 @@ final class ResumableSession {
         guard state.offset == state.length else { return state }
         // One request from the first byte: the encryptor's own hashes. Otherwise (the upload
         // spanned requests or restarts) one pass over the finished container gives them.
-        let inline = fromStart ? try encryptor.finish() : nil
-        if !fromStart { try encryptor.sealFinal() }
+        let inline = fromStart ? try transform.finish() : nil
+        if !fromStart { try encrypting?.encryptor.sealFinal() }
         try file.sync()
         do {
             let container = uploads.containerPath(state.id)
-            let expected = state.header.containerSize(plaintextSize: state.length)
+            let expected = state.isArchive ? state.length : state.header.containerSize(plaintextSize: state.length)
             let summary = try inline.map { summary throws -> PackSummary in
                 guard summary.size == expected, summary.plaintextSize == state.length else { throw PackError.sizeMismatch(expected: expected, actual: summary.size) }
                 return summary
-            } ?? PackDecryptor.verify(FileDescriptor.openForReading(container), keyRing: keys, expectedSize: expected)
+            } ?? (state.isArchive
+                ? ArchiveWriter.summary(ofFile: container)
+                : PackDecryptor.verify(FileDescriptor.openForReading(container), keyRing: keys, expectedSize: expected))
             var parameters = state.parameters
             if let late = lateSHA256 {
                 if let early = parameters.expectedPlaintextSHA256, early != late {
@@ -140,14 +157,24 @@ final class ResumableSession {
         end()
     }
 
+    /// The upload can never succeed (a managed app's upload that is no Apple Archive): removes
+    /// it whole. Ends the session.
+    func discard() {
+        guard !ended else { return }
+        try? file.close()
+        uploads.remove(state.id)
+        ended = true
+        uploads.release(state.id)
+    }
+
     /// Makes the received bytes durable and records the new offset; nothing changes if it fails.
     private func commit() throws {
         try file.sync()
         var next = state
         next.offset += received
-        next.sealedSegments = encryptor.sealedSegments
+        next.sealedSegments = encrypting?.encryptor.sealedSegments ?? 0
         next.containerLength = try file.size()
-        next.tail = try tail.seal(encryptor.pendingPlaintext)
+        next.tail = try encrypting.map { try $0.tail.seal($0.encryptor.pendingPlaintext) } ?? ""
         next.expires = Date().addingTimeInterval(expiry)
         try uploads.save(next)
         state = next

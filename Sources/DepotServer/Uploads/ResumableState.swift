@@ -41,6 +41,15 @@ struct ResumableState: Codable, Sendable {
     /// Set once the pack is stored: what the publish did, as JSON (a string, the format
     /// state files have always had).
     var result: String?
+    /// A managed app's Apple Archive, stored as uploaded: the container is the archive itself
+    /// (no header, no segments, no tail). Nil in state files made before managed apps: false.
+    var archive: Bool? = nil
+    /// Managed apps: the declared unpacked size, installation events and `userInfo`.
+    var installSize: Int64? = nil
+    var installationEventTypes: [String]? = nil
+    var userInfo: [String: JSONValue]? = nil
+
+    var isArchive: Bool { archive ?? false }
 
     /// What the publish did, once the pack is stored.
     var publishResult: PublishResult? {
@@ -55,20 +64,26 @@ struct ResumableState: Codable, Sendable {
     var parameters: UploadParameters {
         UploadParameters(
             app: app, pack: pack, policy: policy, tags: tags, contentType: contentType, expectedPlaintextSHA256: expectedPlaintextSHA256,
-            release: release, base: base, force: force, channel: channel ?? ReleaseStore.production
+            release: release, base: base, force: force, channel: channel ?? ReleaseStore.production, installSize: installSize,
+            installationEventTypes: installationEventTypes, userInfo: userInfo
         )
     }
 }
 
 extension ResumableState {
-    /// A new upload of `length` plaintext bytes into a container with `header`.
-    init(id: String, parameters p: UploadParameters, metadata: String?, length: Int64, header: PackHeader, expires: Date, now: Date = Date()) {
+    /// A new upload of `length` plaintext bytes into a container with `header` (or, for an
+    /// `archive`, into a file of its own bytes; the header's fields are then unused).
+    init(
+        id: String, parameters p: UploadParameters, metadata: String?, length: Int64, header: PackHeader, archive: Bool = false, expires: Date,
+        now: Date = Date()
+    ) {
         self.init(
             id: id, app: p.app, pack: p.pack, policy: p.policy, tags: p.tags, contentType: p.contentType,
             expectedPlaintextSHA256: p.expectedPlaintextSHA256, release: p.release, base: p.base, force: p.force,
             channel: p.channel == ReleaseStore.production ? nil : p.channel, metadata: metadata, length: length, offset: 0,
             keyID: header.keyID, salt: Hex.encode(header.salt), noncePrefix: Hex.encode(header.noncePrefix), segmentSize: header.segmentSize,
-            sealedSegments: 0, containerLength: Int64(header.encodedSize), tail: "", created: now, expires: expires, result: nil
+            sealedSegments: 0, containerLength: archive ? 0 : Int64(header.encodedSize), tail: "", created: now, expires: expires, result: nil,
+            archive: archive ? true : nil, installSize: p.installSize, installationEventTypes: p.installationEventTypes, userInfo: p.userInfo
         )
     }
 }

@@ -17,18 +17,20 @@ final class ResumableUploads: Sendable {
 
     static func isValidID(_ id: String) -> Bool { id.utf8.count == 32 && Hex.decode(id) != nil && id == id.lowercased() }
 
-    /// Creates an upload: its folder, the container's header, and the state.
-    func create(_ parameters: UploadParameters, metadata: String?, length: Int64, header: PackHeader, expiry: TimeInterval) throws -> ResumableState {
+    /// Creates an upload: its folder, the container's header (nothing, for an archive), and the state.
+    func create(
+        _ parameters: UploadParameters, metadata: String?, length: Int64, header: PackHeader, archive: Bool = false, expiry: TimeInterval
+    ) throws -> ResumableState {
         let state = ResumableState(
             id: Hex.encode(SecureRandom.bytes(16)), parameters: parameters, metadata: metadata, length: length, header: header,
-            expires: Date().addingTimeInterval(expiry)
+            archive: archive, expires: Date().addingTimeInterval(expiry)
         )
         // Claimed while half made, so that the expiry sweep leaves it alone.
         _ = claim(state.id)
         defer { release(state.id) }
         try FileSystem.createDirectory(directory(state.id), mode: 0o700)
         do {
-            try FileSystem.writeAtomically(header.encoded, to: containerPath(state.id), mode: 0o600)
+            try FileSystem.writeAtomically(archive ? [] : header.encoded, to: containerPath(state.id), mode: 0o600)
             try save(state)
         } catch {
             remove(state.id)

@@ -1,0 +1,93 @@
+import DepotClient
+import DepotCore
+import Foundation
+
+/// A device as the system manages a managed app's asset packs (iOS 26+), applied to the
+/// origin's real download manifest, for `depot sync --managed --event …`:
+/// - install: essential and then prefetch packs whose installationEventTypes include
+///   `firstInstallation`; update: those with `subsequentUpdate`; periodic: no new pack;
+/// - on-demand packs only when asked for (`--pack`, which fetches any pack by id);
+/// - a pack the device holds is downloaded again only when its `version` rises (bytes that
+///   change under the same version are never fetched: the device keeps its copy);
+/// - a pack that left the manifest is deleted;
+/// - a download whose size differs from `downloadSize` by one byte fails (and one whose SHA-256
+///   differs from the origin's `userInfo` entry), keeping what the device had.
+/// Packs land in DEST/packs/<id>.aar; what the device holds is in DEST/managed-state.json.
+struct ManagedDevice {
+    var destination: String
+    var allowHTTP: Bool
+    var requested: Set<String>
+
+    struct Held: Codable { var version: Int; var size: Int64; var sha256: String }
+    struct State: Codable { var packs: [String: Held] = [:] }
+    struct Report { var lines: [String] = []; var failed: [String: String] = [:] }
+
+    var statePath: String { destination + "/managed-state.json" }
+    func packPath(_ id: String) -> String { destination + "/packs/" + id + ".aar" }
+
+    func run(event: String, manifestURL: URL, transport: HTTPTransport, headers: [String: String]) async throws -> Report {
+        try FileSystem.createDirectory(destination + "/packs")
+        var state = (try? JSONDecoder().decode(State.self, from: Data(FileSystem.readFile(statePath, limit: 1 << 24)))) ?? State()
+        if !allowHTTP && manifestURL.scheme != "https" { throw CLIError("the system reads BAManifestURL over https only: \(manifestURL) (--allow-http for a development run)") }
+        let response = try await transport.get(manifestURL, headers: headers, limit: 16 << 20)
+        guard response.status == 200 else { throw CLIError("cannot read the download manifest: HTTP \(response.status): \(Publish.message(response.body))") }
+        let manifest: DownloadManifest
+        do {
+            manifest = try DownloadManifest.decode(response.body)
+        } catch {
+            throw CLIError("\(manifestURL) is not a download manifest: \(error)")
+        }
+        var report = Report()
+        let listed = Set(manifest.assetPacks.map(\.id))
+        for id in state.packs.keys.sorted() where !listed.contains(id) {
+            FileSystem.remove(packPath(id))
+            state.packs[id] = nil
+            report.lines.append("deleted \(id): it left the download manifest")
+        }
+        let trigger = event == "install" ? "firstInstallation" : event == "update" ? "subsequentUpdate" : nil
+        // Essential packs first, prefetch after, then any asked for.
+        let order: [PackEntry.Policy] = [.essential, .prefetch, .onDemand]
+        for pack in manifest.assetPacks.sorted(by: { (order.firstIndex(of: $0.downloadPolicy.policy)!, $0.id) < (order.firstIndex(of: $1.downloadPolicy.policy)!, $1.id) }) {
+            let held = state.packs[pack.id]
+            let dueByEvent = pack.downloadPolicy.policy != .onDemand && trigger.map(pack.downloadPolicy.installationEventTypes.contains) == true
+            guard held != nil || dueByEvent || requested.contains(pack.id) else { continue }
+            if let held, pack.version <= held.version {
+                if pack.sha256 != nil && pack.sha256 != held.sha256 {
+                    report.lines.append("kept \(pack.id) version \(held.version): the manifest has other bytes under version \(pack.version), which the system never fetches")
+                }
+                continue
+            }
+            do {
+                try await download(pack, transport: transport, headers: headers)
+                state.packs[pack.id] = Held(version: pack.version, size: pack.downloadSize, sha256: pack.sha256 ?? "")
+                report.lines.append("downloaded \(pack.id) version \(pack.version) (\(pack.downloadSize) bytes, \(pack.downloadPolicy.policy.rawValue))")
+            } catch {
+                report.failed[pack.id] = "\(error)"
+            }
+        }
+        try FileSystem.writeAtomically(Array(try JSONEncoder().encode(state)), to: statePath)
+        for (id, held) in state.packs.sorted(by: { $0.key < $1.key }) {
+            report.lines.append("device has \(id) version \(held.version) (\(held.size) bytes)")
+        }
+        report.lines.append("managed \(event): \(state.packs.count) packs held, \(report.failed.count) failed")
+        return report
+    }
+
+    private func download(_ pack: DownloadManifest.AssetPack, transport: HTTPTransport, headers: [String: String]) async throws {
+        guard let url = URL(string: pack.url), allowHTTP || url.scheme == "https" else { throw CLIError("the pack URL is not https: \(pack.url)") }
+        let response: HTTPTransport.Response
+        do {
+            response = try await transport.get(url, headers: headers, limit: Int(pack.downloadSize))
+        } catch {
+            throw CLIError("the download is larger than downloadSize \(pack.downloadSize), or failed: \(error)")
+        }
+        guard response.status == 200 else { throw CLIError("HTTP \(response.status) for \(pack.url)") }
+        guard Int64(response.body.count) == pack.downloadSize else {
+            throw CLIError("\(response.body.count) bytes arrived where downloadSize says \(pack.downloadSize): the system fails the download")
+        }
+        if let sha256 = pack.sha256, Hex.encode(SHA256Hasher.hash(response.body)) != sha256 {
+            throw CLIError("the archive's SHA-256 differs from the manifest's \(DownloadManifest.sha256Key)")
+        }
+        try FileSystem.writeAtomically(response.body, to: packPath(pack.id))
+    }
+}
