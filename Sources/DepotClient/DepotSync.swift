@@ -87,6 +87,10 @@ public struct DepotSync: Sendable {
             notModified = true
         }
         let manifest = try source.verify(envelope, floor: before.floor(channel: channel), now: now)
+        // A managed app's packs are Apple Archives for the system to fetch: no key to decrypt them with.
+        if let archive = manifest.packs.first(where: { $0.keyID.isEmpty }) {
+            throw ClientError.manifest("pack \(archive.id) is an Apple Archive of a managed app: the system downloads it from the download manifest (depot sync --managed simulates a device)")
+        }
         // The floor is durable before anything else happens, so it survives a crash.
         let state = try store.withExclusiveControl(app: app) { state -> InstalledState in
             guard manifest.version >= state.floor(channel: channel) else { return state }

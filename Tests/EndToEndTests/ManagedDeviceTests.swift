@@ -48,6 +48,12 @@ struct ManagedDeviceTests {
         let wrong = try Processes.run(depot, ["publish", notArchive, "--pack", "plain", "--quiet"] + common, environment: environment)
         #expect(wrong.status != 0 && wrong.stderr.contains("Apple Archive"), "\(wrong.stderr)")
 
+        // The unmanaged client refuses the app clearly (its packs are not encrypted for it).
+        let keys = try Processes.run(depot, ["keys", "export", "--data", data, "--app", app])
+        try FileSystem.writeAtomically(Array(keys.stdout.utf8), to: work.path + "/client.json")
+        let unmanaged = try Processes.run(depot, ["sync", "--config", work.path + "/client.json", "--dest", work.path + "/plain", "--quiet"] + common)
+        #expect(unmanaged.status != 0 && unmanaged.stderr.contains("managed"), "\(unmanaged.stdout)\(unmanaged.stderr)")
+
         let device = work.path + "/device"
         func sync(_ event: String, _ extra: [String] = []) throws -> String {
             let run = try Processes.run(depot, ["sync", "--managed", "--event", event, "--dest", device, "--allow-http", "--quiet"] + common + extra, environment: environment)
