@@ -41,6 +41,8 @@ public struct HTTPExchangeRecord: Sendable {
     public var method: String
     /// The path as received, escapes kept, without its query (at most 512 bytes).
     public var path: String
+    /// The query as received, without its `?` (at most 256 bytes; empty when there is none).
+    public var query: String
     /// The status sent, 0 if none was.
     public var status: Int
     /// Body bytes queued for sending (0 for HEAD, 204 and 304).
@@ -56,9 +58,9 @@ public struct HTTPExchangeRecord: Sendable {
 
     public init(
         method: String, path: String, status: Int, bodyBytes: Int64, duration: Duration, route: String, clientAddress: String?,
-        completedNormally: Bool
+        completedNormally: Bool, query: String = ""
     ) {
-        (self.method, self.path, self.status, self.bodyBytes) = (method, path, status, bodyBytes)
+        (self.method, self.path, self.status, self.bodyBytes, self.query) = (method, path, status, bodyBytes, query)
         (self.duration, self.route, self.clientAddress, self.completedNormally) = (duration, route, clientAddress, completedNormally)
     }
 }

@@ -32,14 +32,16 @@ final class RequestState {
         self.rawTarget = rawTarget
     }
 
-    /// The path as received (escapes kept, no query), at most 512 bytes: what the exchange
-    /// record reports. Made once, when the request completes.
-    var reportedPath: String {
+    /// The path as received (escapes kept), at most 512 bytes, and the query (at most 256):
+    /// what the exchange record reports. Made once, when the request completes.
+    var reportedPathAndQuery: (path: String, query: String) {
         var raw = rawTarget
         return raw.withUTF8 { bytes in
             var end = 0
-            while end < bytes.count && end < 512 && bytes[end] != UInt8(ascii: "?") { end += 1 }
-            return String(decoding: UnsafeBufferPointer(rebasing: bytes[..<end]), as: UTF8.self)
+            while end < bytes.count && bytes[end] != UInt8(ascii: "?") { end += 1 }
+            let path = String(decoding: UnsafeBufferPointer(rebasing: bytes[..<min(end, 512)]), as: UTF8.self)
+            guard end + 1 < bytes.count else { return (path, "") }
+            return (path, String(decoding: UnsafeBufferPointer(rebasing: bytes[(end + 1)..<min(bytes.count, end + 257)]), as: UTF8.self))
         }
     }
 
@@ -71,10 +73,11 @@ let requestCompletedCallback: @convention(c) (
         receiver.abort()
     }
     if state.started {
+        let target = state.reportedPathAndQuery
         context.handler.completed(HTTPExchangeRecord(
-            method: state.method, path: state.reportedPath, status: state.status, bodyBytes: state.bodyBytes,
+            method: state.method, path: target.path, status: state.status, bodyBytes: state.bodyBytes,
             duration: ContinuousClock.now - state.start, route: state.route, clientAddress: state.clientAddress,
-            completedNormally: termination == .REQUEST_TERMINATED_COMPLETED_OK
+            completedNormally: termination == .REQUEST_TERMINATED_COMPLETED_OK, query: target.query
         ))
     }
     context.inFlight.subtract(1, ordering: .relaxed)

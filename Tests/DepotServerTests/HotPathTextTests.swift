@@ -27,6 +27,16 @@ struct HotPathTextTests {
         #expect(AccessLog.line(record) == "access bytes=0 client=- complete=false duration_ms=2.000 method=PUT path=/ route=other status=0")
     }
 
+    @Test("A query, when there is one, follows the path: what a device adds to the download manifest's URL is kept")
+    func accessLineQuery() {
+        let record = HTTPExchangeRecord(
+            method: "GET", path: "/v1/apps/com.example.game/download-manifest", status: 200, bodyBytes: 412, duration: .milliseconds(1),
+            route: "download-manifest", clientAddress: "10.0.0.3", completedNormally: true, query: "platform=iOS"
+        )
+        #expect(AccessLog.line(record) == "access bytes=412 client=10.0.0.3 complete=true duration_ms=1.000 method=GET "
+            + "path=/v1/apps/com.example.game/download-manifest query=platform=iOS route=download-manifest status=200")
+    }
+
     @Test("Blob paths and entity tags")
     func pathsAndTags() {
         let sha = String(repeating: "ab", count: 32)

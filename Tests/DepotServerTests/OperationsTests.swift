@@ -111,7 +111,7 @@ struct OperationsTests {
             for _ in 0..<100 where log.all.count < 3 { try await Task.sleep(for: .milliseconds(10)) }
             let lines = log.all.filter { $0.hasPrefix("access") }
             #expect(lines.count == 3)
-            #expect(lines.contains { $0.contains("method=PUT") && $0.contains("path=/v1/apps/\(origin.app)/packs/a") && $0.contains("status=201") && $0.contains("bytes=") && $0.contains("duration_ms=") })
+            #expect(lines.contains { $0.contains("method=PUT") && $0.contains("path=/v1/apps/\(origin.app)/packs/a query=release=true") && $0.contains("status=201") && $0.contains("bytes=") && $0.contains("duration_ms=") })
             #expect(lines.contains { $0.contains("method=PUT") && $0.contains("status=401") })
             for line in log.all {
                 #expect(!line.contains(origin.token) && !line.contains("dpt_") && !line.contains("dXNlcjpzZWNyZXRwYXNz") && !line.lowercased().contains("authorization"))

@@ -4,7 +4,8 @@ import Logging
 /// The access log: one line per exchange. Never a header, so never a token or credentials.
 ///
 /// The fields go in the message, in a fixed order (`access bytes=… client=… complete=…
-/// duration_ms=… method=… path=… route=… status=…`), written into one buffer: a metadata
+/// duration_ms=… method=… path=… [query=…] route=… status=…`; the query only when there is
+/// one: parameters a device adds, such as its platform), written into one buffer: a metadata
 /// dictionary per request cost more than the rest of a blob GET's routing (hashing eight keys,
 /// boxing eight values, sorting them in the handler).
 struct AccessLog: Sendable {
@@ -17,7 +18,7 @@ struct AccessLog: Sendable {
 
     static func line(_ record: HTTPExchangeRecord) -> String {
         let client = record.clientAddress ?? "-"
-        let capacity = 160 + record.path.utf8.count + record.method.utf8.count + record.route.utf8.count + client.utf8.count
+        let capacity = 160 + record.path.utf8.count + record.query.utf8.count + record.method.utf8.count + record.route.utf8.count + client.utf8.count
         return TextAssembler.text(capacity: capacity) { line in
             line.append("access bytes=")
             line.append(record.bodyBytes)
@@ -35,6 +36,10 @@ struct AccessLog: Sendable {
             line.append(record.method)
             line.append(" path=")
             line.append(record.path)
+            if !record.query.isEmpty {
+                line.append(" query=")
+                line.append(record.query)
+            }
             line.append(" route=")
             line.append(record.route)
             line.append(" status=")
