@@ -2,6 +2,7 @@ import DepotCore
 import DepotServer
 import DepotTestSupport
 import Foundation
+import Synchronization
 import Testing
 
 @Suite("Origin: hardening")
@@ -153,13 +154,22 @@ struct OperationsTests {
         let blob = try #require(FileSystem.contents(of: data.path + "/blobs").first.flatMap { FileSystem.contents(of: data.path + "/blobs/" + $0).first })
         let size = try #require(FileSystem.fileSize(data.path + "/blobs/\(blob.prefix(2))/\(blob)"))
 
-        // A client that reads slowly keeps its request in flight.
+        // A client that reads slowly keeps its request in flight. It reads on a thread of its
+        // own from the start: on the shared test pool a busy machine could delay it past the
+        // grace period.
         let slow = try SlowReader(port: port, request: "GET /v1/apps/com.example.drain/blobs/\(blob) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        let outcome = Mutex<Int?>(nil)
+        let finished = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            outcome.withLock { $0 = (try? slow.readAll()) ?? -1 }
+            finished.signal()
+        }
         try await Task.sleep(for: .milliseconds(200))
         #expect(server.shutdownInBackground(gracePeriod: .seconds(20)))
         try await Task.sleep(for: .milliseconds(300))
         #expect(throws: (any Error).self) { try RawHTTP.exchange(port: port, Array("GET /healthz HTTP/1.1\r\n\r\n".utf8), timeout: 1) }
-        let received = try slow.readAll()
+        finished.wait()
+        let received = outcome.withLock { $0 } ?? -1
         #expect(Int64(received) >= size)
         server.stop()
     }

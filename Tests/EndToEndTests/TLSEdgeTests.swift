@@ -106,13 +106,14 @@ struct TLSEdgeTests {
             #expect(republished.status == 0, "\(republished.stderr)")
             let start = ContinuousClock.now
             var seen: [String: Duration] = [:]
-            while seen.count < 2 && ContinuousClock.now - start < .seconds(maxAge + 3) {
+            while seen.count < 2 && ContinuousClock.now - start < .seconds(maxAge + 5) {
                 for edge in ["127.0.0.1", "127.0.0.2"] where seen[edge] == nil {
                     if try await liveVersion(via: edge) > before { seen[edge] = ContinuousClock.now - start }
                 }
                 try await Task.sleep(for: .milliseconds(100))
             }
-            #expect(seen.count == 2 && seen.values.allSatisfy { $0 <= .seconds(maxAge) + .milliseconds(1500) }, "\(seen)")
+            // Max-age, plus what a poll through a new depot process takes on a busy machine.
+            #expect(seen.count == 2 && seen.values.allSatisfy { $0 <= .seconds(maxAge) + .milliseconds(3000) }, "\(seen)")
             let updated = try sync(work.path + "/device-0", via: "127.0.0.1")
             #expect(updated.status == 0, "\(updated.stderr)")
             #expect(try FileSystem.readFile(work.path + "/device-0/packs/world") == FileSystem.readFile(world2))
