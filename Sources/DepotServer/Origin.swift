@@ -24,7 +24,12 @@ final class Origin: HTTPHandler {
         folderLock = Mutex(try folder.lockExclusively().release())
         try folder.prepare()
         let apps = AppStore(folder: folder)
-        let blobs = FileBlobStore(folder: folder)
+        let blobs: any BlobStore
+        if let store = configuration.objectStore {
+            blobs = S3BlobStore(client: try S3Client(store), spool: folder.uploads)
+        } else {
+            blobs = FileBlobStore(folder: folder)
+        }
         releases = ReleaseStore(folder: folder, apps: apps, manifestLifetime: configuration.manifestLifetime)
         uploads = ResumableUploads(folder: folder)
         uploads.repair()

@@ -27,6 +27,8 @@ public struct OriginConfiguration: Sendable {
     public var uploadExpiry: TimeInterval = 86_400
     /// The listener.
     public var http: HTTPServerConfiguration
+    /// Blobs in an S3 bucket instead of the data folder's `blobs/` (nil: the data folder).
+    public var objectStore: S3Location?
     /// Where the access log and server events go.
     public var logger: Logger
 

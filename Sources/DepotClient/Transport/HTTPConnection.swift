@@ -11,7 +11,7 @@ import Synchronization
 /// go from a file with `sendfile` (over TLS, 1 MiB reads encrypted by libssl), downloads into a
 /// sink in 1 MiB reads. Calls block (the transport runs them through ``BlockingCall``);
 /// ``cancel()`` from any thread makes a blocked call fail at once.
-final class HTTPConnection: Sendable {
+public final class HTTPConnection: Sendable {
     private let socket: Int32
     /// The TLS session over the socket, for https.
     private let tls: TLSSession?
@@ -19,11 +19,11 @@ final class HTTPConnection: Sendable {
     private let closed = Atomic<Bool>(false)
     /// Bytes read past the head, not yet handed out. Only the calling thread touches it.
     private let leftover = Mutex<[UInt8]>([])
-    let url: URL
+    public let url: URL
 
     /// Connects to the URL's host and port (80 or 443 by default), and for https does the TLS
     /// handshake with `trust` (`options.resolve` may name another address to connect to).
-    init(url: URL, timeout: TimeInterval, trust: TLSClientContext?, options: TransportOptions) throws {
+    public init(url: URL, timeout: TimeInterval, trust: TLSClientContext?, options: TransportOptions) throws {
         guard url.scheme == "http" || url.scheme == "https", let host = url.host else {
             throw ClientError.transport(url.absoluteString, URLError(.unsupportedURL))
         }
@@ -56,12 +56,12 @@ final class HTTPConnection: Sendable {
     deinit { close() }
 
     /// Closes the socket (idempotent).
-    func close() {
+    public func close() {
         if !closed.exchange(true, ordering: .acquiringAndReleasing) { Sockets.close(socket) }
     }
 
     /// Makes a blocked call fail now and every later one fail at once.
-    func cancel() {
+    public func cancel() {
         cancelled.store(true, ordering: .releasing)
         if !closed.load(ordering: .acquiring) { Sockets.shutdown(socket) }
     }
@@ -73,7 +73,7 @@ final class HTTPConnection: Sendable {
     }
 
     /// Sends the request line and header fields (`Host` and `Connection: close` are added).
-    func sendHead(method: String, headers: [(String, String)]) throws {
+    public func sendHead(method: String, headers: [(String, String)]) throws {
         // The target as written (percent-encoding kept), not URL.path's decoded form.
         let components = URLComponents(url: url, resolvingAgainstBaseURL: true)
         var target = components?.percentEncodedPath ?? "/"
@@ -89,7 +89,7 @@ final class HTTPConnection: Sendable {
     }
 
     /// Sends bytes of a body.
-    func sendBytes(_ bytes: [UInt8]) throws {
+    public func sendBytes(_ bytes: [UInt8]) throws {
         var sent = 0
         while sent < bytes.count {
             if let tls {
@@ -103,7 +103,7 @@ final class HTTPConnection: Sendable {
     }
 
     /// Sends `count` bytes of `file` from `offset` with sendfile, reporting each step to `progress`.
-    func sendFile(_ file: FileDescriptor, offset: Int64, count: Int64, progress: (Int64) -> Void = { _ in }) throws {
+    public func sendFile(_ file: FileDescriptor, offset: Int64, count: Int64, progress: (Int64) -> Void = { _ in }) throws {
         if let tls { return try sendFileOverTLS(tls, file, offset: offset, count: count, progress: progress) }
         var position = offset
         var remaining = count
@@ -189,7 +189,7 @@ final class HTTPConnection: Sendable {
     }
 
     /// Reads the status line and header fields (at most 64 KiB), as a response without its body.
-    func readHead() throws -> HTTPTransport.Response {
+    public func readHead() throws -> HTTPTransport.Response {
         var bytes: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 16 << 10)
         while true {
@@ -220,7 +220,7 @@ final class HTTPConnection: Sendable {
 
     /// Reads the body into `sink`: by Content-Length, chunked, or until the server closes.
     /// Stops with an error past `limit` bytes, and when the body ends before its declared length.
-    func readBody(_ head: HTTPTransport.Response, method: String = "GET", limit: Int64 = .max, sink: (UnsafeRawBufferPointer) throws -> Void) throws {
+    public func readBody(_ head: HTTPTransport.Response, method: String = "GET", limit: Int64 = .max, sink: (UnsafeRawBufferPointer) throws -> Void) throws {
         if method == "HEAD" || head.status == 204 || head.status == 304 || (100..<200).contains(head.status) { return }
         let chunked = head.header("Transfer-Encoding")?.lowercased().contains("chunked") == true
         if chunked {

@@ -27,6 +27,8 @@ public struct DepotError: Error, Sendable, CustomStringConvertible {
         case noSpace
         /// The origin's own fault.
         case failure
+        /// A service the origin depends on (its object store) is down or failing: try again later.
+        case unavailable
     }
 
     /// What kind of failure it is.
@@ -72,6 +74,9 @@ public struct DepotError: Error, Sendable, CustomStringConvertible {
         if let error = error as? DepotError { return error }
         if let system = error as? SystemError, system.isNoSpace {
             return DepotError(.noSpace, "insufficient_storage", "the origin's disk is full; nothing was stored")
+        }
+        if let store = error as? S3Error, store.status == 0 || store.status >= 500 {
+            return DepotError(.unavailable, "storage_unavailable", "the object store is unavailable, try again later: \(store)")
         }
         return DepotError(.failure, "storage_error", "the origin could not store the data: \(error)")
     }

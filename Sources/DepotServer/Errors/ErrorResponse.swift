@@ -30,6 +30,7 @@ enum ErrorResponse {
         // 507 Insufficient Storage: nothing was stored, the same request may succeed later.
         case .noSpace: 507
         case .failure: 500
+        case .unavailable: 503
         }
     }
 

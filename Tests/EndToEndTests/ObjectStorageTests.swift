@@ -1,0 +1,72 @@
+import DepotCore
+@testable import DepotServer
+import DepotTestSupport
+import Foundation
+import Testing
+
+/// `depot serve --storage s3` against a real engine (OpenStack Swift's S3 API).
+@Suite("End to end: blobs in an S3 bucket")
+struct ObjectStorageTests {
+    @Test("Packs published through the origin land in the bucket (a 70 MiB one in parts), none on its disk; a sync is byte-identical; with the store down reads get 503 and publishes fail clearly, and both recover")
+    func publishSyncOutage() throws {
+        let engine = try S3Engine()
+        defer { engine.remove() }
+        let location = S3Location(endpoint: engine.endpoint, bucket: "depot", region: engine.region, prefix: "origin-1/", accessKey: engine.accessKey, secretKey: engine.secretKey)
+        let store = S3BlobStore(client: try S3Client(location), spool: "/tmp")
+        try S3Client.check(store.client.call("PUT", key: nil), "creating the bucket")
+
+        let work = TemporaryDirectory("depot-s3-serve")
+        defer { work.remove() }
+        let data = work.path + "/data"
+        let server = try ServeProcess(data: data, environment: [
+            "DEPOT_STORAGE": "s3", "DEPOT_S3_ENDPOINT": engine.endpoint.absoluteString, "DEPOT_S3_BUCKET": "depot", "DEPOT_S3_PREFIX": "origin-1/",
+            "AWS_ACCESS_KEY_ID": engine.accessKey, "AWS_SECRET_ACCESS_KEY": engine.secretKey,
+        ])
+        defer { server.process.terminate(); server.process.waitUntilExit() }
+        #expect(server.banner.contains("blobs in bucket depot under origin-1/"), "\(server.banner)")
+        let depot = Processes.depotBinary
+        let environment = ["XDG_CACHE_HOME": work.path + "/cache", "DEPOT_TOKEN": server.token]
+        let common = ["--server", server.url, "--app", "com.example.dev"]
+        let big = try work.file("big.bin", size: 70 << 20, seed: 4)
+        let small = try work.file("small.bin", size: 10_000, seed: 5)
+        for (file, pack) in [(big, "big"), (small, "small")] {
+            let run = try Processes.run(depot, ["publish", file, "--pack", pack, "--release", "--quiet"] + common, environment: environment)
+            #expect(run.status == 0, "\(run.stderr)")
+        }
+        let blobFiles = FileSystem.contents(of: data + "/blobs").flatMap { FileSystem.contents(of: data + "/blobs/" + $0) }
+        #expect(blobFiles.isEmpty, "no blob on the origin's disk: \(blobFiles)")
+        let inBucket = store.enumerate()
+        #expect(inBucket.count == 2 && inBucket.contains { $0.size > 70 << 20 }, "\(inBucket)")
+
+        let keys = try Processes.run(depot, ["keys", "export", "--data", data, "--app", "com.example.dev"])
+        try FileSystem.writeAtomically(Array(keys.stdout.utf8), to: work.path + "/client.json")
+        let sync = try Processes.run(depot, ["sync", "--config", work.path + "/client.json", "--dest", work.path + "/device", "--quiet"] + common)
+        #expect(sync.status == 0, "\(sync.stderr)")
+        #expect(try SHA256Hasher.hexDigest(ofFile: work.path + "/device/packs/big") == SHA256Hasher.hexDigest(ofFile: big))
+        #expect(try SHA256Hasher.hexDigest(ofFile: work.path + "/device/packs/small") == SHA256Hasher.hexDigest(ofFile: small))
+
+        // The store goes down: reads of blobs get 503, a publish fails and says why.
+        let blob = try #require(inBucket.first { $0.size < 1 << 20 }?.sha256)
+        let port = UInt16(server.port)!
+        engine.stop()
+        let down = try RawHTTP.send(port: port, "GET /v1/apps/com.example.dev/blobs/\(blob) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first
+        #expect(down?.status == 503 && down?.bodyText.contains("storage_unavailable") == true, "\(down?.bodyText ?? "")")
+        let other = try work.file("other.bin", size: 5000, seed: 6)
+        let failed = try Processes.run(depot, ["publish", other, "--pack", "other", "--release", "--quiet"] + common, environment: environment)
+        #expect(failed.status != 0 && failed.stderr.contains("unavailable"), "\(failed.stderr)")
+        #expect(try RawHTTP.send(port: port, "GET /v1/apps/com.example.dev/manifest HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first?.status == 200,
+                "the manifest is on the origin and still served")
+
+        // Back: reads recover as soon as the store answers again (its servers start one by one).
+        try engine.restart()
+        var up: RawHTTP.Response?
+        for _ in 0..<50 {
+            up = try RawHTTP.send(port: port, "GET /v1/apps/com.example.dev/blobs/\(blob) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first
+            if up?.status == 200 { break }
+            Thread.sleep(forTimeInterval: 0.2)
+        }
+        #expect(up?.status == 200 && up?.body.count == Int(inBucket.first { $0.sha256 == blob }!.size), "\(up?.status ?? 0) \(up?.bodyText.prefix(300) ?? "")")
+        let again = try Processes.run(depot, ["publish", other, "--pack", "other", "--release", "--quiet"] + common, environment: environment)
+        #expect(again.status == 0, "\(again.stderr)")
+    }
+}
