@@ -26,7 +26,15 @@ final class Origin: HTTPHandler {
         let apps = AppStore(folder: folder)
         let blobs: any BlobStore
         if let store = configuration.objectStore {
-            blobs = S3BlobStore(client: try S3Client(store), spool: folder.uploads)
+            let s3 = S3BlobStore(client: try S3Client(store), spool: folder.uploads)
+            // A multipart upload cut short by a crash is aborted (its parts use space, no name).
+            do {
+                let aborted = try s3.abortUnfinishedUploads()
+                if aborted > 0 { configuration.logger.notice("aborted unfinished uploads to the object store", metadata: ["count": .stringConvertible(aborted)]) }
+            } catch {
+                configuration.logger.warning("could not list unfinished uploads in the object store", metadata: ["error": .string("\(error)")])
+            }
+            blobs = s3
         } else {
             blobs = FileBlobStore(folder: folder)
         }

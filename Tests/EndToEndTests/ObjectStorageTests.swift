@@ -15,6 +15,12 @@ struct ObjectStorageTests {
         let store = S3BlobStore(client: try S3Client(location), spool: "/tmp")
         try S3Client.check(store.client.call("PUT", key: nil), "creating the bucket")
 
+        // What a crash in the middle of a multipart upload leaves: an upload with a part, no object.
+        let stale = try S3Client.check(store.client.call("POST", key: S3BlobStore.key(String(repeating: "a", count: 64)), query: [("uploads", "")]), "starting")
+        let staleID = try #require(XMLText.first("UploadId", in: stale.text))
+        try S3Client.check(store.client.call("PUT", key: S3BlobStore.key(String(repeating: "a", count: 64)), query: [("partNumber", "1"), ("uploadId", staleID)],
+                                             body: .bytes([1, 2, 3]), payloadSHA256: Hex.encode(SHA256Hasher.hash([UInt8]([1, 2, 3])))), "a part")
+
         let work = TemporaryDirectory("depot-s3-serve")
         defer { work.remove() }
         let data = work.path + "/data"
@@ -24,6 +30,8 @@ struct ObjectStorageTests {
         ])
         defer { server.process.terminate(); server.process.waitUntilExit() }
         #expect(server.banner.contains("blobs in bucket depot under origin-1/"), "\(server.banner)")
+        let unfinished = try S3Client.check(store.client.call("GET", key: nil, query: [("uploads", "")]), "listing uploads")
+        #expect(XMLText.all("UploadId", in: unfinished.text).isEmpty, "the start aborted the crashed upload: \(unfinished.text)")
         let depot = Processes.depotBinary
         let environment = ["XDG_CACHE_HOME": work.path + "/cache", "DEPOT_TOKEN": server.token]
         let common = ["--server", server.url, "--app", "com.example.dev"]
@@ -68,5 +76,53 @@ struct ObjectStorageTests {
         #expect(up?.status == 200 && up?.body.count == Int(inBucket.first { $0.sha256 == blob }!.size), "\(up?.status ?? 0) \(up?.bodyText.prefix(300) ?? "")")
         let again = try Processes.run(depot, ["publish", other, "--pack", "other", "--release", "--quiet"] + common, environment: environment)
         #expect(again.status == 0, "\(again.stderr)")
+    }
+
+    @Test("depot storage migrate copies a data folder's blobs into the bucket (again: nothing copied twice), and the origin then serves the same bytes from it")
+    func migrate() throws {
+        let engine = try S3Engine()
+        defer { engine.remove() }
+        let location = S3Location(endpoint: engine.endpoint, bucket: "moved", region: engine.region, accessKey: engine.accessKey, secretKey: engine.secretKey)
+        let store = S3BlobStore(client: try S3Client(location), spool: "/tmp")
+        try S3Client.check(store.client.call("PUT", key: nil), "creating the bucket")
+        let work = TemporaryDirectory("depot-s3-migrate")
+        defer { work.remove() }
+        let data = work.path + "/data"
+        let depot = Processes.depotBinary
+        let files = [try work.file("a.bin", size: 300_000, seed: 7), try work.file("b.bin", size: 5_000, seed: 8)]
+        var token = ""
+        // Both origins on one address: the manifests name their blobs by absolute URL.
+        let listen = "127.0.0.1:\(try NginxEdge.freePort())"
+        do {
+            let server = try ServeProcess(data: data, environment: ["DEPOT_LISTEN": listen])
+            token = server.token
+            for (index, file) in files.enumerated() {
+                let run = try Processes.run(depot, ["publish", file, "--pack", "p\(index)", "--release", "--quiet", "--server", server.url, "--app", "com.example.dev"],
+                                            environment: ["XDG_CACHE_HOME": work.path + "/cache", "DEPOT_TOKEN": token])
+                #expect(run.status == 0, "\(run.stderr)")
+            }
+            server.process.terminate()
+            server.process.waitUntilExit()
+        }
+        let s3 = ["--storage", "s3", "--s3-endpoint", engine.endpoint.absoluteString, "--s3-bucket", "moved"]
+        let credentials = ["AWS_ACCESS_KEY_ID": engine.accessKey, "AWS_SECRET_ACCESS_KEY": engine.secretKey]
+        let first = try Processes.run(depot, ["storage", "migrate", "--data", data] + s3, environment: credentials)
+        #expect(first.status == 0 && first.stdout.contains("2 blobs copied"), "\(first.stdout)\(first.stderr)")
+        let again = try Processes.run(depot, ["storage", "migrate", "--data", data, "--remove-local"] + s3, environment: credentials)
+        #expect(again.status == 0 && again.stdout.contains("0 blobs copied (0 bytes), 2 already there, 2 local copies removed"), "\(again.stdout)\(again.stderr)")
+        #expect(FileSystem.contents(of: data + "/blobs").flatMap { FileSystem.contents(of: data + "/blobs/" + $0) }.isEmpty)
+        #expect(store.enumerate().count == 2)
+
+        let server = try ServeProcess(data: data, environment: [
+            "DEPOT_STORAGE": "s3", "DEPOT_S3_ENDPOINT": engine.endpoint.absoluteString, "DEPOT_S3_BUCKET": "moved", "DEPOT_LISTEN": listen,
+        ].merging(credentials) { $1 }, bootstrap: false)
+        defer { server.process.terminate(); server.process.waitUntilExit() }
+        let keys = try Processes.run(depot, ["keys", "export", "--data", data, "--app", "com.example.dev"])
+        try FileSystem.writeAtomically(Array(keys.stdout.utf8), to: work.path + "/client.json")
+        let sync = try Processes.run(depot, ["sync", "--config", work.path + "/client.json", "--dest", work.path + "/device", "--quiet", "--server", server.url, "--app", "com.example.dev"])
+        #expect(sync.status == 0, "\(sync.stderr)")
+        for (index, file) in files.enumerated() {
+            #expect(try FileSystem.readFile(work.path + "/device/packs/p\(index)") == FileSystem.readFile(file))
+        }
     }
 }

@@ -27,6 +27,12 @@ final class S3BlobStore: BlobStore {
     static func key(_ sha256: String) -> String { "blobs/" + sha256 }
 
     func put(temporaryFile path: String, sha256: String) throws {
+        try store(file: path, sha256: sha256)
+        FileSystem.remove(path)
+    }
+
+    /// Uploads the file at `path` as blob `sha256` and checks what was stored; the file stays.
+    func store(file path: String, sha256: String) throws {
         guard Hex.isSHA256(sha256) else { throw S3Error(status: 0, description: "not a blob name: \(sha256)") }
         let file = try FileDescriptor.openForReading(path)
         defer { try? file.close() }
@@ -41,7 +47,15 @@ final class S3BlobStore: BlobStore {
         guard head.head.header("Content-Length") == String(size), head.head.header("x-amz-meta-sha256") == sha256 else {
             throw S3Error(status: head.status, description: "blob \(sha256) was stored with \(head.head.header("Content-Length") ?? "?") bytes, not \(size)")
         }
-        FileSystem.remove(path)
+    }
+
+    /// The size of blob `sha256` in the bucket, if it is there whole (its recorded SHA-256 is its name).
+    func storedSize(_ sha256: String) throws -> Int64? {
+        let head = try client.call("HEAD", key: Self.key(sha256))
+        if head.status == 404 { return nil }
+        try S3Client.check(head, "checking blob \(sha256)")
+        guard head.head.header("x-amz-meta-sha256") == sha256 else { return nil }
+        return head.head.header("Content-Length").flatMap { Int64($0) }
     }
 
     private func multipartUpload(_ file: FileDescriptor, size: Int64, key: String, metadata: [String: String]) throws {
@@ -124,6 +138,22 @@ final class S3BlobStore: BlobStore {
     func remove(_ sha256: String) {
         guard Hex.isSHA256(sha256) else { return }
         _ = try? client.call("DELETE", key: Self.key(sha256))
+    }
+
+    /// Crash recovery, at start-up: aborts the multipart uploads of blobs that a previous run
+    /// left unfinished (the origin is the bucket's one writer, so none is in progress now).
+    /// Returns how many.
+    @discardableResult
+    func abortUnfinishedUploads() throws -> Int {
+        let base = client.location.prefix
+        let listing = try S3Client.check(client.call("GET", key: nil, query: [("uploads", ""), ("prefix", base + "blobs/")], limit: 16 << 20), "listing unfinished uploads")
+        var aborted = 0
+        for upload in XMLText.all("Upload", in: listing.text) {
+            guard let key = XMLText.first("Key", in: upload), key.hasPrefix(base), let id = XMLText.first("UploadId", in: upload) else { continue }
+            try S3Client.check(client.call("DELETE", key: String(key.dropFirst(base.count)), query: [("uploadId", id)]), "aborting upload \(id)")
+            aborted += 1
+        }
+        return aborted
     }
 
     struct Object { var key: String; var size: Int64; var modified: Date }
