@@ -59,7 +59,9 @@ case "${1:-}" in
     swift test --disable-xctest
     # Then the suites that load the whole machine or time themselves, alone (in the parallel run
     # they would make others' timing flaky, or be made flaky).
-    DEPOT_HEAVY_TESTS=1 exec swift test --disable-xctest --skip-build --filter 'LoadTests|HostileHTTPTests|TokenTimingTests|ConcurrentUploadTests' ;;
+    DEPOT_HEAVY_TESTS=1 swift test --disable-xctest --skip-build --filter 'LoadTests|HostileHTTPTests|TokenTimingTests|ConcurrentUploadTests'
+    # Last, the suites that start a real S3 engine (OpenStack Swift), one engine at a time per suite.
+    DEPOT_S3_TESTS=1 exec swift test --disable-xctest --skip-build --filter 'S3BlobStoreTests|ObjectStorageTests' ;;
   *)
     echo "usage: Deploy/setup.sh serve [options] | test | deps" >&2
     exit 2 ;;

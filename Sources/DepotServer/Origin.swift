@@ -13,6 +13,9 @@ final class Origin: HTTPHandler {
     let operations: OperationsHandlers
     let garbage: GarbageCollector
     let urls: PublicURL
+    /// Releases in the bucket (with an object store): pushed by the writer, pulled by a replica.
+    let mirror: ReleaseMirror?
+    let readOnly: Bool
     private let router: Router
     private let metrics: OriginMetrics
     private let accessLog: AccessLog
@@ -25,20 +28,28 @@ final class Origin: HTTPHandler {
         try folder.prepare()
         let apps = AppStore(folder: folder)
         let blobs: any BlobStore
+        readOnly = configuration.readOnly
+        guard !readOnly || configuration.objectStore != nil else {
+            throw DepotError.badRequest("a read-only origin serves a bucket: give the object store (--storage s3)")
+        }
+        let dataFolder = folder
+        mirror = try configuration.objectStore.map { ReleaseMirror(client: try S3Client($0), folder: dataFolder, logger: configuration.logger) }
         if let store = configuration.objectStore {
             let s3 = S3BlobStore(client: try S3Client(store), spool: folder.uploads)
             // A multipart upload cut short by a crash is aborted (its parts use space, no name).
-            do {
+            // Only the writer: a replica never writes to the bucket.
+            if !readOnly { do {
                 let aborted = try s3.abortUnfinishedUploads()
                 if aborted > 0 { configuration.logger.notice("aborted unfinished uploads to the object store", metadata: ["count": .stringConvertible(aborted)]) }
             } catch {
                 configuration.logger.warning("could not list unfinished uploads in the object store", metadata: ["error": .string("\(error)")])
-            }
+            } }
             blobs = s3
         } else {
             blobs = FileBlobStore(folder: folder)
         }
-        releases = ReleaseStore(folder: folder, apps: apps, manifestLifetime: configuration.manifestLifetime)
+        let writerMirror = readOnly ? nil : mirror
+        releases = ReleaseStore(folder: folder, apps: apps, manifestLifetime: configuration.manifestLifetime, changed: { app in writerMirror?.schedule(app) })
         uploads = ResumableUploads(folder: folder)
         uploads.repair()
         garbage = GarbageCollector(releases: releases, blobs: blobs)
@@ -62,10 +73,15 @@ final class Origin: HTTPHandler {
                 resumable: ResumableHandlers(uploads: uploads, publisher: publisher, expiry: configuration.uploadExpiry),
                 operations: operations
             ),
-            authenticator: Authenticator(tokens: TokenStore(folder: folder)), settings: settings
+            authenticator: Authenticator(tokens: TokenStore(folder: folder)), settings: settings, readOnly: readOnly
         )
-        _ = try apps.signingKeys()
-        try releases.removeUnpublishedReleases()
+        if readOnly, let mirror {
+            // A replica holds no keys: it serves what it pulls, starting with what is there now.
+            try mirror.pull(into: releases)
+        } else {
+            _ = try apps.signingKeys()
+            try releases.removeUnpublishedReleases()
+        }
     }
 
     /// Releases the data folder for another process (at stop).

@@ -27,8 +27,14 @@ public struct OriginConfiguration: Sendable {
     public var uploadExpiry: TimeInterval = 86_400
     /// The listener.
     public var http: HTTPServerConfiguration
-    /// Blobs in an S3 bucket instead of the data folder's `blobs/` (nil: the data folder).
+    /// Blobs in an S3 bucket instead of the data folder's `blobs/` (nil: the data folder). The
+    /// origin then also keeps its signed releases and channel pointers there for replicas.
     public var objectStore: S3Location?
+    /// A read-only replica of `objectStore`'s bucket: serves what the writer put there, holds no
+    /// keys or tokens, refuses every write with 403.
+    public var readOnly = false
+    /// How often a replica looks for new releases in the bucket, in seconds.
+    public var replicaInterval: TimeInterval = 10
     /// Where the access log and server events go.
     public var logger: Logger
 

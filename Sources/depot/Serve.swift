@@ -72,6 +72,12 @@ struct Serve: ParsableCommand {
 
     @OptionGroup var store: ObjectStoreOptions
 
+    @Flag(name: .customLong("read-only"), inversion: .prefixedNo, help: "With --storage s3: a replica that serves the releases and blobs the writing origin put in the bucket, with no keys and no tokens; every write gets 403 (env DEPOT_READ_ONLY=1).")
+    var readOnly = Environment.string("DEPOT_READ_ONLY") == "1"
+
+    @Option(name: .customLong("replica-interval"), help: "With --read-only: seconds between looks for new releases in the bucket (env DEPOT_REPLICA_INTERVAL).")
+    var replicaInterval: Int = Environment.int("DEPOT_REPLICA_INTERVAL", 10)
+
     func validate() throws {
         _ = try parseListen()
         guard (1...256).contains(threads) else { throw ValidationError("--threads must be 1–256") }
@@ -84,6 +90,8 @@ struct Serve: ParsableCommand {
         }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical") }
         if !publicURL.isEmpty, URL(string: publicURL)?.scheme == nil { throw ValidationError("--public-url must be an absolute URL") }
+        if readOnly && store.storage != "s3" { throw ValidationError("--read-only serves a bucket: give --storage s3 and its options") }
+        guard replicaInterval >= 1 else { throw ValidationError("--replica-interval must be at least 1") }
     }
 
 
@@ -101,7 +109,8 @@ struct Serve: ParsableCommand {
         let (host, port) = try parseListen()
         let level = Logger.Level(rawValue: logLevel)!
         LoggingSystem.bootstrap { label in BufferedLogHandler(label: label, logLevel: level) }
-        let bootstrap = try Bootstrap.ifNeeded(dataPath: data.data)
+        // A replica holds no keys or tokens: nothing to bootstrap.
+        let bootstrap = readOnly ? nil : try Bootstrap.ifNeeded(dataPath: data.data)
         let stop = StopSignal()
         let files = Self.raiseOpenFileLimit()
         // A connection takes a socket, an upload or a download a file besides.
@@ -124,10 +133,13 @@ struct Serve: ParsableCommand {
         configuration.blobRetention = TimeInterval(retentionDays) * 86_400
         configuration.blobGrace = TimeInterval(graceSeconds)
         configuration.objectStore = try store.objectStore()
+        configuration.readOnly = readOnly
+        configuration.replicaInterval = TimeInterval(replicaInterval)
         let server = try DepotServer(configuration: configuration)
         print("AssetDepot listening on \(host.contains(":") ? "[\(host)]" : host):\(server.port), data \(data.data), public URL \(server.publicURL)")
         if let store = configuration.objectStore {
-            print("blobs in bucket \(store.bucket)\(store.prefix.isEmpty ? "" : " under \(store.prefix)") at \(store.endpoint.absoluteString)")
+            print("blobs\(readOnly ? " and releases" : "") in bucket \(store.bucket)\(store.prefix.isEmpty ? "" : " under \(store.prefix)") at \(store.endpoint.absoluteString)"
+                + (readOnly ? "; a read-only replica, looking for new releases every \(replicaInterval) s" : ""))
         }
         if !server.publicURL.hasPrefix("https://") {
             print("warning: the public URL \(server.publicURL) is not https: fine for development, but devices (Background Assets) download only over https; put a TLS edge in front and pass --public-url https://… (Deploy/README.md)")

@@ -7,7 +7,7 @@ import Testing
 /// The S3 blob store against a real engine (OpenStack Swift's S3 API, started by
 /// `Deploy/s3/swift-s3.sh`): SigV4, single and multipart uploads checked after the fact, reads,
 /// listings, removal, refusals, and the engine stopped.
-@Suite("S3 blob store (OpenStack Swift s3api)", .serialized)
+@Suite("S3 blob store (OpenStack Swift s3api)", .serialized, .enabled(if: HeavyTests.objectStore, "run after the others by Deploy/setup.sh test, with DEPOT_S3_TESTS=1"))
 struct S3BlobStoreTests {
     static func store(_ engine: S3Engine, bucket: String, secret: String? = nil, spool: String) throws -> S3BlobStore {
         let location = S3Location(

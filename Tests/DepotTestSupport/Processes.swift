@@ -44,4 +44,7 @@ public enum Processes {
 /// suite, with `DEPOT_HEAVY_TESTS=1`.
 public enum HeavyTests {
     public static var enabled: Bool { ProcessInfo.processInfo.environment["DEPOT_HEAVY_TESTS"] == "1" }
+    /// The suites that start a real S3 engine (a few hundred MiB of Python processes each):
+    /// run after the others, with `DEPOT_S3_TESTS=1`.
+    public static var objectStore: Bool { ProcessInfo.processInfo.environment["DEPOT_S3_TESTS"] == "1" }
 }

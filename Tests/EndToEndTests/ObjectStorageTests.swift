@@ -5,7 +5,7 @@ import Foundation
 import Testing
 
 /// `depot serve --storage s3` against a real engine (OpenStack Swift's S3 API).
-@Suite("End to end: blobs in an S3 bucket")
+@Suite("End to end: blobs in an S3 bucket", .serialized, .enabled(if: HeavyTests.objectStore, "run after the others by Deploy/setup.sh test, with DEPOT_S3_TESTS=1"))
 struct ObjectStorageTests {
     @Test("Packs published through the origin land in the bucket (a 70 MiB one in parts), none on its disk; a sync is byte-identical; with the store down reads get 503 and publishes fail clearly, and both recover")
     func publishSyncOutage() throws {
@@ -124,5 +124,80 @@ struct ObjectStorageTests {
         for (index, file) in files.enumerated() {
             #expect(try FileSystem.readFile(work.path + "/device/packs/p\(index)") == FileSystem.readFile(file))
         }
+    }
+
+    @Test("A read-only origin on the same bucket, holding no keys or tokens, serves the writer's manifest and packs (a sync through it is byte-identical), refuses writes, and picks up a new release within its interval")
+    func readOnlyReplica() throws {
+        let engine = try S3Engine()
+        defer { engine.remove() }
+        let location = S3Location(endpoint: engine.endpoint, bucket: "shared", region: engine.region, accessKey: engine.accessKey, secretKey: engine.secretKey)
+        let store = S3BlobStore(client: try S3Client(location), spool: "/tmp")
+        try S3Client.check(store.client.call("PUT", key: nil), "creating the bucket")
+        let work = TemporaryDirectory("depot-s3-replica")
+        defer { work.remove() }
+        let s3: [String: String] = [
+            "DEPOT_STORAGE": "s3", "DEPOT_S3_ENDPOINT": engine.endpoint.absoluteString, "DEPOT_S3_BUCKET": "shared",
+            "AWS_ACCESS_KEY_ID": engine.accessKey, "AWS_SECRET_ACCESS_KEY": engine.secretKey,
+        ]
+        let writer = try ServeProcess(data: work.path + "/writer", environment: s3)
+        defer { writer.process.terminate(); writer.process.waitUntilExit() }
+        let depot = Processes.depotBinary
+        let environment = ["XDG_CACHE_HOME": work.path + "/cache", "DEPOT_TOKEN": writer.token]
+        let first = try work.file("first.bin", size: 200_000, seed: 9)
+        let published = try Processes.run(depot, ["publish", first, "--pack", "first", "--release", "--quiet", "--server", writer.url, "--app", "com.example.dev"], environment: environment)
+        #expect(published.status == 0, "\(published.stderr)")
+        // The writer pushes the release to the bucket just after the publish.
+        for _ in 0..<50 where !((try? store.list(prefix: "apps/com.example.dev/channels/").isEmpty == false) ?? false) { Thread.sleep(forTimeInterval: 0.1) }
+
+        let replica = try ServeProcess(data: work.path + "/replica", environment: s3.merging(["DEPOT_READ_ONLY": "1", "DEPOT_REPLICA_INTERVAL": "1"]) { $1 }, bootstrap: false)
+        defer { replica.process.terminate(); replica.process.waitUntilExit() }
+        guard replica.banner.contains("read-only replica") else {
+            replica.process.terminate()
+            replica.process.waitUntilExit()
+            Issue.record("the replica did not start: \(replica.banner) \(replica.errorOutput())")
+            return
+        }
+        func get(_ server: ServeProcess, _ path: String) throws -> RawHTTP.Response? {
+            try RawHTTP.send(port: UInt16(server.port)!, "GET \(path) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first
+        }
+        let fromWriter = try #require(try get(writer, "/v1/apps/com.example.dev/manifest"))
+        let fromReplica = try #require(try get(replica, "/v1/apps/com.example.dev/manifest"))
+        #expect(fromReplica.status == 200 && fromReplica.body == fromWriter.body, "the same signed envelope")
+        #expect(try get(replica, "/v1/apps/com.example.dev/info-plist")?.status == 200)
+        #expect(FileSystem.contents(of: work.path + "/replica/keys").isEmpty && !FileSystem.exists(work.path + "/replica/tokens.json"), "no keys, no tokens on the replica")
+        let bucketKeys = try store.list(prefix: "").map(\.key)
+        #expect(!bucketKeys.contains { $0.hasPrefix("keys") || $0.contains("tokens") || $0.contains("staging") }, "no keys, tokens or drafts in the bucket: \(bucketKeys)")
+
+        // A device syncs through the replica (the manifest's blob URLs are the writer's public
+        // URL, as behind one CDN; here the sync reads the manifest from the replica and fetches
+        // every blob from it too).
+        let keys = try Processes.run(depot, ["keys", "export", "--data", work.path + "/writer", "--app", "com.example.dev"])
+        try FileSystem.writeAtomically(Array(keys.stdout.utf8), to: work.path + "/client.json")
+        let manifest = try Envelope.decode(fromReplica.body).verifiedManifest(trusting: ClientConfiguration.decode(Array(keys.stdout.utf8)).trustedKeys())
+        let pack = try #require(manifest.packs.first)
+        let blob = try #require(try get(replica, "/v1/apps/com.example.dev/blobs/\(pack.sha256)"))
+        #expect(blob.status == 200 && Int64(blob.body.count) == pack.size && Hex.encode(SHA256Hasher.hash(blob.body)) == pack.sha256)
+        let plain = try PackDecryptor.decrypt(blob.body, keyRing: ClientConfiguration.decode(Array(keys.stdout.utf8)).keyRing())
+        #expect(plain == (try FileSystem.readFile(first, limit: 1 << 20)))
+
+        let write = try RawHTTP.send(port: UInt16(replica.port)!, "PUT /v1/apps/com.example.dev/packs/x?release=true HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(writer.token)\r\nContent-Length: 1\r\nConnection: close\r\n\r\n", body: [1]).first
+        #expect(write?.status == 403 && write?.bodyText.contains("read-only") == true, "\(write?.bodyText ?? "")")
+
+        // A new release on the writer reaches the replica within its interval.
+        let second = try work.file("second.bin", size: 3_000, seed: 10)
+        let start = ContinuousClock.now
+        let again = try Processes.run(depot, ["publish", second, "--pack", "second", "--release", "--quiet", "--server", writer.url, "--app", "com.example.dev"], environment: environment)
+        #expect(again.status == 0, "\(again.stderr)")
+        let writerVersion = try Envelope.decode(#require(try get(writer, "/v1/apps/com.example.dev/manifest")).body).verifiedManifest(trusting: ClientConfiguration.decode(Array(keys.stdout.utf8)).trustedKeys()).version
+        var seen = false
+        while !seen && ContinuousClock.now - start < .seconds(15) {
+            if let body = try get(replica, "/v1/apps/com.example.dev/manifest")?.body,
+               let version = try? Envelope.decode(body).verifiedManifest(trusting: ClientConfiguration.decode(Array(keys.stdout.utf8)).trustedKeys()).version {
+                seen = version == writerVersion
+            }
+            if !seen { Thread.sleep(forTimeInterval: 0.2) }
+        }
+        #expect(seen, "release \(writerVersion) on the replica")
+        print("ObjectStorageTests: the replica served release \(writerVersion) \(ContinuousClock.now - start) after the publish began (interval 1 s)")
     }
 }

@@ -11,6 +11,17 @@ final class ManifestRefresher: Sendable {
     init(origin: Origin, configuration: OriginConfiguration) {
         Thread.detachNewThread { [self] in
             repeat {
+                if origin.readOnly, let mirror = origin.mirror {
+                    // A replica only follows the bucket: no signing, no collection.
+                    do {
+                        for app in try mirror.pull(into: origin.releases) {
+                            origin.publisher.logger.notice("picked up a release from the bucket", metadata: ["app": .string(app)])
+                        }
+                    } catch {
+                        origin.publisher.logger.warning("could not read releases from the object store: \(error)")
+                    }
+                    continue
+                }
                 do {
                     for app in try origin.releases.refreshExpiring() {
                         origin.publisher.logger.notice("re-signed the live manifest", metadata: ["app": .string(app)])
@@ -21,10 +32,13 @@ final class ManifestRefresher: Sendable {
                     if !swept.blobs.isEmpty {
                         origin.publisher.logger.notice("removed unneeded blobs", metadata: ["count": .stringConvertible(swept.blobs.count), "bytes": .stringConvertible(swept.bytes)])
                     }
+                    // Whatever a push after a change missed (the store was down, a CLI changed settings).
+                    try origin.mirror?.pushAll()
                 } catch {
                     origin.publisher.logger.error("maintenance failed: \(error)")
                 }
-            } while wake.wait(timeout: .now() + configuration.refreshInterval) == .timedOut && !stopped.withLock({ $0 })
+            } while wake.wait(timeout: .now() + (origin.readOnly ? configuration.replicaInterval : configuration.refreshInterval)) == .timedOut
+                && !stopped.withLock({ $0 })
         }
     }
 

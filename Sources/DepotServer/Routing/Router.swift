@@ -12,11 +12,14 @@ struct Router: Sendable {
     let settings: @Sendable (String) -> AppSettings?
     /// First path segments claimed by a route: a catch-all (`/*`) never takes a path under one.
     private let reserved: Set<String>
+    /// A read-only replica: every route that needs a token is refused.
+    let readOnly: Bool
 
-    init(routes: [Route], authenticator: Authenticator, settings: @escaping @Sendable (String) -> AppSettings?) {
+    init(routes: [Route], authenticator: Authenticator, settings: @escaping @Sendable (String) -> AppSettings?, readOnly: Bool = false) {
         self.routes = routes
         self.authenticator = authenticator
         self.settings = settings
+        self.readOnly = readOnly
         reserved = Set(routes.filter { !$0.pattern.isCatchAll }.compactMap(\.pattern.firstLiteral))
     }
 
@@ -71,6 +74,9 @@ struct Router: Sendable {
             settings = try lookUp(parameters["app"])
             if let settings { gated = try authenticator.download(request, settings: settings) }
         case .publisher, .admin:
+            guard !readOnly else {
+                throw DepotError.forbidden("this origin is a read-only replica of the bucket: publish through the writing origin")
+            }
             guard let app = parameters["app"] else { preconditionFailure("\(pattern) needs :app for token access") }
             _ = try authenticator.bearer(request, app: app, admin: access == .admin)
             settings = try lookUp(app)

@@ -31,12 +31,23 @@ public final class ReleaseStore: Sendable {
     private let highestRevisions = Mutex<[String: [String: Int]]>([:])
     /// How long a signed manifest stays valid.
     let manifestLifetime: TimeInterval
+    /// Told the app after each change of its releases or channels (the bucket mirror).
+    private let changed: @Sendable (String) -> Void
 
-    init(folder: DataFolder, apps: AppStore, manifestLifetime: TimeInterval) {
+    init(folder: DataFolder, apps: AppStore, manifestLifetime: TimeInterval, changed: @escaping @Sendable (String) -> Void = { _ in }) {
         self.folder = folder
         self.apps = apps
         drafts = DraftStore(folder: folder)
         self.manifestLifetime = manifestLifetime
+        self.changed = changed
+    }
+
+    /// Drops what is cached of `app` (a replica, after its files changed underneath).
+    func forget(_ app: String) {
+        live.withLock { cache in
+            for key in cache.keys where key.hasPrefix(app + "\u{0}") { cache[key] = nil }
+        }
+        highestRevisions.withLock { $0[app] = nil }
     }
 
     /// Where a channel's pointer lives.
@@ -152,7 +163,10 @@ public final class ReleaseStore: Sendable {
             return true
         }
         // An old release may be close to expiry, or signed by a retired key.
-        if moved { try refresh(app, channel: channel) }
+        if moved {
+            try refresh(app, channel: channel)
+            changed(app)
+        }
         return moved
     }
 
@@ -165,6 +179,7 @@ public final class ReleaseStore: Sendable {
             try FileSystem.syncDirectory(folder.channels(app))
             live.withLock { $0[app + "\u{0}" + channel] = nil }
         }
+        changed(app)
     }
 
     /// The blobs that releases and drafts still need: every channel's live release, every
@@ -269,11 +284,11 @@ public final class ReleaseStore: Sendable {
             if let expected, expected != (channelRelease?.version ?? 0) {
                 throw DepotError.conflict("conflict", "channel \(channel) serves release \(channelRelease?.version ?? 0), not \(expected): another publish came first; nothing was published")
             }
-            guard let changed = try change(base?.manifest.packs ?? []) else {
+            guard let edited = try change(base?.manifest.packs ?? []) else {
                 try then?()
                 return nil
             }
-            let packs = try raisingRevisions(changed, over: base?.manifest.packs ?? [], app: app)
+            let packs = try raisingRevisions(edited, over: base?.manifest.packs ?? [], app: app)
             // Start-up removed any release a crash left unpublished, so the next number is free;
             // the files still count, so that a number is never written twice.
             let version = max(head(app), Self.versions(in: folder.releases(app)).last ?? 0) + 1
@@ -296,6 +311,7 @@ public final class ReleaseStore: Sendable {
                 version: version, envelope: envelope, etag: "\"" + Hex.encode(SHA256Hasher.hash(envelope)) + "\"", manifest: manifest
             )
             live.withLock { $0[app + "\u{0}" + channel] = published }
+            changed(app)
             try then?()
             return published
         }
