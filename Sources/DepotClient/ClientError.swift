@@ -12,14 +12,17 @@ public struct ClientError: Error, Hashable, Sendable, CustomStringConvertible {
     /// What failed.
     public let kind: Kind
     public let description: String
+    /// The HTTP status, for ``Kind/http`` failures that had one.
+    public let status: Int?
 
-    init(_ kind: Kind, _ description: String) {
+    init(_ kind: Kind, _ description: String, status: Int? = nil) {
         self.kind = kind
         self.description = description
+        self.status = status
     }
 
     static func http(_ status: Int, _ url: String, _ body: String) -> ClientError {
-        ClientError(.http, "HTTP \(status) from \(url)\(body.isEmpty ? "" : ": " + body)")
+        ClientError(.http, "HTTP \(status) from \(url)\(body.isEmpty ? "" : ": " + body)", status: status)
     }
     static func transport(_ url: String, _ error: any Error) -> ClientError { ClientError(.transport, "cannot reach \(url): \(explain(error))") }
     static func tls(_ url: String, _ why: String) -> ClientError { ClientError(.tls, "TLS with \(url) failed: \(why)") }

@@ -131,13 +131,23 @@ public struct ResumableUploader: Sendable {
                 progress(offset, length)
             }
         }
+        var status = try await statusOf(upload, transport)
+        if !status.complete {
+            // Every byte arrived but the origin stopped before it stored the pack (a restart, its
+            // store down): a PATCH with no body at the end finishes it.
+            _ = try await patch(upload, file: path, offset: length, length: length, digest: late, trailer: false, transport, progress: progress)
+            status = try await statusOf(upload, transport)
+        }
+        guard status.complete else { throw ClientError(.http, "the origin did not finish the upload \(upload)") }
+        return status.body
+    }
+
+    /// The upload's status (`GET`): whether the pack is stored, and the answer's body.
+    private func statusOf(_ upload: URL, _ transport: HTTPTransport) async throws -> (complete: Bool, body: [UInt8]) {
         let status = try await transport.exchange(.init(method: "GET", url: upload, headers: [authorization, Self.tus]))
         guard status.status == 200 else { throw ClientError.http(status.status, upload.absoluteString, Self.message(status.body)) }
         struct Status: Decodable { var complete: Bool }
-        guard (try? JSONDecoder().decode(Status.self, from: Data(status.body)))?.complete == true else {
-            throw ClientError(.http, "the origin did not finish the upload \(upload)")
-        }
-        return status.body
+        return ((try? JSONDecoder().decode(Status.self, from: Data(status.body)))?.complete == true, status.body)
     }
 
     /// The origin's offset for an upload of this length, or nil if it no longer has it.

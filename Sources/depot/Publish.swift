@@ -96,7 +96,12 @@ struct Publish: AsyncParsableCommand {
             progress.finish()
         } catch {
             progress.finish()
-            if let error = error as? ClientError, error.kind != .transport, error.kind != .cancelled { FileSystem.remove(record) }
+            // The upload stays resumable after a network failure, a cancel, or an origin that asks
+            // to try again later (its object store down): the next run picks it up.
+            if let error = error as? ClientError, error.kind != .transport, error.kind != .cancelled,
+               !(error.status.map(RetryPolicy.isRetryable(status:)) ?? false) {
+                FileSystem.remove(record)
+            }
             throw CLIError("publish failed: \(error)")
         }
         FileSystem.remove(record)

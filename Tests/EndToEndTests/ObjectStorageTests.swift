@@ -60,8 +60,10 @@ struct ObjectStorageTests {
         let down = try RawHTTP.send(port: port, "GET /v1/apps/com.example.dev/blobs/\(blob) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first
         #expect(down?.status == 503 && down?.bodyText.contains("storage_unavailable") == true, "\(down?.bodyText ?? "")")
         let other = try work.file("other.bin", size: 5000, seed: 6)
+        let uploadsBefore = FileSystem.contents(of: data + "/uploads").filter { $0.hasSuffix(".tus") }.count
         let failed = try Processes.run(depot, ["publish", other, "--pack", "other", "--release", "--quiet"] + common, environment: environment)
         #expect(failed.status != 0 && failed.stderr.contains("unavailable"), "\(failed.stderr)")
+        #expect(FileSystem.contents(of: data + "/uploads").filter { $0.hasSuffix(".tus") }.count == uploadsBefore + 1, "the upload is kept for when the store is back")
         #expect(try RawHTTP.send(port: port, "GET /v1/apps/com.example.dev/manifest HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first?.status == 200,
                 "the manifest is on the origin and still served")
 
@@ -74,8 +76,9 @@ struct ObjectStorageTests {
             Thread.sleep(forTimeInterval: 0.2)
         }
         #expect(up?.status == 200 && up?.body.count == Int(inBucket.first { $0.sha256 == blob }!.size), "\(up?.status ?? 0) \(up?.bodyText.prefix(300) ?? "")")
-        let again = try Processes.run(depot, ["publish", other, "--pack", "other", "--release", "--quiet"] + common, environment: environment)
-        #expect(again.status == 0, "\(again.stderr)")
+        let again = try Processes.run(depot, ["publish", other, "--pack", "other", "--release"] + common, environment: environment)
+        #expect(again.status == 0 && again.stderr.contains("resuming the upload of other"), "\(again.stderr)")
+        #expect(again.stdout.contains("published other"), "\(again.stdout)")
     }
 
     @Test("depot storage migrate copies a data folder's blobs into the bucket (again: nothing copied twice), and the origin then serves the same bytes from it")
@@ -199,5 +202,59 @@ struct ObjectStorageTests {
         }
         #expect(seen, "release \(writerVersion) on the replica")
         print("ObjectStorageTests: the replica served release \(writerVersion) \(ContinuousClock.now - start) after the publish began (interval 1 s)")
+    }
+
+    @Test("The writer killed while a pack goes to the bucket in parts: no release names a missing or partial object, the next start aborts the upload, and the same publish run again completes")
+    func writerKilledMidUpload() throws {
+        let engine = try S3Engine()
+        defer { engine.remove() }
+        let location = S3Location(endpoint: engine.endpoint, bucket: "crash", region: engine.region, accessKey: engine.accessKey, secretKey: engine.secretKey)
+        let store = S3BlobStore(client: try S3Client(location), spool: "/tmp")
+        try S3Client.check(store.client.call("PUT", key: nil), "creating the bucket")
+        let work = TemporaryDirectory("depot-s3-crash")
+        defer { work.remove() }
+        let data = work.path + "/data"
+        let listen = "127.0.0.1:\(try NginxEdge.freePort())"
+        let s3: [String: String] = [
+            "DEPOT_STORAGE": "s3", "DEPOT_S3_ENDPOINT": engine.endpoint.absoluteString, "DEPOT_S3_BUCKET": "crash", "DEPOT_LISTEN": listen,
+            "AWS_ACCESS_KEY_ID": engine.accessKey, "AWS_SECRET_ACCESS_KEY": engine.secretKey,
+        ]
+        let writer = try ServeProcess(data: data, environment: s3)
+        let depot = Processes.depotBinary
+        let environment = ["XDG_CACHE_HOME": work.path + "/cache", "DEPOT_TOKEN": writer.token]
+        let arguments = ["publish", try work.file("big.bin", size: 200 << 20, seed: 11), "--pack", "big", "--release", "--quiet", "--server", "http://" + listen, "--app", "com.example.dev"]
+        let publish = Process()
+        publish.executableURL = URL(fileURLWithPath: depot)
+        publish.arguments = arguments
+        publish.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        publish.standardOutput = FileHandle.nullDevice
+        publish.standardError = FileHandle.nullDevice
+        try publish.run()
+        // Kill the writer as soon as the bucket shows the pack's multipart upload in progress.
+        var caught = false
+        let start = ContinuousClock.now
+        while !caught && ContinuousClock.now - start < .seconds(60) && publish.isRunning {
+            if let listing = try? store.client.call("GET", key: nil, query: [("uploads", "")]), !XMLText.all("UploadId", in: listing.text).isEmpty { caught = true } else { usleep(10_000) }
+        }
+        kill(writer.process.processIdentifier, SIGKILL)
+        writer.process.waitUntilExit()
+        kill(publish.processIdentifier, SIGKILL)
+        publish.waitUntilExit()
+        #expect(caught, "the multipart upload was seen in progress")
+        #expect(store.enumerate().isEmpty, "no object appeared for the cut upload")
+
+        // The next start aborts it; no release names anything but whole objects; the same
+        // command run again finishes the publish.
+        let restarted = try ServeProcess(data: data, environment: s3, bootstrap: false)
+        defer { restarted.process.terminate(); restarted.process.waitUntilExit() }
+        let unfinished = try S3Client.check(store.client.call("GET", key: nil, query: [("uploads", "")]), "listing uploads")
+        #expect(XMLText.all("UploadId", in: unfinished.text).isEmpty, "\(unfinished.text)")
+        let again = try Processes.run(depot, arguments, environment: environment)
+        #expect(again.status == 0, "\(again.stdout)\(again.stderr)")
+        let keys = try Processes.run(depot, ["keys", "export", "--data", data, "--app", "com.example.dev"])
+        let envelope = try #require(try RawHTTP.send(port: UInt16(restarted.port)!, "GET /v1/apps/com.example.dev/manifest HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first)
+        let manifest = try Envelope.decode(envelope.body).verifiedManifest(trusting: ClientConfiguration.decode(Array(keys.stdout.utf8)).trustedKeys())
+        #expect(manifest.packs.map(\.id) == ["big"])
+        for pack in manifest.packs { #expect(try store.storedSize(pack.sha256) == pack.size, "\(pack.id) is whole in the bucket") }
     }
 }

@@ -140,6 +140,9 @@ final class ResumableSession {
             state.tail = ""
             try uploads.save(state)
         } catch {
+            // The object store is down: the bytes stay (cut back to the last commit at the next
+            // request), and a PATCH with no body finishes the upload once it is back.
+            if DepotError.storage(error).kind == .unavailable { throw error }
             uploads.remove(state.id)
             throw error
         }
