@@ -18,15 +18,15 @@ public struct RawHTTP {
 
     /// Sends `request` bytes to 127.0.0.1:`port` and reads until the server closes or `timeout` passes.
     /// Returns every byte received.
-    /// A TCP socket connected to 127.0.0.1:`port`; the caller closes it.
-    public static func connect(port: UInt16, receiveBuffer: Int32? = nil) throws -> Int32 {
+    /// A TCP socket connected to `host` (127.0.0.1 by default):`port`; the caller closes it.
+    public static func connect(port: UInt16, host: String = "127.0.0.1", receiveBuffer: Int32? = nil) throws -> Int32 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw POSIXError(.EIO) }
         if var size = receiveBuffer { setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size)) }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = port.bigEndian
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_addr.s_addr = inet_addr(host)
         let connected = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
@@ -47,8 +47,8 @@ public struct RawHTTP {
         }
     }
 
-    public static func exchange(port: UInt16, _ request: [UInt8], timeout: TimeInterval = 5) throws -> [UInt8] {
-        let fd = try connect(port: port)
+    public static func exchange(port: UInt16, host: String = "127.0.0.1", _ request: [UInt8], timeout: TimeInterval = 5) throws -> [UInt8] {
+        let fd = try connect(port: port, host: host)
         defer { close(fd) }
         var tv = timeval(tv_sec: Int(timeout), tv_usec: Int((timeout - floor(timeout)) * 1_000_000))
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
@@ -64,8 +64,8 @@ public struct RawHTTP {
     }
 
     /// Sends one request (text with `\r\n` line ends) and parses every response that came back.
-    public static func send(port: UInt16, _ text: String, body: [UInt8] = [], timeout: TimeInterval = 5) throws -> [Response] {
-        parse(try exchange(port: port, Array(text.utf8) + body, timeout: timeout))
+    public static func send(port: UInt16, host: String = "127.0.0.1", _ text: String, body: [UInt8] = [], timeout: TimeInterval = 5) throws -> [Response] {
+        parse(try exchange(port: port, host: host, Array(text.utf8) + body, timeout: timeout))
     }
 
     /// Parses consecutive responses (bodies framed by Content-Length).

@@ -142,17 +142,23 @@ struct ObjectStorageTests {
             "DEPOT_STORAGE": "s3", "DEPOT_S3_ENDPOINT": engine.endpoint.absoluteString, "DEPOT_S3_BUCKET": "shared",
             "AWS_ACCESS_KEY_ID": engine.accessKey, "AWS_SECRET_ACCESS_KEY": engine.secretKey,
         ]
-        let writer = try ServeProcess(data: work.path + "/writer", environment: s3)
-        defer { writer.process.terminate(); writer.process.waitUntilExit() }
+        // Writer and replica on one port of two loopback addresses, behind one public name (as
+        // behind a CDN): a device reaches either with --resolve.
+        let port = try NginxEdge.freePort()
+        let publicURL = "http://assets.test:\(port)"
+        let writer = try ServeProcess(data: work.path + "/writer", environment: s3.merging(["DEPOT_LISTEN": "127.0.0.1:\(port)", "DEPOT_PUBLIC_URL": publicURL]) { $1 })
+        defer { if writer.process.isRunning { writer.process.terminate(); writer.process.waitUntilExit() } }
         let depot = Processes.depotBinary
         let environment = ["XDG_CACHE_HOME": work.path + "/cache", "DEPOT_TOKEN": writer.token]
         let first = try work.file("first.bin", size: 200_000, seed: 9)
-        let published = try Processes.run(depot, ["publish", first, "--pack", "first", "--release", "--quiet", "--server", writer.url, "--app", "com.example.dev"], environment: environment)
+        let published = try Processes.run(depot, ["publish", first, "--pack", "first", "--release", "--quiet", "--server", "http://127.0.0.1:\(port)", "--app", "com.example.dev"], environment: environment)
         #expect(published.status == 0, "\(published.stderr)")
         // The writer pushes the release to the bucket just after the publish.
         for _ in 0..<50 where !((try? store.list(prefix: "apps/com.example.dev/channels/").isEmpty == false) ?? false) { Thread.sleep(forTimeInterval: 0.1) }
 
-        let replica = try ServeProcess(data: work.path + "/replica", environment: s3.merging(["DEPOT_READ_ONLY": "1", "DEPOT_REPLICA_INTERVAL": "1"]) { $1 }, bootstrap: false)
+        let replica = try ServeProcess(data: work.path + "/replica", environment: s3.merging([
+            "DEPOT_READ_ONLY": "1", "DEPOT_REPLICA_INTERVAL": "1", "DEPOT_LISTEN": "127.0.0.2:\(port)", "DEPOT_PUBLIC_URL": publicURL,
+        ]) { $1 }, bootstrap: false)
         defer { replica.process.terminate(); replica.process.waitUntilExit() }
         guard replica.banner.contains("read-only replica") else {
             replica.process.terminate()
@@ -161,7 +167,7 @@ struct ObjectStorageTests {
             return
         }
         func get(_ server: ServeProcess, _ path: String) throws -> RawHTTP.Response? {
-            try RawHTTP.send(port: UInt16(server.port)!, "GET \(path) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first
+            try RawHTTP.send(port: UInt16(port), host: server === replica ? "127.0.0.2" : "127.0.0.1", "GET \(path) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first
         }
         let fromWriter = try #require(try get(writer, "/v1/apps/com.example.dev/manifest"))
         let fromReplica = try #require(try get(replica, "/v1/apps/com.example.dev/manifest"))
@@ -183,13 +189,13 @@ struct ObjectStorageTests {
         let plain = try PackDecryptor.decrypt(blob.body, keyRing: ClientConfiguration.decode(Array(keys.stdout.utf8)).keyRing())
         #expect(plain == (try FileSystem.readFile(first, limit: 1 << 20)))
 
-        let write = try RawHTTP.send(port: UInt16(replica.port)!, "PUT /v1/apps/com.example.dev/packs/x?release=true HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(writer.token)\r\nContent-Length: 1\r\nConnection: close\r\n\r\n", body: [1]).first
+        let write = try RawHTTP.send(port: UInt16(port), host: "127.0.0.2", "PUT /v1/apps/com.example.dev/packs/x?release=true HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(writer.token)\r\nContent-Length: 1\r\nConnection: close\r\n\r\n", body: [1]).first
         #expect(write?.status == 403 && write?.bodyText.contains("read-only") == true, "\(write?.bodyText ?? "")")
 
         // A new release on the writer reaches the replica within its interval.
         let second = try work.file("second.bin", size: 3_000, seed: 10)
         let start = ContinuousClock.now
-        let again = try Processes.run(depot, ["publish", second, "--pack", "second", "--release", "--quiet", "--server", writer.url, "--app", "com.example.dev"], environment: environment)
+        let again = try Processes.run(depot, ["publish", second, "--pack", "second", "--release", "--quiet", "--server", "http://127.0.0.1:\(port)", "--app", "com.example.dev"], environment: environment)
         #expect(again.status == 0, "\(again.stderr)")
         let writerVersion = try Envelope.decode(#require(try get(writer, "/v1/apps/com.example.dev/manifest")).body).verifiedManifest(trusting: ClientConfiguration.decode(Array(keys.stdout.utf8)).trustedKeys()).version
         var seen = false
@@ -201,6 +207,17 @@ struct ObjectStorageTests {
             if !seen { Thread.sleep(forTimeInterval: 0.2) }
         }
         #expect(seen, "release \(writerVersion) on the replica")
+
+        // With the writer gone, a device syncs every pack through the replica alone.
+        writer.process.terminate()
+        writer.process.waitUntilExit()
+        let sync = try Processes.run(depot, [
+            "sync", "--config", work.path + "/client.json", "--dest", work.path + "/device", "--quiet", "--server", publicURL, "--app", "com.example.dev",
+            "--resolve", "assets.test:\(port):127.0.0.2",
+        ])
+        #expect(sync.status == 0, "\(sync.stdout)\(sync.stderr)")
+        #expect(try FileSystem.readFile(work.path + "/device/packs/first", limit: 1 << 20) == FileSystem.readFile(first, limit: 1 << 20))
+        #expect(try FileSystem.readFile(work.path + "/device/packs/second", limit: 1 << 20) == FileSystem.readFile(second, limit: 1 << 20))
         print("ObjectStorageTests: the replica served release \(writerVersion) \(ContinuousClock.now - start) after the publish began (interval 1 s)")
     }
 
