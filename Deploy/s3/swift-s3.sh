@@ -145,12 +145,13 @@ for server in account-server container-server object-server proxy-server; do
   echo $! >> "$dir/pids"
 done
 
-# Ready when a signed S3 request (ListBuckets) is answered.
+# Ready when every server accepts connections and a signed S3 request (ListBuckets) is answered.
 endpoint="http://127.0.0.1:$proxy_port"
 for _ in $(seq 150); do
-  if $py - "$endpoint" <<'PY' 2>/dev/null
-import sys, hmac, hashlib, datetime, urllib.request
+  if $py - "$endpoint" "$account_port" "$container_port" "$object_port" <<'PY' 2>/dev/null
+import sys, hmac, hashlib, datetime, urllib.request, socket
 endpoint = sys.argv[1]
+for port in sys.argv[2:5]: socket.create_connection(("127.0.0.1", int(port)), timeout=1).close()
 now = datetime.datetime.utcnow(); amz = now.strftime("%Y%m%dT%H%M%SZ"); day = now.strftime("%Y%m%d")
 host = endpoint.split("//")[1]; empty = hashlib.sha256(b"").hexdigest()
 canonical = f"GET\n/\n\nhost:{host}\nx-amz-content-sha256:{empty}\nx-amz-date:{amz}\n\nhost;x-amz-content-sha256;x-amz-date\n{empty}"

@@ -20,6 +20,17 @@ struct S3BlobStoreTests {
         try S3Client.check(store.client.call("PUT", key: nil), "creating the bucket")
     }
 
+    /// An engine, a scratch folder and a store on a new bucket "packs", for `body`; all removed after.
+    static func withBucket(_ body: (S3Engine, TemporaryDirectory, S3BlobStore) throws -> Void) throws {
+        let engine = try S3Engine()
+        defer { engine.remove() }
+        let work = TemporaryDirectory("depot-s3-work")
+        defer { work.remove() }
+        let store = try Self.store(engine, bucket: "packs", spool: work.path)
+        try Self.createBucket(store)
+        try body(engine, work, store)
+    }
+
     static func blobFile(_ folder: TemporaryDirectory, size: Int, seed: UInt8) throws -> (String, [UInt8], String) {
         let bytes = (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ Int(seed)) }
         let path = folder.path + "/blob-\(seed)"
@@ -36,62 +47,54 @@ struct S3BlobStoreTests {
 
     @Test("A small blob in one PUT and a 70 MiB one in 16 MiB parts: stored, read back byte for byte, listed with their sizes, removed; nothing left on disk")
     func roundTrip() throws {
-        let engine = try S3Engine()
-        defer { engine.remove() }
-        let work = TemporaryDirectory("depot-s3-work")
-        defer { work.remove() }
-        let store = try Self.store(engine, bucket: "packs", spool: work.path)
-        try Self.createBucket(store)
-        let (smallPath, small, smallName) = try Self.blobFile(work, size: 100_003, seed: 1)
-        let (bigPath, big, bigName) = try Self.blobFile(work, size: 70 << 20, seed: 2)
-        try store.put(temporaryFile: smallPath, sha256: smallName)
-        try store.put(temporaryFile: bigPath, sha256: bigName)
-        #expect(!FileSystem.exists(smallPath) && !FileSystem.exists(bigPath), "the store took the temporary files")
-        #expect(store.contains(smallName) && store.contains(bigName))
-        #expect(!store.contains(String(repeating: "0", count: 64)))
-        #expect(try Self.read(#require(try store.open(smallName))) == small)
-        #expect(try Self.read(#require(try store.open(bigName))) == big)
-        #expect(try store.open(String(repeating: "0", count: 64)) == nil)
-        #expect(FileSystem.contents(of: work.path).isEmpty, "reads spool into unlinked files only")
-        let listed = store.enumerate()
-        #expect(Set(listed.map(\.sha256)) == [smallName, bigName])
-        #expect(listed.first { $0.sha256 == bigName }?.size == Int64(70 << 20))
-        // The multipart upload left no upload behind.
-        let uploads = try S3Client.check(store.client.call("GET", key: nil, query: [("uploads", "")]), "listing uploads")
-        #expect(XMLText.all("UploadId", in: uploads.text).isEmpty, "\(uploads.text)")
-        store.remove(smallName)
-        store.remove(smallName)
-        #expect(!store.contains(smallName) && store.contains(bigName))
-        #expect(store.enumerate().map(\.sha256) == [bigName])
+        try Self.withBucket { engine, work, store in
+            let (smallPath, small, smallName) = try Self.blobFile(work, size: 100_003, seed: 1)
+            let (bigPath, big, bigName) = try Self.blobFile(work, size: 70 << 20, seed: 2)
+            try store.put(temporaryFile: smallPath, sha256: smallName)
+            try store.put(temporaryFile: bigPath, sha256: bigName)
+            #expect(!FileSystem.exists(smallPath) && !FileSystem.exists(bigPath), "the store took the temporary files")
+            #expect(store.contains(smallName) && store.contains(bigName))
+            #expect(!store.contains(String(repeating: "0", count: 64)))
+            #expect(try Self.read(#require(try store.open(smallName))) == small)
+            #expect(try Self.read(#require(try store.open(bigName))) == big)
+            #expect(try store.open(String(repeating: "0", count: 64)) == nil)
+            #expect(FileSystem.contents(of: work.path).isEmpty, "reads spool into unlinked files only")
+            let listed = store.enumerate()
+            #expect(Set(listed.map(\.sha256)) == [smallName, bigName])
+            #expect(listed.first { $0.sha256 == bigName }?.size == Int64(70 << 20))
+            // The multipart upload left no upload behind.
+            let uploads = try S3Client.check(store.client.call("GET", key: nil, query: [("uploads", "")]), "listing uploads")
+            #expect(XMLText.all("UploadId", in: uploads.text).isEmpty, "\(uploads.text)")
+            store.remove(smallName)
+            store.remove(smallName)
+            #expect(!store.contains(smallName) && store.contains(bigName))
+            #expect(store.enumerate().map(\.sha256) == [bigName])
+        }
     }
 
     @Test("Refused: a wrong secret, a body that is not what was signed; with the engine stopped, a clear error, and it works again once back")
     func refusalsAndOutage() throws {
-        let engine = try S3Engine()
-        defer { engine.remove() }
-        let work = TemporaryDirectory("depot-s3-work")
-        defer { work.remove() }
-        let store = try Self.store(engine, bucket: "packs", spool: work.path)
-        try Self.createBucket(store)
-        let (path, _, name) = try Self.blobFile(work, size: 5000, seed: 3)
+        try Self.withBucket { engine, work, store in
+            let (path, _, name) = try Self.blobFile(work, size: 5000, seed: 3)
 
-        let wrong = try Self.store(engine, bucket: "packs", secret: "not-the-secret", spool: work.path)
-        #expect { try wrong.put(temporaryFile: path, sha256: name) } throws: { "\($0)".contains("SignatureDoesNotMatch") || "\($0)".contains("AccessDenied") }
-        #expect(FileSystem.exists(path), "a failed put leaves the temporary file to the caller")
-        #expect(!store.contains(name))
+            let wrong = try Self.store(engine, bucket: "packs", secret: "not-the-secret", spool: work.path)
+            #expect { try wrong.put(temporaryFile: path, sha256: name) } throws: { "\($0)".contains("SignatureDoesNotMatch") || "\($0)".contains("AccessDenied") }
+            #expect(FileSystem.exists(path), "a failed put leaves the temporary file to the caller")
+            #expect(!store.contains(name))
 
-        // A body other than the one signed: the store refuses it, nothing is stored.
-        let other = Array(repeating: UInt8(7), count: 5000)
-        let tampered = try store.client.call("PUT", key: S3BlobStore.key(name), body: .bytes(other), payloadSHA256: name)
-        #expect(tampered.status == 400, "\(tampered.text)")
-        #expect(!store.contains(name))
+            // A body other than the one signed: the store refuses it, nothing is stored.
+            let other = Array(repeating: UInt8(7), count: 5000)
+            let tampered = try store.client.call("PUT", key: S3BlobStore.key(name), body: .bytes(other), payloadSHA256: name)
+            #expect(tampered.status == 400, "\(tampered.text)")
+            #expect(!store.contains(name))
 
-        engine.stop()
-        #expect { try store.put(temporaryFile: path, sha256: name) } throws: { ($0 as? S3Error)?.status == 0 && "\($0)".contains("object store") }
-        #expect(FileSystem.exists(path))
-        #expect(throws: S3Error.self) { try store.open(name) }
-        try engine.restart()
-        try store.put(temporaryFile: path, sha256: name)
-        #expect(store.contains(name))
+            engine.stop()
+            #expect { try store.put(temporaryFile: path, sha256: name) } throws: { ($0 as? S3Error)?.status == 0 && "\($0)".contains("object store") }
+            #expect(FileSystem.exists(path))
+            #expect(throws: S3Error.self) { try store.open(name) }
+            try engine.restart()
+            try store.put(temporaryFile: path, sha256: name)
+            #expect(store.contains(name))
+        }
     }
 }

@@ -7,13 +7,18 @@ import Testing
 /// `depot serve --storage s3` against a real engine (OpenStack Swift's S3 API).
 @Suite("End to end: blobs in an S3 bucket", .serialized, .enabled(if: HeavyTests.objectStore, "run after the others by Deploy/setup.sh test, with DEPOT_S3_TESTS=1"))
 struct ObjectStorageTests {
+    /// A bucket on `engine` (created), and the store the tests look into it through.
+    static func bucket(_ engine: S3Engine, _ name: String, prefix: String = "") throws -> S3BlobStore {
+        let location = S3Location(endpoint: engine.endpoint, bucket: name, region: engine.region, prefix: prefix, accessKey: engine.accessKey, secretKey: engine.secretKey)
+        let store = S3BlobStore(client: try S3Client(location), spool: "/tmp")
+        try S3Client.check(store.client.call("PUT", key: nil), "creating the bucket")
+        return store
+    }
     @Test("Packs published through the origin land in the bucket (a 70 MiB one in parts), none on its disk; a sync is byte-identical; with the store down reads get 503 and publishes fail clearly, and both recover")
     func publishSyncOutage() throws {
         let engine = try S3Engine()
         defer { engine.remove() }
-        let location = S3Location(endpoint: engine.endpoint, bucket: "depot", region: engine.region, prefix: "origin-1/", accessKey: engine.accessKey, secretKey: engine.secretKey)
-        let store = S3BlobStore(client: try S3Client(location), spool: "/tmp")
-        try S3Client.check(store.client.call("PUT", key: nil), "creating the bucket")
+        let store = try Self.bucket(engine, "depot", prefix: "origin-1/")
 
         // What a crash in the middle of a multipart upload leaves: an upload with a part, no object.
         let stale = try S3Client.check(store.client.call("POST", key: S3BlobStore.key(String(repeating: "a", count: 64)), query: [("uploads", "")]), "starting")
@@ -85,9 +90,7 @@ struct ObjectStorageTests {
     func migrate() throws {
         let engine = try S3Engine()
         defer { engine.remove() }
-        let location = S3Location(endpoint: engine.endpoint, bucket: "moved", region: engine.region, accessKey: engine.accessKey, secretKey: engine.secretKey)
-        let store = S3BlobStore(client: try S3Client(location), spool: "/tmp")
-        try S3Client.check(store.client.call("PUT", key: nil), "creating the bucket")
+        let store = try Self.bucket(engine, "moved")
         let work = TemporaryDirectory("depot-s3-migrate")
         defer { work.remove() }
         let data = work.path + "/data"
@@ -133,9 +136,7 @@ struct ObjectStorageTests {
     func readOnlyReplica() throws {
         let engine = try S3Engine()
         defer { engine.remove() }
-        let location = S3Location(endpoint: engine.endpoint, bucket: "shared", region: engine.region, accessKey: engine.accessKey, secretKey: engine.secretKey)
-        let store = S3BlobStore(client: try S3Client(location), spool: "/tmp")
-        try S3Client.check(store.client.call("PUT", key: nil), "creating the bucket")
+        let store = try Self.bucket(engine, "shared")
         let work = TemporaryDirectory("depot-s3-replica")
         defer { work.remove() }
         let s3: [String: String] = [
@@ -225,9 +226,7 @@ struct ObjectStorageTests {
     func writerKilledMidUpload() throws {
         let engine = try S3Engine()
         defer { engine.remove() }
-        let location = S3Location(endpoint: engine.endpoint, bucket: "crash", region: engine.region, accessKey: engine.accessKey, secretKey: engine.secretKey)
-        let store = S3BlobStore(client: try S3Client(location), spool: "/tmp")
-        try S3Client.check(store.client.call("PUT", key: nil), "creating the bucket")
+        let store = try Self.bucket(engine, "crash")
         let work = TemporaryDirectory("depot-s3-crash")
         defer { work.remove() }
         let data = work.path + "/data"
