@@ -14,6 +14,8 @@ public struct HTTPResponse: Sendable {
         case shared(SharedBytes, offset: Int, length: Int)
         /// A region of an open file, sent with sendfile.
         case file(FileRegion)
+        /// `length` bytes produced as they are sent (a blob read from an object store).
+        case stream(any HTTPBodySource, length: Int64)
     }
 
     /// The status code.
@@ -42,6 +44,7 @@ public struct HTTPResponse: Sendable {
         case .bytes(let bytes): return Int64(bytes.count)
         case .shared(_, _, let length): return Int64(length)
         case .file(let region): return region.length
+        case .stream(_, let length): return length
         }
     }
 
@@ -132,4 +135,13 @@ public final class FileRegion: @unchecked Sendable {
     }
 
     deinit { if descriptor >= 0 { close(descriptor) } }
+}
+
+/// A body produced while it is sent. libmicrohttpd calls `read` on its own thread, in order, with
+/// the position in the body; it blocks until it has bytes and returns how many (0 only at the
+/// end). A thrown error aborts the response: the connection closes, so a client never takes a
+/// short body for a whole one. `close` is called once, when the response is freed.
+public protocol HTTPBodySource: AnyObject, Sendable {
+    func read(into buffer: UnsafeMutableRawBufferPointer, at position: Int64) throws -> Int
+    func close()
 }

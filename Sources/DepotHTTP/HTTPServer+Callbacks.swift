@@ -182,6 +182,31 @@ let releaseSharedBytes: @convention(c) (UnsafeMutableRawPointer?) -> Void = { ow
     if let owner { Unmanaged<SharedBytes>.fromOpaque(owner).release() }
 }
 
+/// A streamed body's source, as libmicrohttpd's callbacks hold it.
+final class StreamedBody {
+    let source: any HTTPBodySource
+    init(_ source: any HTTPBodySource) { self.source = source }
+}
+
+/// libmicrohttpd asks for the next bytes of a streamed body: -1 (end of stream) past its end,
+/// -2 (abort, the connection closes) when the source fails or ends early.
+let readStreamedBody: @convention(c) (UnsafeMutableRawPointer?, UInt64, UnsafeMutablePointer<CChar>?, Int) -> Int = { owner, position, buffer, max in
+    guard let owner, let buffer, max > 0 else { return -2 }
+    let body = Unmanaged<StreamedBody>.fromOpaque(owner).takeUnretainedValue()
+    do {
+        let n = try body.source.read(into: UnsafeMutableRawBufferPointer(start: buffer, count: max), at: Int64(position))
+        return n > 0 ? n : -2
+    } catch {
+        return -2
+    }
+}
+
+let freeStreamedBody: @convention(c) (UnsafeMutableRawPointer?) -> Void = { owner in
+    guard let owner else { return }
+    let body = Unmanaged<StreamedBody>.fromOpaque(owner).takeRetainedValue()
+    body.source.close()
+}
+
 /// How much of a refused body is read and thrown away so that the refusal reaches the client;
 /// past it the answer goes at once and the connection closes.
 let refusalDrainLimit: Int64 = 256 << 20
@@ -210,6 +235,11 @@ private func queue(_ response: HTTPResponse, for state: RequestState, on connect
         // On success the response owns fd and closes it; on failure it is still ours.
         mhdResponse = MHD_create_response_from_fd_at_offset64(UInt64(region.length), fd, UInt64(region.offset))
         if mhdResponse == nil { close(fd) }
+    case .stream(let source, let length):
+        // The source goes with the response and is closed and released when MHD frees it.
+        let owner = Unmanaged.passRetained(StreamedBody(source)).toOpaque()
+        mhdResponse = MHD_create_response_from_callback(UInt64(length), 256 << 10, readStreamedBody, owner, freeStreamedBody)
+        if mhdResponse == nil { freeStreamedBody(owner) }
     }
     guard let mhdResponse else { return .NO }
     defer { MHD_destroy_response(mhdResponse) }

@@ -218,6 +218,21 @@ public final class HTTPConnection: Sendable {
         return HTTPTransport.Response(status: code, headers: headers, body: [])
     }
 
+    /// Reads the next bytes of a body framed by Content-Length (the caller counts them) into
+    /// `buffer`: what came with the head first, then the socket; 0 when the server closed.
+    public func readBodyBytes(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+        let pending = leftover.withLock { value -> [UInt8] in
+            let take = min(value.count, buffer.count)
+            defer { value.removeFirst(take) }
+            return Array(value[0..<take])
+        }
+        if !pending.isEmpty {
+            pending.withUnsafeBytes { buffer.copyMemory(from: $0) }
+            return pending.count
+        }
+        return try receive(into: buffer)
+    }
+
     /// Reads the body into `sink`: by Content-Length, chunked, or until the server closes.
     /// Stops with an error past `limit` bytes, and when the body ends before its declared length.
     public func readBody(_ head: HTTPTransport.Response, method: String = "GET", limit: Int64 = .max, sink: (UnsafeRawBufferPointer) throws -> Void) throws {

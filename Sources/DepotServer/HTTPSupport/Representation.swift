@@ -12,6 +12,8 @@ struct Representation {
         case shared(SharedBytes)
         /// An open file; its descriptor passes to the response.
         case file(FileDescriptor)
+        /// Bytes produced as they are sent: the source of (offset, length) of the resource.
+        case stream((Int64, Int64) -> any HTTPBodySource)
     }
 
     var source: Source
@@ -85,6 +87,8 @@ struct Representation {
         case .file(let file):
             // The descriptor passes to the response, which passes it to libmicrohttpd (sendfile).
             return .file(FileRegion(descriptor: file.release(), offset: offset, length: length))
+        case .stream(let source):
+            return length == 0 ? .empty : .stream(source(offset, length), length: length)
         }
     }
 

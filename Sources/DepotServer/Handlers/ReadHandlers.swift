@@ -85,6 +85,16 @@ struct ReadHandlers: Sendable {
     /// `GET …/blobs/{sha256}`: a pack's container, by sendfile.
     func blob(_ context: RequestContext) throws -> HTTPResponse {
         let sha256 = context["sha256"]
+        if let bucket = blobs as? S3BlobStore {
+            // From the bucket: one HEAD, then exactly the bytes the response carries (the range,
+            // if any) streamed from a ranged GET while they are sent.
+            guard let blob = try bucket.stat(sha256) else { throw DepotError.notFound("blob \(sha256)") }
+            return Representation(
+                source: .stream { offset, length in bucket.reader(sha256, start: offset, length: length) }, size: blob.size,
+                etag: TextAssembler.quoted(sha256), lastModified: blob.modified, contentType: "application/octet-stream",
+                cacheControl: Representation.cacheControl("public, max-age=31536000, immutable", gated: context.gated)
+            ).response(to: context.request)
+        }
         guard let blob = try blobs.open(sha256) else { throw DepotError.notFound("blob \(sha256)") }
         return Representation(
             source: .file(blob.file), size: blob.size, etag: TextAssembler.quoted(sha256), lastModified: blob.modified, contentType: "application/octet-stream",

@@ -1,4 +1,6 @@
+import DepotClient
 import DepotCore
+import DepotHTTP
 import Foundation
 
 /// Blobs in an S3 bucket (`<prefix>blobs/<sha256>`), keeping ``BlobStore``'s contract on a store
@@ -9,9 +11,9 @@ import Foundation
 /// aborted. Packs up to ``singlePutLimit`` go in one PUT; larger ones in ``partSize`` parts,
 /// streamed from the verified temporary file, never held in memory.
 ///
-/// Reads (`open`) fetch the object into a spool file in the data folder that is unlinked at
-/// once (the descriptor is all that remains, and it goes when the response is sent), so the
-/// response can still be sent with sendfile.
+/// Blob responses stream from the bucket (``stat`` and ``reader``, one ranged GET for the bytes a
+/// response carries); `open`, the protocol's descriptor, fetches the object into a spool file in
+/// the data folder that is unlinked at once (the descriptor is all that remains).
 final class S3BlobStore: BlobStore {
     static let singlePutLimit: Int64 = 64 << 20
     static let partSize: Int64 = 16 << 20
@@ -123,6 +125,22 @@ final class S3BlobStore: BlobStore {
         }
     }
 
+    /// The blob's size and time, from one HEAD, or nil if there is none: what a streamed
+    /// response needs before its first byte.
+    func stat(_ sha256: String) throws -> BlobInfo? {
+        guard Hex.isSHA256(sha256) else { return nil }
+        let head = try client.call("HEAD", key: Self.key(sha256))
+        if head.status == 404 { return nil }
+        try S3Client.check(head, "reading blob \(sha256)")
+        guard let size = head.head.contentLength else { throw S3Error(status: head.status, description: "no size for blob \(sha256)") }
+        return BlobInfo(sha256: sha256, size: size, modified: head.head.header("Last-Modified").flatMap(HTTPDate.parse) ?? Date())
+    }
+
+    /// `length` bytes of the blob from `start`, read from the bucket as they are sent.
+    func reader(_ sha256: String, start: Int64, length: Int64) -> any HTTPBodySource {
+        S3BlobReader(client: client, key: Self.key(sha256), start: start, length: length)
+    }
+
     func contains(_ sha256: String) -> Bool {
         guard Hex.isSHA256(sha256) else { return false }
         return (try? client.call("HEAD", key: Self.key(sha256)).status) == 200
@@ -183,5 +201,46 @@ final class S3BlobStore: BlobStore {
         if let date = formatter.date(from: text) { return date }
         formatter.formatOptions = [.withInternetDateTime]
         return formatter.date(from: text)
+    }
+}
+
+/// A blob streamed from the bucket while the response is sent: one ranged GET for exactly the
+/// bytes the response carries, opened at the first read, read as libmicrohttpd asks for them.
+/// Reads come in order; anything else, or the store's body ending early, aborts the response.
+final class S3BlobReader: HTTPBodySource, @unchecked Sendable {
+    // @unchecked: libmicrohttpd calls read and close on one connection's thread, one at a time.
+    private let client: S3Client
+    private let key: String
+    private let start: Int64
+    private let length: Int64
+    private var connection: HTTPConnection?
+    private var delivered: Int64 = 0
+
+    init(client: S3Client, key: String, start: Int64, length: Int64) {
+        (self.client, self.key, self.start, self.length) = (client, key, start, length)
+    }
+
+    func read(into buffer: UnsafeMutableRawBufferPointer, at position: Int64) throws -> Int {
+        guard position == delivered, position < length else { throw S3Error(status: 0, description: "out-of-order read at \(position)") }
+        if connection == nil {
+            var opened: HTTPConnection?
+            let head = try client.call("GET", key: key, headers: ["range": "bytes=\(start)-\(start + length - 1)"], keepOpen: true) { opened = $0 }
+            guard let opened else { throw S3Error(status: head.status, description: "no connection for \(key)") }
+            guard head.status == 206 || (head.status == 200 && start == 0), head.head.contentLength == length else {
+                opened.close()
+                throw S3Error(status: head.status, description: "the store answered \(head.status) with \(head.head.contentLength ?? -1) bytes for \(length)")
+            }
+            connection = opened
+        }
+        let room = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<Int(min(Int64(buffer.count), length - delivered))])
+        let n = try connection!.readBodyBytes(into: room)
+        guard n > 0 else { throw S3Error(status: 0, description: "the store's body for \(key) ended at \(delivered) of \(length)") }
+        delivered += Int64(n)
+        return n
+    }
+
+    func close() {
+        connection?.close()
+        connection = nil
     }
 }

@@ -63,7 +63,8 @@ final class S3Client: Sendable {
     /// of collecting it (at most `limit` bytes are collected).
     func call(
         _ method: String, key: String?, query: [(String, String)] = [], headers: [String: String] = [:], body: Body = .none,
-        payloadSHA256: String = S3Client.emptySHA256, limit: Int64 = 1 << 20, sink: ((UnsafeRawBufferPointer) throws -> Void)? = nil
+        payloadSHA256: String = S3Client.emptySHA256, limit: Int64 = 1 << 20, sink: ((UnsafeRawBufferPointer) throws -> Void)? = nil,
+        keepOpen: Bool = false, opened: ((HTTPConnection) -> Void)? = nil
     ) throws -> Response {
         let objectPath = key.map { "/" + SigV4.encode(location.prefix + $0, keepSlash: true) } ?? "/"
         let path: String
@@ -96,7 +97,7 @@ final class S3Client: Sendable {
         } catch {
             throw S3Error(status: 0, description: "the object store at \(location.endpoint.absoluteString) cannot be reached: \(error)")
         }
-        defer { connection.close() }
+        defer { if !keepOpen { connection.close() } }
         do {
             try connection.sendHead(method: method, headers: fields.sorted { $0.key < $1.key }.map { ($0.key, $0.value) })
             switch body {
@@ -105,6 +106,11 @@ final class S3Client: Sendable {
             case .file(let file, let offset, let count): try connection.sendFile(file, offset: offset, count: count)
             }
             let head = try connection.readHead()
+            if keepOpen {
+                // The caller reads the body (a streamed blob) and closes the connection.
+                opened?(connection)
+                return Response(status: head.status, head: head, body: [])
+            }
             var collected: [UInt8] = []
             if let sink, (200..<300).contains(head.status) {
                 try connection.readBody(head, method: method, sink: sink)
