@@ -52,7 +52,6 @@ final class Origin: HTTPHandler {
         releases = ReleaseStore(folder: folder, apps: apps, manifestLifetime: configuration.manifestLifetime, changed: { app in writerMirror?.schedule(app) })
         uploads = ResumableUploads(folder: folder)
         uploads.repair()
-        garbage = GarbageCollector(releases: releases, blobs: blobs)
         accessLog = AccessLog(logger: configuration.logger)
         let folder = folder, cache = FileStampCache<AppSettings>(), urls = PublicURL(), metrics = OriginMetrics()
         (self.urls, self.metrics) = (urls, metrics)
@@ -61,10 +60,13 @@ final class Origin: HTTPHandler {
             guard Identifier.isValidApp(app) else { return nil }
             return cache.value(for: app, path: { folder.appSettings(app) }) { try StoredJSON.read(AppSettings.self, from: $0) }
         }
-        publisher = Publisher(
+        let publisher = Publisher(
             folder: folder, apps: apps, blobs: blobs, releases: releases, urls: urls, metrics: metrics, logger: configuration.logger,
             maximumPackSize: configuration.maximumPackSize, settings: settings
         )
+        self.publisher = publisher
+        // The collector leaves alone what publishes are storing and staging at that moment.
+        garbage = GarbageCollector(releases: releases, blobs: blobs, inFlight: { publisher.blobsInFlight() })
         operations = OperationsHandlers(metrics: metrics, staticFiles: configuration.publicDirectory.map(StaticFiles.init(root:)))
         router = Router(
             routes: Router.originRoutes(

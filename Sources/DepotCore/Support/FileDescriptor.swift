@@ -82,6 +82,11 @@ public final class FileDescriptor: @unchecked Sendable {
     }
 
     /// Flushes the file's data and metadata to stable storage (`F_FULLFSYNC` on Apple platforms).
+    /// Sets the file's modification time to now.
+    public func touch() throws(SystemError) {
+        try systemCall("futimens", path: path) { System.touch(rawValue) }
+    }
+
     public func sync() throws(SystemError) {
         try systemCall("fsync", path: path) { System.fullSync(rawValue) }
     }

@@ -44,6 +44,15 @@ public enum System {
         #endif
     }
 
+    /// Sets a file's access and modification times to now.
+    static func touch(_ fd: Int32) -> Int32 {
+        #if canImport(Glibc)
+        Glibc.futimens(fd, nil)
+        #else
+        Darwin.futimens(fd, nil)
+        #endif
+    }
+
     static func pread(_ fd: Int32, _ buffer: UnsafeMutableRawPointer?, _ count: Int, _ offset: Int64) -> Int {
         #if canImport(Glibc)
         Glibc.pread(fd, buffer, count, off_t(offset))

@@ -1,18 +1,21 @@
 import Foundation
 
 /// Removes blobs that nothing needs any more: not in any channel's live release, not in a
-/// release published within `retention`, not in a draft, and stored longer ago than `grace`
-/// (a blob is stored a moment before it is staged). Runs under the publish lock, so no
-/// publish or rollback can pick a blob up while it goes.
+/// release published within `retention`, not in a draft, not being stored and staged right now
+/// (`inFlight`: a blob is stored a moment before it is staged, whatever the machine's load), and
+/// stored longer ago than `grace`. Runs under the publish lock, so no publish or rollback can
+/// pick a blob up while it goes.
 struct GarbageCollector: Sendable {
     let releases: ReleaseStore
     let blobs: any BlobStore
+    /// The blobs publishes are storing and staging at this moment.
+    var inFlight: @Sendable () -> Set<String> = { [] }
 
     /// Returns the blobs removed (or, with `dryRun`, that would be) and their bytes.
     @discardableResult
     func collect(retention: TimeInterval, grace: TimeInterval, now: Date = Date(), dryRun: Bool = false) throws -> (blobs: [String], bytes: Int64) {
         try releases.exclusively {
-            let needed = try releases.neededBlobs(retention: retention, now: now)
+            let needed = try releases.neededBlobs(retention: retention, now: now).union(inFlight())
             var removed: [String] = []
             var bytes: Int64 = 0
             for blob in blobs.enumerate() where !needed.contains(blob.sha256) && blob.modified < now.addingTimeInterval(-grace) {

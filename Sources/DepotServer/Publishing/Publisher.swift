@@ -1,6 +1,7 @@
 import DepotCore
 import Foundation
 import Logging
+import Synchronization
 
 /// Publishing, in domain terms: stores verified packs and stages them, publishes the draft as
 /// the next signed release, removes packs, rolls back, promotes channels. It takes and returns
@@ -17,6 +18,12 @@ final class Publisher: Sendable {
     let maximumPackSize: Int64
     /// An app's settings (cached by the caller).
     private let settings: @Sendable (String) -> AppSettings?
+    /// Blobs between being stored and being staged (counted: two uploads of the same bytes),
+    /// which the garbage collector leaves alone.
+    private let storing = Mutex<[String: Int]>([:])
+
+    /// The blobs being stored and staged right now.
+    func blobsInFlight() -> Set<String> { storing.withLock { Set($0.keys) } }
 
     init(
         folder: DataFolder, apps: AppStore, blobs: any BlobStore, releases: ReleaseStore, urls: PublicURL, metrics: OriginMetrics,
@@ -57,6 +64,13 @@ final class Publisher: Sendable {
         let installSize = try settings(parameters.app)?.isManaged == true
             ? installSize(ofArchive: path, size: summary.size, declared: parameters.installSize)
             : installSize(ofContainer: path, summary: summary, contentType: parameters.contentType, keys: keys)
+        storing.withLock { $0[summary.sha256, default: 0] += 1 }
+        defer {
+            storing.withLock { counts in
+                counts[summary.sha256, default: 1] -= 1
+                if counts[summary.sha256] == 0 { counts[summary.sha256] = nil }
+            }
+        }
         try blobs.put(temporaryFile: path, sha256: summary.sha256)
         return try publish(summary, installSize: installSize, for: parameters)
     }

@@ -10,6 +10,9 @@ struct FileBlobStore: BlobStore {
     func put(temporaryFile path: String, sha256: String) throws {
         guard Hex.isSHA256(sha256) else { throw DepotError(.failure, "storage_error", "not a blob name: \(sha256)") }
         let file = try FileDescriptor(path: path, flags: O_RDONLY)
+        // The blob's time is when it was stored (the collector's grace counts from it), not when
+        // its bytes were last written: a resumable upload's container can be minutes older.
+        try file.touch()
         try file.sync()
         try file.close()
         let target = folder.blob(sha256)
