@@ -28,7 +28,7 @@ public final class ReleaseStore: Sendable {
     private let drafts: DraftStore
     /// Per app, the highest revision each pack id has had in any release: loaded once, kept
     /// up to date by every publish.
-    private let highestRevisions = Mutex<[String: [String: Int]]>([:])
+    let highestRevisions = Mutex<[String: [String: Int]]>([:])
     /// How long a signed manifest stays valid.
     let manifestLifetime: TimeInterval
     /// Told the app after each change of its releases or channels (the bucket mirror).
@@ -85,7 +85,7 @@ public final class ReleaseStore: Sendable {
         max(Self.readNumber(folder.head(app)) ?? 0, channels(app).values.max() ?? 0)
     }
 
-    private func load(_ app: String, _ version: Int) throws -> LiveManifest {
+    func load(_ app: String, _ version: Int) throws -> LiveManifest {
         let bytes = try FileSystem.readFile(folder.release(app, version))
         let envelope = try Envelope.decode(bytes)
         guard let payload = Data(base64Encoded: envelope.payload) else { throw EnvelopeError.malformed }
@@ -110,36 +110,6 @@ public final class ReleaseStore: Sendable {
         FileSystem.contents(of: folder).compactMap { name -> Int? in
             name.hasSuffix(".json") && !name.hasPrefix(".") ? Int(name.dropLast(5)) : nil
         }.sorted()
-    }
-
-    /// Re-signs live manifests that are close to expiry (less than a third of the lifetime left)
-    /// or signed by other keys than those in force: the same packs are published as the next
-    /// version, so a quiet app never leaves devices with an expired (refused) manifest, and a key
-    /// rotation reaches the live manifest without a publish. Returns the apps refreshed.
-    @discardableResult
-    func refreshExpiring(now: Date = Date()) throws -> [String] {
-        var refreshed: [String] = []
-        for app in FileSystem.contents(of: folder.apps) where FileSystem.isDirectory(folder.releases(app)) {
-            for channel in channels(app).keys.sorted() where try refresh(app, channel: channel, now: now) {
-                refreshed.append(channel == Self.production ? app : app + " (\(channel))")
-            }
-        }
-        return refreshed
-    }
-
-    /// Re-signs one channel's release if it needs it; returns whether it did.
-    @discardableResult
-    func refresh(_ app: String, channel: String, now: Date = Date()) throws -> Bool {
-        guard let live = try current(app, channel: channel) else { return false }
-        // Also re-sign when the signing keys changed (a rotation began or a grace period ended),
-        // so that builds trusting only the new key can read the live manifest at once.
-        let signers = Set((try? Envelope.decode(live.envelope))?.signatures.map(\.keyid) ?? [])
-        let inForce = Set(try apps.signingKeys(now: now).map { ManifestSigningKey.keyID(for: $0.publicKey) })
-        guard live.manifest.expiresAt.timeIntervalSince(now) < manifestLifetime / 3 || signers != inForce else { return false }
-        let version = live.version
-        return try publish(app, channel: channel, change: { packs in
-            try self.current(app, channel: channel)?.version == version ? packs : nil
-        }) != nil
     }
 
     /// Points `channel` at an existing release (creating the channel). Channels only move to a
@@ -182,48 +152,9 @@ public final class ReleaseStore: Sendable {
         changed(app)
     }
 
-    /// The blobs that releases and drafts still need: every channel's live release, every
-    /// release published within `retention`, every draft. Call under ``exclusively(_:)``.
-    func neededBlobs(retention: TimeInterval, now: Date) throws -> Set<String> {
-        var needed = Set<String>()
-        for app in FileSystem.contents(of: folder.apps) where FileSystem.isDirectory(folder.releases(app)) {
-            for channel in channels(app).keys {
-                for pack in try current(app, channel: channel)?.manifest.packs ?? [] { needed.insert(pack.sha256) }
-            }
-            for version in Self.versions(in: folder.releases(app)) {
-                let manifest = try load(app, version).manifest
-                if manifest.publishedAt >= now.addingTimeInterval(-retention) { for pack in manifest.packs { needed.insert(pack.sha256) } }
-            }
-            for pack in try staging(app).upserts.values { needed.insert(pack.sha256) }
-        }
-        return needed
-    }
-
-    /// Whether any release file of `app` names blob `sha256`. A draft's blob can be in a release
-    /// that no channel serves: a publish cut short by a crash leaves its release written (listed
-    /// and promotable) and its draft in place, and a rollback can move the channel past it.
-    func anyReleaseNames(_ sha256: String, app: String) throws -> Bool {
-        for version in Self.versions(in: folder.releases(app)) where try load(app, version).manifest.packs.contains(where: { $0.sha256 == sha256 }) {
-            return true
-        }
-        return false
-    }
-
     /// Runs `body` under the publish lock: no publish, promotion or rollback runs meanwhile.
     func exclusively<T>(_ body: () throws -> T) rethrows -> T {
         try publishLock.withLock { _ in try body() }
-    }
-
-    /// Crash recovery, at start-up: removes release files that a publish wrote but never made
-    /// visible (the process died before writing `head`). Their draft is still there to publish.
-    func removeUnpublishedReleases() throws {
-        for app in FileSystem.contents(of: folder.apps) where FileSystem.isDirectory(folder.releases(app)) {
-            let head = head(app)
-            for version in Self.versions(in: folder.releases(app)) where version > head {
-                FileSystem.remove(folder.release(app, version))
-            }
-            try FileSystem.syncDirectory(folder.releases(app))
-        }
     }
 
     /// The staged changes of an app.
@@ -315,35 +246,5 @@ public final class ReleaseStore: Sendable {
             try then?()
             return published
         }
-    }
-
-    /// Versions that only go up, on every channel: a pack whose container differs from the one
-    /// `base` has gets a revision above any it ever had in any release of the app (so a device
-    /// moving between channels, or reinstalling a pack that was dropped, sees it rise); an
-    /// unchanged one keeps its revision. Call under the publish lock.
-    private func raisingRevisions(_ packs: [PackEntry], over base: [PackEntry], app: String) throws -> [PackEntry] {
-        let highest = try highestRevisions(app)
-        let before = Dictionary(base.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
-        return packs.map { pack in
-            var pack = pack
-            if let old = before[pack.id], old.sha256 == pack.sha256 {
-                pack.revision = old.revision
-            } else if let top = highest[pack.id], pack.revision <= top {
-                pack.revision = top + 1
-            }
-            return pack
-        }
-    }
-
-    /// The highest revision of each pack id over the app's releases (read once per process).
-    private func highestRevisions(_ app: String) throws -> [String: Int] {
-        if let known = highestRevisions.withLock({ $0[app] }) { return known }
-        var highest: [String: Int] = [:]
-        let head = head(app)
-        for version in Self.versions(in: folder.releases(app)) where version <= head {
-            for pack in try load(app, version).manifest.packs { highest[pack.id] = max(highest[pack.id] ?? 0, pack.revision) }
-        }
-        highestRevisions.withLock { $0[app] = highest }
-        return highest
     }
 }

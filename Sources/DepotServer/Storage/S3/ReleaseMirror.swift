@@ -21,8 +21,12 @@ final class ReleaseMirror: Sendable {
     /// Per app, the release numbers known to be in the bucket.
     private let pushed = Mutex<[String: Set<Int>]>([:])
 
+    /// Lists the bucket's objects (under the location's prefix).
+    private let bucket: S3BlobStore
+
     init(client: S3Client, folder: DataFolder, logger: Logger) {
         (self.client, self.folder, self.logger) = (client, folder, logger)
+        bucket = S3BlobStore(client: client, spool: folder.uploads)
     }
 
     static func appKey(_ app: String) -> String { "apps/\(app)/app.json" }
@@ -52,7 +56,7 @@ final class ReleaseMirror: Sendable {
     /// The app's settings, any release not in the bucket yet, then its channel pointers.
     private func push(_ app: String) throws {
         try put(FileSystem.readFile(folder.appSettings(app), limit: 1 << 20), Self.appKey(app))
-        var known = try pushed.withLock { $0[app] } ?? Set(S3BlobStore(client: client, spool: folder.uploads).list(prefix: "apps/\(app)/releases/").compactMap { object in
+        var known = try pushed.withLock { $0[app] } ?? Set(bucket.list(prefix: "apps/\(app)/releases/").compactMap { object in
             Int(object.key.split(separator: "/").last?.dropLast(5) ?? "")
         })
         let head = Int(String(decoding: (try? FileSystem.readFile(folder.head(app), limit: 64)) ?? [], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
@@ -68,7 +72,7 @@ final class ReleaseMirror: Sendable {
         }
         for (channel, version) in pointers.sorted(by: { $0.key < $1.key }) { try put(Array("\(version)\n".utf8), Self.pointerKey(app, channel)) }
         // Channels removed here go from the bucket too.
-        for object in try S3BlobStore(client: client, spool: folder.uploads).list(prefix: "apps/\(app)/channels/") {
+        for object in try bucket.list(prefix: "apps/\(app)/channels/") {
             let name = String(object.key.split(separator: "/").last ?? "")
             if pointers[name] == nil { _ = try? client.call("DELETE", key: object.key) }
         }
@@ -85,7 +89,7 @@ final class ReleaseMirror: Sendable {
     /// local folder, then its pointers (and `head`); returns the apps whose pointers moved.
     @discardableResult
     func pull(into releases: ReleaseStore) throws -> [String] {
-        let objects = try S3BlobStore(client: client, spool: folder.uploads).list(prefix: "apps/")
+        let objects = try bucket.list(prefix: "apps/")
         var byApp: [String: [String]] = [:]
         for object in objects {
             let parts = object.key.split(separator: "/", omittingEmptySubsequences: false)

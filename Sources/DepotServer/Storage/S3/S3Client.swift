@@ -76,7 +76,7 @@ final class S3Client: Sendable {
             path = objectPath
         }
         let authority = host + (location.endpoint.port.map { ":\($0)" } ?? "")
-        let canonicalQuery = query.map { (SigV4.encode($0.0), SigV4.encode($0.1)) }.sorted { $0 < $1 }.map { $0.1.isEmpty && $0.0 == "uploads" ? "\($0.0)=" : "\($0.0)=\($0.1)" }
+        let canonicalQuery = query.map { (SigV4.encode($0.0), SigV4.encode($0.1)) }.sorted { $0 < $1 }.map { "\($0.0)=\($0.1)" }
         let target = path + (canonicalQuery.isEmpty ? "" : "?" + canonicalQuery.joined(separator: "&"))
         guard let url = URL(string: "\(location.endpoint.scheme ?? "http")://\(authority)\(target)") else {
             throw S3Error(status: 0, description: "cannot form a URL for \(target)")

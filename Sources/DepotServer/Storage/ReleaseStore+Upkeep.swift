@@ -1,0 +1,75 @@
+import DepotCore
+import Foundation
+
+/// What the maintenance pass and start-up ask of the releases: re-signing before expiry or after
+/// a key rotation, the blobs still needed, crash recovery.
+extension ReleaseStore {
+    /// Re-signs live manifests that are close to expiry (less than a third of the lifetime left)
+    /// or signed by other keys than those in force: the same packs are published as the next
+    /// version, so a quiet app never leaves devices with an expired (refused) manifest, and a key
+    /// rotation reaches the live manifest without a publish. Returns the apps refreshed.
+    @discardableResult
+    func refreshExpiring(now: Date = Date()) throws -> [String] {
+        var refreshed: [String] = []
+        for app in FileSystem.contents(of: folder.apps) where FileSystem.isDirectory(folder.releases(app)) {
+            for channel in channels(app).keys.sorted() where try refresh(app, channel: channel, now: now) {
+                refreshed.append(channel == Self.production ? app : app + " (\(channel))")
+            }
+        }
+        return refreshed
+    }
+
+    /// Re-signs one channel's release if it needs it; returns whether it did.
+    @discardableResult
+    func refresh(_ app: String, channel: String, now: Date = Date()) throws -> Bool {
+        guard let live = try current(app, channel: channel) else { return false }
+        // Also re-sign when the signing keys changed (a rotation began or a grace period ended),
+        // so that builds trusting only the new key can read the live manifest at once.
+        let signers = Set((try? Envelope.decode(live.envelope))?.signatures.map(\.keyid) ?? [])
+        let inForce = Set(try apps.signingKeys(now: now).map { ManifestSigningKey.keyID(for: $0.publicKey) })
+        guard live.manifest.expiresAt.timeIntervalSince(now) < manifestLifetime / 3 || signers != inForce else { return false }
+        let version = live.version
+        return try publish(app, channel: channel, change: { packs in
+            try self.current(app, channel: channel)?.version == version ? packs : nil
+        }) != nil
+    }
+
+    /// The blobs that releases and drafts still need: every channel's live release, every
+    /// release published within `retention`, every draft. Call under ``exclusively(_:)``.
+    func neededBlobs(retention: TimeInterval, now: Date) throws -> Set<String> {
+        var needed = Set<String>()
+        for app in FileSystem.contents(of: folder.apps) where FileSystem.isDirectory(folder.releases(app)) {
+            for channel in channels(app).keys {
+                for pack in try current(app, channel: channel)?.manifest.packs ?? [] { needed.insert(pack.sha256) }
+            }
+            for version in Self.versions(in: folder.releases(app)) {
+                let manifest = try load(app, version).manifest
+                if manifest.publishedAt >= now.addingTimeInterval(-retention) { for pack in manifest.packs { needed.insert(pack.sha256) } }
+            }
+            for pack in try staging(app).upserts.values { needed.insert(pack.sha256) }
+        }
+        return needed
+    }
+
+    /// Whether any release file of `app` names blob `sha256`. A draft's blob can be in a release
+    /// that no channel serves: a publish cut short by a crash leaves its release written (listed
+    /// and promotable) and its draft in place, and a rollback can move the channel past it.
+    func anyReleaseNames(_ sha256: String, app: String) throws -> Bool {
+        for version in Self.versions(in: folder.releases(app)) where try load(app, version).manifest.packs.contains(where: { $0.sha256 == sha256 }) {
+            return true
+        }
+        return false
+    }
+
+    /// Crash recovery, at start-up: removes release files that a publish wrote but never made
+    /// visible (the process died before writing `head`). Their draft is still there to publish.
+    func removeUnpublishedReleases() throws {
+        for app in FileSystem.contents(of: folder.apps) where FileSystem.isDirectory(folder.releases(app)) {
+            let head = head(app)
+            for version in Self.versions(in: folder.releases(app)) where version > head {
+                FileSystem.remove(folder.release(app, version))
+            }
+            try FileSystem.syncDirectory(folder.releases(app))
+        }
+    }
+}
