@@ -7,6 +7,8 @@ import Synchronization
 struct ReadHandlers: Sendable {
     let releases: ReleaseStore
     let blobs: any BlobStore
+    /// The bucket, when blobs live in one: their responses stream from it (decided once, not per request).
+    let bucket: S3BlobStore?
     let urls: PublicURL
     /// `max-age` of a live manifest, in seconds.
     let manifestMaxAge: Int
@@ -16,6 +18,13 @@ struct ReadHandlers: Sendable {
     let downloadManifests = DownloadManifestBodies()
     /// An app's settings (cached by the caller).
     let settings: @Sendable (String) -> AppSettings?
+
+    init(
+        releases: ReleaseStore, blobs: any BlobStore, urls: PublicURL, manifestMaxAge: Int, settings: @escaping @Sendable (String) -> AppSettings?
+    ) {
+        (self.releases, self.blobs, self.urls, self.manifestMaxAge, self.settings) = (releases, blobs, urls, manifestMaxAge, settings)
+        bucket = blobs as? S3BlobStore
+    }
 
     /// `GET …/manifest` and `GET …/channels/{channel}/manifest`: the live envelope.
     func manifest(_ context: RequestContext) throws -> HTTPResponse {
@@ -85,7 +94,7 @@ struct ReadHandlers: Sendable {
     /// `GET …/blobs/{sha256}`: a pack's container, by sendfile.
     func blob(_ context: RequestContext) throws -> HTTPResponse {
         let sha256 = context["sha256"]
-        if let bucket = blobs as? S3BlobStore {
+        if let bucket {
             // From the bucket: one HEAD, then exactly the bytes the response carries (the range,
             // if any) streamed from a ranged GET while they are sent.
             guard let blob = try bucket.stat(sha256) else { throw DepotError.notFound("blob \(sha256)") }

@@ -86,7 +86,8 @@ final class Publisher: Sendable {
         // A pack staged twice: the earlier upload's blob is deleted once the draft no longer needs it.
         var superseded: String?
         let add: (inout Staging, [PackEntry]) -> Void = { staging, live in
-            if let earlier = staging.upserts[request.pack], !live.contains(where: { $0.sha256 == earlier.sha256 }) {
+            // (Not when it is this very blob: an upload finished again after a crash stores the same container.)
+            if let earlier = staging.upserts[request.pack], earlier.sha256 != entry.sha256, !live.contains(where: { $0.sha256 == earlier.sha256 }) {
                 superseded = earlier.sha256
             }
             staging.upserts[request.pack] = entry
