@@ -11,7 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(libmicrohttpd-dev libssl-dev openssl pkg-config curl python3 python3-pip python3-cryptography nginx-light systemd wrk slowhttptest time
-  python3-swift memcached)  # the last two: the S3 engine the object-storage tests start (Deploy/s3/swift-s3.sh)
+  python3-swift memcached  # the S3 engine the object-storage tests start (Deploy/s3/swift-s3.sh)
+  chromium chromium-driver)  # the browser the dashboard's test drives (Tests/Browser)
 
 install_missing() {
   local missing=()
@@ -36,13 +37,13 @@ install_missing() {
   fi
 }
 
-# The tests drive the server with tuspy, the reference Python tus client (from PyPI), to show
-# that a standard tus 1.0 client works against it.
+# From PyPI: tuspy, the reference Python tus client (a standard tus 1.0 client works against the
+# origin), and Selenium, which drives Chromium through chromedriver for the dashboard's test.
 install_test_tools() {
-  python3 -c "import tusclient" 2>/dev/null && return
-  echo "installing: tuspy (PyPI)" >&2
-  python3 -m pip install --quiet --disable-pip-version-check --break-system-packages tuspy==1.1.0 2>/dev/null \
-    || python3 -m pip install --quiet --disable-pip-version-check tuspy==1.1.0
+  python3 -c "import tusclient, selenium" 2>/dev/null && return
+  echo "installing: tuspy, selenium (PyPI)" >&2
+  python3 -m pip install --quiet --disable-pip-version-check --break-system-packages tuspy==1.1.0 selenium==4.51.0 2>/dev/null \
+    || python3 -m pip install --quiet --disable-pip-version-check tuspy==1.1.0 selenium==4.51.0
 }
 
 case "${1:-}" in
@@ -60,6 +61,8 @@ case "${1:-}" in
     # Then the suites that load the whole machine or time themselves, alone (in the parallel run
     # they would make others' timing flaky, or be made flaky).
     DEPOT_HEAVY_TESTS=1 swift test --disable-xctest --skip-build --filter 'LoadTests|HostileHTTPTests|TokenTimingTests|ConcurrentUploadTests'
+    # The dashboard in real Chromium (screenshots in .build/artifacts/dashboard).
+    DEPOT_BROWSER_TESTS=1 swift test --disable-xctest --skip-build --filter DashboardTests
     # Last, the suites that start a real S3 engine (OpenStack Swift), one engine at a time per suite.
     DEPOT_S3_TESTS=1 exec swift test --disable-xctest --skip-build --filter 'S3BlobStoreTests|ObjectStorageTests' ;;
   *)

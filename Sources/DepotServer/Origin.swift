@@ -73,7 +73,7 @@ final class Origin: HTTPHandler {
                 reads: ReadHandlers(releases: releases, blobs: blobs, urls: urls, manifestMaxAge: configuration.manifestMaxAge, settings: settings),
                 publishing: PublishHandlers(publisher: publisher),
                 resumable: ResumableHandlers(uploads: uploads, publisher: publisher, expiry: configuration.uploadExpiry),
-                operations: operations
+                operations: operations, dashboard: DashboardHandlers(apps: apps)
             ),
             authenticator: Authenticator(tokens: TokenStore(folder: folder)), settings: settings, readOnly: readOnly
         )

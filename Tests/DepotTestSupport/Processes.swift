@@ -47,4 +47,7 @@ public enum HeavyTests {
     /// The suites that start a real S3 engine (a few hundred MiB of Python processes each):
     /// run after the others, with `DEPOT_S3_TESTS=1`.
     public static var objectStore: Bool { ProcessInfo.processInfo.environment["DEPOT_S3_TESTS"] == "1" }
+    /// The dashboard's suite in real Chromium (a browser and its throttled uploads): run last,
+    /// alone, with `DEPOT_BROWSER_TESTS=1`.
+    public static var browser: Bool { ProcessInfo.processInfo.environment["DEPOT_BROWSER_TESTS"] == "1" }
 }

@@ -5,8 +5,9 @@ import DepotHTTP
 struct Authenticator: Sendable {
     let tokens: TokenStore
 
-    /// The token of a request allowed to publish for `app` (with `admin`, to administer it).
-    func bearer(_ request: HTTPRequest, app: String, admin: Bool) throws -> StoredToken {
+    /// The token of a request allowed to publish for `app` (with `admin`, to administer it);
+    /// with no app, any valid token.
+    func bearer(_ request: HTTPRequest, app: String?, admin: Bool) throws -> StoredToken {
         guard let header = request.headers["Authorization"] else { throw DepotError.missingToken }
         let parts = header.split(separator: " ", maxSplits: 1)
         guard parts.count == 2, parts[0].lowercased() == "bearer" else { throw DepotError.missingToken }
@@ -17,21 +18,27 @@ struct Authenticator: Sendable {
         case .expired: throw DepotError(.unauthorized, "token_expired", "the bearer token has expired")
         case .revoked: throw DepotError(.unauthorized, "token_revoked", "the bearer token was revoked")
         }
-        guard token.app == app else {
+        if let app, token.app != app {
             throw DepotError.forbidden("this token is scoped to another app; make one for \(app) with `depot tokens create --app \(app)`")
         }
         guard token.role == .publisher || token.role == .admin else { throw DepotError.forbidden("this token cannot publish") }
         if admin && token.role != .admin {
-            throw DepotError.forbidden("this call needs an admin token of the app; make one with `depot tokens create --app \(app) --role admin`")
+            throw DepotError.forbidden("this call needs an admin token of the app; make one with `depot tokens create --app \(token.app) --role admin`")
         }
         return token
     }
 
     /// Checks the app's download credentials, when it has them; returns whether it does (its
     /// answers must then stay out of shared caches).
+    /// A bearer token of the app (the dashboard's) is accepted in their place.
     func download(_ request: HTTPRequest, settings: AppSettings) throws -> Bool {
         guard let credentials = settings.downloadCredentials else { return false }
-        guard credentials.accepts(request.headers["Authorization"]) else { throw DepotError.downloadCredentials(settings.id) }
+        let header = request.headers["Authorization"]
+        if let header, header.utf8.count > 7, header.prefix(7).lowercased() == "bearer " {
+            _ = try bearer(request, app: settings.id, admin: false)
+            return true
+        }
+        guard credentials.accepts(header) else { throw DepotError.downloadCredentials(settings.id) }
         return true
     }
 }

@@ -2,12 +2,17 @@
 /// Adding a route is a line here and a handler method.
 extension Router {
     static func originRoutes(
-        reads: ReadHandlers, publishing: PublishHandlers, resumable: ResumableHandlers, operations: OperationsHandlers
+        reads: ReadHandlers, publishing: PublishHandlers, resumable: ResumableHandlers, operations: OperationsHandlers,
+        dashboard: DashboardHandlers
     ) -> [Route] {
         let app = "/v1/apps/:app"
         return [
             Route("GET, HEAD", "/healthz", label: "healthz", access: .open, operations.health),
             Route("GET, HEAD", "/metrics", label: "metrics", access: .open, operations.metrics),
+
+            Route("GET", "/v1/session", label: "session", access: .token, dashboard.session),
+            Route("GET", app, label: "app", access: .publisher, dashboard.app),
+            Route("GET", app + "/client-configuration", label: "client-configuration", access: .admin, dashboard.clientConfiguration),
 
             Route("GET, HEAD", app + "/manifest", label: "manifest", access: .download, reads.manifest),
             Route("GET, HEAD", app + "/releases", label: "releases", access: .download, reads.releaseList),

@@ -10,6 +10,8 @@ struct RequestContext: Sendable {
     let settings: AppSettings?
     /// Whether the app's download credentials gate the answer (so shared caches must not keep it).
     let gated: Bool
+    /// The bearer token the router checked, for routes that need one.
+    var token: StoredToken? = nil
 
     /// A path parameter the route's pattern declares.
     subscript(_ name: String) -> String {

@@ -10,6 +10,8 @@ enum Access: Sendable {
     case publisher
     /// A bearer token of the app with the admin role.
     case admin
+    /// Any valid bearer token, of whichever app (the handler reads it from the context).
+    case token
 }
 
 /// A path with literal segments, `:name` parameters and, last, an optional `*` that takes the

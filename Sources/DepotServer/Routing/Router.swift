@@ -67,6 +67,7 @@ struct Router: Sendable {
         for (name, value) in parameters { try Self.validate(name, value, parameters) }
         var settings: AppSettings?
         var gated = false
+        var token: StoredToken?
         switch access {
         case .open:
             break
@@ -78,10 +79,12 @@ struct Router: Sendable {
                 throw DepotError.forbidden("this origin is a read-only replica of the bucket: publish through the writing origin")
             }
             guard let app = parameters["app"] else { preconditionFailure("\(pattern) needs :app for token access") }
-            _ = try authenticator.bearer(request, app: app, admin: access == .admin)
+            token = try authenticator.bearer(request, app: app, admin: access == .admin)
             settings = try lookUp(app)
+        case .token:
+            token = try authenticator.bearer(request, app: nil, admin: false)
         }
-        return RequestContext(request: request, parameters: parameters, settings: settings, gated: gated)
+        return RequestContext(request: request, parameters: parameters, settings: settings, gated: gated, token: token)
     }
 
     private func lookUp(_ app: String?) throws -> AppSettings? {

@@ -1,0 +1,167 @@
+// The dashboard: sign in with a token, then one app at a time — its live releases, the draft,
+// uploads, history and comparisons, Info.plist keys and (admins) the app configuration.
+
+import { call, appPath, release, sessions, currentSession, selectApp, signIn, forget, OriginError } from "./api.js";
+import { $, el, button, alertError, clearAlert, notify, copy } from "./ui.js";
+import { renderApp, renderChannels, renderLivePacks, renderDraft, renderHistory, renderComparison } from "./views.js";
+import { publish, promote, rollback, removeLive } from "./actions.js";
+import { setUpUpload, resetUpload } from "./upload-view.js";
+
+const state = { list: null, staging: null, channel: "production", config: null };
+
+async function health() {
+  const node = $("health");
+  try {
+    const response = await fetch("/healthz", { cache: "no-store" });
+    node.dataset.state = response.ok ? "ok" : "down";
+    node.textContent = response.ok ? "The origin is up." : `The origin answered ${response.status}.`;
+  } catch {
+    node.dataset.state = "down";
+    node.textContent = "The origin does not answer.";
+  }
+}
+
+function showSignIn(adding) {
+  $("sign-in").hidden = false;
+  $("sign-in-cancel").hidden = !adding;
+  $("app-view").hidden = !adding || !currentSession();
+  $("token").value = "";
+  $("token").focus();
+}
+
+function renderNav() {
+  const list = sessions();
+  $("apps-nav").hidden = list.length === 0;
+  const current = currentSession();
+  $("app-select").replaceChildren(...list.map((s) => el("option", { value: s.app, selected: s.app === current?.app }, `${s.app} (${s.mode}, ${s.role})`)));
+}
+
+/** Loads and shows everything about the selected app. */
+async function load() {
+  const session = currentSession();
+  renderNav();
+  if (!session) return showSignIn(false);
+  $("sign-in").hidden = true;
+  $("app-view").hidden = false;
+  try {
+    const [summary, list, staging] = await Promise.all([
+      call(appPath(session.app)),
+      call(appPath(session.app, "/releases")).catch((error) => {
+        if (error.status === 404) return { app: session.app, channels: {}, releases: [] };
+        throw error;
+      }),
+      call(appPath(session.app, "/staging")),
+    ]);
+    Object.assign(state, { list, staging });
+    renderApp(summary, session);
+    const channels = Object.keys(list.channels ?? {});
+    if (!channels.includes(state.channel)) state.channel = channels.includes("production") ? "production" : channels[0] ?? "production";
+    renderChannels(list, (channel) => [
+      button("Show packs", () => { state.channel = channel; showLive(); }, { ariaLabel: `Show the packs of ${channel}` }),
+      button("Info.plist keys", () => { $("plist-channel").value = channel; showPlist(); }, { ariaLabel: `Info.plist keys of ${channel}` }),
+    ]);
+    renderHistory(list, (r) => [
+      button("Promote…", () => promote(session.app, r.version, channels, load), { ariaLabel: `Promote release ${r.version}` }),
+      session.role === "admin" && !r.live
+        ? button("Roll back to this…", () => rollback(session.app, r.version, "production", load), { ariaLabel: `Roll production back to release ${r.version}` })
+        : null,
+    ]);
+    renderDraft(staging);
+    $("plist-channel").replaceChildren(...(channels.length ? channels : ["production"]).map((c) => el("option", { value: c }, c)));
+    $("plist-channel").value = state.channel;
+    $("config-section").hidden = session.role !== "admin";
+    $("config").hidden = true;
+    $("config-copy").hidden = true;
+    await Promise.all([showLive(), showPlist()]);
+  } catch (error) {
+    if (error instanceof OriginError && error.status === 401) {
+      forget(session.app);
+      alertError(new OriginError(401, error.code, `The token for ${session.app} is no longer accepted: ${error.message}. Sign in again.`));
+      return load();
+    }
+    alertError(error);
+  }
+}
+
+async function showLive() {
+  const session = currentSession();
+  const version = state.list?.channels?.[state.channel];
+  const manifest = version ? await release(session.app, version) : null;
+  renderLivePacks(state.channel, manifest, (pack) => removeLive(session.app, pack, load));
+}
+
+async function showPlist() {
+  const session = currentSession();
+  const channel = $("plist-channel").value || "production";
+  if (!state.list?.channels?.[channel]) {
+    $("plist").textContent = `Nothing is released on ${channel} yet: the keys follow from a release.`;
+    return;
+  }
+  try {
+    $("plist").textContent = await call(appPath(session.app, "/info-plist"), { query: { channel }, accept: "text" });
+  } catch (error) {
+    $("plist").textContent = error.text;
+  }
+}
+
+function wire() {
+  $("sign-in-form").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    $("sign-in-error").textContent = "";
+    clearAlert();
+    try {
+      const session = await signIn($("token").value);
+      $("token").value = "";
+      resetUpload();
+      notify(`Signed in to ${session.app} as ${session.role}.`);
+      await load();
+      $("main").focus();
+    } catch (error) {
+      $("sign-in-error").textContent = error.status === 401 || error.status === 403
+        ? `The origin refused this token (${error.code}): ${error.message}`
+        : (error.text ?? String(error));
+    }
+  });
+  $("sign-in-cancel").addEventListener("click", () => { $("sign-in").hidden = true; $("app-view").hidden = false; });
+  $("add-app").addEventListener("click", () => showSignIn(true));
+  $("sign-out").addEventListener("click", () => {
+    for (const s of sessions()) forget(s.app);
+    sessionStorage.clear();
+    $("app-view").hidden = true;
+    notify("Signed out: this tab holds no token now.");
+    load();
+  });
+  $("app-select").addEventListener("change", () => { selectApp($("app-select").value); clearAlert(); resetUpload(); load(); });
+  $("publish-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    publish(currentSession().app, $("publish-channel").value.trim() || "production", state.staging, load);
+  });
+  $("compare-form").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const app = currentSession().app;
+    try {
+      const [from, to] = await Promise.all([release(app, $("compare-from").value), release(app, $("compare-to").value)]);
+      renderComparison(from, to);
+    } catch (error) {
+      alertError(error);
+    }
+  });
+  $("plist-channel").addEventListener("change", showPlist);
+  $("plist-copy").addEventListener("click", () => copy($("plist").textContent, "Info.plist keys"));
+  $("config-show").addEventListener("click", async () => {
+    try {
+      state.config = await call(appPath(currentSession().app, "/client-configuration"), { accept: "text" });
+      $("config").textContent = state.config;
+      $("config").hidden = false;
+      $("config-copy").hidden = false;
+    } catch (error) {
+      alertError(error);
+    }
+  });
+  $("config-copy").addEventListener("click", () => copy(state.config ?? "", "App configuration"));
+  setUpUpload(currentSession, load);
+}
+
+wire();
+health();
+load();

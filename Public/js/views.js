@@ -1,0 +1,107 @@
+// Renders what the origin reports about an app: its settings, the release each channel serves
+// with its packs, the draft, the history, a comparison, the Info.plist keys.
+
+import { $, el, button, labelCells } from "./ui.js";
+import { human, exact, date, protection, difference } from "./format.js";
+
+const size = (bytes) => el("span", { title: exact(bytes) }, human(bytes), el("span", { className: "exact" }, exact(bytes)));
+const tags = (list) => (list?.length ? list.join(", ") : "—");
+
+export function renderApp(summary, session) {
+  $("app-title").textContent = summary.app;
+  const facts = [
+    ["Mode", summary.mode === "managed" ? `managed (iOS 26+, app group ${summary.appGroup})` : "unmanaged (DepotClient or a Background Assets extension)"],
+    ["Your role", session.role],
+    ["Packs encrypted with", summary.currentPackKey ? `key ${summary.currentPackKey}` : "not encrypted: Apple Archives as uploaded"],
+    ["Download credentials", summary.downloadCredentials ? "required" : "none (open downloads)"],
+  ];
+  const keys = {
+    essentialDownloadAllowance: "BAEssentialDownloadAllowance", downloadAllowance: "BADownloadAllowance",
+    essentialMaxInstallSize: "BAEssentialMaxInstallSize", maxInstallSize: "BAMaxInstallSize",
+  };
+  for (const [key, value] of Object.entries(summary.allowances ?? {})) {
+    facts.push([`Shipped builds' ${keys[key] ?? key}`, `${human(value)} (${exact(value)}); larger releases are refused`]);
+  }
+  $("app-facts").replaceChildren(...facts.flatMap(([term, value]) => [el("dt", {}, term), el("dd", {}, value)]));
+}
+
+/** The channels' table; `actions(channel)` gives its buttons. */
+export function renderChannels(list, actions) {
+  const body = $("channels").tBodies[0];
+  const byVersion = new Map(list.releases.map((r) => [r.version, r]));
+  const rows = Object.entries(list.channels ?? {}).sort(([a], [b]) => (a === "production" ? -1 : b === "production" ? 1 : a.localeCompare(b)));
+  body.replaceChildren(...rows.map(([channel, version]) => {
+    const release = byVersion.get(version);
+    return el("tr", { dataChannel: channel },
+      el("th", { scope: "row" }, channel), el("td", { className: "num" }, version),
+      el("td", {}, date(release?.publishedAt)), el("td", {}, date(release?.expiresAt)), el("td", { className: "num" }, release?.packs ?? "—"),
+      el("td", { className: "row-actions" }, actions(channel, version)));
+  }));
+  if (!rows.length) body.replaceChildren(el("tr", {}, el("td", { colSpan: 6 }, "Nothing is released yet: upload a pack and publish the draft.")));
+  labelCells($("channels"));
+}
+
+/** The packs of the release a channel serves. */
+export function renderLivePacks(channel, manifest, remove) {
+  $("live-title").textContent = manifest ? `Packs of release ${manifest.version} (${channel})` : "Packs";
+  const body = $("live-packs").tBodies[0];
+  if (!manifest) return body.replaceChildren(el("tr", {}, el("td", { colSpan: 7 }, "No release.")));
+  body.replaceChildren(...manifest.packs.map((pack) => el("tr", { dataPack: pack.id },
+    el("th", { scope: "row" }, pack.id), el("td", { className: "num" }, size(pack.size)), el("td", {}, pack.policy),
+    el("td", {}, tags(pack.tags)), el("td", { className: "num" }, pack.revision), el("td", {}, protection(pack)),
+    el("td", { className: "row-actions" }, remove ? button("Remove…", () => remove(pack), { ariaLabel: `Remove ${pack.id}` }) : null))));
+  labelCells($("live-packs"));
+}
+
+export function renderDraft(staging) {
+  const changed = new Set(staging.changed), removed = staging.removed;
+  const rows = staging.next.filter((p) => changed.has(p.id)).map((pack) => el("tr", { dataPack: pack.id },
+    el("th", { scope: "row" }, pack.id), el("td", {}, "new or changed"), el("td", { className: "num" }, size(pack.size)),
+    el("td", {}, pack.policy), el("td", {}, tags(pack.tags))));
+  for (const id of removed) {
+    rows.push(el("tr", { dataPack: id }, el("th", { scope: "row" }, id), el("td", {}, "removed: devices will delete it"), el("td", {}, "—"), el("td", {}, "—"), el("td", {}, "—")));
+  }
+  $("draft-packs").tBodies[0].replaceChildren(...rows);
+  labelCells($("draft-packs"));
+  const base = staging.base ? `release ${staging.base}` : "nothing released yet";
+  $("draft-summary").textContent = rows.length
+    ? `${staging.changed.length} pack(s) staged, ${removed.length} removal(s), on top of ${base}; the next release lists ${staging.next.length} pack(s).`
+    : `Nothing staged (on top of ${base}). Upload a pack to stage it.`;
+  $("publish").disabled = rows.length === 0;
+}
+
+/** The history table and the comparison selectors. */
+export function renderHistory(list, actions) {
+  const releases = [...list.releases].sort((a, b) => b.version - a.version);
+  $("history").tBodies[0].replaceChildren(...releases.map((release) => el("tr", { dataRelease: release.version },
+    el("th", { scope: "row" }, release.version), el("td", {}, date(release.publishedAt)), el("td", { className: "num" }, release.packs),
+    el("td", {}, release.channels.join(", ") || "—"), el("td", { className: "row-actions" }, actions(release)))));
+  labelCells($("history"));
+  for (const [id, pick] of [["compare-from", 1], ["compare-to", 0]]) {
+    const select = $(id), previous = select.value;
+    select.replaceChildren(...releases.map((r) => el("option", { value: r.version }, `release ${r.version}`)));
+    select.value = previous && releases.some((r) => String(r.version) === previous) ? previous : String(releases[Math.min(pick, releases.length - 1)]?.version ?? "");
+  }
+}
+
+export function renderComparison(from, to) {
+  const diff = difference(from, to);
+  const line = (pack, change, detail) => el("tr", { dataPack: pack.id, dataChange: change },
+    el("th", { scope: "row" }, pack.id), el("td", {}, change), el("td", {}, detail));
+  const rows = [
+    ...diff.added.map((p) => line(p, "added", `${human(p.size)} (${exact(p.size)}) to download`)),
+    ...diff.changed.map((p) => line(p, "changed", `revision ${diff.before.get(p.id).revision} → ${p.revision}, ${human(p.size)} (${exact(p.size)}) to download`)),
+    ...diff.removed.map((p) => line(p, "removed", "devices delete it")),
+  ];
+  $("comparison").replaceChildren(
+    el("h3", {}, `From release ${from.version} to release ${to.version}`),
+    el("p", { id: "comparison-summary" },
+      `${diff.added.length} added, ${diff.changed.length} changed, ${diff.removed.length} removed, ${diff.unchanged.length} unchanged. `
+      + `A device that holds release ${from.version} downloads ${human(diff.download)} (${exact(diff.download)}).`),
+    rows.length
+      ? el("div", { className: "scroll" }, el("table", { id: "comparison-table" },
+        el("thead", {}, el("tr", {}, el("th", { scope: "col" }, "Pack"), el("th", { scope: "col" }, "Change"), el("th", { scope: "col" }, "Devices"))),
+        el("tbody", {}, rows)))
+      : el("p", {}, "The two releases list the same packs."));
+  if (rows.length) labelCells($("comparison-table"));
+}

@@ -1,0 +1,315 @@
+#!/usr/bin/env python3
+"""The dashboard in real Chromium against the real origin (issue 16's acceptance test):
+sign in (a wrong token refused), upload 20 MiB to 100 % with a pause, an upload interrupted by
+killing the origin and resumed from the page after a restart and a reload, publish, see the
+new version, compare two releases, roll back, an allowance refusal shown with its numbers, a
+live pack's removal, the Info.plist keys and the app configuration copied, a managed app, a
+publisher's narrower view, keyboard use; screenshots at 1280×800 and 390×844; no console error.
+
+    dashboard_test.py --depot .build/debug/depot --public Public --artifacts DIR [--archive FILE]
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import Select
+
+from harness import Browser, Origin, json_body, sha256_hex
+
+MIB = 1024 * 1024
+DEV, MANAGED = "com.example.dev", "com.example.managed"
+NETWORK = r"Failed to load resource|net::ERR_"
+
+
+def step(name):
+    print(f"dashboard: {name}", flush=True)
+
+
+def sign_in(b, token, keyboard=False):
+    field = b.find("#token")
+    field.clear()
+    field.send_keys(token)
+    if keyboard:
+        field.send_keys(Keys.ENTER)
+    else:
+        b.click("#sign-in-form button[type=submit]")
+
+
+def choose_file(b, path, pack=None, policy="prefetch"):
+    b.find("#file").send_keys(path)
+    if pack is not None:
+        b.find("#pack-id").clear()
+        b.find("#pack-id").send_keys(pack)
+        Select(b.find("#policy")).select_by_value(policy)
+
+
+def progress(b):
+    return int(b.find("#upload-progress").get_attribute("value"))
+
+
+def live_version(b, channel="production"):
+    cells = b.driver.find_elements(By.CSS_SELECTOR, f'#channels tr[data-channel="{channel}"] td')
+    return int(cells[0].text) if cells else None
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--depot", required=True)
+    parser.add_argument("--public", required=True)
+    parser.add_argument("--artifacts", required=True)
+    parser.add_argument("--archive", help="an Apple Archive to publish to a managed app")
+    args = parser.parse_args()
+    os.makedirs(args.artifacts, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="depot-dashboard-")
+    origin = Origin(args.depot, os.path.join(work, "data"), os.path.abspath(args.public), work).start()
+    browser = None
+    try:
+        browser = Browser(args.artifacts)
+        run(origin, browser, work, args)
+    except Exception:
+        if browser:
+            browser.driver.save_screenshot(os.path.join(args.artifacts, "failure.png"))
+            with open(os.path.join(args.artifacts, "failure.html"), "w") as f:
+                f.write(browser.driver.page_source)
+        print(origin.log()[-4000:], file=sys.stderr)
+        raise
+    finally:
+        if browser:
+            browser.quit()
+        origin.stop()
+    print(f"dashboard: passed; screenshots in {args.artifacts}", flush=True)
+
+
+def run(origin, b, work, args):
+    admin, publisher = origin.token("DEPOT_ADMIN_TOKEN"), origin.token("DEPOT_TOKEN")
+    first, second, small = (os.path.join(work, n) for n in ("level-1.bin", "level-2.bin", "extra.bin"))
+    for path, size in ((first, 20 * MIB), (second, 20 * MIB), (small, MIB)):
+        with open(path, "wb") as f:
+            f.write(os.urandom(size))
+
+    step("the page's security headers")
+    status, headers, _ = origin.request("GET", "/")
+    assert status == 200 and "script-src 'self'" in headers["Content-Security-Policy"], headers
+    assert "unsafe-inline" not in headers["Content-Security-Policy"]
+
+    step("a wrong token is refused")
+    b.driver.get(origin.url + "/")
+    b.wait(lambda: b.find("#sign-in").is_displayed(), message="no sign-in form")
+    b.wait_text("#health", "The origin is up.")
+    b.screenshot("sign-in")
+    sign_in(b, "dpt_" + "0" * 48)
+    error = b.wait_text("#sign-in-error", "refused")
+    assert "unauthorized" in error, error
+    assert not b.find("#app-view").is_displayed()
+    b.check_console(allowed=[r"401"])
+
+    step("sign in with the keyboard")
+    sign_in(b, admin, keyboard=True)
+    b.wait_text("#app-title", DEV)
+    b.wait_text("#notice", f"Signed in to {DEV} as admin")
+    assert admin not in b.driver.current_url
+    assert b.driver.execute_script("return sessionStorage.getItem('depot.tokens')").count(admin) == 1
+    assert admin not in json.dumps(b.driver.execute_script("return {...localStorage}"))
+    b.check_console()
+
+    step("upload 20 MiB with a pause, watching the progress")
+    b.throttle(8 * MIB)
+    choose_file(b, first, "level-1", "essential")
+    b.click("#upload-start")
+    seen = set()
+    b.wait(lambda: seen.add(progress(b)) or progress(b) >= 25, 30, "the progress never passed 25 %")
+    b.click("#upload-pause")
+    b.wait_text("#upload-state", "Paused at")
+    paused = progress(b)
+    b.screenshot("upload-paused", "#upload-title")
+    time.sleep(0.5)
+    assert progress(b) == paused, "the upload went on while paused"
+    assert b.text("#upload-retry") == "Resume"
+    b.click("#upload-retry")
+    b.wait(lambda: seen.add(progress(b)) or "Done:" in b.text("#upload-state"), 60, "the upload never finished")
+    assert progress(b) == 100 and b.text("#upload-percent") == "100 %"
+    assert any(0 < v < 100 for v in seen), f"no intermediate progress was shown: {sorted(seen)}"
+    assert "level-1" in b.text("#upload-state") and "staged" in b.text("#upload-state")
+    b.wait(lambda: b.driver.find_elements(By.CSS_SELECTOR, '#draft-packs tr[data-pack="level-1"]'), message="level-1 not in the draft")
+    b.check_console(allowed=[NETWORK])  # the aborted PATCH of the pause
+
+    step("publish: the new version")
+    b.click("#publish")
+    said = b.confirm("Devices download 20.0 MiB")
+    b.wait_text("#notice", "Published release 1 to production.")
+    b.wait(lambda: live_version(b) == 1, message="production never showed release 1")
+    row = b.text('#live-packs tr[data-pack="level-1"]')
+    status, _, body = origin.request("GET", f"/v1/apps/{DEV}/releases/1")
+    staged = json.loads(__import__("base64").b64decode(json.loads(body)["payload"]))["packs"][0]
+    assert f"{staged['size']:,} bytes" in row and "essential" in row and f"key {staged['keyID']}" in row, row
+    assert staged["plaintextSHA256"] == sha256_hex(first)
+    b.screenshot("live-release", "#channels-title")
+    b.check_console()
+
+    step("interrupt an upload by killing the origin, restart it, resume after a reload")
+    b.throttle(4 * MIB)
+    choose_file(b, second, "level-2")
+    b.click("#upload-start")
+    b.wait(lambda: progress(b) >= 40, 30, "the second upload never passed 40 %")
+    origin.kill()
+    b.wait_text("#upload-state", "Stopped:", 30)
+    assert "does not answer" in b.text("#alert-text") or "lost" in b.text("#alert-text"), b.text("#alert-text")
+    b.screenshot("upload-interrupted", "#upload-title")
+    origin.start()
+    b.throttle(0)
+    b.driver.refresh()
+    b.wait_text("#app-title", DEV)
+    b.find("#file").send_keys(second)
+    b.wait_text("#upload-state", "An unfinished upload of level-2.bin as level-2 was found")
+    assert b.text("#upload-start") == "Resume upload" and b.find("#pack-id").get_attribute("value") == "level-2"
+    b.click("#upload-start")
+    resumed = b.wait_text("#upload-state", "Resuming at")
+    at = int(resumed.split("(")[1].split(" bytes")[0].replace(",", ""))
+    assert 0 < at < 20 * MIB, resumed
+    b.wait_text("#upload-state", "Done:", 60)
+    status, _, body = origin.request("GET", f"/v1/apps/{DEV}/staging", admin)
+    next_packs = {p["id"]: p for p in json.loads(body)["next"]}
+    assert next_packs["level-2"]["plaintextSHA256"] == sha256_hex(second), "the resumed upload's bytes differ from the file"
+    b.check_console(allowed=[NETWORK])
+    step(f"resumed at {at} bytes of {20 * MIB}")
+
+    step("publish release 2 and compare it with release 1")
+    b.click("#publish")
+    b.confirm()
+    b.wait(lambda: live_version(b) == 2, message="production never showed release 2")
+    Select(b.find("#compare-from")).select_by_value("1")
+    Select(b.find("#compare-to")).select_by_value("2")
+    b.click("#compare-form button[type=submit]")
+    summary = b.wait_text("#comparison-summary", "1 added")
+    size2 = next_packs["level-2"]["size"]
+    assert "0 changed, 0 removed, 1 unchanged" in summary and f"({size2:,} bytes)" in summary, summary
+    assert b.find('#comparison-table tr[data-pack="level-2"]').get_attribute("data-change") == "added"
+    b.screenshot("comparison", "#history-title")
+    b.check_console()
+
+    step("roll back to release 1")
+    b.click('#history tr[data-release="1"] button[aria-label="Roll production back to release 1"]')
+    b.confirm("delete those release 1 lacks")
+    b.wait_text("#notice", "Rolled production back to release 1's packs as release 3.")
+    b.wait(lambda: live_version(b) == 3, message="production never showed release 3")
+    assert not b.driver.find_elements(By.CSS_SELECTOR, '#live-packs tr[data-pack="level-2"]')
+    b.check_console()
+
+    step("an allowance refusal shows the numbers")
+    origin.cli("apps", "allowances", DEV, "--download", str(MIB))  # a prefetch pack of 1 MiB encrypts to a little more
+    choose_file(b, small, "extra", "prefetch")
+    b.click("#upload-start")
+    b.wait_text("#upload-state", "Done:", 30)
+    b.click("#publish")
+    b.confirm()
+    refusal = b.wait_text("#alert-text", "allowance_exceeded")
+    assert f"BADownloadAllowance: the release needs" in refusal and f"the shipped builds allow {MIB}" in refusal and "409" in refusal, refusal
+    b.screenshot("allowance-refusal", "#alert")
+    assert live_version(b) == 3
+    b.check_console(allowed=[r"409"])
+    b.click("#alert-actions button")
+    b.confirm("may not download this release")
+    b.wait_text("#notice", "Published release 4 to production.")
+    b.check_console()
+
+    step("removing a live pack says devices delete it")
+    b.click('#live-packs button[aria-label="Remove extra"]')
+    b.confirm("devices that installed it will delete it")
+    b.wait_text("#draft-packs", "removed: devices will delete it")
+    b.check_console()
+
+    step("Escape cancels a confirmation")
+    b.click("#publish")
+    b.wait(lambda: b.find("#confirm").get_attribute("open") is not None)
+    b.find("#confirm").send_keys(Keys.ESCAPE)
+    b.wait(lambda: b.find("#confirm").get_attribute("open") is None, message="Escape left the dialog open")
+    time.sleep(0.3)
+    assert live_version(b) == 4
+
+    step("Info.plist keys and the app configuration, copied")
+    b.driver.execute_cdp_cmd("Browser.grantPermissions", {"origin": origin.url, "permissions": ["clipboardReadWrite", "clipboardSanitizedWrite"]})
+    b.wait_text("#plist", "BADownloadAllowance")
+    status, _, expected = origin.request("GET", f"/v1/apps/{DEV}/info-plist?channel=production")
+    assert b.find("#plist").get_attribute("textContent") == expected.decode(), "the page shows other keys than the origin serves"
+    b.click("#plist-copy")
+    b.wait_text("#notice", "Info.plist keys copied to the clipboard.")
+    clip = b.driver.execute_async_script("navigator.clipboard.readText().then(arguments[0], e => arguments[0]('ERR ' + e))")
+    assert clip == expected.decode(), clip[:200]
+    b.click("#config-show")
+    config = json.loads(b.wait_text("#config", "packKeys"))
+    assert config == json.loads(origin.cli("keys", "export", "--app", DEV))
+    b.screenshot("info-plist-and-configuration", "#plist-title")
+    b.check_console()
+
+    managed(origin, b, args)
+    narrower(origin, b, publisher)
+    accessible(b)
+    log = origin.log()
+    for token in (admin, publisher):
+        assert token not in log.split("depot sync")[-1], "a token reached the origin's log"
+
+
+def managed(origin, b, args):
+    step("a managed app beside the unmanaged one")
+    token = origin.cli("apps", "create", MANAGED, "--mode", "managed", "--app-group", "group." + MANAGED) and \
+        origin.cli("tokens", "create", "--app", MANAGED, "--role", "admin").strip().split()[-1]
+    if args.archive:
+        with open(args.archive, "rb") as f:
+            status, _, body = origin.request("PUT", f"/v1/apps/{MANAGED}/packs/world?policy=essential&release=true", token, f.read())
+        assert status == 201, body
+    b.click("#add-app")
+    sign_in(b, token)
+    b.wait_text("#app-title", MANAGED)
+    options = [o.text for o in Select(b.find("#app-select")).options]
+    assert any(DEV in o and "unmanaged" in o for o in options) and any(MANAGED in o and "(managed" in o for o in options), options
+    assert "managed (iOS 26+, app group group." + MANAGED in b.text("#app-facts")
+    if args.archive:
+        b.wait_text('#live-packs tr[data-pack="world"]', "Apple Archive")
+        b.wait_text("#plist", "BAHasManagedAssetPacks")
+    b.screenshot("managed-app")
+    Select(b.find("#app-select")).select_by_value(DEV)
+    b.wait_text("#app-title", DEV)
+    b.check_console()
+
+
+def narrower(origin, b, publisher):
+    step("a publisher token: no rollback, no configuration")
+    b.click("#sign-out")
+    b.wait(lambda: b.find("#sign-in").is_displayed())
+    assert b.driver.execute_script("return sessionStorage.length") == 0
+    sign_in(b, publisher)
+    b.wait_text("#app-title", DEV)
+    assert not b.find("#config-section").is_displayed()
+    assert not b.driver.find_elements(By.CSS_SELECTOR, '#history button[aria-label^="Roll production back"]')
+    status, _, _ = origin.request("GET", f"/v1/apps/{DEV}/client-configuration", publisher)
+    assert status == 403
+    b.check_console()
+
+
+def accessible(b):
+    step("every control is named; the keyboard reaches them")
+    unnamed = b.driver.execute_script("""
+        return [...document.querySelectorAll('input, select, button, progress, textarea')]
+          .filter(e => e.offsetParent !== null)
+          .filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label') && !(e.textContent || '').trim())
+          .map(e => e.outerHTML.slice(0, 80));""")
+    assert not unnamed, f"controls without a name: {unnamed}"
+    reached = set()
+    b.driver.execute_script("document.activeElement.blur(); window.scrollTo(0, 0)")
+    for _ in range(60):
+        ActionChains(b.driver).send_keys(Keys.TAB).perform()
+        reached.add(b.driver.execute_script("return document.activeElement.id || document.activeElement.textContent.trim()"))
+    for control in ("file", "pack-id", "policy", "upload-start", "publish", "compare-from", "plist-copy"):
+        assert control in reached, f"Tab never reached #{control}: {sorted(reached)}"
+    b.check_console()
+
+
+if __name__ == "__main__":
+    main()
