@@ -54,6 +54,7 @@ async function load() {
     ]);
     Object.assign(state, { list, staging });
     renderApp(summary, session);
+    for (const node of document.querySelectorAll(".managed-only")) node.hidden = summary.mode !== "managed";
     const channels = Object.keys(list.channels ?? {});
     if (!channels.includes(state.channel)) state.channel = channels.includes("production") ? "production" : channels[0] ?? "production";
     renderChannels(list, (channel) => [
@@ -124,6 +125,7 @@ function wire() {
   });
   $("sign-in-cancel").addEventListener("click", () => { $("sign-in").hidden = true; $("app-view").hidden = false; });
   $("add-app").addEventListener("click", () => showSignIn(true));
+  $("refresh").addEventListener("click", async () => { clearAlert(); await load(); notify("Refreshed."); });
   $("sign-out").addEventListener("click", () => {
     for (const s of sessions()) forget(s.app);
     sessionStorage.clear();

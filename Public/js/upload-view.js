@@ -41,6 +41,7 @@ function fileChosen(session) {
     $("pack-id").value = previous.pack;
     $("policy").value = previous.policy;
     $("tags").value = previous.tags.join(", ");
+    $("install-size").value = previous.installSize ?? "";
     $("upload-start").textContent = "Resume upload";
     show(["upload-status"], true);
     setState(`An unfinished upload of ${file.name} as ${previous.pack} was found: Resume upload continues it where the origin stopped.`);
@@ -79,7 +80,8 @@ export function setUpUpload(session, staged) {
     const current = session();
     if (!file || !current) return;
     const tags = $("tags").value.split(",").map((t) => t.trim()).filter(Boolean);
-    upload = new Upload({ app: current.app, token: current.token, file, pack: $("pack-id").value.trim(), policy: $("policy").value, tags }, {
+    const installSize = current.mode === "managed" ? $("install-size").value.trim() : "";
+    upload = new Upload({ app: current.app, token: current.token, file, pack: $("pack-id").value.trim(), policy: $("policy").value, tags, installSize }, {
       progress,
       state: (name, detail) => {
         buttons(["resuming", "waiting"].includes(name) ? "uploading" : name);
@@ -96,7 +98,8 @@ export function setUpUpload(session, staged) {
       done: (result) => {
         buttons("idle");
         $("upload-start").textContent = "Upload";
-        setState(`Done: ${result.pack.id} (${human(result.pack.size)}, ${exact(result.pack.size)} encrypted) is ${result.staged ? "staged in the draft" : `in release ${result.release}`}.`);
+        const stored = result.pack.keyID ? "encrypted" : "as uploaded";
+        setState(`Done: ${result.pack.id} (${human(result.pack.size)}, ${exact(result.pack.size)} ${stored}) is ${result.staged ? "staged in the draft" : `in release ${result.release}`}.`);
         notify(`${result.pack.id} uploaded and staged.`);
         $("upload-form").reset();
         staged();

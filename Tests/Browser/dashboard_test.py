@@ -6,7 +6,7 @@ new version, compare two releases, roll back, an allowance refusal shown with it
 live pack's removal, the Info.plist keys and the app configuration copied, a managed app, a
 publisher's narrower view, keyboard use; screenshots at 1280×800 and 390×844; no console error.
 
-    dashboard_test.py --depot .build/debug/depot --public Public --artifacts DIR [--archive FILE]
+    dashboard_test.py --depot .build/debug/depot --public Public --artifacts DIR --archive FILE
 """
 
 import argparse
@@ -64,7 +64,7 @@ def main():
     parser.add_argument("--depot", required=True)
     parser.add_argument("--public", required=True)
     parser.add_argument("--artifacts", required=True)
-    parser.add_argument("--archive", help="an Apple Archive to publish to a managed app")
+    parser.add_argument("--archive", required=True, help="an Apple Archive to publish to a managed app")
     args = parser.parse_args()
     os.makedirs(args.artifacts, exist_ok=True)
     work = tempfile.mkdtemp(prefix="depot-dashboard-")
@@ -89,8 +89,8 @@ def main():
 
 def run(origin, b, work, args):
     admin, publisher = origin.token("DEPOT_ADMIN_TOKEN"), origin.token("DEPOT_TOKEN")
-    first, second, small = (os.path.join(work, n) for n in ("level-1.bin", "level-2.bin", "extra.bin"))
-    for path, size in ((first, 20 * MIB), (second, 20 * MIB), (small, MIB)):
+    first, second = (os.path.join(work, n) for n in ("level-1.bin", "level-2.bin"))
+    for path, size in ((first, 20 * MIB), (second, 20 * MIB)):
         with open(path, "wb") as f:
             f.write(os.urandom(size))
 
@@ -123,8 +123,13 @@ def run(origin, b, work, args):
     b.throttle(8 * MIB)
     choose_file(b, first, "level-1", "essential")
     b.click("#upload-start")
-    seen = set()
-    b.wait(lambda: seen.add(progress(b)) or progress(b) >= 25, 30, "the progress never passed 25 %")
+    seen, figures = set(), set()
+
+    def watch():
+        seen.add(progress(b))
+        figures.add(b.text("#upload-figures"))
+
+    b.wait(lambda: watch() or progress(b) >= 25, 30, "the progress never passed 25 %")
     b.click("#upload-pause")
     b.wait_text("#upload-state", "Paused at")
     paused = progress(b)
@@ -133,9 +138,10 @@ def run(origin, b, work, args):
     assert progress(b) == paused, "the upload went on while paused"
     assert b.text("#upload-retry") == "Resume"
     b.click("#upload-retry")
-    b.wait(lambda: seen.add(progress(b)) or "Done:" in b.text("#upload-state"), 60, "the upload never finished")
+    b.wait(lambda: watch() or "Done:" in b.text("#upload-state"), 60, "the upload never finished")
     assert progress(b) == 100 and b.text("#upload-percent") == "100 %"
     assert any(0 < v < 100 for v in seen), f"no intermediate progress was shown: {sorted(seen)}"
+    assert any("MiB/s" in f and " left" in f for f in figures), f"no speed and time left were shown: {figures}"
     assert "level-1" in b.text("#upload-state") and "staged" in b.text("#upload-state")
     b.wait(lambda: b.driver.find_elements(By.CSS_SELECTOR, '#draft-packs tr[data-pack="level-1"]'), message="level-1 not in the draft")
     b.check_console(allowed=[NETWORK])  # the aborted PATCH of the pause
@@ -202,9 +208,29 @@ def run(origin, b, work, args):
     assert not b.driver.find_elements(By.CSS_SELECTOR, '#live-packs tr[data-pack="level-2"]')
     b.check_console()
 
+    step("promote release 2 to a beta channel; a promotion backwards is refused verbatim")
+    b.click('#history button[aria-label="Promote release 2"]')
+    b.find("#confirm-input").clear()
+    b.find("#confirm-input").send_keys("beta")
+    b.confirm()
+    b.wait_text("#notice", "beta now serves release 2.")
+    b.wait(lambda: live_version(b, "beta") == 2, message="beta never showed release 2")
+    b.click('#history button[aria-label="Promote release 1"]')
+    b.find("#confirm-input").clear()
+    b.find("#confirm-input").send_keys("beta")
+    b.confirm()
+    b.wait_text("#alert-text", "409 channel_backwards")
+    assert live_version(b, "beta") == 2
+    b.check_console(allowed=[r"409"])
+
     step("an allowance refusal shows the numbers")
     origin.cli("apps", "allowances", DEV, "--download", str(MIB))  # a prefetch pack of 1 MiB encrypts to a little more
-    choose_file(b, small, "extra", "prefetch")
+    b.driver.execute_script("""
+        const bytes = new Uint8Array(1024 * 1024).map((_, i) => i % 251);
+        const transfer = new DataTransfer();
+        transfer.items.add(new File([bytes], "extra.bin", { type: "application/octet-stream" }));
+        document.getElementById("drop").dispatchEvent(new DragEvent("drop", { dataTransfer: transfer, bubbles: true, cancelable: true }));""")
+    assert b.find("#pack-id").get_attribute("value") == "extra", "a dropped file was not taken"
     b.click("#upload-start")
     b.wait_text("#upload-state", "Done:", 30)
     b.click("#publish")
@@ -260,22 +286,25 @@ def managed(origin, b, args):
     step("a managed app beside the unmanaged one")
     token = origin.cli("apps", "create", MANAGED, "--mode", "managed", "--app-group", "group." + MANAGED) and \
         origin.cli("tokens", "create", "--app", MANAGED, "--role", "admin").strip().split()[-1]
-    if args.archive:
-        with open(args.archive, "rb") as f:
-            status, _, body = origin.request("PUT", f"/v1/apps/{MANAGED}/packs/world?policy=essential&release=true", token, f.read())
-        assert status == 201, body
     b.click("#add-app")
     sign_in(b, token)
     b.wait_text("#app-title", MANAGED)
+    assert b.find("#install-size").is_displayed(), "a managed app's upload asks no install size"
+    choose_file(b, args.archive, "world", "essential")
+    b.click("#upload-start")
+    b.wait_text("#upload-state", "as uploaded) is staged in the draft", 30)
+    b.click("#publish")
+    b.confirm()
+    b.wait_text("#notice", "Published release 1 to production.")
     options = [o.text for o in Select(b.find("#app-select")).options]
     assert any(DEV in o and "unmanaged" in o for o in options) and any(MANAGED in o and "(managed" in o for o in options), options
     assert "managed (iOS 26+, app group group." + MANAGED in b.text("#app-facts")
-    if args.archive:
-        b.wait_text('#live-packs tr[data-pack="world"]', "Apple Archive")
-        b.wait_text("#plist", "BAHasManagedAssetPacks")
+    b.wait_text('#live-packs tr[data-pack="world"]', "Apple Archive")
+    b.wait_text("#plist", "BAHasManagedAssetPacks")
     b.screenshot("managed-app")
     Select(b.find("#app-select")).select_by_value(DEV)
     b.wait_text("#app-title", DEV)
+    assert not b.find("#install-size").is_displayed()
     b.check_console()
 
 
