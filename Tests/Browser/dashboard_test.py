@@ -10,6 +10,7 @@ publisher's narrower view, keyboard use; screenshots at 1280×800 and 390×844; 
 """
 
 import argparse
+import base64
 import json
 import os
 import sys
@@ -21,7 +22,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select
 
-from harness import Browser, Origin, json_body, sha256_hex
+from harness import Browser, Origin, choose_file, live_version, progress, sha256_hex, sign_in
 
 MIB = 1024 * 1024
 DEV, MANAGED = "com.example.dev", "com.example.managed"
@@ -30,33 +31,6 @@ NETWORK = r"Failed to load resource|net::ERR_"
 
 def step(name):
     print(f"dashboard: {name}", flush=True)
-
-
-def sign_in(b, token, keyboard=False):
-    field = b.find("#token")
-    field.clear()
-    field.send_keys(token)
-    if keyboard:
-        field.send_keys(Keys.ENTER)
-    else:
-        b.click("#sign-in-form button[type=submit]")
-
-
-def choose_file(b, path, pack=None, policy="prefetch"):
-    b.find("#file").send_keys(path)
-    if pack is not None:
-        b.find("#pack-id").clear()
-        b.find("#pack-id").send_keys(pack)
-        Select(b.find("#policy")).select_by_value(policy)
-
-
-def progress(b):
-    return int(b.find("#upload-progress").get_attribute("value"))
-
-
-def live_version(b, channel="production"):
-    cells = b.driver.find_elements(By.CSS_SELECTOR, f'#channels tr[data-channel="{channel}"] td')
-    return int(cells[0].text) if cells else None
 
 
 def main():
@@ -153,7 +127,7 @@ def run(origin, b, work, args):
     b.wait(lambda: live_version(b) == 1, message="production never showed release 1")
     row = b.text('#live-packs tr[data-pack="level-1"]')
     status, _, body = origin.request("GET", f"/v1/apps/{DEV}/releases/1")
-    staged = json.loads(__import__("base64").b64decode(json.loads(body)["payload"]))["packs"][0]
+    staged = json.loads(base64.b64decode(json.loads(body)["payload"]))["packs"][0]
     assert f"{staged['size']:,} bytes" in row and "essential" in row and f"key {staged['keyID']}" in row, row
     assert staged["plaintextSHA256"] == sha256_hex(first)
     b.screenshot("live-release", "#channels-title")

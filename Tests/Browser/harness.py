@@ -2,19 +2,21 @@
 restarted on the same port and data folder), real Chromium through chromedriver, the browser's
 console, and screenshots at the two sizes the dashboard is laid out for."""
 
-import json
+import hashlib
 import os
 import re
 import signal
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 SIZES = {"desktop": (1280, 800, False), "phone": (390, 844, True)}
 
@@ -179,11 +181,36 @@ class Browser:
         self.driver.quit()
 
 
+# The dashboard's controls, as a person uses them.
+
+def sign_in(b, token, keyboard=False):
+    field = b.find("#token")
+    field.clear()
+    field.send_keys(token)
+    if keyboard:
+        field.send_keys(Keys.ENTER)
+    else:
+        b.click("#sign-in-form button[type=submit]")
+
+
+def choose_file(b, path, pack=None, policy="prefetch"):
+    b.find("#file").send_keys(path)
+    if pack is not None:
+        b.find("#pack-id").clear()
+        b.find("#pack-id").send_keys(pack)
+        Select(b.find("#policy")).select_by_value(policy)
+
+
+def progress(b):
+    return int(b.find("#upload-progress").get_attribute("value"))
+
+
+def live_version(b, channel="production"):
+    cells = b.driver.find_elements(By.CSS_SELECTOR, f'#channels tr[data-channel="{channel}"] td')
+    return int(cells[0].text) if cells else None
+
+
 def sha256_hex(path):
-    import hashlib
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
-
-def json_body(response):
-    return json.loads(response[2])
