@@ -29,7 +29,9 @@ async function perform(path, query, method, describe, reload) {
   }
 }
 
-export async function publish(app, channel, staging, reload) {
+/** `channels`: the release each channel serves now, sent as `base` so a publish made meanwhile by
+ * someone else is refused (409 conflict) instead of being overwritten unseen. */
+export async function publish(app, channel, staging, channels, reload) {
   const bytes = staging.next.filter((p) => staging.changed.includes(p.id)).reduce((sum, p) => sum + Number(p.size), 0);
   const removals = staging.removed.length ? ` Devices will delete ${staging.removed.join(", ")}.` : "";
   const ok = await confirmAction(
@@ -37,7 +39,7 @@ export async function publish(app, channel, staging, reload) {
     `Publish ${staging.changed.length} new or changed pack(s) to ${channel}? Devices download ${human(bytes)} (${exact(bytes)}).${removals}`,
     "Publish");
   if (!ok) return null;
-  return perform(appPath(app, "/releases"), { channel, base: staging.base ?? undefined }, "POST",
+  return perform(appPath(app, "/releases"), { channel, base: channels[channel] }, "POST",
     (r) => (r.changed ? `Published release ${r.release} to ${r.channel}.` : `Nothing changed: ${r.channel} keeps release ${r.release}.`), reload);
 }
 

@@ -136,7 +136,7 @@ function wire() {
   $("app-select").addEventListener("change", () => { selectApp($("app-select").value); clearAlert(); resetUpload(); load(); });
   $("publish-form").addEventListener("submit", (event) => {
     event.preventDefault();
-    publish(currentSession().app, $("publish-channel").value.trim() || "production", state.staging, load);
+    publish(currentSession().app, $("publish-channel").value.trim() || "production", state.staging, state.list?.channels ?? {}, load);
   });
   $("compare-form").addEventListener("submit", async (event) => {
     event.preventDefault();

@@ -233,6 +233,19 @@ def run(origin, b, work, args):
     time.sleep(0.3)
     assert live_version(b) == 4
 
+    step("someone else publishes meanwhile: the page's publish is refused, Refresh shows theirs")
+    status, _, body = origin.request("PUT", f"/v1/apps/{DEV}/packs/other?release=true", admin, b"from the command line")
+    assert status == 201 and json.loads(body)["release"] == 5, body
+    b.click("#publish")
+    b.confirm()
+    b.wait_text("#alert-text", "409 conflict")
+    assert live_version(b) == 4
+    b.check_console(allowed=[r"409"])
+    b.click("#refresh")
+    b.wait(lambda: live_version(b) == 5, message="Refresh never showed release 5")
+    b.wait_text('#live-packs tr[data-pack="other"]', "other")
+    assert not b.driver.find_elements(By.CSS_SELECTOR, '#live-packs tr[data-pack="extra"]'), "the staged removal was not in release 5"
+
     step("Info.plist keys and the app configuration, copied")
     b.driver.execute_cdp_cmd("Browser.grantPermissions", {"origin": origin.url, "permissions": ["clipboardReadWrite", "clipboardSanitizedWrite"]})
     b.wait_text("#plist", "BADownloadAllowance")
@@ -309,7 +322,7 @@ def accessible(b):
     for _ in range(60):
         ActionChains(b.driver).send_keys(Keys.TAB).perform()
         reached.add(b.driver.execute_script("return document.activeElement.id || document.activeElement.textContent.trim()"))
-    for control in ("file", "pack-id", "policy", "upload-start", "publish", "compare-from", "plist-copy"):
+    for control in ("file", "pack-id", "policy", "upload-start", "publish-channel", "compare-from", "plist-copy", "refresh"):
         assert control in reached, f"Tab never reached #{control}: {sorted(reached)}"
     b.check_console()
 

@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 
 from selenium import webdriver
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
@@ -153,7 +154,9 @@ class Browser:
         return self.find(css).text
 
     def wait(self, condition, timeout=20, message=""):
-        return WebDriverWait(self.driver, timeout, poll_frequency=0.05).until(lambda d: condition(), message)
+        # The page re-renders tables as data arrives: an element found a moment ago may be gone.
+        ignored = (NoSuchElementException, StaleElementReferenceException)
+        return WebDriverWait(self.driver, timeout, poll_frequency=0.05, ignored_exceptions=ignored).until(lambda d: condition(), message)
 
     def wait_text(self, css, needle, timeout=20):
         """Waits for an element (which may not exist yet) to show `needle`; returns its text."""
