@@ -47,7 +47,7 @@ export async function signIn(token) {
   if (!trimmed) throw new OriginError(0, "empty", "Paste a token first.");
   const who = await call("/v1/session", { token: trimmed });
   if (!who.appExists) throw new OriginError(404, "not_found", `The token is for ${who.app}, which this origin does not have.`);
-  const entry = { app: who.app, role: who.role, mode: who.mode, token: trimmed };
+  const entry = { app: who.app, role: who.role, mode: who.mode, expiresAt: who.expiresAt ?? null, token: trimmed };
   sessionStorage.setItem(TOKENS, JSON.stringify([...sessions().filter((s) => s.app !== who.app), entry]));
   selectApp(who.app);
   return entry;

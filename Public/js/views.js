@@ -11,7 +11,7 @@ export function renderApp(summary, session) {
   $("app-title").textContent = summary.app;
   const facts = [
     ["Mode", summary.mode === "managed" ? `managed (iOS 26+, app group ${summary.appGroup})` : "unmanaged (DepotClient or a Background Assets extension)"],
-    ["Your role", session.role],
+    ["Your role", session.expiresAt ? `${session.role} (the token expires ${date(session.expiresAt)})` : `${session.role} (the token does not expire)`],
     ["Packs encrypted with", summary.currentPackKey ? `key ${summary.currentPackKey}` : "not encrypted: Apple Archives as uploaded"],
     ["Download credentials", summary.downloadCredentials ? "required" : "none (open downloads)"],
   ];
