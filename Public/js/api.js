@@ -73,16 +73,19 @@ export async function call(path, { method = "GET", token = currentSession()?.tok
   return response.json();
 }
 
+/** The origin's refusal from a fetch response. */
 export async function errorFrom(response) {
-  let code = "error";
-  let message = `${response.status} ${response.statusText}`;
+  return errorOf(response.status, await response.text());
+}
+
+/** The origin's refusal from a status and body: its JSON error, or the status alone (libmicrohttpd's own answers are HTML). */
+export function errorOf(status, text) {
   try {
-    const body = await response.json();
-    if (body?.error) ({ code, message } = body.error);
+    const { code, message } = JSON.parse(text).error;
+    return new OriginError(status, code, message);
   } catch {
-    // Not JSON (libmicrohttpd's own answers): keep the status line.
+    return new OriginError(status, "error", `The origin answered ${status}.`);
   }
-  return new OriginError(response.status, code, message);
 }
 
 /** The app's paths. */

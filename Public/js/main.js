@@ -127,7 +127,6 @@ function wire() {
   $("add-app").addEventListener("click", () => showSignIn(true));
   $("refresh").addEventListener("click", async () => { clearAlert(); await load(); notify("Refreshed."); });
   $("sign-out").addEventListener("click", () => {
-    for (const s of sessions()) forget(s.app);
     sessionStorage.clear();
     $("app-view").hidden = true;
     notify("Signed out: this tab holds no token now.");

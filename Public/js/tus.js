@@ -5,7 +5,7 @@
 // The upload's URL is remembered in localStorage under the file's name, size and date (the URL
 // alone grants nothing without the token, which stays in sessionStorage).
 
-import { OriginError, appPath } from "./api.js";
+import { OriginError, appPath, errorFrom, errorOf } from "./api.js";
 
 const MIB = 1024 * 1024;
 const FIRST_CHUNK = 2 * MIB, MIN_CHUNK = MIB, MAX_CHUNK = 64 * MIB, SECONDS_PER_CHUNK = 2;
@@ -70,7 +70,7 @@ export class Upload {
         } else if ([404, 410].includes(head.status)) {
           this.forget();
         } else {
-          throw await this.refusal(head);
+          throw await errorFrom(head);
         }
       }
       if (!this.url) await this.create();
@@ -91,12 +91,12 @@ export class Upload {
           this.events.state("waiting", error);
           await new Promise((resolve) => setTimeout(resolve, 1000));
           const head = await this.send("HEAD", this.url);
-          if (!head.ok) throw await this.refusal(head);
+          if (!head.ok) throw await errorFrom(head);
           this.offset = Number(head.headers.get("Upload-Offset"));
         }
       }
       const status = await this.send("GET", this.url);
-      if (!status.ok) throw await this.refusal(status);
+      if (!status.ok) throw await errorFrom(status);
       const body = await status.json();
       this.forget();
       this.events.done(body.result);
@@ -132,7 +132,7 @@ export class Upload {
       "Upload-Length": String(this.file.size),
       "Upload-Metadata": metadata.map(([k, v]) => `${k} ${b64(v)}`).join(","),
     });
-    if (response.status !== 201) throw await this.refusal(response);
+    if (response.status !== 201) throw await errorFrom(response);
     this.url = new URL(response.headers.get("Location"), location.origin).pathname;
     this.offset = 0;
     localStorage.setItem(this.key, JSON.stringify({ url: this.url, pack: this.pack, policy: this.policy, tags: this.tags, installSize: this.installSize }));
@@ -154,7 +154,7 @@ export class Upload {
           this.progress(offset);
           resolve(offset);
         } else {
-          reject(this.refusalOf(xhr.status, xhr.responseText));
+          reject(errorOf(xhr.status, xhr.responseText));
         }
       };
       xhr.onerror = () => reject(new OriginError(0, "unreachable", "The connection to the origin was lost; the upload resumes from what it kept when you retry."));
@@ -170,18 +170,5 @@ export class Upload {
     const speed = now > t0 ? ((offset - o0) * 1000) / (now - t0) : 0;
     const remaining = speed > 0 ? (this.file.size - offset) / speed : Infinity;
     this.events.progress({ offset, size: this.file.size, speed, remaining });
-  }
-
-  async refusal(response) {
-    return this.refusalOf(response.status, await response.text());
-  }
-
-  refusalOf(status, text) {
-    try {
-      const { code, message } = JSON.parse(text).error;
-      return new OriginError(status, code, message);
-    } catch {
-      return new OriginError(status, "error", `The origin answered ${status}.`);
-    }
   }
 }
