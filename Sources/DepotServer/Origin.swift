@@ -60,13 +60,14 @@ final class Origin: HTTPHandler {
             guard Identifier.isValidApp(app) else { return nil }
             return cache.value(for: app, path: { folder.appSettings(app) }) { try StoredJSON.read(AppSettings.self, from: $0) }
         }
+        let storing = BlobsInFlight()
         let publisher = Publisher(
             folder: folder, apps: apps, blobs: blobs, releases: releases, urls: urls, metrics: metrics, logger: configuration.logger,
-            maximumPackSize: configuration.maximumPackSize, settings: settings
+            maximumPackSize: configuration.maximumPackSize, storing: storing, settings: settings
         )
         self.publisher = publisher
         // The collector leaves alone what publishes are storing and staging at that moment.
-        garbage = GarbageCollector(releases: releases, blobs: blobs, inFlight: { publisher.blobsInFlight() })
+        garbage = GarbageCollector(releases: releases, blobs: blobs, inFlight: storing)
         operations = OperationsHandlers(metrics: metrics, staticFiles: configuration.publicDirectory.map(StaticFiles.init(root:)))
         router = Router(
             routes: Router.originRoutes(

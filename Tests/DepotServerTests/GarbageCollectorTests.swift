@@ -45,7 +45,9 @@ struct GarbageCollectorTests {
         try folder.prepare()
         let name = try Self.storedBlob(folder, seed: 2)
         let releases = ReleaseStore(folder: folder, apps: AppStore(folder: folder), manifestLifetime: 86_400)
-        let collector = GarbageCollector(releases: releases, blobs: FileBlobStore(folder: folder), inFlight: { [name] })
+        let storing = BlobsInFlight()
+        storing.begin(name)
+        let collector = GarbageCollector(releases: releases, blobs: FileBlobStore(folder: folder), inFlight: storing)
         #expect(try collector.collect(retention: 0, grace: 0, now: Date().addingTimeInterval(7200)).blobs.isEmpty)
         #expect(FileBlobStore(folder: folder).contains(name))
     }

@@ -91,9 +91,12 @@ struct ReadHandlers: Sendable {
         return try JSONResponse.listing(ChannelList(app: app, channels: channels), gated: context.gated, to: context.request)
     }
 
-    /// `GET …/blobs/{sha256}`: a pack's container, by sendfile.
+    /// `GET …/blobs/{sha256}`: a pack's container, by sendfile. Only a blob that a release of
+    /// this app names: the store is shared by every app (content-addressed), so another app's
+    /// blob, or a draft's that no release has named yet, is 404 here whatever the store holds.
     func blob(_ context: RequestContext) throws -> HTTPResponse {
         let sha256 = context["sha256"]
+        guard try releases.releaseNames(sha256, app: context.app) else { throw DepotError.notFound("blob \(sha256) in a release of app \(context.app)") }
         if let bucket {
             // From the bucket: one HEAD, then exactly the bytes the response carries (the range,
             // if any) streamed from a ranged GET while they are sent.

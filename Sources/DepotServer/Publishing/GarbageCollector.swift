@@ -3,27 +3,30 @@ import Foundation
 /// Removes blobs that nothing needs any more: not in any channel's live release, not in a
 /// release published within `retention`, not in a draft, not being stored and staged right now
 /// (`inFlight`: a blob is stored a moment before it is staged, whatever the machine's load), and
-/// stored longer ago than `grace`. Runs under the publish lock, so no publish or rollback can
-/// pick a blob up while it goes.
+/// stored longer ago than `grace`. Runs under the publish lock, with the in-flight counts held
+/// while it removes, so no publish or rollback can pick a blob up while it goes.
 struct GarbageCollector: Sendable {
     let releases: ReleaseStore
     let blobs: any BlobStore
-    /// The blobs publishes are storing and staging at this moment.
-    var inFlight: @Sendable () -> Set<String> = { [] }
+    /// The blobs publishes are storing and staging (none, offline).
+    var inFlight = BlobsInFlight()
 
     /// Returns the blobs removed (or, with `dryRun`, that would be) and their bytes.
     @discardableResult
     func collect(retention: TimeInterval, grace: TimeInterval, now: Date = Date(), dryRun: Bool = false) throws -> (blobs: [String], bytes: Int64) {
         try releases.exclusively {
-            let needed = try releases.neededBlobs(retention: retention, now: now).union(inFlight())
-            var removed: [String] = []
-            var bytes: Int64 = 0
-            for blob in blobs.enumerate() where !needed.contains(blob.sha256) && blob.modified < now.addingTimeInterval(-grace) {
-                if !dryRun { blobs.remove(blob.sha256) }
-                removed.append(blob.sha256)
-                bytes += blob.size
+            let needed = try releases.neededBlobs(retention: retention, now: now)
+            let stored = blobs.enumerate()
+            return inFlight.holding { storing in
+                var removed: [String] = []
+                var bytes: Int64 = 0
+                for blob in stored where !needed.contains(blob.sha256) && storing[blob.sha256] == nil && blob.modified < now.addingTimeInterval(-grace) {
+                    if !dryRun { blobs.remove(blob.sha256) }
+                    removed.append(blob.sha256)
+                    bytes += blob.size
+                }
+                return (removed, bytes)
             }
-            return (removed, bytes)
         }
     }
 }

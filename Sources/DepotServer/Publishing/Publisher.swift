@@ -18,17 +18,14 @@ final class Publisher: Sendable {
     let maximumPackSize: Int64
     /// An app's settings (cached by the caller).
     private let settings: @Sendable (String) -> AppSettings?
-    /// Blobs between being stored and being staged (counted: two uploads of the same bytes),
-    /// which the garbage collector leaves alone.
-    private let storing = Mutex<[String: Int]>([:])
-
-    /// The blobs being stored and staged right now.
-    func blobsInFlight() -> Set<String> { storing.withLock { Set($0.keys) } }
+    /// Blobs between being stored and being staged, which no removal takes.
+    let storing: BlobsInFlight
 
     init(
         folder: DataFolder, apps: AppStore, blobs: any BlobStore, releases: ReleaseStore, urls: PublicURL, metrics: OriginMetrics,
-        logger: Logger, maximumPackSize: Int64, settings: @escaping @Sendable (String) -> AppSettings?
+        logger: Logger, maximumPackSize: Int64, storing: BlobsInFlight = BlobsInFlight(), settings: @escaping @Sendable (String) -> AppSettings?
     ) {
+        self.storing = storing
         self.folder = folder
         self.apps = apps
         self.blobs = blobs
@@ -64,13 +61,8 @@ final class Publisher: Sendable {
         let installSize = try settings(parameters.app)?.isManaged == true
             ? installSize(ofArchive: path, size: summary.size, declared: parameters.installSize)
             : installSize(ofContainer: path, summary: summary, contentType: parameters.contentType, keys: keys)
-        storing.withLock { $0[summary.sha256, default: 0] += 1 }
-        defer {
-            storing.withLock { counts in
-                counts[summary.sha256, default: 1] -= 1
-                if counts[summary.sha256] == 0 { counts[summary.sha256] = nil }
-            }
-        }
+        storing.begin(summary.sha256)
+        defer { storing.end(summary.sha256) }
         try blobs.put(temporaryFile: path, sha256: summary.sha256)
         return try publish(summary, installSize: installSize, for: parameters)
     }
@@ -99,15 +91,17 @@ final class Publisher: Sendable {
             do {
                 result = try release(request.app, channel: request.channel, base: request.base, force: request.force, pack: request.pack, adding: add)
             } catch let error as DepotError where error.kind == .conflict {
-                // Refused before anything changed: nothing was staged, the new blob is not needed.
-                blobs.remove(summary.sha256)
+                // Refused before anything changed: nothing was staged. The blob goes only if
+                // nothing else names it (the same bytes may be live here or in another app) and no
+                // other upload is storing it.
+                removeUnneeded([summary.sha256], storingItself: summary.sha256)
                 throw error
             }
-            removeIfUnreleased(superseded, app: request.app)
+            removeUnneeded([superseded].compactMap { $0 })
             return result
         }
         let live = try releases.stage(request.app, channel: request.channel, add)
-        removeIfUnreleased(superseded, app: request.app)
+        removeUnneeded([superseded].compactMap { $0 })
         let preview = Staging(upserts: [request.pack: entry]).merged(into: live).packs.first { $0.id == request.pack } ?? entry
         return PublishResult(
             app: request.app, pack: preview, release: try releases.current(request.app, channel: request.channel)?.version,
@@ -123,7 +117,7 @@ final class Publisher: Sendable {
         let (release, unused) = try releases.publishStaged(
             app, channel: channel, base: base, adding: adding, check: force ? nil : allowanceGuard(app, channel: channel)
         )
-        for blob in unused { removeIfUnreleased(blob, app: app) }
+        removeUnneeded(unused)
         metrics.published(app: app, changed: release != nil)
         let live = try releases.current(app, channel: channel)
         return PublishResult(
@@ -132,11 +126,22 @@ final class Publisher: Sendable {
         )
     }
 
-    /// Deletes a blob that left the draft, unless a release names it (see
-    /// ``ReleaseStore/anyReleaseNames(_:app:)``); the garbage collector takes what is left.
-    private func removeIfUnreleased(_ blob: String?, app: String) {
-        guard let blob, (try? releases.anyReleaseNames(blob, app: app)) == false else { return }
-        blobs.remove(blob)
+    /// Deletes blobs that left a draft or were refused, unless anything still names them: any
+    /// app's release (visible or not) or draft, or an upload storing the same bytes now
+    /// (`storingItself`: the caller's own upload, which does not count). Decided and done under
+    /// the publish lock with the in-flight counts held (see ``BlobStore``'s contract); when in
+    /// doubt (a release cannot be read) the blob stays, for the garbage collector.
+    private func removeUnneeded(_ candidates: [String], storingItself: String? = nil) {
+        guard !candidates.isEmpty else { return }
+        releases.exclusively {
+            storing.holding { counts in
+                for blob in candidates {
+                    let others = (counts[blob] ?? 0) - (blob == storingItself ? 1 : 0)
+                    guard others <= 0, (try? releases.anyAppNames(blob)) == false else { continue }
+                    blobs.remove(blob)
+                }
+            }
+        }
     }
 
     /// Refuses a release whose Info.plist keys exceed the allowances recorded for shipped builds.
@@ -173,7 +178,7 @@ final class Publisher: Sendable {
             if let staged, !live.contains(where: { $0.sha256 == staged.sha256 }) { dropped = staged.sha256 }
         }
         // Only once the draft no longer references it.
-        removeIfUnreleased(dropped, app: app)
+        removeUnneeded([dropped].compactMap { $0 })
         let note = isLive ? "staged: the next release drops \(pack), and devices that installed it will delete it" : "the staged upload of \(pack) was dropped"
         return RemovalResult(app: app, pack: pack, live: isLive, note: note)
     }

@@ -1,13 +1,29 @@
 import DepotCore
 
-/// Pack revisions (the `version` devices compare): raised above every revision a pack ever had.
+/// What an app's releases hold, read once from its release files and kept up to date by every
+/// publish: the highest revision each pack id ever had, and every blob any release names.
+struct ReleaseIndex: Sendable {
+    var highestRevisions: [String: Int] = [:]
+    /// Releases are immutable, so this set only grows.
+    var blobs: Set<String> = []
+
+    mutating func add(_ packs: [PackEntry]) {
+        for pack in packs {
+            highestRevisions[pack.id] = max(highestRevisions[pack.id] ?? 0, pack.revision)
+            blobs.insert(pack.sha256)
+        }
+    }
+}
+
+/// Pack revisions (the `version` devices compare): raised above every revision a pack ever had;
+/// and which blobs an app's releases name.
 extension ReleaseStore {
     /// Versions that only go up, on every channel: a pack whose container differs from the one
     /// `base` has gets a revision above any it ever had in any release of the app (so a device
     /// moving between channels, or reinstalling a pack that was dropped, sees it rise); an
     /// unchanged one keeps its revision. Call under the publish lock.
     func raisingRevisions(_ packs: [PackEntry], over base: [PackEntry], app: String) throws -> [PackEntry] {
-        let highest = try highestRevisions(app)
+        let highest = try index(app).highestRevisions
         let before = Dictionary(base.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
         return packs.map { pack in
             var pack = pack
@@ -20,15 +36,49 @@ extension ReleaseStore {
         }
     }
 
-    /// The highest revision of each pack id over the app's releases (read once per process).
-    func highestRevisions(_ app: String) throws -> [String: Int] {
-        if let known = highestRevisions.withLock({ $0[app] }) { return known }
-        var highest: [String: Int] = [:]
+    /// Whether a release of `app` (one made visible: at or below `head`) names blob `sha256`:
+    /// what `GET /v1/apps/{app}/blobs/{sha256}` answers for. A draft's blob is not served.
+    func releaseNames(_ sha256: String, app: String) throws -> Bool {
+        try index(app).blobs.contains(sha256)
+    }
+
+    /// Whether anything of any app names blob `sha256`: a release file (visible or not yet), or
+    /// a draft. Blobs are content-addressed and shared by every app, so a removal asks this of
+    /// all of them. Call under ``exclusively(_:)``.
+    func anyAppNames(_ sha256: String) throws -> Bool {
+        for app in FileSystem.contents(of: folder.apps) where FileSystem.isDirectory(folder.app(app)) {
+            if try index(app).blobs.contains(sha256) { return true }
+            if try staging(app).upserts.values.contains(where: { $0.sha256 == sha256 }) { return true }
+            // A release written but not yet visible (a publish in progress elsewhere is excluded by
+            // the lock; one a crash left is removed at start-up, or made visible by a replica pull).
+            let head = head(app)
+            for version in Self.versions(in: folder.releases(app)) where version > head {
+                if try load(app, version).manifest.packs.contains(where: { $0.sha256 == sha256 }) { return true }
+            }
+        }
+        return false
+    }
+
+    /// Records a release's packs in its app's index (under the publish lock, once it is visible).
+    func noteReleased(_ packs: [PackEntry], app: String) throws {
+        _ = try index(app)
+        indexes.withLock { $0.byApp[app]?.add(packs) }
+    }
+
+    /// The app's index (read from its release files once per process). A scan that raced a
+    /// publish or a ``forget(_:)`` is used but not kept: the kept one is never older than the files.
+    func index(_ app: String) throws -> ReleaseIndex {
+        let (known, generation) = indexes.withLock { ($0.byApp[app], $0.generation) }
+        if let known { return known }
+        var index = ReleaseIndex()
         let head = head(app)
         for version in Self.versions(in: folder.releases(app)) where version <= head {
-            for pack in try load(app, version).manifest.packs { highest[pack.id] = max(highest[pack.id] ?? 0, pack.revision) }
+            index.add(try load(app, version).manifest.packs)
         }
-        highestRevisions.withLock { $0[app] = highest }
-        return highest
+        return indexes.withLock { indexes in
+            if let kept = indexes.byApp[app] { return kept }
+            if indexes.generation == generation { indexes.byApp[app] = index }
+            return index
+        }
     }
 }

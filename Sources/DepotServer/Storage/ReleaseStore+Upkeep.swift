@@ -51,16 +51,6 @@ extension ReleaseStore {
         return needed
     }
 
-    /// Whether any release file of `app` names blob `sha256`. A draft's blob can be in a release
-    /// that no channel serves: a publish cut short by a crash leaves its release written (listed
-    /// and promotable) and its draft in place, and a rollback can move the channel past it.
-    func anyReleaseNames(_ sha256: String, app: String) throws -> Bool {
-        for version in Self.versions(in: folder.releases(app)) where try load(app, version).manifest.packs.contains(where: { $0.sha256 == sha256 }) {
-            return true
-        }
-        return false
-    }
-
     /// Crash recovery, at start-up: removes release files that a publish wrote but never made
     /// visible (the process died before writing `head`). Their draft is still there to publish.
     func removeUnpublishedReleases() throws {

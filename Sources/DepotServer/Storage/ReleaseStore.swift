@@ -26,9 +26,9 @@ public final class ReleaseStore: Sendable {
     private let publishLock = Mutex(())
     private let live = Mutex<[String: LiveManifest]>([:])
     private let drafts: DraftStore
-    /// Per app, the highest revision each pack id has had in any release: loaded once, kept
-    /// up to date by every publish.
-    let highestRevisions = Mutex<[String: [String: Int]]>([:])
+    /// Per app, what its releases hold (the highest revision of each pack id, every blob they
+    /// name): loaded once, kept up to date by every publish.
+    let indexes = Mutex<(generation: Int, byApp: [String: ReleaseIndex])>((0, [:]))
     /// How long a signed manifest stays valid.
     let manifestLifetime: TimeInterval
     /// Told the app after each change of its releases or channels (the bucket mirror).
@@ -47,7 +47,10 @@ public final class ReleaseStore: Sendable {
         live.withLock { cache in
             for key in cache.keys where key.hasPrefix(app + "\u{0}") { cache[key] = nil }
         }
-        highestRevisions.withLock { $0[app] = nil }
+        indexes.withLock {
+            $0.byApp[app] = nil
+            $0.generation += 1
+        }
     }
 
     /// Where a channel's pointer lives.
@@ -233,9 +236,7 @@ public final class ReleaseStore: Sendable {
             // `head` first: a crash before the pointer leaves a release that no channel serves
             // yet, listed and promotable; a crash before `head` leaves a file start-up removes.
             try FileSystem.writeAtomically(Array("\(version)\n".utf8), to: folder.head(app))
-            highestRevisions.withLock { all in
-                for pack in packs { all[app, default: [:]][pack.id] = max(all[app]?[pack.id] ?? 0, pack.revision) }
-            }
+            try noteReleased(packs, app: app)
             if channel != Self.production { try FileSystem.createDirectory(folder.channels(app)) }
             try FileSystem.writeAtomically(Array("\(version)\n".utf8), to: pointerPath(app, channel))
             let published = LiveManifest(

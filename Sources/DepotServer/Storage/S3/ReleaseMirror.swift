@@ -104,11 +104,12 @@ final class ReleaseMirror: Sendable {
             if (try? FileSystem.readFile(folder.appSettings(app), limit: 1 << 20)) != settings {
                 try FileSystem.writeAtomically(settings, to: folder.appSettings(app))
             }
+            var changed = false
             for key in keys where key.hasPrefix("apps/\(app)/releases/") && key.hasSuffix(".json") {
                 guard let version = Int(key.split(separator: "/").last!.dropLast(5)), !FileSystem.exists(folder.release(app, version)) else { continue }
                 try FileSystem.writeAtomically(try get(key), to: folder.release(app, version))
+                changed = true
             }
-            var changed = false
             var highest = Self.number(folder.head(app)) ?? 0
             var remote: Set<String> = []
             for key in keys where key.hasPrefix("apps/\(app)/channels/") {
