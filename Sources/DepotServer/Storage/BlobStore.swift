@@ -18,8 +18,15 @@ import Foundation
 ///   keeps reading the whole of it even if the blob is removed meanwhile.
 /// - **enumerate** lists every blob with its size and the time it was stored (the garbage
 ///   collector's grace period counts from that time).
-/// - **remove** is immediate and idempotent; a blob that is absent is not an error. Callers
-///   make sure no release or draft names a blob they remove (the publish lock).
+/// - **remove** is immediate and idempotent; a blob that is absent is not an error.
+///
+/// The invariant its callers keep: **no blob is removed while anything names it.** The store is
+/// shared by every app and content-addressed, so the same bytes uploaded to two apps (a managed
+/// app's archive is stored as uploaded) are one blob. A removal is decided and done under the
+/// publish lock with the in-flight counts held (``BlobsInFlight``), and only if no release file
+/// of any app (visible or not), no draft of any app and no upload storing the same bytes names
+/// it; the garbage collector keeps besides every release within the retention. A refused
+/// publish therefore removes only what nothing else needs.
 protocol BlobStore: Sendable {
     /// Stores the verified temporary file at `path` as blob `sha256`, durably.
     func put(temporaryFile path: String, sha256: String) throws
