@@ -97,4 +97,17 @@ struct S3BlobStoreTests {
             #expect(store.contains(name))
         }
     }
+
+    @Test("In a bucket too: a refused publish, or a dropped staged pack, of bytes live in this app or another leaves the live blob answering 200")
+    func refusedPublishKeepsLiveBlob() async throws {
+        let engine = try S3Engine()
+        defer { engine.remove() }
+        let location = S3Location(
+            endpoint: engine.endpoint, bucket: "shared", region: engine.region, prefix: "depot/", accessKey: engine.accessKey, secretKey: engine.secretKey
+        )
+        try Self.createBucket(S3BlobStore(client: try S3Client(location), spool: "/tmp"))
+        try await withServer(configure: { $0.objectStore = location }) { origin in
+            try SharedBlobTests.refusedPublishKeepsLiveBlob(origin)
+        }
+    }
 }
