@@ -6,6 +6,8 @@ public struct ClientError: Error, Hashable, Sendable, CustomStringConvertible {
     /// The kinds of failure, for callers that branch on them.
     public enum Kind: Hashable, Sendable {
         case http, transport, manifest, rollback, expired, wrongApp, integrity, install, state, cancelled, tooLarge, noSpace
+        /// The manifest was signed for another channel than the one asked for.
+        case wrongChannel
         /// TLS refused: an untrusted or mismatched certificate, a failed handshake. Not retried.
         case tls
     }
@@ -50,6 +52,9 @@ public struct ClientError: Error, Hashable, Sendable, CustomStringConvertible {
     }
     static func expired(_ version: Int) -> ClientError { ClientError(.expired, "manifest refused: version \(version) has expired") }
     static func wrongApp(_ app: String) -> ClientError { ClientError(.wrongApp, "manifest refused: it is for app \(app)") }
+    static func wrongChannel(_ signed: String?, asked: String) -> ClientError {
+        ClientError(.wrongChannel, "manifest refused: it was signed for channel \(signed ?? "production (it names none)"), not \(asked)")
+    }
     static func integrity(_ pack: String, _ why: String) -> ClientError { ClientError(.integrity, "pack \(pack) refused: \(why)") }
     static func install(_ pack: String, _ error: any Error) -> ClientError { ClientError(.install, "pack \(pack) not installed: \(error)") }
     static func state(_ why: String) -> ClientError { ClientError(.state, "install state: \(why)") }

@@ -2,8 +2,8 @@ import DepotCore
 import Foundation
 
 /// Fetches a channel's envelope and accepts its manifest only if it is signed by a trusted key
-/// (one, or two during a signing key rotation), is for this app, is not older than the highest
-/// version already accepted on that channel, and has not expired.
+/// (one, or two during a signing key rotation), is for this app and this channel, is not older
+/// than the highest version already accepted on that channel, and has not expired.
 public struct ManifestSource: Sendable {
     /// The default channel.
     public static let production = "production"
@@ -79,6 +79,10 @@ public struct ManifestSource: Sendable {
             throw ClientError.manifest(error.description)
         }
         guard manifest.app == app else { throw ClientError.wrongApp(manifest.app) }
+        // One channel's envelope (a higher version) served at another's URL by a poisoned cache or
+        // a man in the middle would move devices to its packs and raise their floor. A manifest
+        // signed before channels were named is production's.
+        guard (manifest.channel ?? Self.production) == channel else { throw ClientError.wrongChannel(manifest.channel, asked: channel) }
         guard manifest.version >= floor else { throw ClientError.rollback(offered: manifest.version, floor: floor) }
         guard manifest.expiresAt > now else { throw ClientError.expired(manifest.version) }
         return manifest

@@ -17,9 +17,15 @@ public struct Manifest: Codable, Hashable, Sendable {
     public var expiresAt: Date
     /// The packs, sorted by id.
     public var packs: [PackEntry]
+    /// The channel this manifest was signed for (`production`, `beta`, …): a client checks it
+    /// against the channel it asked for, so that one channel's envelope cannot stand in for
+    /// another's. Absent in manifests signed before channels were named, which clients take as
+    /// production's (see <doc:Manifest>).
+    public var channel: String?
 
-    public init(app: String, version: Int, publishedAt: Date, expiresAt: Date, packs: [PackEntry]) {
+    public init(app: String, version: Int, publishedAt: Date, expiresAt: Date, packs: [PackEntry], channel: String? = nil) {
         self.schemaVersion = Self.currentSchemaVersion
+        self.channel = channel
         self.app = app
         self.version = version
         self.publishedAt = publishedAt

@@ -36,6 +36,8 @@ public struct DataFolder: Sendable {
     func currentPointer(_ id: String) -> String { app(id) + "/current" }
     func head(_ id: String) -> String { app(id) + "/head" }
     func channels(_ id: String) -> String { app(id) + "/channels" }
+    /// Releases signed again for a channel they were promoted to: `signed/<channel>/NNNNNN.json`.
+    func signedCopies(_ id: String, channel: String) -> String { app(id) + "/signed/" + channel }
     /// The draft's first format, one file, converted on first read (``DraftStore``).
     func staging(_ id: String) -> String { app(id) + "/staging.json" }
     func packKeys(_ id: String) -> String { keys + "/" + id + ".json" }

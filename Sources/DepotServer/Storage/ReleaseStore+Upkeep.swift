@@ -22,12 +22,25 @@ extension ReleaseStore {
     /// Re-signs one channel's release if it needs it; returns whether it did.
     @discardableResult
     func refresh(_ app: String, channel: String, now: Date = Date()) throws -> Bool {
-        guard let live = try current(app, channel: channel) else { return false }
+        guard var live = try current(app, channel: channel) else { return false }
+        var relabelled = false
+        if live.manifest.channel != channel {
+            // Signed before manifests named their channel: the same release, signed naming it.
+            let version = live.version
+            guard let signed = try exclusively({ () throws -> LiveManifest? in
+                guard let served = try current(app, channel: channel), served.version == version else { return nil }
+                let signed = try signed(served, for: channel, app: app, now: now)
+                remember(signed, app: app, channel: channel)
+                return signed
+            }) else { return false }
+            changed(app)
+            (live, relabelled) = (signed, true)
+        }
         // Also re-sign when the signing keys changed (a rotation began or a grace period ended),
         // so that builds trusting only the new key can read the live manifest at once.
         let signers = Set((try? Envelope.decode(live.envelope))?.signatures.map(\.keyid) ?? [])
         let inForce = Set(try apps.signingKeys(now: now).map { ManifestSigningKey.keyID(for: $0.publicKey) })
-        guard live.manifest.expiresAt.timeIntervalSince(now) < manifestLifetime / 3 || signers != inForce else { return false }
+        guard live.manifest.expiresAt.timeIntervalSince(now) < manifestLifetime / 3 || signers != inForce else { return relabelled }
         let version = live.version
         return try publish(app, channel: channel, change: { packs in
             try self.current(app, channel: channel)?.version == version ? packs : nil

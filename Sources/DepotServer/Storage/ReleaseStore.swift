@@ -32,7 +32,7 @@ public final class ReleaseStore: Sendable {
     /// How long a signed manifest stays valid.
     let manifestLifetime: TimeInterval
     /// Told the app after each change of its releases or channels (the bucket mirror).
-    private let changed: @Sendable (String) -> Void
+    let changed: @Sendable (String) -> Void
 
     init(folder: DataFolder, apps: AppStore, manifestLifetime: TimeInterval, changed: @escaping @Sendable (String) -> Void = { _ in }) {
         self.folder = folder
@@ -68,9 +68,35 @@ public final class ReleaseStore: Sendable {
         let key = app + "\u{0}" + channel
         if let cached = live.withLock({ $0[key] }) { return cached }
         guard let version = Self.readNumber(pointerPath(app, channel)) else { return nil }
-        let loaded = try load(app, version)
+        let copy = signedCopyPath(app, channel: channel, version)
+        let loaded = try FileSystem.exists(copy) ? load(path: copy, version) : load(app, version)
         live.withLock { $0[key] = loaded }
         return loaded
+    }
+
+    /// Caches what a channel serves.
+    func remember(_ release: LiveManifest, app: String, channel: String) {
+        live.withLock { $0[app + "\u{0}" + channel] = release }
+    }
+
+    /// Where release `version`, signed again for `channel` (it was published on another), lives.
+    func signedCopyPath(_ app: String, channel: String, _ version: Int) -> String {
+        folder.signedCopies(app, channel: channel) + "/" + DataFolder.releaseName(version)
+    }
+
+    /// `release` as `channel` serves it: itself when it was signed for that channel; otherwise
+    /// the same packs and version signed again naming `channel`, written before any pointer names
+    /// it (a promotion; or, once, a release signed before manifests named their channel). Call
+    /// under the publish lock.
+    func signed(_ release: LiveManifest, for channel: String, app: String, now: Date = Date()) throws -> LiveManifest {
+        guard release.manifest.channel != channel else { return release }
+        var manifest = release.manifest
+        manifest.channel = channel
+        manifest.expiresAt = now.addingTimeInterval(manifestLifetime)
+        let envelope = try Envelope.sign(manifest, with: apps.signingKeys()).encoded()
+        try FileSystem.createDirectory(folder.signedCopies(app, channel: channel))
+        try FileSystem.writeAtomically(envelope, to: signedCopyPath(app, channel: channel, release.version))
+        return LiveManifest(version: release.version, envelope: envelope, etag: "\"" + Hex.encode(SHA256Hasher.hash(envelope)) + "\"", manifest: manifest)
     }
 
     /// The channels of an app and their release numbers.
@@ -89,7 +115,11 @@ public final class ReleaseStore: Sendable {
     }
 
     func load(_ app: String, _ version: Int) throws -> LiveManifest {
-        let bytes = try FileSystem.readFile(folder.release(app, version))
+        try load(path: folder.release(app, version), version)
+    }
+
+    func load(path: String, _ version: Int) throws -> LiveManifest {
+        let bytes = try FileSystem.readFile(path)
         let envelope = try Envelope.decode(bytes)
         guard let payload = Data(base64Encoded: envelope.payload) else { throw EnvelopeError.malformed }
         let manifest = try Manifest.decode(Array(payload))
@@ -130,9 +160,11 @@ public final class ReleaseStore: Sendable {
             }
             let release = try load(app, version)
             try check?(release.manifest, Int64(release.envelope.count))
+            // Signed for the channel it now serves: devices check the channel a manifest names.
+            let served = try signed(release, for: channel, app: app)
             try FileSystem.createDirectory(folder.channels(app))
             try FileSystem.writeAtomically(Array("\(version)\n".utf8), to: pointerPath(app, channel))
-            live.withLock { $0[app + "\u{0}" + channel] = release }
+            live.withLock { $0[app + "\u{0}" + channel] = served }
             return true
         }
         // An old release may be close to expiry, or signed by a retired key.
@@ -228,7 +260,7 @@ public final class ReleaseStore: Sendable {
             let version = max(head(app), Self.versions(in: folder.releases(app)).last ?? 0) + 1
             let now = Date()
             let manifest = Manifest(
-                app: app, version: version, publishedAt: now, expiresAt: now.addingTimeInterval(manifestLifetime), packs: packs
+                app: app, version: version, publishedAt: now, expiresAt: now.addingTimeInterval(manifestLifetime), packs: packs, channel: channel
             )
             let envelope = try Envelope.sign(manifest, with: apps.signingKeys()).encoded()
             try check?(manifest, Int64(envelope.count))

@@ -20,6 +20,8 @@ final class ReleaseMirror: Sendable {
     private let queue = DispatchQueue(label: "assetdepot.release-mirror")
     /// Per app, the release numbers known to be in the bucket.
     private let pushed = Mutex<[String: Set<Int>]>([:])
+    /// The signed copies of promoted releases already in the bucket, by key.
+    private let pushedCopies = Mutex<Set<String>>([])
 
     /// Lists the bucket's objects (under the location's prefix).
     private let bucket: S3BlobStore
@@ -32,6 +34,9 @@ final class ReleaseMirror: Sendable {
     static func appKey(_ app: String) -> String { "apps/\(app)/app.json" }
     static func releaseKey(_ app: String, _ version: Int) -> String { "apps/\(app)/releases/" + DataFolder.releaseName(version) }
     static func pointerKey(_ app: String, _ channel: String) -> String { "apps/\(app)/channels/\(channel)" }
+    static func signedCopyKey(_ app: String, _ channel: String, _ version: Int) -> String {
+        "apps/\(app)/signed/\(channel)/" + DataFolder.releaseName(version)
+    }
 
     // MARK: writer
 
@@ -70,7 +75,16 @@ final class ReleaseMirror: Sendable {
         for name in FileSystem.contents(of: folder.channels(app)) where Identifier.isValidChannel(name) {
             if let version = Self.number(folder.channels(app) + "/" + name) { pointers[name] = version }
         }
-        for (channel, version) in pointers.sorted(by: { $0.key < $1.key }) { try put(Array("\(version)\n".utf8), Self.pointerKey(app, channel)) }
+        for (channel, version) in pointers.sorted(by: { $0.key < $1.key }) {
+            // A promoted release as the channel serves it (signed naming the channel), before the pointer.
+            let copy = folder.signedCopies(app, channel: channel) + "/" + DataFolder.releaseName(version)
+            let key = Self.signedCopyKey(app, channel, version)
+            if FileSystem.exists(copy), !pushedCopies.withLock({ $0.contains(key) }) {
+                try put(FileSystem.readFile(copy, limit: 256 << 20), key)
+                pushedCopies.withLock { _ = $0.insert(key) }
+            }
+            try put(Array("\(version)\n".utf8), Self.pointerKey(app, channel))
+        }
         // Channels removed here go from the bucket too.
         for object in try bucket.list(prefix: "apps/\(app)/channels/") {
             let name = String(object.key.split(separator: "/").last ?? "")
@@ -108,6 +122,15 @@ final class ReleaseMirror: Sendable {
             for key in keys where key.hasPrefix("apps/\(app)/releases/") && key.hasSuffix(".json") {
                 guard let version = Int(key.split(separator: "/").last!.dropLast(5)), !FileSystem.exists(folder.release(app, version)) else { continue }
                 try FileSystem.writeAtomically(try get(key), to: folder.release(app, version))
+                changed = true
+            }
+            for key in keys where key.hasPrefix("apps/\(app)/signed/") && key.hasSuffix(".json") {
+                let parts = key.split(separator: "/")
+                guard parts.count == 5, Identifier.isValidChannel(String(parts[3])), let version = Int(parts[4].dropLast(5)) else { continue }
+                let path = folder.signedCopies(app, channel: String(parts[3])) + "/" + DataFolder.releaseName(version)
+                guard !FileSystem.exists(path) else { continue }
+                try FileSystem.createDirectory(folder.signedCopies(app, channel: String(parts[3])))
+                try FileSystem.writeAtomically(try get(key), to: path)
                 changed = true
             }
             var highest = Self.number(folder.head(app)) ?? 0
