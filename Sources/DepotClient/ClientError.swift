@@ -52,6 +52,9 @@ public struct ClientError: Error, Hashable, Sendable, CustomStringConvertible {
     }
     static func expired(_ version: Int) -> ClientError { ClientError(.expired, "manifest refused: version \(version) has expired") }
     static func wrongApp(_ app: String) -> ClientError { ClientError(.wrongApp, "manifest refused: it is for app \(app)") }
+    static func unsendableField(_ name: String, url: String) -> ClientError {
+        ClientError(.transport, "not sent to \(url): header field \(name.prefix(40)) has a CR, LF or NUL in its value, or a name that is not a token")
+    }
     static func wrongChannel(_ signed: String?, asked: String) -> ClientError {
         ClientError(.wrongChannel, "manifest refused: it was signed for channel \(signed ?? "production (it names none)"), not \(asked)")
     }

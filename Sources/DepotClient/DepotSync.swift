@@ -74,7 +74,7 @@ public struct DepotSync: Sendable {
         // The manifest: new bytes, or (304) the ones accepted before; verified either way, with one "now".
         let before = try store.read(app: app)
         let cached = store.cachedEnvelope(channel: channel)
-        let knownETag = FileSystem.exists(cached) ? before.manifestETags[channel] : nil
+        let knownETag = FileSystem.exists(cached) ? before.manifestETags[channel].flatMap { HTTPResponseParser.isStrongETag($0) ? $0 : nil } : nil
         let fetched = try await source.fetch(ifNoneMatch: knownETag)
         let envelope: [UInt8]
         let etag: String?

@@ -151,7 +151,9 @@ public struct Downloader: Sendable {
         if offset == item.size && offset > 0 { return }
         var fields = headers.map { ($0.key, $0.value) }
         if offset > 0 {
-            let etag = (try? FileSystem.readFile(item.path + ".etag", limit: 512)).map { String(decoding: $0, as: UTF8.self) } ?? "\"\(item.sha256)\""
+            // A kept ETag that is not a well-formed strong one (a damaged file) is not sent.
+            let kept = (try? FileSystem.readFile(item.path + ".etag", limit: 512)).map { String(decoding: $0, as: UTF8.self) }
+            let etag = kept.flatMap { HTTPResponseParser.isStrongETag($0) ? $0 : nil } ?? "\"\(item.sha256)\""
             fields += [("Range", "bytes=\(offset)-"), ("If-Range", etag)]
         }
         events?.yield(.started(id: item.id, offset: offset, size: item.size))
@@ -220,7 +222,7 @@ public struct Downloader: Sendable {
         default:
             return .excerpt(limit: 4096)
         }
-        if let etag = head.header("ETag"), !etag.hasPrefix("W/") {
+        if let etag = head.header("ETag"), HTTPResponseParser.isStrongETag(etag) {
             try? FileSystem.writeAtomically(Array(etag.utf8), to: item.path + ".etag")
         }
         try file.seek(to: offset)

@@ -92,6 +92,7 @@ public struct ResumableUploader: Sendable {
         let late = sha256 == nil && streams ? BackgroundFileDigest(path: path) : nil
         var upload: URL
         var offset: Int64
+        if let resume { try checkSameOrigin(resume) }
         if let resume, let known = try await offsetOf(resume, length: length, transport) {
             (upload, offset) = (resume, known)
         } else {
@@ -103,12 +104,24 @@ public struct ResumableUploader: Sendable {
         created(upload)
         progress(offset, length)
         var failures = 0
+        var stalls = 0
         var trailersArrive = true
         while offset < length {
             do {
-                offset = try await patch(
+                let reached = try await patch(
                     upload, file: path, offset: offset, length: length, digest: late, trailer: trailersArrive, transport, progress: progress
                 )
+                // An origin (or something posing as one) that acknowledges a PATCH without taking
+                // its bytes would be sent the same part forever.
+                if reached <= offset {
+                    stalls += 1
+                    guard stalls < Self.stallLimit else {
+                        throw ClientError(.http, "\(upload): the origin acknowledged \(Self.stallLimit) parts in a row without advancing past offset \(offset); stopped")
+                    }
+                } else {
+                    stalls = 0
+                }
+                offset = reached
                 failures = 0
             } catch is TrailerDropped {
                 // Something between here and the origin drops trailers: the digest goes as a header.
@@ -169,7 +182,23 @@ public struct ResumableUploader: Sendable {
         guard response.status == 201, let location = response.header("Location"), let url = URL(string: location, relativeTo: server) else {
             throw ClientError.http(response.status, endpoint.absoluteString, Self.message(response.body))
         }
+        try checkSameOrigin(url.absoluteURL)
         return url.absoluteURL
+    }
+
+    /// Consecutive PATCHes acknowledged without progress before the upload fails.
+    static let stallLimit = 3
+
+    /// The bearer token goes only to the server it was given for: an upload URL (a `Location`, or
+    /// one kept to resume) on another scheme, host or port is refused.
+    private func checkSameOrigin(_ url: URL) throws {
+        func origin(_ url: URL) -> String {
+            let scheme = url.scheme?.lowercased() ?? ""
+            return "\(scheme)://\(url.host?.lowercased() ?? ""):\(url.port ?? (scheme == "https" ? 443 : 80))"
+        }
+        guard origin(url) == origin(server) else {
+            throw ClientError(.http, "the upload URL \(url.absoluteString) is not on \(origin(server)); the token is not sent there")
+        }
     }
 
     /// The origin said the announced trailer did not arrive.
@@ -201,7 +230,7 @@ public struct ResumableUploader: Sendable {
             // Another attempt is still finishing on the origin: ask for the offset again.
             throw ClientError(.transport, "\(upload): \(Self.message(response.body))")
         }
-        guard response.status == 204, let reached = response.header("Upload-Offset").flatMap({ Int64($0) }) else {
+        guard response.status == 204, let reached = response.header("Upload-Offset").flatMap(HTTPResponseParser.decimal), reached <= length else {
             throw ClientError.http(response.status, upload.absoluteString, Self.message(response.body))
         }
         progress(reached, length)

@@ -29,9 +29,9 @@ public struct HTTPTransport: Sendable {
             headers.first { $0.name.caseInsensitiveCompare(name) == .orderedSame }?.value
         }
 
-        /// `Content-Length`, when present and valid.
+        /// `Content-Length`, when present and valid (digits only).
         public var contentLength: Int64? {
-            header("Content-Length").flatMap { Int64($0.trimmingCharacters(in: .whitespaces)) }.flatMap { $0 >= 0 ? $0 : nil }
+            header("Content-Length").flatMap { HTTPResponseParser.decimal($0.trimmingCharacters(in: .whitespaces)) }
         }
     }
 
@@ -79,7 +79,7 @@ public struct HTTPTransport: Sendable {
     public init(timeout: TimeInterval = 60, options: TransportOptions = TransportOptions()) {
         self.timeout = timeout
         self.options = options
-        session = URLSessionEngine(timeout: timeout)
+        session = URLSessionEngine(timeout: timeout, deadline: options.responseDeadline)
         #if os(Linux)
         trust = Result { () throws(TLSError) in try TLSClientContext(caFile: options.caFile) }
         #endif
@@ -121,6 +121,9 @@ public struct HTTPTransport: Sendable {
     func exchange(
         _ request: Request, progress: (@Sendable (Int64) -> Void)? = nil, handling: @escaping @Sendable (Response) throws -> BodyHandling
     ) async throws -> Response {
+        for (name, value) in request.headers where !HTTPResponseParser.isSendable(name: name, value: value) {
+            throw ClientError.unsendableField(name, url: request.url.absoluteString)
+        }
         if Self.streamsFiles(to: request.url) { return try await plain(request, progress: progress, handling: handling) }
         return try await session.exchange(request, progress: progress, handling: handling)
     }
@@ -180,7 +183,7 @@ public struct HTTPTransport: Sendable {
                 try? connection.readBody(response, method: request.method, limit: limit) { body += $0 }
                 response.body = body
             case .stream(let limit, let sink):
-                try connection.readBody(response, method: request.method, limit: limit, sink: sink)
+                try connection.readBody(response, method: request.method, limit: limit, streamed: true, sink: sink)
             }
             return response
         }

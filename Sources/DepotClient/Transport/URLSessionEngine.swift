@@ -12,8 +12,11 @@ import FoundationNetworking
 struct URLSessionEngine: Sendable {
     private let session: URLSession
     private let decliner = ChallengeDecliner()
+    /// Seconds an answer held in memory may take in all (see ``TransportOptions/responseDeadline``).
+    private let deadline: TimeInterval
 
-    init(timeout: TimeInterval) {
+    init(timeout: TimeInterval, deadline: TimeInterval = 120) {
+        self.deadline = deadline
         let configuration = URLSessionConfiguration.ephemeral
         configuration.timeoutIntervalForRequest = timeout
         configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
@@ -31,36 +34,43 @@ struct URLSessionEngine: Sendable {
         var urlRequest = URLRequest(url: request.url)
         urlRequest.httpMethod = request.method
         for (name, value) in request.headers { urlRequest.setValue(value, forHTTPHeaderField: name) }
+        let prepared = urlRequest
         let url = request.url
         let received: Received
         let head: HTTPURLResponse
         switch request.body {
         case .none where request.largeResponse:
-            let (location, response) = try await perform(url) { try await session.download(for: urlRequest) }
+            let (location, response) = try await perform(url) { try await session.download(for: prepared) }
             (received, head) = (.file(location), response)
         case .none:
-            let (data, response) = try await perform(url) { try await session.data(for: urlRequest) }
+            let (data, response) = try await perform(url, deadline: deadline) { try await session.data(for: prepared) }
             (received, head) = (.bytes(data), response)
         case .bytes(let bytes):
-            let (data, response) = try await perform(url) { try await session.upload(for: urlRequest, from: Data(bytes)) }
+            let (data, response) = try await perform(url, deadline: deadline) { try await session.upload(for: prepared, from: Data(bytes)) }
             (received, head) = (.bytes(data), response)
         case .file(let path, let offset, let count):
             let file = try FileDescriptor.openForReading(path)
             let data: Data
             let response: HTTPURLResponse
             if offset == 0, try file.size() == count {
-                (data, response) = try await perform(url) { try await session.upload(for: urlRequest, fromFile: URL(fileURLWithPath: path)) }
+                (data, response) = try await perform(url) { try await session.upload(for: prepared, fromFile: URL(fileURLWithPath: path)) }
             } else {
                 var chunk = [UInt8](repeating: 0, count: Int(count))
                 let read = try chunk.withUnsafeMutableBytes { try file.read(into: $0, at: offset) }
                 guard Int64(read) == count else { throw ClientError(.install, "\(path) changed while it was being sent") }
-                (data, response) = try await perform(url) { try await session.upload(for: urlRequest, from: Data(chunk)) }
+                let sent = chunk
+                (data, response) = try await perform(url) { try await session.upload(for: prepared, from: Data(sent)) }
             }
             progress?(count)
             (received, head) = (.bytes(data), response)
         }
         defer { if case .file(let location) = received { try? FileManager.default.removeItem(at: location) } }
         var response = HTTPTransport.Response(status: head.statusCode, headers: Self.headers(head), body: [])
+        // The system parses the response; a Content-Length it passes on must still be one number
+        // (two different values arrive joined by a comma).
+        if let length = response.header("Content-Length"), HTTPResponseParser.decimal(length.trimmingCharacters(in: .whitespaces)) == nil {
+            throw ClientError(.transport, "cannot reach \(url.absoluteString): malformed response: Content-Length is not a number: \(length.prefix(40))")
+        }
         let noBody = request.method == "HEAD" || head.statusCode == 204 || head.statusCode == 304
         switch try handling(response) {
         case .collect(let limit):
@@ -97,10 +107,31 @@ struct URLSessionEngine: Sendable {
         }
     }
 
-    private func perform<T>(_ url: URL, _ body: () async throws -> (T, URLResponse)) async throws -> (T, HTTPURLResponse) {
+    /// Runs `body`; with `deadline`, cancels it (and fails) once that many seconds have passed,
+    /// whatever the per-read timeout lets through.
+    private func perform<T: Sendable>(
+        _ url: URL, deadline: TimeInterval? = nil, _ body: @escaping @Sendable () async throws -> (T, URLResponse)
+    ) async throws -> (T, HTTPURLResponse) {
         let result: (T, URLResponse)
         do {
-            result = try await body()
+            if let deadline {
+                result = try await withThrowingTaskGroup(of: (T, URLResponse)?.self) { group in
+                    group.addTask { try await body() }
+                    group.addTask {
+                        try await Task.sleep(for: .seconds(deadline))
+                        return nil
+                    }
+                    defer { group.cancelAll() }
+                    guard let first = try await group.next(), let first else {
+                        throw ClientError(.transport, "cannot reach \(url.absoluteString): the response took longer than \(Int(deadline)) s")
+                    }
+                    return first
+                }
+            } else {
+                result = try await body()
+            }
+        } catch let error as ClientError {
+            throw error
         } catch {
             if decliner.challenged(url) { throw ClientError.http(401, url.absoluteString, "the server requires credentials") }
             throw ClientError.transport(url.absoluteString, error)
