@@ -68,7 +68,9 @@ final class Origin: HTTPHandler {
         self.publisher = publisher
         // The collector leaves alone what publishes are storing and staging at that moment.
         garbage = GarbageCollector(releases: releases, blobs: blobs, inFlight: storing)
-        operations = OperationsHandlers(metrics: metrics, staticFiles: configuration.publicDirectory.map(StaticFiles.init(root:)))
+        operations = OperationsHandlers(
+            metrics: metrics, staticFiles: configuration.publicDirectory.map(StaticFiles.init(root:)), metricsToken: configuration.metricsToken
+        )
         router = Router(
             routes: Router.originRoutes(
                 reads: ReadHandlers(releases: releases, blobs: blobs, urls: urls, manifestMaxAge: configuration.manifestMaxAge, settings: settings),

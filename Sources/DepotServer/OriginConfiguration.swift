@@ -30,6 +30,9 @@ public struct OriginConfiguration: Sendable {
     /// Blobs in an S3 bucket instead of the data folder's `blobs/` (nil: the data folder). The
     /// origin then also keeps its signed releases and channel pointers there for replicas.
     public var objectStore: S3Location?
+    /// The token a scraper sends to read `/metrics` (`Authorization: Bearer …`); nil: `/metrics`
+    /// answers 404. Metrics name every app that publishes, so they are not public.
+    public var metricsToken: String?
     /// A read-only replica of `objectStore`'s bucket: serves what the writer put there, holds no
     /// keys or tokens, refuses every write with 403.
     public var readOnly = false

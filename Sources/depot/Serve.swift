@@ -78,6 +78,9 @@ struct Serve: ParsableCommand {
     @Option(name: .customLong("replica-interval"), help: "With --read-only: seconds between looks for new releases in the bucket (env DEPOT_REPLICA_INTERVAL).")
     var replicaInterval: Int = Environment.int("DEPOT_REPLICA_INTERVAL", 10)
 
+    @Option(name: .customLong("metrics-token-file"), help: "A file holding the token a Prometheus scraper sends (Authorization: Bearer) to read /metrics; without it /metrics answers 404, as metrics name every app (env DEPOT_METRICS_TOKEN_FILE).")
+    var metricsTokenFile: String = Environment.string("DEPOT_METRICS_TOKEN_FILE", "")
+
     func validate() throws {
         _ = try parseListen()
         guard (1...256).contains(threads) else { throw ValidationError("--threads must be 1–256") }
@@ -95,6 +98,16 @@ struct Serve: ParsableCommand {
     }
 
 
+
+    /// The metrics token, read from its file (a file keeps it out of `ps` and the environment).
+    func metricsToken() throws -> String? {
+        guard !metricsTokenFile.isEmpty else { return nil }
+        let text = String(decoding: try FileSystem.readFile(metricsTokenFile, limit: 4096), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        guard text.count >= 16, text.utf8.allSatisfy({ $0 > 32 && $0 < 127 }) else {
+            throw ValidationError("--metrics-token-file must hold one token of at least 16 printable characters (openssl rand -hex 32 > FILE)")
+        }
+        return text
+    }
 
     func parseListen() throws -> (String, UInt16) {
         guard let colon = listen.lastIndex(of: ":"), let port = UInt16(listen[listen.index(after: colon)...]) else {
@@ -135,6 +148,7 @@ struct Serve: ParsableCommand {
         configuration.objectStore = try store.objectStore()
         configuration.readOnly = readOnly
         configuration.replicaInterval = TimeInterval(replicaInterval)
+        configuration.metricsToken = try metricsToken()
         let server = try DepotServer(configuration: configuration)
         print("AssetDepot listening on \(host.contains(":") ? "[\(host)]" : host):\(server.port), data \(data.data), public URL \(server.publicURL)")
         if let store = configuration.objectStore {

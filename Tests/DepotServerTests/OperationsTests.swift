@@ -83,15 +83,20 @@ struct HardeningTests {
 
 @Suite("Origin: operations")
 struct OperationsTests {
-    @Test("/metrics exposes requests by route and status, bytes, in-flight, latency and publishes")
+    @Test("/metrics exposes requests by route and status, bytes, in-flight, latency and publishes, to the metrics token only (L13)")
     func metrics() async throws {
-        try await withServer { origin in
+        let metricsToken = "scraper-" + String(repeating: "9", count: 24)
+        try await withServer(configure: { $0.metricsToken = metricsToken }) { origin in
             let (blob, path, _) = try publishedBlob(origin)
             _ = try request(origin, "GET", path)
             _ = try request(origin, "GET", "/v1/apps/\(origin.app)/blobs/" + String(repeating: "0", count: 64))
-            let text = try request(origin, "GET", "/metrics").bodyText
+            #expect(try request(origin, "GET", "/metrics").status == 401)
+            #expect(try request(origin, "GET", "/metrics", headers: ["Authorization: Bearer \(origin.token)"]).status == 401, "an app's token is not the metrics token")
+            #expect(try request(origin, "GET", "/metrics", headers: ["Authorization: Bearer \(metricsToken.dropLast())8"]).status == 401)
+            let text = try request(origin, "GET", "/metrics", headers: ["Authorization: Bearer \(metricsToken)"]).bodyText
             #expect(text.contains("depot_http_requests_total{route=\"blob\",status=\"200\"} 2"), "\(text)")
             #expect(text.contains("depot_http_requests_total{route=\"error\",status=\"404\"} 1"))
+            #expect(text.contains("depot_http_requests_total{route=\"error\",status=\"401\"} 3"), "\(text)")
             #expect(text.contains("depot_http_requests_total{route=\"publish\",status=\"201\"} 1"))
             #expect(text.contains("depot_http_response_body_bytes_total{route=\"blob\"} \(2 * blob.count)"))
             #expect(text.contains("depot_publishes_total{app=\"\(origin.app)\",result=\"published\"} 1"))
@@ -172,5 +177,14 @@ struct OperationsTests {
         let received = outcome.withLock { $0 } ?? -1
         #expect(Int64(received) >= size)
         server.stop()
+    }
+
+    @Test("/metrics is off (404) on the public listener unless a metrics token is configured (L13)")
+    func metricsOff() async throws {
+        try await withServer { origin in
+            let response = try request(origin, "GET", "/metrics")
+            #expect(response.status == 404 && response.bodyText.contains("--metrics-token-file"))
+            #expect(try request(origin, "GET", "/metrics", headers: ["Authorization: Bearer \(origin.token)"]).status == 404)
+        }
     }
 }

@@ -12,7 +12,10 @@ struct SecretsTests {
         let work = TemporaryDirectory("depot-secrets")
         defer { work.remove() }
         let data = work.path + "/data"
-        let server = try ServeProcess(data: data, environment: ["DEPOT_LOG_LEVEL": "trace"])
+        let metricsToken = "metrics-" + String(repeating: "m", count: 24)
+        try FileSystem.createDirectory(work.path)
+        try FileSystem.writeAtomically(Array(metricsToken.utf8), to: work.path + "/metrics-token")
+        let server = try ServeProcess(data: data, environment: ["DEPOT_LOG_LEVEL": "trace", "DEPOT_METRICS_TOKEN_FILE": work.path + "/metrics-token"])
         let port = UInt16(server.port)!
         let app = "com.example.dev"
         let token = server.token, admin = server.adminToken
@@ -42,7 +45,8 @@ struct SecretsTests {
         #expect(try send("GET /v1/apps/\(app)/manifest HTTP/1.1\r\nHost: x\r\nAuthorization: Basic \(wrongBasic)\r\n") == 401)
         #expect(try send("GET /v1/apps/\(app)/manifest HTTP/1.1\r\nHost: x\r\nAuthorization: Basic \(basic)\r\n") == 200)
         #expect(try send("GET /v1/apps/\(app)/manifest HTTP/1.1\r\nHost: x\r\n") == 401)
-        #expect(try send("GET /metrics HTTP/1.1\r\nHost: x\r\n") == 200)
+        #expect(try send("GET /metrics HTTP/1.1\r\nHost: x\r\n") == 401)
+        #expect(try send("GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(metricsToken)\r\n") == 200)
         server.process.terminate()
         server.process.waitUntilExit()
         let output = server.remainingOutput() + server.errorOutput()

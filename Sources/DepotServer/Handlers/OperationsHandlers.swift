@@ -1,3 +1,4 @@
+import DepotCore
 import DepotHTTP
 import Synchronization
 
@@ -5,11 +6,14 @@ import Synchronization
 final class OperationsHandlers: Sendable {
     let metrics: OriginMetrics
     let staticFiles: StaticFiles?
+    /// The SHA-256 of the token `/metrics` asks for, or nil: metrics are off.
+    private let metricsTokenDigest: [UInt8]?
     private let inFlightProvider = Mutex<(@Sendable () -> Int)?>(nil)
 
-    init(metrics: OriginMetrics, staticFiles: StaticFiles?) {
+    init(metrics: OriginMetrics, staticFiles: StaticFiles?, metricsToken: String? = nil) {
         self.metrics = metrics
         self.staticFiles = staticFiles
+        metricsTokenDigest = metricsToken.map { SHA256Hasher.hash(Array($0.utf8)) }
     }
 
     /// Where `/metrics` reads the number of requests in flight.
@@ -24,8 +28,19 @@ final class OperationsHandlers: Sendable {
         return response
     }
 
-    /// `GET /metrics`: the Prometheus text exposition.
-    func metrics(_ context: RequestContext) -> HTTPResponse {
+    /// `GET /metrics`: the Prometheus text exposition, which names every app that published. Only
+    /// with the metrics token (`Authorization: Bearer …`, compared in constant time); without one
+    /// configured, metrics are off (404) on the public listener.
+    func metrics(_ context: RequestContext) throws -> HTTPResponse {
+        guard let expected = metricsTokenDigest else {
+            throw DepotError.notFound("/metrics: metrics are off; start depot serve with --metrics-token-file to serve them to a scraper holding that token")
+        }
+        let header = context.request.headers["Authorization"] ?? ""
+        let offered = header.utf8.count > 7 && header.prefix(7).lowercased() == "bearer " ? String(header.dropFirst(7)).trimmingWhitespace : ""
+        let digest = SHA256Hasher.hash(Array(offered.utf8))
+        guard zip(digest, expected).reduce(UInt8(0), { $0 | ($1.0 ^ $1.1) }) == 0 else {
+            throw DepotError(.unauthorized, "metrics_token", "/metrics needs the metrics token: Authorization: Bearer <the token in --metrics-token-file>")
+        }
         let inFlight = inFlightProvider.withLock { $0 }?() ?? 0
         var response = HTTPResponse.bytes(metrics.render(inFlightRequests: inFlight), contentType: "text/plain; version=0.0.4; charset=utf-8")
         response.headers.add("Cache-Control", "no-store")

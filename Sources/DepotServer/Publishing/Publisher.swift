@@ -89,7 +89,9 @@ final class Publisher: Sendable {
         if request.release {
             let result: PublishResult
             do {
-                result = try release(request.app, channel: request.channel, base: request.base, force: request.force, pack: request.pack, adding: add)
+                result = try release(
+                    request.app, channel: request.channel, base: request.base, force: request.force, pack: request.pack, adding: add, storingItself: summary.sha256
+                )
             } catch let error as DepotError where error.kind == .conflict {
                 // Refused before anything changed: nothing was staged. The blob goes only if
                 // nothing else names it (the same bytes may be live here or in another app) and no
@@ -110,14 +112,16 @@ final class Publisher: Sendable {
     }
 
     /// Publishes the staged draft on `channel` (after `adding` changed it, in the same lock
-    /// hold); the result names `pack` as released, when given.
+    /// hold); the result names `pack` as released, when given. `storingItself`: the blob of the
+    /// upload calling this, which may end up unused (identical content) and goes then.
     func release(
-        _ app: String, channel: String, base: Int?, force: Bool, pack: String? = nil, adding: ((inout Staging, [PackEntry]) throws -> Void)? = nil
+        _ app: String, channel: String, base: Int?, force: Bool, pack: String? = nil, adding: ((inout Staging, [PackEntry]) throws -> Void)? = nil,
+        storingItself: String? = nil
     ) throws -> PublishResult {
         let (release, unused) = try releases.publishStaged(
             app, channel: channel, base: base, adding: adding, check: force ? nil : allowanceGuard(app, channel: channel)
         )
-        removeUnneeded(unused)
+        removeUnneeded(unused, storingItself: storingItself)
         metrics.published(app: app, changed: release != nil)
         let live = try releases.current(app, channel: channel)
         return PublishResult(
