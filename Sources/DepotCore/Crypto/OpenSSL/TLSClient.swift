@@ -66,12 +66,22 @@ public final class TLSSession: @unchecked Sendable {
         guard let ssl = SSL_new(context) else { throw TLSClientContext.error("SSL_new") }
         self.ssl = ssl
         SSL_set_fd(ssl, fd)
-        let isAddress = host.contains(":") || host.split(separator: ".").allSatisfy { !$0.isEmpty && $0.allSatisfy(\.isNumber) }
-        if isAddress {
-            X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host)
-        } else {
-            _ = COpenSSL_set_tlsext_host_name(ssl, host)
-            SSL_set1_host(ssl, host)
+        // The identity is always checked, or the session fails: an IP literal (dotted quad or
+        // IPv6, as inet_pton reads them) against the certificate's IP addresses, anything else as
+        // a DNS name. Forms a resolver takes as addresses but inet_pton does not (`10.1`,
+        // `2130706433`) go to the name check, which no real certificate passes; a scoped IPv6
+        // address (`fe80::1%eth0`) cannot be checked and is refused.
+        switch TLSSession.kind(of: host) {
+        case .address:
+            guard X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host) == 1 else {
+                throw TLSError(description: "cannot check the certificate for address \(host)")
+            }
+        case .name:
+            guard COpenSSL_set_tlsext_host_name(ssl, host) == 1, SSL_set1_host(ssl, host) == 1 else {
+                throw TLSError(description: "cannot check the certificate for host \(host)")
+            }
+        case .unusable:
+            throw TLSError(description: "cannot check a certificate for \(host): not a host name or an IP address whose identity TLS can verify")
         }
         ERR_clear_error()
         guard SSL_connect(ssl) == 1 else {
@@ -84,6 +94,21 @@ public final class TLSSession: @unchecked Sendable {
     }
 
     deinit { SSL_free(ssl) }
+
+    enum HostKind: Equatable { case address, name, unusable }
+
+    /// How a host's identity is checked: an IP literal as inet_pton reads it, or a DNS name
+    /// (letters, digits, `-`, `.`, `_`, `*`-free); anything else (a scope, a space, NUL) cannot be.
+    static func kind(of host: String) -> HostKind {
+        var v4 = in_addr()
+        var v6 = in6_addr()
+        if inet_pton(AF_INET, host, &v4) == 1 || inet_pton(AF_INET6, host, &v6) == 1 { return .address }
+        let utf8 = host.utf8
+        guard !utf8.isEmpty, utf8.count <= 253, utf8.allSatisfy({ (48...57).contains($0) || (65...90).contains($0) || (97...122).contains($0) || $0 == 45 || $0 == 46 || $0 == 95 }) else {
+            return .unusable
+        }
+        return .name
+    }
 
     /// Reads up to `buffer.count` bytes: the count, 0 at the end of the stream, -1 with `errno`
     /// set (a timeout is EAGAIN) or a ``TLSError`` for a protocol failure.
