@@ -38,8 +38,13 @@ struct ManagedDevice {
             throw CLIError("\(manifestURL) is not a download manifest: \(error)")
         }
         var report = Report()
+        // The download manifest is not signed: nothing in it is trusted before it is checked. An
+        // id becomes a file name only if it is a valid pack id (no `/`, no `..`).
+        for pack in manifest.assetPacks where !Identifier.isValidPack(pack.id) {
+            throw CLIError("the download manifest names a pack id that is not valid (\(pack.id.prefix(80).debugDescription)); nothing was changed")
+        }
         let listed = Set(manifest.assetPacks.map(\.id))
-        for id in state.packs.keys.sorted() where !listed.contains(id) {
+        for id in state.packs.keys.sorted() where !listed.contains(id) && Identifier.isValidPack(id) {
             FileSystem.remove(packPath(id))
             state.packs[id] = nil
             report.lines.append("deleted \(id): it left the download manifest")
@@ -57,8 +62,11 @@ struct ManagedDevice {
                 }
                 continue
             }
+            if pack.sha256 == nil {
+                report.lines.append("warning: \(pack.id) has no SHA-256 in its userInfo (\(DownloadManifest.sha256Key)): only its size can be checked")
+            }
             do {
-                try await download(pack, transport: transport, headers: headers)
+                try await download(pack, manifestURL: manifestURL, transport: transport, headers: headers)
                 state.packs[pack.id] = Held(version: pack.version, size: pack.downloadSize, sha256: pack.sha256 ?? "")
                 report.lines.append("downloaded \(pack.id) version \(pack.version) (\(pack.downloadSize) bytes, \(pack.downloadPolicy.policy.rawValue))")
             } catch {
@@ -73,21 +81,30 @@ struct ManagedDevice {
         return report
     }
 
-    private func download(_ pack: DownloadManifest.AssetPack, transport: HTTPTransport, headers: [String: String]) async throws {
+    /// Downloads a pack into a temporary file beside its place, streamed with the size limit
+    /// enforced as it arrives, checks it, then renames it into place. Credentials go only to the
+    /// manifest's own host (scheme, host and port): a pack URL elsewhere gets none.
+    private func download(_ pack: DownloadManifest.AssetPack, manifestURL: URL, transport: HTTPTransport, headers: [String: String]) async throws {
         guard let url = URL(string: pack.url), allowHTTP || url.scheme == "https" else { throw CLIError("the pack URL is not https: \(pack.url)") }
+        guard pack.downloadSize >= 0 else { throw CLIError("downloadSize \(pack.downloadSize) is negative") }
+        func origin(_ url: URL) -> String { "\(url.scheme ?? "")://\(url.host?.lowercased() ?? ""):\(url.port ?? (url.scheme == "https" ? 443 : 80))" }
+        let sameHost = origin(url) == origin(manifestURL)
+        let temporary = packPath(pack.id) + ".part"
+        defer { FileSystem.remove(temporary) }
         let response: HTTPTransport.Response
         do {
-            response = try await transport.get(url, headers: headers, limit: Int(pack.downloadSize))
+            response = try await transport.download(url, headers: sameHost ? headers : [:], to: temporary, limit: pack.downloadSize)
         } catch {
             throw CLIError("the download is larger than downloadSize \(pack.downloadSize), or failed: \(error)")
         }
         guard response.status == 200 else { throw CLIError("HTTP \(response.status) for \(pack.url)") }
-        guard Int64(response.body.count) == pack.downloadSize else {
-            throw CLIError("\(response.body.count) bytes arrived where downloadSize says \(pack.downloadSize): the system fails the download")
+        let size = try FileDescriptor.openForReading(temporary).size()
+        guard size == pack.downloadSize else {
+            throw CLIError("\(size) bytes arrived where downloadSize says \(pack.downloadSize): the system fails the download")
         }
-        if let sha256 = pack.sha256, Hex.encode(SHA256Hasher.hash(response.body)) != sha256 {
+        if let sha256 = pack.sha256, try SHA256Hasher.hexDigest(ofFile: temporary) != sha256 {
             throw CLIError("the archive's SHA-256 differs from the manifest's \(DownloadManifest.sha256Key)")
         }
-        try FileSystem.writeAtomically(response.body, to: packPath(pack.id))
+        try FileSystem.durableRename(temporary, to: packPath(pack.id))
     }
 }

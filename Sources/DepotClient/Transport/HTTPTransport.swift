@@ -90,6 +90,19 @@ public struct HTTPTransport: Sendable {
         try await exchange(Request(method: "GET", url: url, headers: Self.fields(headers)), limit: Int64(limit))
     }
 
+    /// GETs `url` into the file at `path` (created or replaced), streamed: memory stays flat, and
+    /// a body over `limit` bytes fails as it arrives. The body goes to the file only on 200; the
+    /// response's other answers come back with an excerpt of their text. The caller renames or
+    /// removes the file.
+    public func download(_ url: URL, headers: [String: String] = [:], to path: String, limit: Int64) async throws -> Response {
+        let request = Request(method: "GET", url: url, headers: Self.fields(headers), largeResponse: true)
+        return try await exchange(request) { head in
+            guard head.status == 200 else { return .excerpt(limit: 4096) }
+            let file = try FileDescriptor(path: path, flags: O_WRONLY | O_CREAT | O_TRUNC, mode: 0o600)
+            return .stream(limit: limit) { chunk in try file.write(chunk) }
+        }
+    }
+
     /// Sends a request with a small body or none (POST, DELETE, HEAD) and returns the answer.
     public func send(method: String, to url: URL, headers: [String: String] = [:], body: Data? = nil) async throws -> Response {
         try await exchange(Request(method: method, url: url, headers: Self.fields(headers), body: body.map { .bytes(Array($0)) } ?? .none))
