@@ -94,10 +94,23 @@ struct Serve: ParsableCommand {
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical") }
         if !publicURL.isEmpty, URL(string: publicURL)?.scheme == nil { throw ValidationError("--public-url must be an absolute URL") }
         if readOnly && store.storage != "s3" { throw ValidationError("--read-only serves a bucket: give --storage s3 and its options") }
+        if readOnly, let endpoint = URL(string: store.s3Endpoint), endpoint.scheme == "http", !Self.isLoopback(endpoint.host ?? "") {
+            // A replica takes each app's settings (app.json, unsigned) from the bucket: over plain
+            // http on a network, whoever sits on the path could rewrite them.
+            throw ValidationError("--read-only reads unsigned app settings from the bucket: give an https:// --s3-endpoint (http only on loopback)")
+        }
         guard replicaInterval >= 1 else { throw ValidationError("--replica-interval must be at least 1") }
     }
 
 
+
+    /// 127.0.0.0/8, ::1 or localhost: a link no one else can sit on.
+    static func isLoopback(_ host: String) -> Bool {
+        let bare = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
+        if bare == "localhost" || bare == "::1" { return true }
+        let parts = bare.split(separator: ".", omittingEmptySubsequences: false)
+        return parts.count == 4 && parts[0] == "127" && parts.allSatisfy { UInt8($0) != nil }
+    }
 
     /// The metrics token, read from its file (a file keeps it out of `ps` and the environment).
     func metricsToken() throws -> String? {

@@ -31,6 +31,11 @@ struct FirstHourTests {
         let usage = try Processes.run(depot, ["publish"])
         #expect(usage.status != 0 && usage.stderr == "Error: Missing expected argument '<file>' (see `depot help publish`)\n", "\(usage.stderr)")
 
+        // A replica reads each app's settings (unsigned) from the bucket: not over http on a network (L12).
+        let replica = try Processes.run(depot, ["serve", "--read-only", "--storage", "s3", "--s3-endpoint", "http://10.0.0.7:9000", "--s3-bucket", "b", "--data", work.path + "/replica"])
+        #expect(replica.status != 0 && replica.stderr.contains("give an https:// --s3-endpoint"), "\(replica.stderr)")
+        #expect(!FileSystem.exists(work.path + "/replica"), "refused before anything is made")
+
         // A manifest passed as --config says what it is.
         let manifest = work.path + "/manifest.json"
         try FileSystem.writeAtomically(try #require(RawHTTP.send(port: UInt16(server.port)!, "GET /v1/apps/\(app)/manifest HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first).body, to: manifest)

@@ -159,18 +159,31 @@ final class S3BlobStore: BlobStore {
     }
 
     /// Crash recovery, at start-up: aborts the multipart uploads of blobs that a previous run
-    /// left unfinished (the origin is the bucket's one writer, so none is in progress now).
-    /// Returns how many.
+    /// left unfinished (the origin is the bucket's one writer, so none is in progress now),
+    /// following the listing's markers page by page. Returns how many.
     @discardableResult
     func abortUnfinishedUploads() throws -> Int {
         let base = client.location.prefix
-        let listing = try S3Client.check(client.call("GET", key: nil, query: [("uploads", ""), ("prefix", base + "blobs/")], limit: 16 << 20), "listing unfinished uploads")
         var aborted = 0
-        for upload in XMLText.all("Upload", in: listing.text) {
-            guard let key = XMLText.first("Key", in: upload), key.hasPrefix(base), let id = XMLText.first("UploadId", in: upload) else { continue }
-            try S3Client.check(client.call("DELETE", key: String(key.dropFirst(base.count)), query: [("uploadId", id)]), "aborting upload \(id)")
-            aborted += 1
-        }
+        var pages = ListingPages("unfinished uploads")
+        var marker: (key: String, id: String)?
+        repeat {
+            var query = [("uploads", ""), ("prefix", base + "blobs/")]
+            if let marker { query += [("key-marker", marker.key), ("upload-id-marker", marker.id)] }
+            let page = try S3Client.check(client.call("GET", key: nil, query: query, limit: 16 << 20), "listing unfinished uploads")
+            for upload in XMLText.all("Upload", in: page.text) {
+                guard let key = XMLText.first("Key", in: upload), key.hasPrefix(base), let id = XMLText.first("UploadId", in: upload) else { continue }
+                try S3Client.check(client.call("DELETE", key: String(key.dropFirst(base.count)), query: [("uploadId", id)]), "aborting upload \(id)")
+                aborted += 1
+            }
+            marker = nil
+            if XMLText.first("IsTruncated", in: page.text) == "true" {
+                let key = XMLText.first("NextKeyMarker", in: page.text) ?? ""
+                let id = XMLText.first("NextUploadIdMarker", in: page.text) ?? ""
+                try pages.next(key + "\u{0}" + id)
+                marker = (key, id)
+            }
+        } while marker != nil
         return aborted
     }
 
@@ -180,6 +193,7 @@ final class S3BlobStore: BlobStore {
     func list(prefix: String) throws -> [Object] {
         var objects: [Object] = []
         var token: String?
+        var pages = ListingPages("the listing of \(prefix)")
         let base = client.location.prefix
         repeat {
             var query = [("list-type", "2"), ("prefix", base + prefix)]
@@ -190,7 +204,12 @@ final class S3BlobStore: BlobStore {
                 let modified = XMLText.first("LastModified", in: entry).flatMap(Self.parseISO8601) ?? Date()
                 objects.append(Object(key: String(key.dropFirst(base.count)), size: size, modified: modified))
             }
-            token = XMLText.first("IsTruncated", in: page.text) == "true" ? XMLText.first("NextContinuationToken", in: page.text) : nil
+            token = nil
+            if XMLText.first("IsTruncated", in: page.text) == "true" {
+                let next = XMLText.first("NextContinuationToken", in: page.text) ?? ""
+                try pages.next(next)
+                token = next
+            }
         } while token != nil
         return objects
     }
@@ -242,5 +261,23 @@ final class S3BlobReader: HTTPBodySource, @unchecked Sendable {
     func close() {
         connection?.close()
         connection = nil
+    }
+}
+
+/// The pages of one listing: a store that hands back a token (or marker) it gave before, an empty
+/// one on a truncated page, or more pages than any bucket of ours holds, ends the listing with an
+/// error instead of looping for ever.
+struct ListingPages {
+    /// 100,000 pages of up to 1,000 keys: far past any data folder's blobs and releases.
+    static let limit = 100_000
+    private let what: String
+    private var seen: Set<String> = []
+
+    init(_ what: String) { self.what = what }
+
+    mutating func next(_ token: String) throws {
+        guard !token.isEmpty && token != "\u{0}" else { throw S3Error(status: 0, description: "\(what): the store said more follows but gave no marker") }
+        guard seen.insert(token).inserted else { throw S3Error(status: 0, description: "\(what): the store repeated a continuation marker") }
+        guard seen.count < Self.limit else { throw S3Error(status: 0, description: "\(what): more than \(Self.limit) pages") }
     }
 }
