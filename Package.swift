@@ -6,7 +6,9 @@ let strict: [SwiftSetting] = [.enableUpcomingFeature("ExistentialAny")]
 
 let package = Package(
     name: "AssetDepot",
-    platforms: [.macOS(.v15), .iOS(.v18)],
+    // The client's floor: iOS 16.4 and macOS 13.3 are the first with Background Assets' essential
+    // downloads. (The server modules are built for Linux only.)
+    platforms: [.macOS("13.3"), .iOS("16.4")],
     products: [
         .library(name: "DepotCore", targets: ["DepotCore"]),
         .library(name: "DepotClient", targets: ["DepotClient"]),

@@ -92,7 +92,9 @@ struct DownloaderTests {
     @Test("A server that stops answering times out, is retried, then the download fails with a timeout")
     func timeout() async throws {
         try await Self.withStalledServer { item, proxy in
-            let (events, task) = Downloader(retries: 1, timeout: 0.3, baseDelay: 0.01).start([item])
+            // A timeout a loaded machine can keep: long enough for each attempt's request to reach
+            // the proxy before the attempt gives up (the proxy stalls for ever anyway).
+            let (events, task) = Downloader(retries: 1, timeout: 1.5, baseDelay: 0.01).start([item])
             var retried = false
             for await event in events { if case .retrying(id: "p", attempt: 1, _) = event { retried = true } }
             guard case .failure(let error) = await task.value["p"] else {
@@ -100,6 +102,8 @@ struct DownloaderTests {
                 return
             }
             #expect(retried && error.kind == .transport && error.description.contains("timed out"), "\(error)")
+            // The proxy records a request on its own thread: wait for that event.
+            for _ in 0..<500 where proxy.requests.count < 2 { try await Task.sleep(for: .milliseconds(20)) }
             #expect(proxy.requests.count == 2)
         }
     }

@@ -8,6 +8,8 @@ import Testing
 struct PlatformFenceTests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
     static let linuxOnly = ["import Glibc", "Glibc.", "renameat2", "MSG_NOSIGNAL", "sendfile", "st_mtim.", "dlsym", "RENAME_EXCHANGE"]
+        // iOS 18 / macOS 15 only, above the client's floor (iOS 16.4, macOS 13.3): ``Locked`` instead.
+        + ["import Synchronization", "Mutex<", "Mutex(", "Atomic<"]
     static let openSSLBackend = "Sources/DepotCore/Crypto/OpenSSL/"
 
     /// The Swift files of the two modules, relative to the package.
@@ -65,6 +67,8 @@ struct PlatformFenceTests {
         ("#if !os(Linux)\nrenameat2(x)\n#endif\n", 1),
         ("internal import COpenSSL\n", 1),
         ("/// sendfile is mentioned in a comment\n", 0),
+        ("import Synchronization\nlet m = Mutex<Int>(0)\n", 2),
+        ("#if os(Linux)\nimport Synchronization\n#endif\n", 0),
     ])
     func selfCheck(text: String, expected: Int) {
         #expect(Self.violations(in: text, file: "Sources/DepotClient/X.swift").count == expected)

@@ -1,11 +1,10 @@
 import DepotCore
 import Foundation
-import Synchronization
 
 /// The SHA-256 of a file, computed on a thread of its own while the caller does something else
 /// with the file (sends it): ``value()`` waits for it.
 final class BackgroundFileDigest: Sendable {
-    private let result = Mutex<Result<String, SystemError>?>(nil)
+    private let result = Locked<Result<String, SystemError>?>(nil)
     private let finished = DispatchSemaphore(value: 0)
 
     init(path: String) {

@@ -7,7 +7,9 @@ import FoundationNetworking
 /// The client's one way to make HTTP calls. It picks the engine inside: on Linux its own
 /// HTTP/1.1 connection for `http://` and `https://` (`HTTPConnection`: `sendfile` uploads,
 /// 1 MiB reads, TLS through OpenSSL's libssl, at about curl's speed, with a CA file when given);
-/// on Apple platforms URLSession. Callers see one ``Response`` type either way.
+/// on Apple platforms URLSession. `DEPOT_CLIENT_ENGINE=urlsession` in the environment makes
+/// Linux use URLSession too (FoundationNetworking), so the tests run the apps' engine here.
+/// Callers see one ``Response`` type either way.
 ///
 /// Bodies stream: an upload goes from a file, and a large download goes into a sink chosen
 /// once its head is known, so memory stays flat whatever the pack size.
@@ -70,6 +72,7 @@ public struct HTTPTransport: Sendable {
     let timeout: TimeInterval
     /// What it trusts and where it connects.
     public let options: TransportOptions
+    /// One session for this transport (and its copies), invalidated when the last copy goes.
     private let session: URLSessionEngine
     #if os(Linux)
     /// The TLS trust of the Linux engine, made once (a CA file that cannot be read fails each https call).
@@ -118,11 +121,21 @@ public struct HTTPTransport: Sendable {
     /// elsewhere (URLSession) callers send a large file in parts of a few MiB.
     public static func streamsFiles(to url: URL) -> Bool {
         #if os(Linux)
-        url.scheme == "http" || url.scheme == "https"
+        (url.scheme == "http" || url.scheme == "https") && !usesURLSession
         #else
         false
         #endif
     }
+
+    /// Whether Linux runs every call through URLSession (`DEPOT_CLIENT_ENGINE=urlsession`), the
+    /// engine of Apple platforms, instead of its own.
+    public static let usesURLSession: Bool = {
+        #if os(Linux)
+        ProcessInfo.processInfo.environment["DEPOT_CLIENT_ENGINE"] == "urlsession"
+        #else
+        true
+        #endif
+    }()
 
     /// One exchange with the body in memory (at most `limit` bytes).
     func exchange(_ request: Request, limit: Int64 = 8 << 20, progress: (@Sendable (Int64) -> Void)? = nil) async throws -> Response {

@@ -1,17 +1,20 @@
 import DepotCore
 import Foundation
-import Synchronization
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
 
-/// The engine ``HTTPTransport`` uses for `https://`: URLSession (the system on Apple platforms,
-/// libcurl on Linux). A large answer is taken into a temporary file and handed to the body's
-/// sink from there; a body to send from a file goes by `upload(fromFile:)` when it is the whole
-/// file, from memory otherwise (callers send ranges of a few MiB).
-struct URLSessionEngine: Sendable {
+/// The engine ``HTTPTransport`` uses on Apple platforms (and on Linux with
+/// `DEPOT_CLIENT_ENGINE=urlsession`, over FoundationNetworking's libcurl): one URLSession per
+/// transport, invalidated when the transport goes. Every body arrives through the data
+/// delegate and goes straight to where ``HTTPTransport/BodyHandling`` says, chunk by chunk,
+/// with its size limit enforced as bytes arrive: a download is written into the caller's file
+/// as it comes (so a cut one keeps what arrived, for a `Range` resume), never staged in a
+/// temporary file and copied. A body to send from a file goes by `uploadTask(with:fromFile:)`
+/// when it is the whole file, from memory otherwise (callers send ranges of a few MiB).
+final class URLSessionEngine: Sendable {
     private let session: URLSession
-    private let decliner = ChallengeDecliner()
+    let delegate: SessionDelegate
     /// Seconds an answer held in memory may take in all (see ``TransportOptions/responseDeadline``).
     private let deadline: TimeInterval
 
@@ -21,12 +24,21 @@ struct URLSessionEngine: Sendable {
         configuration.timeoutIntervalForRequest = timeout
         configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
         configuration.urlCache = nil
-        session = URLSession(configuration: configuration, delegate: decliner, delegateQueue: nil)
+        configuration.urlCredentialStorage = nil
+        configuration.httpCookieStorage = nil
+        delegate = SessionDelegate()
+        // The session keeps its delegate until it is invalidated (below, in deinit).
+        session = URLSession(configuration: configuration, delegate: delegate, delegateQueue: nil)
+    }
+
+    deinit {
+        // Every exchange holds the engine while it runs, so nothing is in flight here.
+        session.invalidateAndCancel()
     }
 
     func exchange(
         _ request: HTTPTransport.Request, progress: (@Sendable (Int64) -> Void)?,
-        handling: @Sendable (HTTPTransport.Response) throws -> HTTPTransport.BodyHandling
+        handling: @escaping @Sendable (HTTPTransport.Response) throws -> HTTPTransport.BodyHandling
     ) async throws -> HTTPTransport.Response {
         guard request.trailer == nil else {
             throw ClientError(.transport, "\(request.url): trailer fields need the engine that streams files")
@@ -34,110 +46,164 @@ struct URLSessionEngine: Sendable {
         var urlRequest = URLRequest(url: request.url)
         urlRequest.httpMethod = request.method
         for (name, value) in request.headers { urlRequest.setValue(value, forHTTPHeaderField: name) }
-        let prepared = urlRequest
-        let url = request.url
-        let received: Received
-        let head: HTTPURLResponse
+        let task: URLSessionTask
+        var bounded = !request.largeResponse
         switch request.body {
-        case .none where request.largeResponse:
-            let (location, response) = try await perform(url) { try await session.download(for: prepared) }
-            (received, head) = (.file(location), response)
         case .none:
-            let (data, response) = try await perform(url, deadline: deadline) { try await session.data(for: prepared) }
-            (received, head) = (.bytes(data), response)
+            task = session.dataTask(with: urlRequest)
         case .bytes(let bytes):
-            let (data, response) = try await perform(url, deadline: deadline) { try await session.upload(for: prepared, from: Data(bytes)) }
-            (received, head) = (.bytes(data), response)
+            task = session.uploadTask(with: urlRequest, from: Data(bytes))
         case .file(let path, let offset, let count):
+            bounded = false
             let file = try FileDescriptor.openForReading(path)
-            let data: Data
-            let response: HTTPURLResponse
             if offset == 0, try file.size() == count {
-                (data, response) = try await perform(url) { try await session.upload(for: prepared, fromFile: URL(fileURLWithPath: path)) }
+                task = session.uploadTask(with: urlRequest, fromFile: URL(fileURLWithPath: path))
             } else {
                 var chunk = [UInt8](repeating: 0, count: Int(count))
                 let read = try chunk.withUnsafeMutableBytes { try file.read(into: $0, at: offset) }
                 guard Int64(read) == count else { throw ClientError(.install, "\(path) changed while it was being sent") }
-                let sent = chunk
-                (data, response) = try await perform(url) { try await session.upload(for: prepared, from: Data(sent)) }
+                task = session.uploadTask(with: urlRequest, from: Data(chunk))
             }
-            progress?(count)
-            (received, head) = (.bytes(data), response)
         }
-        defer { if case .file(let location) = received { try? FileManager.default.removeItem(at: location) } }
+        let exchange = TaskExchange(url: request.url, method: request.method, handling: handling, progress: progress)
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<HTTPTransport.Response, any Error>) in
+                exchange.start(continuation)
+                delegate.register(task, exchange)
+                if bounded {
+                    // A whole answer in memory has a deadline beside the per-read timeout.
+                    let seconds = deadline
+                    DispatchQueue.global().asyncAfter(deadline: .now() + seconds) {
+                        if exchange.fail(ClientError(.transport, "cannot reach \(request.url.absoluteString): the response took longer than \(Int(seconds)) s")) {
+                            task.cancel()
+                        }
+                    }
+                }
+                task.resume()
+            }
+        } onCancel: {
+            if exchange.fail(CancellationError()) { task.cancel() }
+        }
+    }
+}
+
+/// One request in flight: where its body goes and how it ends. The delegate's callbacks for one
+/// task come one at a time on the session's serial queue; the deadline and cancellation come
+/// from elsewhere, so every field is behind the lock.
+final class TaskExchange: Sendable {
+    private struct State {
+        var continuation: CheckedContinuation<HTTPTransport.Response, any Error>?
+        var response: HTTPTransport.Response?
+        var handling: HTTPTransport.BodyHandling?
+        var received: Int64 = 0
+        /// The first failure decided here (a limit, the deadline, a cancellation): it wins over
+        /// the error URLSession reports for the cancelled task.
+        var failure: (any Error)?
+        /// The server asked for HTTP credentials on this task (FoundationNetworking then ends it
+        /// with an error instead of handing back the 401).
+        var challenged = false
+    }
+
+    let url: URL
+    let method: String
+    private let handling: @Sendable (HTTPTransport.Response) throws -> HTTPTransport.BodyHandling
+    let progress: (@Sendable (Int64) -> Void)?
+    private let state = Locked<State>(State())
+
+    init(url: URL, method: String, handling: @escaping @Sendable (HTTPTransport.Response) throws -> HTTPTransport.BodyHandling,
+         progress: (@Sendable (Int64) -> Void)?) {
+        (self.url, self.method, self.handling, self.progress) = (url, method, handling, progress)
+    }
+
+    func start(_ continuation: CheckedContinuation<HTTPTransport.Response, any Error>) {
+        state.withLock { $0.continuation = continuation }
+    }
+
+    func markChallenged() { state.withLock { $0.challenged = true } }
+
+    /// Records `error` as the outcome if none is decided yet; true if it was (the caller then
+    /// cancels the task, whose completion resumes the caller with this error).
+    @discardableResult
+    func fail(_ error: any Error) -> Bool {
+        state.withLock { state in
+            guard state.failure == nil, state.continuation != nil else { return false }
+            state.failure = error
+            return true
+        }
+    }
+
+    /// The response's head: decides where the body goes. False: cancel the task.
+    func receive(_ head: HTTPURLResponse) -> Bool {
         var response = HTTPTransport.Response(status: head.statusCode, headers: Self.headers(head), body: [])
         // The system parses the response; a Content-Length it passes on must still be one number
         // (two different values arrive joined by a comma).
         if let length = response.header("Content-Length"), HTTPResponseParser.decimal(length.trimmingCharacters(in: .whitespaces)) == nil {
-            throw ClientError(.transport, "cannot reach \(url.absoluteString): malformed response: Content-Length is not a number: \(length.prefix(40))")
+            fail(ClientError(.transport, "cannot reach \(url.absoluteString): malformed response: Content-Length is not a number: \(length.prefix(40))"))
+            return false
         }
-        let noBody = request.method == "HEAD" || head.statusCode == 204 || head.statusCode == 304
-        switch try handling(response) {
-        case .collect(let limit):
-            try received.forEach(url: url, limit: limit) { response.body += $0 }
-        case .excerpt(let limit):
-            try? received.forEach(url: url, limit: limit) { response.body += $0 }
-        case .stream(let limit, let sink):
-            if !noBody { try received.forEach(url: url, limit: limit, sink) }
-        }
-        return response
-    }
-
-    /// A body as URLSession delivered it.
-    private enum Received {
-        case bytes(Data)
-        case file(URL)
-
-        /// Hands the body to `sink` in chunks of at most 1 MiB; fails past `limit` bytes.
-        func forEach(url: URL, limit: Int64, _ sink: (UnsafeRawBufferPointer) throws -> Void) throws {
-            switch self {
-            case .bytes(let data):
-                guard Int64(data.count) <= limit else { throw ClientError.tooLarge(url.absoluteString, limit) }
-                try data.withUnsafeBytes { try sink($0) }
-            case .file(let location):
-                let file = try FileDescriptor.openForReading(location.path)
-                guard try file.size() <= limit else { throw ClientError.tooLarge(url.absoluteString, limit) }
-                var buffer = [UInt8](repeating: 0, count: 1 << 20)
-                while true {
-                    let n = try buffer.withUnsafeMutableBytes { try file.read(into: $0) }
-                    if n == 0 { return }
-                    try buffer.withUnsafeBytes { try sink(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
-                }
-            }
-        }
-    }
-
-    /// Runs `body`; with `deadline`, cancels it (and fails) once that many seconds have passed,
-    /// whatever the per-read timeout lets through.
-    private func perform<T: Sendable>(
-        _ url: URL, deadline: TimeInterval? = nil, _ body: @escaping @Sendable () async throws -> (T, URLResponse)
-    ) async throws -> (T, HTTPURLResponse) {
-        let result: (T, URLResponse)
         do {
-            if let deadline {
-                result = try await withThrowingTaskGroup(of: (T, URLResponse)?.self) { group in
-                    group.addTask { try await body() }
-                    group.addTask {
-                        try await Task.sleep(for: .seconds(deadline))
-                        return nil
-                    }
-                    defer { group.cancelAll() }
-                    guard let first = try await group.next(), let first else {
-                        throw ClientError(.transport, "cannot reach \(url.absoluteString): the response took longer than \(Int(deadline)) s")
-                    }
-                    return first
-                }
-            } else {
-                result = try await body()
+            let decided = try handling(response)
+            if case .stream(let limit, _) = decided, let length = response.contentLength, length > limit {
+                throw ClientError.tooLarge(url.absoluteString, limit)
             }
-        } catch let error as ClientError {
-            throw error
+            response.body = []
+            return state.withLock { state in
+                guard state.failure == nil else { return false }
+                (state.response, state.handling) = (response, decided)
+                return true
+            }
         } catch {
-            if decliner.challenged(url) { throw ClientError.http(401, url.absoluteString, "the server requires credentials") }
-            throw ClientError.transport(url.absoluteString, error)
+            fail(error)
+            return false
         }
-        guard let http = result.1 as? HTTPURLResponse else { throw ClientError.transport(url.absoluteString, URLError(.badServerResponse)) }
-        return (result.0, http)
+    }
+
+    /// A piece of the body. False: cancel the task (a limit passed, or the sink failed).
+    func receive(_ data: Data) -> Bool {
+        state.withLock { state in
+            guard state.failure == nil, let handling = state.handling else { return false }
+            let count = Int64(data.count)
+            do {
+                switch handling {
+                case .collect(let limit):
+                    guard state.received + count <= limit else { throw ClientError.tooLarge(url.absoluteString, limit) }
+                    state.response?.body += data
+                case .excerpt(let limit):
+                    let room = max(0, limit - state.received)
+                    if room > 0 { state.response?.body += data.prefix(Int(min(room, count))) }
+                case .stream(let limit, let sink):
+                    guard state.received + count <= limit else { throw ClientError.tooLarge(url.absoluteString, limit) }
+                    try data.withUnsafeBytes { try sink($0) }
+                }
+                state.received += count
+                return true
+            } catch {
+                state.failure = error
+                return false
+            }
+        }
+    }
+
+    /// The task ended: resumes the caller once.
+    func complete(_ error: (any Error)?) {
+        let (continuation, outcome): (CheckedContinuation<HTTPTransport.Response, any Error>?, Result<HTTPTransport.Response, any Error>) = state.withLock { state in
+            defer { state.continuation = nil }
+            if let failure = state.failure { return (state.continuation, .failure(failure)) }
+            if let error {
+                if state.challenged {
+                    // FoundationNetworking ends a declined challenge with an error; the device
+                    // hands back the 401 itself. Either way the caller sees the 401.
+                    if let response = state.response, response.status == 401 { return (state.continuation, .success(response)) }
+                    return (state.continuation, .failure(ClientError.http(401, url.absoluteString, "the server requires credentials")))
+                }
+                return (state.continuation, .failure(ClientError.transport(url.absoluteString, error)))
+            }
+            guard let response = state.response else {
+                return (state.continuation, .failure(ClientError.transport(url.absoluteString, URLError(.badServerResponse))))
+            }
+            return (state.continuation, .success(response))
+        }
+        continuation?.resume(with: outcome)
     }
 
     private static func headers(_ response: HTTPURLResponse) -> [(name: String, value: String)] {
@@ -148,20 +214,61 @@ struct URLSessionEngine: Sendable {
     }
 }
 
-/// Declines authentication challenges so that a 401 comes back as a response: credentials are
-/// sent up front by the caller. (Without a delegate, URLSession on Linux waits forever on a
-/// `WWW-Authenticate: Basic` challenge.)
-final class ChallengeDecliner: NSObject, URLSessionTaskDelegate, Sendable {
-    private let challengedURLs = Mutex<Set<String>>([])
+/// The session's delegate: routes each task's callbacks to its ``TaskExchange``, and answers
+/// authentication challenges as Apple's rules say: HTTP Basic and Digest (the origin's download
+/// credentials, which callers send up front) are declined, so the 401 comes back as a response;
+/// everything else — server trust above all, which arrives here on Apple platforms — gets
+/// `.performDefaultHandling`, the system's own evaluation.
+final class SessionDelegate: NSObject, URLSessionDataDelegate, Sendable {
+    private let exchanges = Locked<[Int: TaskExchange]>([:])
 
-    /// Whether a request to `url` was answered with a challenge (corelibs then cancels it).
-    func challenged(_ url: URL) -> Bool { challengedURLs.withLock { $0.contains(url.absoluteString) } }
+    func register(_ task: URLSessionTask, _ exchange: TaskExchange) {
+        exchanges.withLock { $0[task.taskIdentifier] = exchange }
+    }
+
+    private func exchange(_ task: URLSessionTask) -> TaskExchange? {
+        exchanges.withLock { $0[task.taskIdentifier] }
+    }
+
+    /// Whether a challenge is one for credentials this client declines (HTTP Basic or Digest).
+    static func declines(_ method: String) -> Bool {
+        method == NSURLAuthenticationMethodHTTPBasic || method == NSURLAuthenticationMethodHTTPDigest
+    }
+
+    func urlSession(
+        _ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
+        completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void
+    ) {
+        guard let exchange = exchange(dataTask), let head = response as? HTTPURLResponse else {
+            completionHandler(.cancel)
+            return
+        }
+        completionHandler(exchange.receive(head) ? .allow : .cancel)
+    }
+
+    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
+        guard let exchange = exchange(dataTask) else { return }
+        if !exchange.receive(data) { dataTask.cancel() }
+    }
+
+    func urlSession(_ session: URLSession, task: URLSessionTask, didSendBodyData bytesSent: Int64, totalBytesSent: Int64, totalBytesExpectedToSend: Int64) {
+        exchange(task)?.progress?(totalBytesSent)
+    }
+
+    func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
+        let finished = exchanges.withLock { $0.removeValue(forKey: task.taskIdentifier) }
+        finished?.complete(error)
+    }
 
     func urlSession(
         _ session: URLSession, task: URLSessionTask, didReceive challenge: URLAuthenticationChallenge,
         completionHandler: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
     ) {
-        if let url = task.originalRequest?.url { challengedURLs.withLock { _ = $0.insert(url.absoluteString) } }
+        guard Self.declines(challenge.protectionSpace.authenticationMethod) else {
+            completionHandler(.performDefaultHandling, nil)
+            return
+        }
+        exchange(task)?.markChallenged()
         completionHandler(.rejectProtectionSpace, nil)
     }
 
@@ -169,6 +276,6 @@ final class ChallengeDecliner: NSObject, URLSessionTaskDelegate, Sendable {
         _ session: URLSession, didReceive challenge: URLAuthenticationChallenge,
         completionHandler: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
     ) {
-        completionHandler(.rejectProtectionSpace, nil)
+        completionHandler(.performDefaultHandling, nil)
     }
 }

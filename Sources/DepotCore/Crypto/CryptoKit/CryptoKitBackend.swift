@@ -109,20 +109,28 @@ final class DigestContext {
     }
 }
 
-/// An Ed25519 private key.
+/// An Ed25519 private key. It keeps the raw seed, not a `Curve25519` key: the iOS 18 SDK does not
+/// declare CryptoKit's key types `Sendable` (swift-crypto does, so the Linux build cannot tell),
+/// and this type is shared across threads. Making the key from 32 bytes costs microseconds.
 struct Ed25519SigningContext: Sendable {
-    private let key: Curve25519.Signing.PrivateKey
-    var publicKey: [UInt8] { Array(key.publicKey.rawRepresentation) }
+    private let seed: [UInt8]
+    let publicKey: [UInt8]
 
     init(seed: [UInt8]) throws(CryptoError) {
+        self.seed = seed
+        publicKey = Array(try Self.key(seed).publicKey.rawRepresentation)
+    }
+
+    private static func key(_ seed: [UInt8]) throws(CryptoError) -> Curve25519.Signing.PrivateKey {
         do {
-            key = try Curve25519.Signing.PrivateKey(rawRepresentation: seed)
+            return try Curve25519.Signing.PrivateKey(rawRepresentation: seed)
         } catch {
             throw .backend("Curve25519.Signing.PrivateKey")
         }
     }
 
     func sign(_ message: [UInt8]) throws(CryptoError) -> [UInt8] {
+        let key = try Self.key(seed)
         do {
             return Array(try key.signature(for: message))
         } catch {
@@ -131,20 +139,22 @@ struct Ed25519SigningContext: Sendable {
     }
 }
 
-/// An Ed25519 public key.
+/// An Ed25519 public key, kept as its 32 raw bytes (see ``Ed25519SigningContext``).
 struct Ed25519VerifyingContext: Sendable {
-    private let key: Curve25519.Signing.PublicKey
+    private let raw: [UInt8]
 
     init(raw: [UInt8]) throws(CryptoError) {
         do {
-            key = try Curve25519.Signing.PublicKey(rawRepresentation: raw)
+            _ = try Curve25519.Signing.PublicKey(rawRepresentation: raw)
         } catch {
             throw .backend("Curve25519.Signing.PublicKey")
         }
+        self.raw = raw
     }
 
     func isValid(_ signature: [UInt8], for message: [UInt8]) -> Bool {
-        key.isValidSignature(signature, for: message)
+        guard let key = try? Curve25519.Signing.PublicKey(rawRepresentation: raw) else { return false }
+        return key.isValidSignature(signature, for: message)
     }
 }
 #endif
