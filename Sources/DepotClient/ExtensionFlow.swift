@@ -16,11 +16,31 @@ public struct ScheduledDownload: Hashable, Sendable {
     public var fileSize: Int { Int(entry.size) }
 }
 
-/// What a Background Assets extension does with this module, in two calls: ``schedule(manifestFile:kind:allowance:essentialAllowance:now:)``
-/// when the system hands it the manifest, ``install(identifier:file:now:)`` when it hands it a
-/// finished download. The system downloads; verifying, planning, decrypting and installing are
-/// done here. The integration guide's extension is built on exactly these calls, and a test
-/// runs them against the real origin's output.
+/// What the install step did: ``ExtensionFlow/installArrived(now:)``.
+public struct ArrivedReport: Sendable, Equatable {
+    /// Packs installed, by id.
+    public var installed: [String] = []
+    /// Deliveries dropped, by identifier, with why (a revision the manifest no longer lists, a
+    /// wrong size or hash, a missing key): the pack is planned again at the next event.
+    public var discarded: [String: String] = [:]
+    /// Deliveries kept for a later run (a full disk, an I/O error), by identifier, with why.
+    public var kept: [String: String] = [:]
+}
+
+/// What a Background Assets extension and its app do with this module, in three calls:
+///
+/// - ``schedule(manifestFile:kind:allowance:essentialAllowance:scheduled:now:)`` when the system
+///   hands the extension the manifest;
+/// - ``receive(identifier:file:)`` when it hands over a finished download: a rename into the
+///   App Group folder, constant time and memory whatever the pack's size, because the system
+///   deletes the file when the callback returns and bounds what an extension may do;
+/// - ``installArrived(now:)``, the heavy step (verify, decrypt, unzip, switch in), which the app
+///   runs at launch or in the foreground, and the extension when it has time. Killed at any
+///   point, the next run cleans up and ends with the old or the new revision, never a mix.
+///
+/// The system downloads; verifying, planning, decrypting and installing are done here. The
+/// integration guide is built on exactly these calls, and a test runs them against the real
+/// origin's output.
 public struct ExtensionFlow: Sendable {
     public let configuration: ClientConfiguration
     public let store: StateStore
@@ -42,11 +62,14 @@ public struct ExtensionFlow: Sendable {
     }
 
     /// The manifest the system fetched from `BAManifestURL` (a local file): verified, accepted
-    /// under the exclusive lock (the channel's floor raised, its bytes kept for
-    /// ``install(identifier:file:now:)``), then planned. Pass the allowances the system reports
-    /// (`BAAppExtensionInfo`), or none. A refused manifest throws and schedules nothing.
+    /// under the exclusive lock (the channel's floor raised, its bytes kept for the install
+    /// step), then planned. Pass the allowances the system reports (`BAAppExtensionInfo`), or
+    /// none, and the identifiers of the downloads the system already has
+    /// (`BADownloadManager.shared.fetchCurrentDownloads()`): they are not asked for again, nor
+    /// are deliveries waiting for the install step. A refused manifest throws and schedules nothing.
     public func schedule(
-        manifestFile path: String, kind: RequestKind, allowance: Int64? = nil, essentialAllowance: Int64? = nil, now: Date = Date()
+        manifestFile path: String, kind: RequestKind, allowance: Int? = nil, essentialAllowance: Int? = nil, scheduled: Set<String> = [],
+        now: Date = Date()
     ) throws -> [ScheduledDownload] {
         let envelope = try FileSystem.readFile(path, limit: ManifestSource.sizeLimit)
         let source = try source()
@@ -56,34 +79,91 @@ public struct ExtensionFlow: Sendable {
             try FileSystem.writeAtomically(envelope, to: store.cachedEnvelope(channel: channel))
             return (manifest, state)
         }
-        let plan = Planner.plan(
-            manifest: manifest, state: state,
-            request: Planner.Request(kind: kind, allowance: allowance, essentialAllowance: essentialAllowance),
-            installedCopyExists: { FileSystem.exists(store.packPath($0)) }
+        let request = Planner.Request(
+            kind: kind, allowance: allowance.map(Int64.init), essentialAllowance: essentialAllowance.map(Int64.init),
+            scheduled: scheduled.union(arrivedIdentifiers())
         )
+        let plan = Planner.plan(manifest: manifest, state: state, request: request, installedCopyExists: { FileSystem.exists(store.packPath($0)) })
         return plan.downloads.map { ScheduledDownload(entry: $0.entry, isEssential: $0.essential) }
     }
 
-    /// A finished download (`identifier` as scheduled; the file is gone once the system's
-    /// callback returns): checked against the accepted manifest, decrypted, installed atomically
-    /// and recorded. Returns the entry installed. A download for a revision the manifest no
-    /// longer lists, a wrong size or hash, or a missing key throws, and the previous revision stays.
+    /// The deliveries waiting for ``installArrived(now:)``, by identifier.
+    public func arrivedIdentifiers() -> Set<String> {
+        Set(FileSystem.contents(of: store.arrived).filter(Self.isIdentifier))
+    }
+
+    /// A finished download (`identifier` as scheduled; the system deletes the file once its
+    /// callback returns): renamed into the App Group folder (`.depot/arrived/`), where
+    /// ``installArrived(now:)`` finds it. One rename, whatever the size; nothing is read. A
+    /// second delivery of the same identifier replaces the first.
+    public func receive(identifier: String, file path: String) throws {
+        guard Self.isIdentifier(identifier) else { throw ClientError.integrity(identifier, "not an identifier this module schedules (pack@revision)") }
+        let target = store.arrived + "/" + identifier
+        do {
+            try FileSystem.durableRename(path, to: target)
+        } catch let error where error.errno == EXDEV {
+            // Another volume (not the App Group container): a copy, which takes the pack's time.
+            do {
+                let temporary = FileSystem.temporaryPath(besides: target)
+                try FileManager.default.copyItem(atPath: path, toPath: temporary)
+                try FileDescriptor.openForReading(temporary).sync()
+                try FileSystem.durableRename(temporary, to: target)
+            } catch {
+                throw ClientError.install(identifier, error)
+            }
+        } catch {
+            throw error.isNoSpace ? ClientError.noSpace(store.arrived) : ClientError.install(identifier, error)
+        }
+    }
+
+    /// The install step: every delivery waiting in `.depot/arrived/` is checked against the
+    /// accepted manifest (size, SHA-256), decrypted with the injected key ring, unpacked if a
+    /// zip (entries written durably), switched in atomically and recorded; the lock is held only
+    /// for the moment of each record. What killed runs left (staged trees, scratch files) is
+    /// removed first. Memory stays bounded whatever the pack's size (one segment at a time).
     @discardableResult
-    public func install(identifier: String, file path: String, now: Date = Date()) throws -> PackEntry {
+    public func installArrived(now: Date = Date()) throws -> ArrivedReport {
+        Installer.removeLeftovers(in: store.packs)
+        Installer.removeLeftovers(in: store.arrived)
+        var report = ArrivedReport()
+        let identifiers = arrivedIdentifiers().sorted()
+        guard !identifiers.isEmpty else { return report }
         let envelope = try FileSystem.readFile(store.cachedEnvelope(channel: channel), limit: ManifestSource.sizeLimit)
         let floor = try store.read(app: configuration.app).floor(channel: channel)
         let manifest = try source().verify(envelope, floor: floor, now: now)
-        let parts = identifier.split(separator: "@")
-        guard parts.count == 2, let revision = Int(parts[1]), let entry = manifest[pack: String(parts[0])], entry.revision == revision else {
-            throw ClientError.integrity(identifier, "the accepted manifest does not list this download (a newer revision replaced it)")
+        let installer = Installer(keyRing: try configuration.keyRing())
+        for identifier in identifiers {
+            let path = store.arrived + "/" + identifier
+            let parts = identifier.split(separator: "@")
+            guard let entry = manifest[pack: String(parts[0])], entry.revision == Int(parts[1]) else {
+                report.discarded[identifier] = "the accepted manifest does not list this download (a newer revision replaced it)"
+                FileSystem.remove(path)
+                continue
+            }
+            do {
+                let unpacked = try installer.install(entry, from: path, to: store.packPath(entry.id))
+                try store.withExclusiveControl(app: configuration.app) { state in
+                    state.packs[entry.id] = InstalledState.Pack(
+                        revision: entry.revision, sha256: entry.sha256, plaintextSHA256: entry.plaintextSHA256,
+                        installSize: entry.installSize, installedAt: now, unpacked: unpacked
+                    )
+                }
+                FileSystem.remove(path)
+                report.installed.append(entry.id)
+            } catch let error as ClientError where error.kind == .noSpace || error.kind == .state || error.kind == .install && FileSystem.exists(path) {
+                // The delivery is fine; the device is not (yet): try again at the next run.
+                report.kept[identifier] = error.description
+            } catch let error as ClientError {
+                report.discarded[identifier] = error.description
+                FileSystem.remove(path)
+            }
         }
-        let unpacked = try Installer(keyRing: configuration.keyRing()).install(entry, from: path, to: store.packPath(entry.id))
-        try store.withExclusiveControl(app: configuration.app) { state in
-            state.packs[entry.id] = InstalledState.Pack(
-                revision: entry.revision, sha256: entry.sha256, plaintextSHA256: entry.plaintextSHA256,
-                installSize: entry.installSize, installedAt: now, unpacked: unpacked
-            )
-        }
-        return entry
+        return report
+    }
+
+    /// `pack@revision`, with a valid pack id and a revision number.
+    static func isIdentifier(_ name: String) -> Bool {
+        let parts = name.split(separator: "@", omittingEmptySubsequences: false)
+        return parts.count == 2 && Identifier.isValidPack(String(parts[0])) && Int(parts[1]).map { $0 >= 0 } == true && !parts[1].hasPrefix("+")
     }
 }

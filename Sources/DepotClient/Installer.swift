@@ -26,14 +26,19 @@ public struct Installer: Sendable {
         }
         let source: FileDescriptor
         do { source = try FileDescriptor.openForReading(file) } catch { throw ClientError.install(entry.id, error) }
-        return try install(entry, from: source, scratch: file + ".plain", to: destination)
+        // A zip's plaintext waits beside the container, named so that a killed run's is found
+        // and removed (``removeLeftovers(in:maximumAge:now:)``).
+        let scratch = FileSystem.directory(of: file) + "/.tmp-" + FileSystem.lastComponent(of: file) + "-p\(getpid())-" + Hex.encode(SecureRandom.bytes(6)) + ".plain"
+        return try install(entry, from: source, scratch: scratch, to: destination)
     }
 
     /// Installs from any source of the container's bytes (a download still being written, read
     /// as it grows); `scratch` is where a zip's plaintext waits to be unpacked.
     func install(_ entry: PackEntry, from source: some RandomAccessSource, scratch: String, to destination: String) throws -> Bool {
         let folder = FileSystem.directory(of: destination)
-        let staged = folder + "/.tmp-" + FileSystem.lastComponent(of: destination) + "-" + Hex.encode(SecureRandom.bytes(6))
+        // The process id in the name lets a later run tell a killed install's leftovers from a
+        // tree another process is still writing (``removeLeftovers(in:)``).
+        let staged = folder + "/.tmp-" + FileSystem.lastComponent(of: destination) + "-p\(getpid())-" + Hex.encode(SecureRandom.bytes(6))
         let unpack = ZipPack.isZip(contentType: entry.contentType)
         let plaintext = unpack ? scratch : staged
         defer {
@@ -87,6 +92,26 @@ public struct Installer: Sendable {
         } else {
             try FileSystem.durableRename(staged, to: destination)
         }
+    }
+
+    /// Removes what killed installs left in `folder` (staged `.tmp-*` trees and files): those of
+    /// processes that no longer run, and any older than `maximumAge` (on a device another
+    /// process's id cannot always be checked). Returns how many.
+    @discardableResult
+    public static func removeLeftovers(in folder: String, maximumAge: TimeInterval = 3600, now: Date = Date()) -> Int {
+        var removed = 0
+        for name in FileSystem.contents(of: folder) where name.hasPrefix(".tmp-") {
+            let path = folder + "/" + name
+            let owner = name.split(separator: "-").first { $0.hasPrefix("p") && Int32($0.dropFirst()) != nil }.flatMap { Int32($0.dropFirst()) }
+            let gone = owner.map { $0 != getpid() && kill($0, 0) != 0 && System.errno == ESRCH } ?? true
+            let modified = (try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date
+            let old = modified.map { now.timeIntervalSince($0) > maximumAge } ?? false
+            if gone || old {
+                removeTree(path)
+                removed += 1
+            }
+        }
+        return removed
     }
 
     /// Removes an installed copy: a file or a folder tree.

@@ -47,6 +47,9 @@ public struct Plan: Hashable, Sendable {
     /// For each deferred download, by how many bytes it would have exceeded its allowance (the
     /// essential one for an essential download, the download allowance otherwise).
     public var overAllowance: [String: Int64] = [:]
+    /// Downloads the system already has in hand (scheduled, or finished and waiting for the
+    /// install step), by identifier (`pack@revision`): not asked for again.
+    public var alreadyScheduled: [String] = []
 }
 
 /// The planner: a pure function from (manifest, installed state, request) to a ``Plan``.
@@ -59,6 +62,8 @@ public struct Plan: Hashable, Sendable {
 /// - Prefetch packs are scheduled on every kind of request.
 /// - On-demand packs only when asked for by id or tag, or when an installed copy is out of date.
 /// - Packs gone from the manifest are removed.
+/// - A download the system already has (scheduled or delivered: ``Request/scheduled``) is not
+///   asked for again, and takes nothing from the allowances.
 /// - Downloads are taken in order while they fit the allowances; the rest is deferred, not failed.
 ///   As Apple documents the Info.plist keys, there are two separate budgets: the essential
 ///   allowance (`BAEssentialDownloadAllowance`) bounds the essential downloads, the download
@@ -75,8 +80,16 @@ public enum Planner {
         public var packs: Set<String>
         /// On-demand packs asked for by tag.
         public var tags: Set<String>
+        /// Identifiers (`pack@revision`, ``ScheduledDownload/identifier``) of downloads already
+        /// scheduled (`BADownloadManager`'s current downloads) or delivered and not yet
+        /// installed: the plan does not ask for them again.
+        public var scheduled: Set<String>
 
-        public init(kind: RequestKind, allowance: Int64? = nil, essentialAllowance: Int64? = nil, packs: Set<String> = [], tags: Set<String> = []) {
+        public init(
+            kind: RequestKind, allowance: Int64? = nil, essentialAllowance: Int64? = nil, packs: Set<String> = [], tags: Set<String> = [],
+            scheduled: Set<String> = []
+        ) {
+            self.scheduled = scheduled
             self.kind = kind
             self.allowance = allowance
             self.essentialAllowance = essentialAllowance
@@ -118,7 +131,13 @@ public enum Planner {
         var nonEssential: Int64 = 0
         var essential: Int64 = 0
         var overAllowance: [String: Int64] = [:]
+        var alreadyScheduled: [String] = []
         for download in wanted {
+            let identifier = "\(download.entry.id)@\(download.entry.revision)"
+            if request.scheduled.contains(identifier) {
+                alreadyScheduled.append(identifier)
+                continue
+            }
             let size = download.entry.size
             let (used, allowance) = download.essential ? (essential, request.essentialAllowance) : (nonEssential, request.allowance)
             if let allowance, used + size > allowance {
@@ -132,7 +151,8 @@ public enum Planner {
         let listed = Set(manifest.packs.map(\.id))
         let removals = state.packs.keys.filter { !listed.contains($0) }.sorted()
         return Plan(
-            downloads: downloads, deferred: deferred, removals: removals, unchanged: unchanged, notRequested: notRequested, overAllowance: overAllowance
+            downloads: downloads, deferred: deferred, removals: removals, unchanged: unchanged, notRequested: notRequested, overAllowance: overAllowance,
+            alreadyScheduled: alreadyScheduled
         )
     }
 }

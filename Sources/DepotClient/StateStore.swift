@@ -17,6 +17,9 @@ public final class StateStore: Sendable {
     var statePath: String { metadata + "/state.json" }
     /// Where pack downloads wait, possibly partial, until they are verified.
     var downloads: String { metadata + "/downloads" }
+    /// Where finished downloads the system delivered wait for the install step
+    /// (``ExtensionFlow/installArrived(now:)``), each named by its identifier (`pack@revision`).
+    public var arrived: String { metadata + "/arrived" }
     /// Where the last accepted envelope of each channel is kept (for `304 Not Modified`).
     public func cachedEnvelope(channel: String) -> String { metadata + "/manifest-" + channel + ".json" }
     /// Where installed packs live.
@@ -29,6 +32,7 @@ public final class StateStore: Sendable {
             try FileSystem.createDirectory(destination)
             try FileSystem.createDirectory(destination + "/.depot")
             try FileSystem.createDirectory(destination + "/.depot/downloads")
+            try FileSystem.createDirectory(destination + "/.depot/arrived")
             try FileSystem.createDirectory(destination + "/packs")
         } catch {
             throw ClientError.state("cannot open \(destination): \(error)")

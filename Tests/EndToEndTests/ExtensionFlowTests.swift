@@ -7,23 +7,38 @@ import FoundationNetworking
 #endif
 import Testing
 
-// Stand-ins with the shapes of the BackgroundAssets API that the integration guide uses, which
-// Linux lacks, so that the guide's own lines (between the `guide:` markers) compile and run here.
+// Stand-ins for the BackgroundAssets symbols the integration guide's extension uses, which Linux
+// lacks, declared as Apple's pages declare them (iOS 16.4 SDK and later): BADownload and
+// BAURLDownload are classes, the restricted sizes of BAAppExtensionInfo are `Int?` (nil: not
+// restricted), fetchCurrentDownloads() is synchronous and throws. The guide's own lines (between
+// the `guide:` markers) compile and run against them here.
 struct BADownloaderPriority: Hashable { static let `default` = BADownloaderPriority() }
-struct BAURLDownload: Hashable {
+class BADownload: Hashable {
     let identifier: String
-    let request: URLRequest
     let isEssential: Bool
+    init(identifier: String, essential: Bool) { (self.identifier, isEssential) = (identifier, essential) }
+    static func == (a: BADownload, b: BADownload) -> Bool { a.identifier == b.identifier }
+    func hash(into hasher: inout Hasher) { hasher.combine(identifier) }
+}
+final class BAURLDownload: BADownload {
+    let request: URLRequest
     let fileSize: Int
     let applicationGroupIdentifier: String
     init(identifier: String, request: URLRequest, essential: Bool, fileSize: Int, applicationGroupIdentifier: String, priority: BADownloaderPriority) {
-        (self.identifier, self.request, isEssential, self.fileSize, self.applicationGroupIdentifier) =
-            (identifier, request, essential, fileSize, applicationGroupIdentifier)
+        (self.request, self.fileSize, self.applicationGroupIdentifier) = (request, fileSize, applicationGroupIdentifier)
+        super.init(identifier: identifier, essential: essential)
     }
 }
-struct BAAppExtensionInfo {
-    var restrictedDownloadSizeRemaining: NSNumber?
-    var restrictedEssentialDownloadSizeRemaining: NSNumber?
+final class BAAppExtensionInfo {
+    var restrictedDownloadSizeRemaining: Int?
+    var restrictedEssentialDownloadSizeRemaining: Int?
+}
+/// The system's list of scheduled downloads, which the test sets.
+final class BADownloadManager: @unchecked Sendable {
+    // @unchecked: a test stand-in, used by one test at a time.
+    nonisolated(unsafe) static var shared = BADownloadManager()
+    var current: [BADownload] = []
+    func fetchCurrentDownloads() throws -> [BADownload] { current }
 }
 
 /// The guide's `Assets`, for one test origin.
@@ -40,10 +55,12 @@ struct GuideExtension {
 
     func downloads(manifestURL: URL, kind: RequestKind, extensionInfo: BAAppExtensionInfo) throws -> Set<BAURLDownload> {
         // guide: schedule
+        let current = (try? BADownloadManager.shared.fetchCurrentDownloads()) ?? []
         let scheduled = try Assets.flow().schedule(
             manifestFile: manifestURL.path, kind: kind,
-            allowance: extensionInfo.restrictedDownloadSizeRemaining?.int64Value,
-            essentialAllowance: extensionInfo.restrictedEssentialDownloadSizeRemaining?.int64Value
+            allowance: extensionInfo.restrictedDownloadSizeRemaining,
+            essentialAllowance: extensionInfo.restrictedEssentialDownloadSizeRemaining,
+            scheduled: Set(current.map(\.identifier))
         )
         return Set(scheduled.map { download in
             BAURLDownload(
@@ -55,15 +72,15 @@ struct GuideExtension {
     }
 
     func backgroundDownload(_ download: BAURLDownload, finishedWithFileURL fileURL: URL) throws {
-        // guide: install
-        try Assets.flow().install(identifier: download.identifier, file: fileURL.path)
+        // guide: receive
+        try Assets.flow().receive(identifier: download.identifier, file: fileURL.path)
         // guide: end
     }
 }
 
 @Suite("The Background Assets extension's flow, as the integration guide writes it")
 struct ExtensionFlowTests {
-    @Test("Verify the delivered manifest, raise the floor, plan the install, schedule exact downloads, install what the system delivers")
+    @Test("Verify the delivered manifest, raise the floor, plan the install, schedule exact downloads (not those already scheduled), take in what the system delivers, install it in a separate step")
     func extensionFlow() async throws {
         try await withServer(configure: { $0.publicURL = "https://cdn.example.com" }) { origin in
             let work = TemporaryDirectory("depot-extension")
@@ -108,16 +125,34 @@ struct ExtensionFlowTests {
                 return file
             }
             let core = try #require(downloads.first { $0.identifier == "core@1" })
-            #expect(throws: ClientError.self) { try guide.backgroundDownload(core, finishedWithFileURL: delivered(core, tamper: true)) }
-            #expect(!FileSystem.exists(guide.Assets.root + "/packs/core"))
-            for download in downloads { try guide.backgroundDownload(download, finishedWithFileURL: delivered(download)) }
+            // A tampered delivery is taken in (the callback only moves it) and refused by the install step.
+            try guide.backgroundDownload(core, finishedWithFileURL: delivered(core, tamper: true))
+            let refused = try guide.Assets.flow().installArrived()
+            #expect(refused.installed.isEmpty && refused.discarded["core@1"]?.contains("SHA-256") == true, "\(refused)")
+            #expect(!FileSystem.exists(guide.Assets.root + "/packs/core") && FileSystem.contents(of: guide.Assets.root + "/.depot/arrived").isEmpty)
+            // Delivered and waiting, or scheduled with the system: not asked for again.
+            let world = try #require(downloads.first { $0.identifier == "world@1" })
+            try guide.backgroundDownload(world, finishedWithFileURL: delivered(world))
+            BADownloadManager.shared.current = [BADownload(identifier: "tutorial@1", essential: true)]
+            defer { BADownloadManager.shared.current = [] }
+            #expect(Set(try guide.downloads(manifestURL: manifestURL, kind: .install, extensionInfo: BAAppExtensionInfo()).map(\.identifier)) == ["core@1"])
+            for download in downloads where download != world { try guide.backgroundDownload(download, finishedWithFileURL: delivered(download)) }
+            #expect(!FileSystem.exists(guide.Assets.root + "/packs/world"), "the callback only moves the file")
+            let report = try guide.Assets.flow().installArrived()
+            #expect(Set(report.installed) == ["core", "tutorial", "world"] && report.discarded.isEmpty && report.kept.isEmpty, "\(report)")
             for id in ["core", "tutorial", "world"] { #expect(try FileSystem.readFile(guide.Assets.root + "/packs/" + id) == contents[id]) }
             let state = try guide.Assets.flow().store.read(app: origin.app)
             #expect(Set(state.packs.keys) == ["core", "tutorial", "world"] && state.packs.values.allSatisfy { $0.revision == 1 })
-            // A download for a revision the manifest no longer lists is refused.
+            // A download for a revision the manifest no longer lists is dropped by the install step.
             let stale = BAURLDownload(identifier: "core@7", request: core.request, essential: true, fileSize: core.fileSize,
                                       applicationGroupIdentifier: core.applicationGroupIdentifier, priority: .default)
-            #expect(throws: ClientError.self) { try guide.backgroundDownload(stale, finishedWithFileURL: delivered(core)) }
+            try guide.backgroundDownload(stale, finishedWithFileURL: delivered(core))
+            #expect(try guide.Assets.flow().installArrived().discarded["core@7"] != nil)
+            // A name that is no identifier is refused at once, before anything moves.
+            let hostile = BAURLDownload(identifier: "../../x@1", request: core.request, essential: false, fileSize: 1, applicationGroupIdentifier: "g", priority: .default)
+            let victim = try delivered(core)
+            #expect(throws: ClientError.self) { try guide.backgroundDownload(hostile, finishedWithFileURL: victim) }
+            #expect(FileSystem.exists(victim.path))
             // Nothing left to schedule on the next event.
             #expect(try guide.downloads(manifestURL: manifestURL, kind: .periodic, extensionInfo: BAAppExtensionInfo()).isEmpty)
         }
@@ -135,11 +170,35 @@ struct ExtensionFlowTests {
             if line == "// guide: end" { regions.append(current ?? []); current = nil } else if line.hasPrefix("// guide: ") { current = [] } else if current != nil { current!.append(line) }
         }
         #expect(regions.count == 2)
+        #expect(!guide.contains("int64Value"), "BAAppExtensionInfo's restricted sizes are Int? in Swift")
         for region in regions {
             let found = guideLines.indices.contains { start in
                 start + region.count <= guideLines.count && Array(guideLines[start..<(start + region.count)]) == region
             }
             #expect(found, "the guide lacks these lines, in this order:\n\(region.joined(separator: "\n"))")
         }
+    }
+}
+
+@Suite("The finished-download callback: constant time and memory")
+struct ReceiveTests {
+    @Test("A delivered 1 GiB pack is taken in by one rename (the same file, not a copy), whatever its size")
+    func receiveIsARename() throws {
+        let work = TemporaryDirectory("depot-receive")
+        defer { work.remove() }
+        let keys = ClientConfiguration(app: "com.example.dev", manifestPublicKeys: [], keyRing: try KeyRing([String: [UInt8]]()))
+        let flow = try ExtensionFlow(configuration: keys, destination: work.path + "/group")
+        let delivered = work.path + "/delivered"
+        let file = try FileDescriptor(path: delivered, flags: O_WRONLY | O_CREAT, mode: 0o600)
+        try file.truncate(to: 1 << 30)
+        let before = try #require(try FileManager.default.attributesOfItem(atPath: delivered)[.systemFileNumber] as? UInt64)
+        let started = ContinuousClock.now
+        try flow.receive(identifier: "big@3", file: delivered)
+        let took = ContinuousClock.now - started
+        print("ReceiveTests: a 1 GiB delivery taken in in \(took)")
+        let arrived = work.path + "/group/.depot/arrived/big@3"
+        #expect(try FileManager.default.attributesOfItem(atPath: arrived)[.systemFileNumber] as? UInt64 == before, "the same inode: renamed, nothing read or written")
+        #expect(!FileSystem.exists(delivered) && FileSystem.fileSize(arrived) == 1 << 30)
+        #expect(flow.arrivedIdentifiers() == ["big@3"])
     }
 }

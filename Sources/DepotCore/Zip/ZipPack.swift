@@ -64,6 +64,29 @@ public enum ZipPack {
                 throw .damaged("entry \(entry.path): \(error)")
             }
         }
+        try syncTree(directory)
+    }
+
+    /// fsyncs every file and folder under `directory`, deepest first, so that the tree switched
+    /// in after extraction is on disk whole: a crash cannot leave a truncated entry recorded as
+    /// installed.
+    static func syncTree(_ directory: String) throws(ZipPackError) {
+        do {
+            for name in FileSystem.contents(of: directory) {
+                let path = directory + "/" + name
+                if FileSystem.isDirectory(path) {
+                    try syncTree(path)
+                } else {
+                    try FileDescriptor.openForReading(path).sync()
+                }
+            }
+            try FileSystem.syncDirectory(directory)
+        } catch let error as SystemError {
+            if error.isNoSpace { throw .noSpace }
+            throw .io("cannot write \(directory) durably: \(error)")
+        } catch {
+            throw .io("cannot write \(directory) durably: \(error)")
+        }
     }
 
     private static func open(_ path: String) throws(ZipPackError) -> Archive {
