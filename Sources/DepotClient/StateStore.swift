@@ -7,7 +7,9 @@ import Foundation
 /// The state lives in `DEST/.depot/state.json`. It changes only inside
 /// ``withExclusiveControl(timeout:app:_:)`` — an exclusive `flock` on `DEST/.depot/state.lock`,
 /// with a timeout, as the framework's `withExclusiveControl` — and is saved, atomically and
-/// durably, before the lock is released. A sync also holds `DEST/.depot/sync.lock` for its
+/// durably, before the lock is released. The lock is held only for that moment: never across a
+/// download, an `await` or an install (iOS terminates a suspended app that holds a file lock in
+/// a shared container). Readers take no lock (``read(app:timeout:)``). A sync also holds `DEST/.depot/sync.lock` for its
 /// whole run, so that two syncs of one folder take turns while readers never wait for a download.
 public final class StateStore: Sendable {
     /// The destination folder.
@@ -30,6 +32,7 @@ public final class StateStore: Sendable {
         self.destination = destination
         do {
             try FileSystem.createDirectory(destination)
+            Self.protect(destination)
             try FileSystem.createDirectory(destination + "/.depot")
             try FileSystem.createDirectory(destination + "/.depot/downloads")
             try FileSystem.createDirectory(destination + "/.depot/arrived")
@@ -37,6 +40,17 @@ public final class StateStore: Sendable {
         } catch {
             throw ClientError.state("cannot open \(destination): \(error)")
         }
+    }
+
+    /// On iOS and its kin: the folder's data protection class becomes
+    /// `completeUntilFirstUserAuthentication` (what it creates inherits it), so that the
+    /// extension can open the state, the lock and the packs while the phone is locked, after the
+    /// first unlock since boot. An app whose default class is `complete` would otherwise make
+    /// every background event fail. Elsewhere there are no classes.
+    static func protect(_ folder: String) {
+        #if canImport(Darwin) && !os(macOS)
+        try? FileManager.default.setAttributes([.protectionKey: FileProtectionType.completeUntilFirstUserAuthentication], ofItemAtPath: folder)
+        #endif
     }
 
     /// Takes an exclusive lock on `path`, waiting up to `timeout` seconds; the lock lasts as long as the descriptor.
@@ -71,9 +85,12 @@ public final class StateStore: Sendable {
         return result
     }
 
-    /// The state as last saved (read under the lock, so never half-written).
+    /// The state as last saved. It takes no lock and never waits: `state.json` is only ever
+    /// replaced whole (written beside it, then renamed over it), so a reader sees one saved state
+    /// or the next, never half of one. An app can call it on its main thread. (`timeout` is
+    /// kept for source compatibility and unused.)
     public func read(app: String, timeout: TimeInterval = 10) throws -> InstalledState {
-        try withExclusiveControl(timeout: timeout, app: app) { $0 }
+        try load(app: app)
     }
 
     /// Takes the folder's sync lock for a whole sync; released when the descriptor goes.

@@ -240,6 +240,11 @@ struct InstallerTests {
         let started = Date()
         #expect(throws: ClientError.self) { try StateStore(destination: dir.path).withExclusiveControl(timeout: 0.3, app: "a") { _ in } }
         #expect(Date().timeIntervalSince(started) >= 0.3)
+        // A reader does not wait for the holder (an app reading at launch while the extension
+        // records an install): it sees the last saved state at once, the lock still held.
+        let whileHeld = try StateStore(destination: dir.path).read(app: "a")
+        #expect(whileHeld.floor(channel: "beta") == 7)
+        #expect(throws: ClientError.self) { try StateStore(destination: dir.path).withExclusiveControl(timeout: 0, app: "a") { _ in } }
         release.signal()
         let state = try StateStore(destination: dir.path).read(app: "a", timeout: 5)
         #expect(state.floor(channel: "production") == 3 && state.floor(channel: "beta") == 7 && state.floor(channel: "nightly") == 0)
