@@ -87,9 +87,15 @@ let package = Package(
         .testTarget(name: "DepotHTTPTests", dependencies: ["DepotHTTP", "DepotTestSupport"], swiftSettings: strict),
         .testTarget(name: "DepotServerTests", dependencies: ["DepotServer", "DepotCore", "DepotTestSupport"], swiftSettings: strict),
         .testTarget(name: "DepotClientTests", dependencies: ["DepotClient", "DepotCore", "DepotTestSupport"], swiftSettings: strict),
+        // A stand-in for Apple's BackgroundAssets framework (Linux has none), declared as Apple's
+        // pages declare it, so that the integration guide's code compiles and runs in tests.
+        .target(name: "BackgroundAssets", path: "Tests/BackgroundAssets", swiftSettings: strict),
         .testTarget(
             name: "EndToEndTests",
-            dependencies: ["DepotServer", "DepotClient", "DepotCore", "DepotTestSupport", "depot"],
+            dependencies: [
+                "DepotServer", "DepotClient", "DepotCore", "DepotTestSupport", "depot",
+                .target(name: "BackgroundAssets", condition: .when(platforms: [.linux])),
+            ],
             exclude: ["Fixtures"],
             swiftSettings: strict
         ),

@@ -1,3 +1,4 @@
+import BackgroundAssets
 import DepotClient
 import DepotCore
 import DepotTestSupport
@@ -6,40 +7,6 @@ import Foundation
 import FoundationNetworking
 #endif
 import Testing
-
-// Stand-ins for the BackgroundAssets symbols the integration guide's extension uses, which Linux
-// lacks, declared as Apple's pages declare them (iOS 16.4 SDK and later): BADownload and
-// BAURLDownload are classes, the restricted sizes of BAAppExtensionInfo are `Int?` (nil: not
-// restricted), fetchCurrentDownloads() is synchronous and throws. The guide's own lines (between
-// the `guide:` markers) compile and run against them here.
-struct BADownloaderPriority: Hashable { static let `default` = BADownloaderPriority() }
-class BADownload: Hashable {
-    let identifier: String
-    let isEssential: Bool
-    init(identifier: String, essential: Bool) { (self.identifier, isEssential) = (identifier, essential) }
-    static func == (a: BADownload, b: BADownload) -> Bool { a.identifier == b.identifier }
-    func hash(into hasher: inout Hasher) { hasher.combine(identifier) }
-}
-final class BAURLDownload: BADownload {
-    let request: URLRequest
-    let fileSize: Int
-    let applicationGroupIdentifier: String
-    init(identifier: String, request: URLRequest, essential: Bool, fileSize: Int, applicationGroupIdentifier: String, priority: BADownloaderPriority) {
-        (self.request, self.fileSize, self.applicationGroupIdentifier) = (request, fileSize, applicationGroupIdentifier)
-        super.init(identifier: identifier, essential: essential)
-    }
-}
-final class BAAppExtensionInfo {
-    var restrictedDownloadSizeRemaining: Int?
-    var restrictedEssentialDownloadSizeRemaining: Int?
-}
-/// The system's list of scheduled downloads, which the test sets.
-final class BADownloadManager: @unchecked Sendable {
-    // @unchecked: a test stand-in, used by one test at a time.
-    nonisolated(unsafe) static var shared = BADownloadManager()
-    var current: [BADownload] = []
-    func fetchCurrentDownloads() throws -> [BADownload] { current }
-}
 
 /// The guide's `Assets`, for one test origin.
 struct GuideAssets {
@@ -133,8 +100,8 @@ struct ExtensionFlowTests {
             // Delivered and waiting, or scheduled with the system: not asked for again.
             let world = try #require(downloads.first { $0.identifier == "world@1" })
             try guide.backgroundDownload(world, finishedWithFileURL: delivered(world))
-            BADownloadManager.shared.current = [BADownload(identifier: "tutorial@1", essential: true)]
-            defer { BADownloadManager.shared.current = [] }
+            BADownloadManager.shared.scheduledForTests = [BAURLDownload(identifier: "tutorial@1", request: URLRequest(url: URL(string: "https://x")!), essential: true, fileSize: 1, applicationGroupIdentifier: "g", priority: .default)]
+            defer { BADownloadManager.shared.scheduledForTests = [] }
             #expect(Set(try guide.downloads(manifestURL: manifestURL, kind: .install, extensionInfo: BAAppExtensionInfo()).map(\.identifier)) == ["core@1"])
             for download in downloads where download != world { try guide.backgroundDownload(download, finishedWithFileURL: delivered(download)) }
             #expect(!FileSystem.exists(guide.Assets.root + "/packs/world"), "the callback only moves the file")
