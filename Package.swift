@@ -1,4 +1,4 @@
-// swift-tools-version:6.0
+// swift-tools-version:6.1
 import PackageDescription
 
 // Swift 6 language mode (below) brings complete strict concurrency checking.
@@ -16,6 +16,10 @@ let package = Package(
         .library(name: "DepotServer", targets: ["DepotServer"]),
         .executable(name: "depot", targets: ["depot"]),
     ],
+    // The server and the command-line tool need packages an app does not: they sit behind the
+    // "Server" trait, on by default. An app's package turns it off (`traits: []`), and then
+    // fetches nothing but ZIPFoundation.
+    traits: [.default(enabledTraits: ["Server"]), "Server"],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
@@ -47,9 +51,9 @@ let package = Package(
             name: "DepotServer",
             dependencies: [
                 "DepotCore", "DepotHTTP", "DepotClient",
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "Metrics", package: "swift-metrics"),
-                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Server"])),
+                .product(name: "Metrics", package: "swift-metrics", condition: .when(traits: ["Server"])),
+                .product(name: "Prometheus", package: "swift-prometheus", condition: .when(traits: ["Server"])),
             ],
             swiftSettings: strict
         ),
@@ -58,14 +62,14 @@ let package = Package(
             name: "depot",
             dependencies: [
                 "DepotServer", "DepotClient", "DepotCore",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser", condition: .when(traits: ["Server"])),
+                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Server"])),
             ],
             swiftSettings: strict
         ),
         .target(
             name: "DepotTestSupport",
-            dependencies: ["DepotServer", "DepotCore", "DepotHTTP", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["DepotServer", "DepotCore", "DepotHTTP", .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Server"]))],
             path: "Tests/DepotTestSupport",
             swiftSettings: strict
         ),
