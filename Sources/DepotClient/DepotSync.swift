@@ -4,6 +4,10 @@ import Foundation
 /// One sync of an app's packs into a destination folder: fetch and verify the manifest, plan,
 /// download, verify, decrypt, install, record — the whole client pipeline, as `depot sync` and
 /// the tests run it.
+///
+/// For command-line hosts (Linux, macOS), not an iOS app: it downloads itself and holds the
+/// folder's sync lock for the whole run, and iOS terminates a suspended app that holds a file
+/// lock in a shared container. An iOS app lets the system download and uses ``ExtensionFlow``.
 public struct DepotSync: Sendable {
     /// The origin (or edge) base URL.
     public var server: URL
