@@ -94,16 +94,17 @@ public struct Installer: Sendable {
         }
     }
 
-    /// Removes what killed installs left in `folder` (staged `.tmp-*` trees and files): those of
-    /// processes that no longer run, and any older than `maximumAge` (on a device another
-    /// process's id cannot always be checked). Returns how many.
+    /// Removes what killed installs left in `folder` (staged `.tmp-*` trees and files, named
+    /// with their process's id): those of processes that no longer run, and any older than
+    /// `maximumAge` (on a device another process's id cannot always be checked). Returns how many.
     @discardableResult
     public static func removeLeftovers(in folder: String, maximumAge: TimeInterval = 3600, now: Date = Date()) -> Int {
         var removed = 0
         for name in FileSystem.contents(of: folder) where name.hasPrefix(".tmp-") {
             let path = folder + "/" + name
             let owner = name.split(separator: "-").first { $0.hasPrefix("p") && Int32($0.dropFirst()) != nil }.flatMap { Int32($0.dropFirst()) }
-            let gone = owner.map { $0 != getpid() && kill($0, 0) != 0 && System.errno == ESRCH } ?? true
+            // A name without an owner (a copy another process may be writing now) goes by age only.
+            let gone = owner.map { $0 != getpid() && kill($0, 0) != 0 && System.errno == ESRCH } ?? false
             let modified = (try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date
             let old = modified.map { now.timeIntervalSince($0) > maximumAge } ?? false
             if gone || old {

@@ -302,3 +302,29 @@ struct InitialBudgetTests {
         }
     }
 }
+
+@Suite("Leftovers of killed installs")
+struct LeftoverTests {
+    @Test("Staged trees of processes that are gone are removed; this process's, and a fresh one without an owner, stay until they are old")
+    func removeLeftovers() throws {
+        let dir = TemporaryDirectory("depot-leftovers")
+        defer { dir.remove() }
+        let ended = Process()
+        ended.executableURL = URL(fileURLWithPath: "/bin/true")
+        try ended.run()
+        ended.waitUntilExit()
+        let dead = dir.path + "/.tmp-levels-p\(ended.processIdentifier)-aa"
+        let mine = dir.path + "/.tmp-levels-p\(getpid())-bb"
+        let anonymous = dir.path + "/.tmp-levels-cc"
+        try FileSystem.createDirectory(dead)
+        try FileSystem.writeAtomically([1], to: dead + "/entry")
+        try FileSystem.writeAtomically([2], to: mine)
+        try FileSystem.writeAtomically([3], to: anonymous)
+        try FileSystem.writeAtomically([4], to: dir.path + "/levels")
+        #expect(Installer.removeLeftovers(in: dir.path) == 1)
+        #expect(FileSystem.contents(of: dir.path) == [".tmp-levels-cc", ".tmp-levels-p\(getpid())-bb", "levels"])
+        // An hour later nothing staged is young any more; the installed copy is never touched.
+        #expect(Installer.removeLeftovers(in: dir.path, now: Date().addingTimeInterval(7200)) == 2)
+        #expect(FileSystem.contents(of: dir.path) == ["levels"])
+    }
+}
