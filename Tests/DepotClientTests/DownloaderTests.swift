@@ -113,12 +113,10 @@ struct DownloaderTests {
         try await Self.withStalledServer { item, _ in
             let (_, task) = Downloader(timeout: 60).start([item])
             try await Task.sleep(for: .milliseconds(200))
-            let started = ContinuousClock.now
             task.cancel()
             let result = await task.value
-            // Far below the 60 s timeout even when the machine is loaded by other suites (load and
-            // slow-header tests run alongside): the cancellation, not the timeout, ended it.
-            #expect(ContinuousClock.now - started < .seconds(10))
+            // The cancellation ended it, not the 60 s timeout: the error says so (a timeout's
+            // error says "timed out"), however long a loaded machine took to get here.
             guard case .failure(let error) = result["p"] else {
                 Issue.record("a cancelled download cannot succeed")
                 return
