@@ -3,13 +3,13 @@
 # `swiftc -sanitize=fuzzer,address` together with the sources it exercises (so it reaches their
 # internal functions), then run from its committed seed corpus (Deploy/fuzz/corpus/TARGET; new
 # inputs go to a scratch copy, not into git) for SECONDS each.
-#   Deploy/fuzz/run.sh [SECONDS] [TARGET ...]      (defaults: 60; range target metadata zippath envelope pack archive response)
+#   Deploy/fuzz/run.sh [SECONDS] [TARGET ...]      (defaults: 60; range target metadata zippath envelope pack archive response delta)
 # Prints a line per target: executions, new corpus entries, and whether it crashed. A crash
 # leaves its input in .build/fuzz/TARGET/crash-*; make it a regression test, then a seed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 seconds=${1:-60}; shift || true
-targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(range target metadata zippath envelope pack archive response)
+targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(range target metadata zippath envelope pack archive response delta)
 out=.build/fuzz
 flags=(-sanitize=fuzzer,address -parse-as-library -O -g -suppress-warnings)
 
@@ -29,7 +29,7 @@ for name in "${targets[@]}"; do
     metadata) build metadata Sources/DepotServer/Uploads/TusMetadata.swift ;;
     zippath) build zippath Sources/DepotCore/Zip/ZipEntryPath.swift ;;
     response) build response Sources/DepotClient/Transport/HTTPResponseParser.swift ;;
-    envelope | pack | archive) build "$name" -I Sources/COpenSSL $(core_sources) -lcrypto ;;
+    envelope | pack | archive | delta) build "$name" -I Sources/COpenSSL $(core_sources) -lcrypto ;;
     *) echo "unknown target $name" >&2; exit 2 ;;
   esac
   rm -rf "$out/$name/corpus"; mkdir -p "$out/$name/corpus"
