@@ -139,8 +139,10 @@ public struct DepotSync: Sendable {
         // Essential downloads that fail go round once more as non-essential ones.
         var round = 0
         while !queue.isEmpty && round < 2 {
-            let (outcomes, transferred) = await downloadAndInstall(queue, store: store, now: now)
+            let patching = PatchOutcomes()
+            let (outcomes, transferred) = await downloadAndInstall(queue, store: store, now: now, patching: patching)
             report.bytesDownloaded += transferred
+            patching.record(into: &report)
             var again: [PlannedDownload] = []
             for (download, outcome) in zip(queue, outcomes) {
                 let id = download.entry.id
@@ -183,7 +185,7 @@ public struct DepotSync: Sendable {
     /// Downloads (concurrently) and installs each pack as soon as it is complete; returns each
     /// outcome and the bytes transferred (a download refused afterwards was transferred all the same).
     private func downloadAndInstall(
-        _ downloads: [PlannedDownload], store: StateStore, now: Date
+        _ downloads: [PlannedDownload], store: StateStore, now: Date, patching: PatchOutcomes
     ) async -> (outcomes: [Result<Int64, ClientError>], transferred: Int64) {
         let downloader = Downloader(concurrency: concurrency, retries: retries, timeout: timeout, headers: headers, options: transport)
         let installer: Installer
@@ -221,7 +223,20 @@ public struct DepotSync: Sendable {
                 let index = next
                 next += 1
                 let entry = downloads[index].entry
+                let patch = downloads[index].patch
                 group.addTask {
+                    // A patch first; if anything about it fails, the whole pack in the same sync.
+                    if let patch {
+                        switch await patchAndInstall(entry, patch: patch, downloader: downloader, installer: installer, store: store, now: now, events: continuation) {
+                        case .success:
+                            patching.patched(entry, patch)
+                            observer?(.installed(entry.id))
+                            return (index, .success(patch.size))
+                        case .failure(let error):
+                            if error.kind == .cancelled { return (index, .failure(error)) }
+                            patching.fellBack(entry.id, error.description)
+                        }
+                    }
                     guard let url = URL(string: entry.url), url.scheme == "http" || url.scheme == "https" else {
                         return (index, .failure(ClientError.manifest("pack \(entry.id) has an invalid URL")))
                     }
@@ -248,6 +263,36 @@ public struct DepotSync: Sendable {
         continuation.finish()
         return (results, await forwarding.value)
     }
+    /// One pack by its patch: the patch's container downloaded (resumable, exact size), then
+    /// applied to the installed copy; the installed copy changes only once the result verified.
+    private func patchAndInstall(
+        _ entry: PackEntry, patch: PackPatch, downloader: Downloader, installer: Installer, store: StateStore, now: Date,
+        events: AsyncStream<DownloadEvent>.Continuation
+    ) async -> Result<Int64, ClientError> {
+        guard let url = URL(string: patch.url), url.scheme == "http" || url.scheme == "https" else {
+            return .failure(ClientError.manifest("the patch of pack \(entry.id) has an invalid URL"))
+        }
+        if let refusal = rules?.refusal(for: url) { return .failure(ClientError.manifest("the patch of pack \(entry.id) refused: \(refusal)")) }
+        let item = DownloadItem(id: entry.id, url: url, size: patch.size, sha256: patch.sha256, path: store.downloads + "/" + patch.sha256)
+        defer {
+            FileSystem.remove(item.path)
+            FileSystem.remove(item.path + ".etag")
+        }
+        if case .failure(let error) = await downloader.download(item, events: events) { return .failure(error) }
+        do {
+            try await BlockingCall.run { try installer.installPatch(entry, patch: patch, from: item.path, to: store.packPath(entry.id)) }
+            try store.withExclusiveControl(app: configuration.app) { state in
+                state.packs[entry.id] = InstalledState.Pack(
+                    revision: entry.revision, sha256: entry.sha256, plaintextSHA256: entry.plaintextSHA256,
+                    installSize: entry.installSize, installedAt: now, unpacked: false
+                )
+            }
+            return .success(patch.size)
+        } catch {
+            return .failure(error as? ClientError ?? ClientError.install(entry.id, error))
+        }
+    }
+
     /// One pack: the download and its installation run at once, the installer decrypting what
     /// the downloader has written so far (``DownloadFollower``) and starting over if an attempt
     /// rewinds the file. The installed copy changes only after the whole container verified.
@@ -307,5 +352,20 @@ public struct DepotSync: Sendable {
         case (.failure(let error), .success):
             return .failure(error)
         }
+    }
+}
+
+/// What the patches of one round did, gathered from the concurrent downloads.
+final class PatchOutcomes: Sendable {
+    private let state = Locked<(patched: [String: Int64], fallbacks: [String: String])>(([:], [:]))
+
+    func patched(_ entry: PackEntry, _ patch: PackPatch) { state.withLock { $0.patched[entry.id] = entry.size - patch.size } }
+    func fellBack(_ id: String, _ why: String) { state.withLock { $0.fallbacks[id] = why } }
+
+    func record(into report: inout SyncReport) {
+        let (patched, fallbacks) = state.withLock { $0 }
+        report.patched = (report.patched + patched.keys).sorted()
+        report.bytesSaved += patched.values.reduce(0, +)
+        report.patchFallbacks.merge(fallbacks) { $1 }
     }
 }

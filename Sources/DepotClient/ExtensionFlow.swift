@@ -8,12 +8,20 @@ public struct ScheduledDownload: Hashable, Sendable {
     /// Essential (the app waits for it before first launch), or not.
     public var isEssential: Bool
 
-    /// `pack@revision`: matches the finished download to its manifest entry.
-    public var identifier: String { "\(entry.id)@\(entry.revision)" }
-    /// The pack's URL, as the manifest states it (https for Background Assets).
-    public var url: URL { URL(string: entry.url)! }
-    /// The exact container size: the system fails a download of any other size.
-    public var fileSize: Int { Int(entry.size) }
+    /// The patch downloaded instead of the whole pack, when the installed revision is its base.
+    public var patch: PackPatch?
+
+    /// `pack@revision` (the whole pack) or `pack@revision-from-base` (a patch): matches the
+    /// finished download to its manifest entry.
+    public var identifier: String { "\(entry.id)@\(entry.revision)" + (patch.map { "-from-\($0.fromRevision)" } ?? "") }
+    /// The pack's URL, or its patch's, as the manifest states it (https for Background Assets).
+    public var url: URL { URL(string: patch?.url ?? entry.url)! }
+    /// The exact size of what is downloaded: the system fails a download of any other size.
+    public var fileSize: Int { Int(patch?.size ?? entry.size) }
+
+    public init(entry: PackEntry, isEssential: Bool, patch: PackPatch? = nil) {
+        (self.entry, self.isEssential, self.patch) = (entry, isEssential, patch)
+    }
 }
 
 /// What the install step did: ``ExtensionFlow/installArrived(now:)``.
@@ -84,7 +92,7 @@ public struct ExtensionFlow: Sendable {
             scheduled: scheduled.union(arrivedIdentifiers())
         )
         let plan = Planner.plan(manifest: manifest, state: state, request: request, installedCopyExists: { FileSystem.exists(store.packPath($0)) })
-        return plan.downloads.map { ScheduledDownload(entry: $0.entry, isEssential: $0.essential) }
+        return plan.downloads.map { ScheduledDownload(entry: $0.entry, isEssential: $0.essential, patch: $0.patch) }
     }
 
     /// The deliveries waiting for ``installArrived(now:)``, by identifier.
@@ -134,14 +142,31 @@ public struct ExtensionFlow: Sendable {
         let installer = Installer(keyRing: try configuration.keyRing())
         for identifier in identifiers {
             let path = store.arrived + "/" + identifier
-            let parts = identifier.split(separator: "@")
-            guard let entry = manifest[pack: String(parts[0])], entry.revision == Int(parts[1]) else {
+            let (id, revision, base) = Self.parse(identifier)
+            guard let entry = manifest[pack: id], entry.revision == revision else {
                 report.discarded[identifier] = "the accepted manifest does not list this download (a newer revision replaced it)"
                 FileSystem.remove(path)
                 continue
             }
             do {
-                let unpacked = try installer.install(entry, from: path, to: store.packPath(entry.id))
+                let unpacked: Bool
+                if let base {
+                    // A patch: onto the installed copy, if it is still the patch's base.
+                    let installed = try store.read(app: configuration.app).packs[id]
+                    guard let installed, installed.revision == base, let patch = entry.patch(from: base, plaintextSHA256: installed.plaintextSHA256) else {
+                        throw ClientError.integrity(id, "the installed copy is no longer the base of this patch")
+                    }
+                    do {
+                        try installer.installPatch(entry, patch: patch, from: path, to: store.packPath(id))
+                    } catch let error as ClientError where error.kind == .integrity {
+                        // The base changed on disk or the patch is bad: the next plan asks for the whole pack.
+                        try store.withExclusiveControl(app: configuration.app) { $0.packs[id]?.patchFailed = true }
+                        throw error
+                    }
+                    unpacked = false
+                } else {
+                    unpacked = try installer.install(entry, from: path, to: store.packPath(entry.id))
+                }
                 try store.withExclusiveControl(app: configuration.app) { state in
                     state.packs[entry.id] = InstalledState.Pack(
                         revision: entry.revision, sha256: entry.sha256, plaintextSHA256: entry.plaintextSHA256,
@@ -161,9 +186,18 @@ public struct ExtensionFlow: Sendable {
         return report
     }
 
-    /// `pack@revision`, with a valid pack id and a revision number.
+    /// `pack@revision` or `pack@revision-from-base`, with a valid pack id and revision numbers.
     static func isIdentifier(_ name: String) -> Bool {
         let parts = name.split(separator: "@", omittingEmptySubsequences: false)
-        return parts.count == 2 && Identifier.isValidPack(String(parts[0])) && Int(parts[1]).map { $0 >= 0 } == true && !parts[1].hasPrefix("+")
+        guard parts.count == 2, Identifier.isValidPack(String(parts[0])) else { return false }
+        let numbers = parts[1].components(separatedBy: "-from-")
+        return (1...2).contains(numbers.count) && numbers.allSatisfy { !$0.isEmpty && $0.utf8.allSatisfy { $0 >= 48 && $0 <= 57 } && $0.count <= 18 }
+    }
+
+    /// The pack id, its revision and (for a patch) the base revision of a valid identifier.
+    static func parse(_ identifier: String) -> (id: String, revision: Int, base: Int?) {
+        let parts = identifier.split(separator: "@")
+        let numbers = parts[1].components(separatedBy: "-from-")
+        return (String(parts[0]), Int(numbers[0]) ?? -1, numbers.count == 2 ? Int(numbers[1]) : nil)
     }
 }

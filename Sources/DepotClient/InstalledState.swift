@@ -13,6 +13,9 @@ public struct InstalledState: Codable, Hashable, Sendable {
         public var installedAt: Date
         /// A zip pack installed as a folder of its entries.
         public var unpacked: Bool
+        /// A patch onto this copy failed (the file changed on disk since it was recorded, or
+        /// the patch was bad): its next revision comes whole.
+        public var patchFailed: Bool?
 
         public init(revision: Int, sha256: String, plaintextSHA256: String, installSize: Int64, installedAt: Date, unpacked: Bool = false) {
             self.revision = revision
@@ -31,6 +34,7 @@ public struct InstalledState: Codable, Hashable, Sendable {
             installSize = try c.decode(Int64.self, forKey: .installSize)
             installedAt = try c.decode(Date.self, forKey: .installedAt)
             unpacked = try c.decodeIfPresent(Bool.self, forKey: .unpacked) ?? false
+            patchFailed = try c.decodeIfPresent(Bool.self, forKey: .patchFailed)
         }
     }
 

@@ -75,6 +75,54 @@ public struct Installer: Sendable {
         return unpack
     }
 
+    /// Installs `entry` by applying a patch to the installed copy at `destination`: the patch
+    /// container (`file`, exactly `patch.size` bytes) is checked and decrypted, the delta applied
+    /// to the installed file into a new copy beside it, and the new copy switched in only if its
+    /// plaintext is the manifest's (size and SHA-256). The installed copy is read, never
+    /// changed; any failure leaves it as it was, and the caller falls back to the whole pack.
+    public func installPatch(_ entry: PackEntry, patch: PackPatch, from file: String, to destination: String) throws {
+        guard FileSystem.fileSize(file) == patch.size else {
+            throw ClientError.sizeMismatch(entry.id, expected: patch.size, got: FileSystem.fileSize(file) ?? 0)
+        }
+        let folder = FileSystem.directory(of: destination)
+        let owner = "-p\(getpid())-" + Hex.encode(SecureRandom.bytes(6))
+        let delta = FileSystem.directory(of: file) + "/.tmp-" + FileSystem.lastComponent(of: file) + owner + ".delta"
+        let staged = folder + "/.tmp-" + FileSystem.lastComponent(of: destination) + owner
+        defer {
+            FileSystem.remove(delta)
+            FileSystem.remove(staged)
+        }
+        do {
+            let summary = try PackDecryptor.decrypt(file: file, to: delta, keyRing: keyRing, expectedSize: patch.size, hashingPlaintext: false)
+            guard summary.sha256 == patch.sha256 else {
+                throw ClientError.integrity(entry.id, "the patch's SHA-256 is \(summary.sha256), the manifest says \(patch.sha256)")
+            }
+            let output = try FileDescriptor(path: staged, flags: O_WRONLY | O_CREAT | O_EXCL, mode: 0o644)
+            var behind = WriteBehind()
+            let header = try DeltaDecoder.apply(patch: FileDescriptor.openForReading(delta), base: FileDescriptor.openForReading(destination)) { bytes in
+                try output.write(bytes)
+                behind.wrote(bytes.count, to: output)
+            }
+            guard Hex.encode(header.targetSHA256) == entry.plaintextSHA256, header.targetSize == entry.installSize,
+                  Hex.encode(header.baseSHA256) == patch.fromPlaintextSHA256 else {
+                throw ClientError.integrity(entry.id, "the patch does not lead from revision \(patch.fromRevision) to the manifest's revision \(entry.revision)")
+            }
+            try output.sync()
+            try output.close()
+            try Self.switchInto(destination, from: staged)
+        } catch let error as DeltaError {
+            throw ClientError.integrity(entry.id, "the patch cannot be applied to the installed copy: \(error.description)")
+        } catch let error as PackError {
+            throw ClientError.integrity(entry.id, "the patch's container does not verify: \(error.description)")
+        } catch let error as SystemError where error.isNoSpace {
+            throw ClientError.noSpace(folder)
+        } catch let error as ClientError {
+            throw error
+        } catch {
+            throw ClientError.install(entry.id, error)
+        }
+    }
+
     /// Puts `staged` at `destination` in one step: a rename, or an atomic exchange
     /// (``System/exchange(_:_:)``) when something is there, after which the old copy is removed.
     static func switchInto(_ destination: String, from staged: String) throws {

@@ -21,15 +21,24 @@ public struct PlannedDownload: Hashable, Sendable {
     public var entry: PackEntry
     /// Scheduled as essential (the app waits for it before launch); false once demoted.
     public var essential: Bool
+    /// The patch to download instead of the whole pack: the installed copy is its base.
+    public var patch: PackPatch?
 
-    public init(entry: PackEntry, essential: Bool) {
+    public init(entry: PackEntry, essential: Bool, patch: PackPatch? = nil) {
         self.entry = entry
         self.essential = essential
+        self.patch = patch
     }
+
+    /// Bytes this download transfers: the patch's, or the whole container's.
+    public var size: Int64 { patch?.size ?? entry.size }
 
     /// The same download, non-essential: what the framework's `removingEssential()` gives, and
     /// what a failed essential download is rescheduled as.
-    public func removingEssential() -> PlannedDownload { PlannedDownload(entry: entry, essential: false) }
+    public func removingEssential() -> PlannedDownload { PlannedDownload(entry: entry, essential: false, patch: patch) }
+
+    /// The same download as the whole pack (a patch that failed falls back to it).
+    public func withoutPatch() -> PlannedDownload { PlannedDownload(entry: entry, essential: essential) }
 }
 
 /// What a sync will do, in order.
@@ -62,6 +71,8 @@ public struct Plan: Hashable, Sendable {
 /// - Prefetch packs are scheduled on every kind of request.
 /// - On-demand packs only when asked for by id or tag, or when an installed copy is out of date.
 /// - Packs gone from the manifest are removed.
+/// - An installed pack whose new revision lists a patch from exactly the installed revision and
+///   plaintext gets the patch, charged at the patch's size.
 /// - A download the system already has (scheduled or delivered: ``Request/scheduled``) is not
 ///   asked for again, and takes nothing from the allowances.
 /// - Downloads are taken in order while they fit the allowances; the rest is deferred, not failed.
@@ -84,6 +95,8 @@ public enum Planner {
         /// scheduled (`BADownloadManager`'s current downloads) or delivered and not yet
         /// installed: the plan does not ask for them again.
         public var scheduled: Set<String>
+        /// Whether a patch may replace a whole pack (the installed copy being its base).
+        public var usePatches = true
 
         public init(
             kind: RequestKind, allowance: Int64? = nil, essentialAllowance: Int64? = nil, packs: Set<String> = [], tags: Set<String> = [],
@@ -111,14 +124,20 @@ public enum Planner {
                 unchanged.append(entry.id)
                 continue
             }
+            // A patch when the installed copy is exactly its base (the revision and the plaintext
+            // SHA-256 recorded at install; not recomputed here) and is still on disk as a file.
+            let patch = installed.flatMap { installed in
+                request.usePatches && !installed.unpacked && installed.patchFailed != true && installedCopyExists(entry.id)
+                    ? entry.patch(from: installed.revision, plaintextSHA256: installed.plaintextSHA256) : nil
+            }
             switch entry.policy {
             case .essential:
-                wanted.append(PlannedDownload(entry: entry, essential: request.kind.allowsEssential))
+                wanted.append(PlannedDownload(entry: entry, essential: request.kind.allowsEssential, patch: patch))
             case .prefetch:
-                wanted.append(PlannedDownload(entry: entry, essential: false))
+                wanted.append(PlannedDownload(entry: entry, essential: false, patch: patch))
             case .onDemand:
                 let asked = request.packs.contains(entry.id) || !request.tags.isDisjoint(with: entry.tags) || installed != nil
-                if asked { wanted.append(PlannedDownload(entry: entry, essential: false)) } else { notRequested.append(entry.id) }
+                if asked { wanted.append(PlannedDownload(entry: entry, essential: false, patch: patch)) } else { notRequested.append(entry.id) }
             }
         }
         func rank(_ download: PlannedDownload) -> Int {
@@ -138,7 +157,7 @@ public enum Planner {
                 alreadyScheduled.append(identifier)
                 continue
             }
-            let size = download.entry.size
+            let size = download.size
             let (used, allowance) = download.essential ? (essential, request.essentialAllowance) : (nonEssential, request.allowance)
             if let allowance, used + size > allowance {
                 deferred.append(download)

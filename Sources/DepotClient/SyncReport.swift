@@ -20,11 +20,18 @@ public struct SyncReport: Hashable, Sendable {
     public var failed: [String: String]
     /// Container bytes transferred in this sync, including downloads refused afterwards.
     public var bytesDownloaded: Int64
+    /// Packs installed by applying a patch to the installed revision (also in ``installed``).
+    public var patched: [String] = []
+    /// Bytes the patches saved: each patched pack's container size less its patch's.
+    public var bytesSaved: Int64 = 0
+    /// Patches that failed (with why); each of those packs was downloaded whole instead.
+    public var patchFallbacks: [String: String] = [:]
 
     /// A one-line summary.
     public var summary: String {
         var parts = ["\(installed.count) installed", "\(removed.count) removed", "\(unchanged.count) unchanged"]
         if !deferred.isEmpty { parts.append("\(deferred.count) deferred") }
+        if !patched.isEmpty { parts.append("\(patched.count) patched (\(bytesSaved) bytes saved)") }
         if !failed.isEmpty { parts.append("\(failed.count) failed") }
         return "release \(manifestVersion)\(notModified ? " (not modified)" : ""): " + parts.joined(separator: ", ") + ", \(bytesDownloaded) bytes downloaded"
     }

@@ -32,6 +32,9 @@ public final class DepotServer: Sendable {
     /// The base URL manifests point at.
     public var publicURL: String { origin.urls.base }
 
+    /// Waits until the patches scheduled so far are made and released.
+    public func waitForPatches() { origin.patchMaker?.waitUntilIdle() }
+
     /// Removes resumable uploads past their expiry now (the periodic sweep does it every
     /// `refreshInterval`); returns how many.
     @discardableResult

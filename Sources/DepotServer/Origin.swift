@@ -15,6 +15,8 @@ final class Origin: HTTPHandler {
     let urls: PublicURL
     /// Releases in the bucket (with an object store): pushed by the writer, pulled by a replica.
     let mirror: ReleaseMirror?
+    /// Patch downloads, made in the background after each release (the writer only).
+    let patchMaker: PatchMaker?
     let readOnly: Bool
     private let router: Router
     private let metrics: OriginMetrics
@@ -49,7 +51,12 @@ final class Origin: HTTPHandler {
             blobs = FileBlobStore(folder: folder)
         }
         let writerMirror = readOnly ? nil : mirror
-        releases = ReleaseStore(folder: folder, apps: apps, manifestLifetime: configuration.manifestLifetime, changed: { app in writerMirror?.schedule(app) })
+        // Every change goes to the bucket (with one) and to the patch maker, made just below.
+        let afterChange = Mutex<PatchMaker?>(nil)
+        releases = ReleaseStore(folder: folder, apps: apps, manifestLifetime: configuration.manifestLifetime, changed: { app in
+            writerMirror?.schedule(app)
+            afterChange.withLock { $0 }?.schedule(app)
+        })
         uploads = ResumableUploads(folder: folder)
         uploads.repair()
         accessLog = AccessLog(logger: configuration.logger)
@@ -66,6 +73,12 @@ final class Origin: HTTPHandler {
             maximumPackSize: configuration.maximumPackSize, storing: storing, settings: settings
         )
         self.publisher = publisher
+        let maker = readOnly ? nil : PatchMaker(
+            releases: releases, blobs: blobs, apps: apps, folder: folder, urls: urls, storing: storing, logger: configuration.logger,
+            depth: configuration.patchDepth, settings: settings
+        )
+        patchMaker = maker
+        afterChange.withLock { $0 = maker }
         // The collector leaves alone what publishes are storing and staging at that moment.
         garbage = GarbageCollector(releases: releases, blobs: blobs, inFlight: storing)
         operations = OperationsHandlers(

@@ -38,6 +38,8 @@ public struct OriginConfiguration: Sendable {
     public var readOnly = false
     /// How often a replica looks for new releases in the bucket, in seconds.
     public var replicaInterval: TimeInterval = 10
+    /// How many earlier revisions of a changed pack get a patch to the new one (0: no patches).
+    public var patchDepth = 3
     /// Where the access log and server events go.
     public var logger: Logger
 

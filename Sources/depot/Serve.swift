@@ -78,6 +78,9 @@ struct Serve: ParsableCommand {
     @Option(name: .customLong("replica-interval"), help: "With --read-only: seconds between looks for new releases in the bucket (env DEPOT_REPLICA_INTERVAL).")
     var replicaInterval: Int = Environment.int("DEPOT_REPLICA_INTERVAL", 10)
 
+    @Option(name: .customLong("patch-depth"), help: "How many earlier revisions of a changed pack get a patch (a delta download) to the new one, made in the background after each release; 0 turns patches off (env DEPOT_PATCH_DEPTH).")
+    var patchDepth: Int = Environment.int("DEPOT_PATCH_DEPTH", 3)
+
     @Option(name: .customLong("metrics-token-file"), help: "A file holding the token a Prometheus scraper sends (Authorization: Bearer) to read /metrics; without it /metrics answers 404, as metrics name every app (env DEPOT_METRICS_TOKEN_FILE).")
     var metricsTokenFile: String = Environment.string("DEPOT_METRICS_TOKEN_FILE", "")
 
@@ -100,6 +103,7 @@ struct Serve: ParsableCommand {
             throw ValidationError("--read-only reads unsigned app settings from the bucket: give an https:// --s3-endpoint (http only on loopback)")
         }
         guard replicaInterval >= 1 else { throw ValidationError("--replica-interval must be at least 1") }
+        guard (0...16).contains(patchDepth) else { throw ValidationError("--patch-depth must be 0–16") }
     }
 
 
@@ -161,6 +165,7 @@ struct Serve: ParsableCommand {
         configuration.objectStore = try store.objectStore()
         configuration.readOnly = readOnly
         configuration.replicaInterval = TimeInterval(replicaInterval)
+        configuration.patchDepth = patchDepth
         configuration.metricsToken = try metricsToken()
         let server = try DepotServer(configuration: configuration)
         print("AssetDepot listening on \(host.contains(":") ? "[\(host)]" : host):\(server.port), data \(data.data), public URL \(server.publicURL)")

@@ -35,10 +35,12 @@ public func prepareDataFolder(_ path: String, app: String, role: TokenRole = .pu
 
 /// Starts a real origin on port 0 over an existing data folder, with a silent logger; the caller stops it.
 public func startServer(dataPath: String, threads: Int = 1) throws -> DepotServer {
-    try DepotServer(configuration: OriginConfiguration(
+    var configuration = OriginConfiguration(
         dataPath: dataPath, http: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threads: threads),
         logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
-    ))
+    )
+    configuration.patchDepth = 0
+    return try DepotServer(configuration: configuration)
 }
 
 /// Starts the real origin on port 0, runs `body`, and always stops it and removes its data.
@@ -54,6 +56,8 @@ public func withServer<T>(
         dataPath: data.path, http: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threads: 2),
         logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
     )
+    // Patches (a background release after each change) only where a test asks for them.
+    configuration.patchDepth = 0
     configure(&configuration)
     let server = try DepotServer(configuration: configuration)
     defer { server.stop() }

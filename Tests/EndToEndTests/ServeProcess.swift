@@ -17,7 +17,7 @@ final class ServeProcess {
     init(data: String, environment: [String: String], bootstrap: Bool = true) throws {
         process.executableURL = URL(fileURLWithPath: Processes.depotBinary)
         process.arguments = ["serve"]
-        process.environment = ProcessInfo.processInfo.environment.merging(["DEPOT_DATA": data, "DEPOT_LISTEN": "127.0.0.1:0"].merging(environment) { $1 }) { $1 }
+        process.environment = ProcessInfo.processInfo.environment.merging(["DEPOT_DATA": data, "DEPOT_LISTEN": "127.0.0.1:0", "DEPOT_PATCH_DEPTH": "0"].merging(environment) { $1 }) { $1 }
         process.standardOutput = output
         process.standardError = errors
         try process.run()

@@ -61,6 +61,36 @@ public struct Manifest: Codable, Hashable, Sendable {
 }
 
 /// One pack in a manifest.
+/// A patch download: the delta from an earlier revision of a pack to the entry's revision,
+/// encrypted as a pack container under the pack's key. A device takes it only when its installed
+/// copy is exactly `fromRevision` with `fromPlaintextSHA256`.
+public struct PackPatch: Codable, Hashable, Sendable {
+    /// The revision the delta starts from.
+    public var fromRevision: Int
+    /// SHA-256 of that revision's plaintext, lower-case hex.
+    public var fromPlaintextSHA256: String
+    /// Absolute URL of the patch's container.
+    public var url: String
+    /// Container size in bytes, exact.
+    public var size: Int64
+    /// SHA-256 of the container, lower-case hex.
+    public var sha256: String
+
+    public init(fromRevision: Int, fromPlaintextSHA256: String, url: String, size: Int64, sha256: String) {
+        (self.fromRevision, self.fromPlaintextSHA256, self.url, self.size, self.sha256) = (fromRevision, fromPlaintextSHA256, url, size, sha256)
+    }
+}
+
+extension PackEntry {
+    /// Every blob the entry names: its container and its patches'.
+    public var blobs: [String] { [sha256] + (patches ?? []).map(\.sha256) }
+
+    /// The patch from an installed copy of `revision` with plaintext `plaintextSHA256`, if any.
+    public func patch(from revision: Int, plaintextSHA256: String) -> PackPatch? {
+        patches?.first { $0.fromRevision == revision && $0.fromPlaintextSHA256 == plaintextSHA256 }
+    }
+}
+
 public struct PackEntry: Codable, Hashable, Sendable {
     /// When the system downloads a pack, in Background Assets terms.
     public enum Policy: String, Codable, Hashable, Sendable, CaseIterable {
@@ -99,12 +129,17 @@ public struct PackEntry: Codable, Hashable, Sendable {
     public var installationEventTypes: [String]?
     /// Managed apps: the publisher's `userInfo`, passed on in the download manifest.
     public var userInfo: [String: JSONValue]?
+    /// Unmanaged apps: deltas (the "Delta" format) from recent earlier revisions to this one, each
+    /// encrypted as a pack container under this pack's key; absent until the origin has made
+    /// them (a manifest without them is complete). Signed with the rest.
+    public var patches: [PackPatch]?
 
     public init(
         id: String, revision: Int, url: String, size: Int64, sha256: String, installSize: Int64,
         plaintextSHA256: String, policy: Policy, tags: [String], keyID: String, contentType: String,
-        installationEventTypes: [String]? = nil, userInfo: [String: JSONValue]? = nil
+        installationEventTypes: [String]? = nil, userInfo: [String: JSONValue]? = nil, patches: [PackPatch]? = nil
     ) {
+        self.patches = patches
         self.installationEventTypes = installationEventTypes
         self.userInfo = userInfo
         self.id = id

@@ -210,8 +210,14 @@ final class Publisher: Sendable {
             if managed && !removed.isEmpty && !confirmRemoval { throw Self.removalRefused(removed, app: app) }
             let current = Dictionary(live.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
             let restored = old.manifest.packs.map { pack -> PackEntry in
-                guard let now = current[pack.id] else { return pack }
+                // Patches are made anew for the restored revision (``PatchMaker``).
+                guard let now = current[pack.id] else {
+                    var restored = pack
+                    restored.patches = nil
+                    return restored
+                }
                 var restored = pack
+                restored.patches = nil
                 // Same container: the live revision; other content: the next one, so devices replace it.
                 restored.revision = now.sha256 == pack.sha256 ? now.revision : now.revision + 1
                 return restored

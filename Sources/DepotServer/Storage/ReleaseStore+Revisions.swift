@@ -10,7 +10,7 @@ struct ReleaseIndex: Sendable {
     mutating func add(_ packs: [PackEntry]) {
         for pack in packs {
             highestRevisions[pack.id] = max(highestRevisions[pack.id] ?? 0, pack.revision)
-            blobs.insert(pack.sha256)
+            blobs.formUnion(pack.blobs)
         }
     }
 }
@@ -53,7 +53,7 @@ extension ReleaseStore {
             // the lock; one a crash left is removed at start-up, or made visible by a replica pull).
             let head = head(app)
             for version in Self.versions(in: folder.releases(app)) where version > head {
-                if try load(app, version).manifest.packs.contains(where: { $0.sha256 == sha256 }) { return true }
+                if try load(app, version).manifest.packs.contains(where: { $0.blobs.contains(sha256) }) { return true }
             }
         }
         return false

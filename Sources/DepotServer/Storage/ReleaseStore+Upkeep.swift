@@ -53,11 +53,11 @@ extension ReleaseStore {
         var needed = Set<String>()
         for app in FileSystem.contents(of: folder.apps) where FileSystem.isDirectory(folder.releases(app)) {
             for channel in channels(app).keys {
-                for pack in try current(app, channel: channel)?.manifest.packs ?? [] { needed.insert(pack.sha256) }
+                for pack in try current(app, channel: channel)?.manifest.packs ?? [] { needed.formUnion(pack.blobs) }
             }
             for version in Self.versions(in: folder.releases(app)) {
                 let manifest = try load(app, version).manifest
-                if manifest.publishedAt >= now.addingTimeInterval(-retention) { for pack in manifest.packs { needed.insert(pack.sha256) } }
+                if manifest.publishedAt >= now.addingTimeInterval(-retention) { for pack in manifest.packs { needed.formUnion(pack.blobs) } }
             }
             for pack in try staging(app).upserts.values { needed.insert(pack.sha256) }
         }

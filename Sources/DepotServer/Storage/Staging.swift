@@ -35,6 +35,7 @@ struct Staging: Codable, Sendable, Equatable {
                 entry.size = old.size
                 entry.sha256 = old.sha256
                 entry.revision = old.revision
+                entry.patches = old.patches
             } else {
                 entry.revision = old.revision + 1
             }

@@ -1,0 +1,53 @@
+import ArgumentParser
+import DepotCore
+import Foundation
+
+/// Makes and applies deltas between two files (the format the origin uses for patch downloads:
+/// DepotCore's "Delta" article), for operators and the benchmark.
+struct DeltaCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "delta",
+        abstract: "Make or apply a delta between two revisions of a file (AssetDepot's delta format v1).",
+        subcommands: [Make.self, Apply.self]
+    )
+
+    struct Make: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Write the delta from BASE to TARGET into OUTPUT.")
+        @Argument(help: "The old revision.") var base: String
+        @Argument(help: "The new revision.") var target: String
+        @Argument(help: "Where the delta goes (replaced atomically).") var output: String
+
+        func run() throws {
+            let temporary = FileSystem.temporaryPath(besides: output)
+            do {
+                let summary = try DeltaEncoder.encode(base: base, target: target, to: temporary)
+                try FileSystem.durableRename(temporary, to: output)
+                print("\(summary.size) bytes: \(summary.copies) copies of \(summary.copiedBytes) bytes, \(summary.addedBytes) bytes added")
+            } catch {
+                FileSystem.remove(temporary)
+                throw CLIError("\(error)")
+            }
+        }
+    }
+
+    struct Apply: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Apply DELTA to BASE, writing the result to OUTPUT only if it is the delta's target.")
+        @Argument(help: "The old revision.") var base: String
+        @Argument(help: "The delta.") var delta: String
+        @Argument(help: "Where the result goes (replaced atomically, only once verified).") var output: String
+
+        func run() throws {
+            let temporary = FileSystem.temporaryPath(besides: output)
+            do {
+                let file = try FileDescriptor(path: temporary, flags: O_WRONLY | O_CREAT | O_TRUNC, mode: 0o644)
+                let header = try DeltaDecoder.apply(patch: FileDescriptor.openForReading(delta), base: FileDescriptor.openForReading(base)) { try file.write($0) }
+                try file.sync()
+                try FileSystem.durableRename(temporary, to: output)
+                print("\(header.targetSize) bytes, SHA-256 \(Hex.encode(header.targetSHA256))")
+            } catch {
+                FileSystem.remove(temporary)
+                throw CLIError("\(error)")
+            }
+        }
+    }
+}

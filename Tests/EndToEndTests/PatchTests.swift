@@ -1,0 +1,175 @@
+import DepotClient
+import DepotCore
+import DepotServer
+import DepotTestSupport
+import Foundation
+import Testing
+
+/// Updates that download only what changed, against the real origin: the origin makes patches
+/// after a release, devices take the one from their installed revision, and anything wrong with
+/// a patch falls back to the whole pack in the same sync.
+@Suite("End to end: patch downloads")
+struct PatchTests {
+    /// `base` with `inserted` random bytes at 10% and three 16 KiB regions changed.
+    static func revise(_ base: [UInt8], inserted: Int, seed: UInt8) -> [UInt8] {
+        var out = Array(base[0..<(base.count / 10)]) + bytes(inserted, seed: seed) + Array(base[(base.count / 10)...])
+        for region in 1...3 {
+            let at = region * out.count / 4
+            for k in 0..<(16 << 10) { out[at + k] ^= seed | 1 }
+        }
+        return out
+    }
+
+    static func random(_ count: Int, seed: UInt64) -> [UInt8] {
+        var state = seed
+        return (0..<count).map { _ in
+            state = state &* 6364136223846793005 &+ 1442695040888963407
+            return UInt8(truncatingIfNeeded: state >> 33)
+        }
+    }
+
+    @Test("A revision with an insertion and three changed regions arrives as a patch; two revisions behind patches too; a changed base and a tampered patch fall back to the whole pack; a fresh device gets the whole pack")
+    func patchLifecycle() async throws {
+        try await withServer(configure: { $0.patchDepth = 3 }) { origin in
+            let work = TemporaryDirectory("depot-patches")
+            defer { work.remove() }
+            let v1 = Self.random(24 << 20, seed: 1)
+            try put(origin, "level", v1)
+            func device(_ name: String) throws -> DepotSync {
+                DepotSync(server: origin.baseURL, configuration: try origin.clientConfiguration(), destination: work.path + "/" + name)
+            }
+            func installed(_ name: String) throws -> [UInt8] { try FileSystem.readFile(work.path + "/\(name)/packs/level", limit: 64 << 20) }
+            for name in ["a", "b", "changed", "tampered"] {
+                let report = try await device(name).sync()
+                #expect(report.installed == ["level"] && report.patched.isEmpty)
+            }
+
+            let v2 = Self.revise(v1, inserted: 100_000, seed: 3)
+            try put(origin, "level", v2)
+            origin.server.waitForPatches()
+            let live = try Envelope.decode(#require(try RawHTTP.send(port: origin.port, "GET /v1/apps/\(origin.app)/manifest HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first).body)
+                .verifiedManifest(trusting: origin.clientConfiguration().trustedKeys())
+            let entry = try #require(live[pack: "level"])
+            let patch = try #require(entry.patches?.first)
+            #expect(entry.revision == 2 && patch.fromRevision == 1 && entry.patches?.count == 1)
+            #expect(patch.size < 400_000, "about the changed bytes (148 KiB), not the pack's 24 MiB: \(patch.size)")
+
+            // Device a: the patch, byte-identical.
+            let patched = try await device("a").sync()
+            #expect(patched.patched == ["level"] && patched.installed == ["level"] && patched.patchFallbacks.isEmpty, "\(patched)")
+            #expect(patched.bytesDownloaded == patch.size && patched.bytesSaved == entry.size - patch.size)
+            #expect(try installed("a") == v2)
+            #expect(try StateStore(destination: work.path + "/a").read(app: origin.app).packs["level"]?.plaintextSHA256 == entry.plaintextSHA256)
+
+            // A base changed on disk: the patch's result does not verify; the whole pack, same sync.
+            var damaged = try installed("changed")
+            damaged[5_000_000] ^= 0xff
+            try FileSystem.writeAtomically(damaged, to: work.path + "/changed/packs/level")
+            let fellBack = try await device("changed").sync()
+            #expect(fellBack.installed == ["level"] && fellBack.patched.isEmpty && fellBack.patchFallbacks["level"] != nil, "\(fellBack)")
+            #expect(fellBack.failed.isEmpty && fellBack.bytesDownloaded >= entry.size)
+            #expect(try installed("changed") == v2)
+
+            // A tampered patch blob on the origin: refused, the whole pack instead.
+            let blob = origin.data.path + "/blobs/\(patch.sha256.prefix(2))/\(patch.sha256)"
+            var tampered = try FileSystem.readFile(blob, limit: 64 << 20)
+            let original = tampered
+            tampered[tampered.count / 2] ^= 1
+            try FileSystem.writeAtomically(tampered, to: blob)
+            let refused = try await device("tampered").sync()
+            #expect(refused.installed == ["level"] && refused.patched.isEmpty && refused.patchFallbacks["level"] != nil, "\(refused)")
+            #expect(try installed("tampered") == v2)
+            try FileSystem.writeAtomically(original, to: blob)
+
+            // A fresh device: the whole pack.
+            let fresh = try await device("fresh").sync()
+            #expect(fresh.installed == ["level"] && fresh.patched.isEmpty && fresh.bytesDownloaded == entry.size)
+
+            // Revision 3: device b, still on revision 1, patches from 1; device a from 2.
+            let v3 = Self.revise(v2, inserted: 50_000, seed: 5)
+            try put(origin, "level", v3)
+            origin.server.waitForPatches()
+            let twoBehind = try await device("b").sync()
+            #expect(twoBehind.patched == ["level"] && twoBehind.bytesDownloaded < 700_000, "\(twoBehind)")
+            #expect(try installed("b") == v3)
+            let oneBehind = try await device("a").sync()
+            #expect(oneBehind.patched == ["level"] && oneBehind.bytesDownloaded < 400_000, "\(oneBehind)")
+            #expect(try installed("a") == v3)
+            // Up to date: nothing moves.
+            #expect(try await device("a").sync().bytesDownloaded == 0)
+        }
+    }
+
+    @Test("Garbage collection keeps the patches a live release names")
+    func collectionKeepsPatches() async throws {
+        try await withServer(configure: { $0.patchDepth = 2 }) { origin in
+            let v1 = Self.random(2 << 20, seed: 7)
+            try put(origin, "level", v1)
+            try put(origin, "level", Self.revise(v1, inserted: 10_000, seed: 9))
+            origin.server.waitForPatches()
+            let live = try Envelope.decode(#require(try RawHTTP.send(port: origin.port, "GET /v1/apps/\(origin.app)/manifest HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first).body)
+                .verifiedManifest(trusting: origin.clientConfiguration().trustedKeys())
+            let patch = try #require(live[pack: "level"]?.patches?.first)
+            _ = try origin.server.collectGarbage(retention: 0, grace: 0, dryRun: false)
+            let answer = try #require(try RawHTTP.send(port: origin.port, "GET /v1/apps/\(origin.app)/blobs/\(patch.sha256) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first)
+            #expect(answer.status == 200 && Int64(answer.body.count) == patch.size)
+        }
+    }
+
+    @Test("The extension schedules the patch (its URL and exact size), takes it in, and the install step applies it; a patch that fails is dropped and the next plan asks for the whole pack")
+    func extensionPatches() async throws {
+        try await withServer(configure: { $0.patchDepth = 3; $0.publicURL = "http://127.0.0.1:0" }) { origin in
+            let work = TemporaryDirectory("depot-patches-extension")
+            defer { work.remove() }
+            let v1 = Self.random(4 << 20, seed: 11)
+            try put(origin, "level", v1)
+            func manifestFile() throws -> String {
+                let body = try #require(try RawHTTP.send(port: origin.port, "GET /v1/apps/\(origin.app)/manifest HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first).body
+                let path = work.path + "/manifest-\(body.count)-\(UUID().uuidString).json"
+                try FileSystem.writeAtomically(body, to: path)
+                return path
+            }
+            /// What the system does with a scheduled download: fetch exactly its URL (by path here) and size.
+            func deliver(_ download: ScheduledDownload, to flow: ExtensionFlow) throws {
+                let answer = try #require(try RawHTTP.send(port: origin.port, "GET \(download.url.path) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first)
+                #expect(answer.status == 200 && answer.body.count == download.fileSize, "the system fails a download of another size")
+                let file = work.path + "/delivered-" + download.identifier
+                try FileSystem.writeAtomically(answer.body, to: file)
+                try flow.receive(identifier: download.identifier, file: file)
+            }
+            let configuration = try origin.clientConfiguration()
+            var flows: [ExtensionFlow] = []
+            for name in ["good", "damaged"] {
+                let flow = try ExtensionFlow(configuration: configuration, destination: work.path + "/" + name)
+                for download in try flow.schedule(manifestFile: manifestFile(), kind: .install) { try deliver(download, to: flow) }
+                #expect(try flow.installArrived().installed == ["level"])
+                flows.append(flow)
+            }
+            let v2 = Self.revise(v1, inserted: 30_000, seed: 13)
+            try put(origin, "level", v2)
+            origin.server.waitForPatches()
+
+            let good = try flows[0].schedule(manifestFile: manifestFile(), kind: .periodic)
+            let patch = try #require(good.first?.patch)
+            #expect(good.map(\.identifier) == ["level@2-from-1"] && good[0].fileSize == Int(patch.size) && good[0].url.absoluteString == patch.url)
+            try deliver(good[0], to: flows[0])
+            #expect(try flows[0].installArrived().installed == ["level"])
+            #expect(try FileSystem.readFile(work.path + "/good/packs/level", limit: 64 << 20) == v2)
+
+            var damaged = try FileSystem.readFile(work.path + "/damaged/packs/level", limit: 64 << 20)
+            damaged[1_000] ^= 1
+            try FileSystem.writeAtomically(damaged, to: work.path + "/damaged/packs/level")
+            let first = try flows[1].schedule(manifestFile: manifestFile(), kind: .periodic)
+            #expect(first.map(\.identifier) == ["level@2-from-1"])
+            try deliver(first[0], to: flows[1])
+            let refused = try flows[1].installArrived()
+            #expect(refused.installed.isEmpty && refused.discarded["level@2-from-1"] != nil, "\(refused)")
+            #expect(try FileSystem.readFile(work.path + "/damaged/packs/level", limit: 64 << 20) == damaged, "the installed copy untouched")
+            let whole = try flows[1].schedule(manifestFile: manifestFile(), kind: .periodic)
+            #expect(whole.map(\.identifier) == ["level@2"] && whole[0].patch == nil)
+            try deliver(whole[0], to: flows[1])
+            #expect(try flows[1].installArrived().installed == ["level"])
+            #expect(try FileSystem.readFile(work.path + "/damaged/packs/level", limit: 64 << 20) == v2)
+        }
+    }
+}
