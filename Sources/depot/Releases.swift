@@ -1,5 +1,6 @@
 import ArgumentParser
 import DepotClient
+import DepotCore
 import Foundation
 
 struct Releases: AsyncParsableCommand {
@@ -20,6 +21,28 @@ struct Releases: AsyncParsableCommand {
             let channels = release.channels ?? []
             print("\(release.version)\t\(release.publishedAt)\t\(release.packs) packs\(channels.isEmpty ? "" : "\t" + channels.joined(separator: ", "))")
         }
+        // What a device on an earlier revision downloads for each pack of the live release.
+        let live = try await origin.transport().get(origin.endpoint("manifest"), headers: credentials.headers, limit: ManifestSource.sizeLimit)
+        guard live.status == 200, let payload = try? Envelope.decode(live.body).payload, let bytes = Data(base64Encoded: payload),
+              let manifest = try? Manifest.decode(Array(bytes)) else { return }
+        for line in Self.patchLines(manifest) { print(line) }
+    }
+
+    /// "level: from revision 3: 12.4 MiB instead of 1.1 GiB", per pack with patches.
+    static func patchLines(_ manifest: Manifest) -> [String] {
+        manifest.packs.flatMap { pack in
+            (pack.patches ?? []).sorted { $0.fromRevision > $1.fromRevision }.map { patch in
+                "\(pack.id) revision \(pack.revision): from revision \(patch.fromRevision): \(Self.size(patch.size)) instead of \(Self.size(pack.size))"
+            }
+        }
+    }
+
+    static func size(_ bytes: Int64) -> String {
+        let units = ["bytes", "KiB", "MiB", "GiB", "TiB"]
+        var value = Double(bytes)
+        var unit = 0
+        while value >= 1024 && unit < units.count - 1 { value /= 1024; unit += 1 }
+        return unit == 0 ? "\(bytes) bytes" : String(format: "%.1f", value) + " " + units[unit]
     }
 }
 

@@ -124,6 +124,9 @@ struct Sync: AsyncParsableCommand {
             }
             for id in report.deferred { print("device waits for \(id): \(report.waiting[id] ?? "a later event")") }
         }
+        for (id, reason) in report.patchFallbacks.sorted(by: { $0.key < $1.key }) {
+            FileHandle.standardError.write(Data("patch of \(id) not used, downloaded whole: \(reason)\n".utf8))
+        }
         for (id, reason) in report.failed.sorted(by: { $0.key < $1.key }) {
             FileHandle.standardError.write(Data("failed: \(id): \(reason)\n".utf8))
         }

@@ -97,6 +97,10 @@ struct PatchTests {
             #expect(try installed("a") == v3)
             // Up to date: nothing moves.
             #expect(try await device("a").sync().bytesDownloaded == 0)
+            // depot releases says what a device on each earlier revision downloads.
+            let listed = try Processes.run(Processes.depotBinary, ["releases", "--server", origin.baseURL.absoluteString, "--app", origin.app])
+            let lines = listed.stdout.split(separator: "\n").filter { $0.hasPrefix("level revision 3: from revision ") }
+            #expect(listed.status == 0 && lines.count == 2 && lines.allSatisfy { $0.contains("KiB instead of 24.") && $0.hasSuffix("MiB") }, "\(listed.stdout)\(listed.stderr)")
         }
     }
 
