@@ -64,20 +64,20 @@ for pair in a b c d e; do
   for tool in depot xdelta3 zstd rdiff bsdiff; do
     p=$work/patch.$tool; r=$work/result.$tool; note=""
     case $tool in
-      depot)   measure "$work/m" $depot delta make "$work/base" "$t" "$p"
-               measure "$work/a" $depot delta apply "$work/base" "$p" "$r" ;;
-      xdelta3) measure "$work/m" xdelta3 -e -f -s "$work/base" "$t" "$p"
-               measure "$work/a" xdelta3 -d -f -s "$work/base" "$p" "$r" ;;
-      zstd)    measure "$work/m" zstd -q -f --long=31 --patch-from="$work/base" "$t" -o "$p"
-               measure "$work/a" zstd -q -f -d --long=31 --patch-from="$work/base" "$p" -o "$r" ;;
-      rdiff)   measure "$work/m" sh -c "rdiff signature '$work/base' '$work/sig' && rdiff delta '$work/sig' '$t' '$p'"
-               measure "$work/a" rdiff patch "$work/base" "$p" "$r" ;;
+      depot)   measure "$work/make.t" $depot delta make "$work/base" "$t" "$p"
+               measure "$work/apply.t" $depot delta apply "$work/base" "$p" "$r" ;;
+      xdelta3) measure "$work/make.t" xdelta3 -e -f -s "$work/base" "$t" "$p"
+               measure "$work/apply.t" xdelta3 -d -f -s "$work/base" "$p" "$r" ;;
+      zstd)    measure "$work/make.t" zstd -q -f --long=31 --patch-from="$work/base" "$t" -o "$p"
+               measure "$work/apply.t" zstd -q -f -d --long=31 --patch-from="$work/base" "$p" -o "$r" ;;
+      rdiff)   measure "$work/make.t" sh -c "rdiff signature '$work/base' '$work/sig' && rdiff delta '$work/sig' '$t' '$p'"
+               measure "$work/apply.t" rdiff patch "$work/base" "$p" "$r" ;;
       bsdiff)  if [ "$size" -gt 256 ]; then echo "$(printf '%-4s %-8s' $pair bsdiff) skipped: needs ~17x the base in memory"; continue; fi
-               measure "$work/m" bsdiff "$work/base" "$t" "$p"
-               measure "$work/a" bspatch "$work/base" "$r" "$p" ;;
+               measure "$work/make.t" bsdiff "$work/base" "$t" "$p"
+               measure "$work/apply.t" bspatch "$work/base" "$r" "$p" ;;
     esac
     same "$r" "$t" || note="WRONG RESULT"
-    read -r ms mk < "$work/m"; read -r as ak < "$work/a"
+    read -r ms mk < "$work/make.t"; read -r as ak < "$work/apply.t"
     printf '%-4s %-8s %14s %8s %10s %8s %10s %s\n' $pair $tool "$(stat -c %s "$p")" "$ms" "$((mk / 1024))" "$as" "$((ak / 1024))" \
       "${note:-apply at $(echo "scale=2; $cps / $as" | bc 2>/dev/null || echo '?')x cp}"
     rm -f "$p" "$r" "$work/sig"
