@@ -57,14 +57,19 @@ measure() {  # measure OUTFILE command…  → "seconds peakKiB"
 }
 same() { cmp -s "$1" "$2"; }
 
+base_sha=$(sha256sum "$work/base" | cut -c1-64)
 printf '%-4s %-8s %14s %8s %10s %8s %10s %s\n' pair tool patch_bytes make_s make_MiB apply_s apply_MiB note
 for pair in a b c d e; do
   t=$work/$pair
   measure "$work/cp.t" cp "$t" "$work/copy"; read -r cps _ < "$work/cp.t"; rm -f "$work/copy"
+  # depot delta apply makes its result durable (fsync) before it is kept: a durable copy too.
+  measure "$work/dd.t" dd if="$t" of="$work/copy" bs=1M conv=fsync status=none; read -r dds _ < "$work/dd.t"; rm -f "$work/copy"
+  echo "$pair: cp ${cps} s, cp with fsync ${dds} s"
   for tool in depot xdelta3 zstd rdiff bsdiff; do
     p=$work/patch.$tool; r=$work/result.$tool; note=""
     case $tool in
-      depot)   measure "$work/make.t" $depot delta make "$work/base" "$t" "$p"
+      depot)   # The origin knows both SHA-256 from the manifest, so they are given, as it gives them.
+               measure "$work/make.t" $depot delta make --base-sha256 "$base_sha" --target-sha256 "$(sha256sum "$t" | cut -c1-64)" "$work/base" "$t" "$p"
                measure "$work/apply.t" $depot delta apply "$work/base" "$p" "$r" ;;
       xdelta3) measure "$work/make.t" xdelta3 -e -f -s "$work/base" "$t" "$p"
                measure "$work/apply.t" xdelta3 -d -f -s "$work/base" "$p" "$r" ;;
@@ -79,7 +84,7 @@ for pair in a b c d e; do
     same "$r" "$t" || note="WRONG RESULT"
     read -r ms mk < "$work/make.t"; read -r as ak < "$work/apply.t"
     printf '%-4s %-8s %14s %8s %10s %8s %10s %s\n' $pair $tool "$(stat -c %s "$p")" "$ms" "$((mk / 1024))" "$as" "$((ak / 1024))" \
-      "${note:-apply at $(echo "scale=2; $cps / $as" | bc 2>/dev/null || echo '?')x cp}"
+      "${note:-apply at $(echo "scale=2; $cps / $as" | bc 2>/dev/null || echo '?')x cp, $(echo "scale=2; $dds / $as" | bc 2>/dev/null || echo '?')x cp+fsync}"
     rm -f "$p" "$r" "$work/sig"
   done
 done

@@ -16,11 +16,21 @@ struct DeltaCommand: ParsableCommand {
         @Argument(help: "The old revision.") var base: String
         @Argument(help: "The new revision.") var target: String
         @Argument(help: "Where the delta goes (replaced atomically).") var output: String
+        @Option(name: .customLong("base-sha256"), help: "The base's SHA-256 when known (as the origin knows it from the manifest): not computed again.") var baseSHA256: String?
+        @Option(name: .customLong("target-sha256"), help: "The target's SHA-256 when known: not computed again.") var targetSHA256: String?
+
+        func validate() throws {
+            for value in [baseSHA256, targetSHA256].compactMap({ $0 }) where !Hex.isSHA256(value) {
+                throw ValidationError("a SHA-256 is 64 lower-case hex digits")
+            }
+        }
 
         func run() throws {
             let temporary = FileSystem.temporaryPath(besides: output)
             do {
-                let summary = try DeltaEncoder.encode(base: base, target: target, to: temporary)
+                let summary = try DeltaEncoder.encode(
+                    base: base, target: target, to: temporary, baseSHA256: baseSHA256.flatMap(Hex.decode), targetSHA256: targetSHA256.flatMap(Hex.decode)
+                )
                 try FileSystem.durableRename(temporary, to: output)
                 print("\(summary.size) bytes: \(summary.copies) copies of \(summary.copiedBytes) bytes, \(summary.addedBytes) bytes added")
             } catch {

@@ -283,4 +283,48 @@ struct ObjectStorageTests {
         #expect(manifest.packs.map(\.id) == ["big"])
         for pack in manifest.packs { #expect(try store.storedSize(pack.sha256) == pack.size, "\(pack.id) is whole in the bucket") }
     }
+
+    @Test("Patches through the bucket: the writer makes a revision's patch from the blobs in the bucket, stores it there, and a device updates by it byte-identical")
+    func patchesInBucket() throws {
+        let engine = try S3Engine()
+        defer { engine.remove() }
+        let store = try Self.bucket(engine, "patches")
+        let work = TemporaryDirectory("depot-s3-patches")
+        defer { work.remove() }
+        let data = work.path + "/data"
+        let server = try ServeProcess(data: data, environment: [
+            "DEPOT_STORAGE": "s3", "DEPOT_S3_ENDPOINT": engine.endpoint.absoluteString, "DEPOT_S3_BUCKET": "patches",
+            "AWS_ACCESS_KEY_ID": engine.accessKey, "AWS_SECRET_ACCESS_KEY": engine.secretKey, "DEPOT_PATCH_DEPTH": "3",
+        ])
+        defer { server.process.terminate(); server.process.waitUntilExit() }
+        let depot = Processes.depotBinary
+        let environment = ["XDG_CACHE_HOME": work.path + "/cache", "DEPOT_TOKEN": server.token]
+        let common = ["--server", server.url, "--app", "com.example.dev"]
+        let v1 = try work.file("v1.bin", size: 12 << 20, seed: 21)
+        #expect(try Processes.run(depot, ["publish", v1, "--pack", "level", "--release", "--quiet"] + common, environment: environment).status == 0)
+        let keys = try Processes.run(depot, ["keys", "export", "--data", data, "--app", "com.example.dev"])
+        try FileSystem.writeAtomically(Array(keys.stdout.utf8), to: work.path + "/client.json")
+        let sync = ["sync", "--config", work.path + "/client.json", "--dest", work.path + "/device", "--quiet"] + common
+        #expect(try Processes.run(depot, sync).status == 0)
+
+        var bytes = try FileSystem.readFile(v1, limit: 64 << 20)
+        bytes.insert(contentsOf: [UInt8](repeating: 7, count: 40_000), at: 1 << 20)
+        for k in 0..<(16 << 10) { bytes[8 << 20 + k] ^= 0x33 }
+        try FileSystem.writeAtomically(bytes, to: work.path + "/v2.bin")
+        #expect(try Processes.run(depot, ["publish", work.path + "/v2.bin", "--pack", "level", "--release", "--quiet"] + common, environment: environment).status == 0)
+        // The patch release comes a moment later: wait for it (the writer logs nothing a test can wait on).
+        var patch: PackPatch?
+        for _ in 0..<600 where patch == nil {
+            if let body = try RawHTTP.send(port: UInt16(server.port)!, "GET /v1/apps/com.example.dev/manifest HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first?.body,
+               let manifest = try? Envelope.decode(body).verifiedManifest(trusting: ClientConfiguration.decode(Array(keys.stdout.utf8)).trustedKeys()) {
+                patch = manifest[pack: "level"]?.patches?.first
+            }
+            if patch == nil { Thread.sleep(forTimeInterval: 0.1) }
+        }
+        let made = try #require(patch, "the writer released a patch")
+        #expect(try store.storedSize(made.sha256) == made.size, "the patch is in the bucket")
+        let updated = try Processes.run(depot, sync.filter { $0 != "--quiet" })
+        #expect(updated.status == 0 && updated.stdout.contains("1 patched"), "\(updated.stdout)\(updated.stderr)")
+        #expect(try FileSystem.readFile(work.path + "/device/packs/level", limit: 64 << 20) == bytes)
+    }
 }

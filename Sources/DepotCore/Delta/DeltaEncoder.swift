@@ -27,18 +27,22 @@ public enum DeltaEncoder {
     static let minimumMatch = 32
 
     /// Writes the delta from the file at `base` to the file at `target` into `output` (created or
-    /// replaced; the caller renames it into place).
+    /// replaced; the caller renames it into place). Pass the files' SHA-256 when they are known
+    /// (the origin has them in the manifest) to spare the two reads that compute them.
     @discardableResult
-    public static func encode(base basePath: String, target targetPath: String, to outputPath: String) throws -> Summary {
+    public static func encode(
+        base basePath: String, target targetPath: String, to outputPath: String, baseSHA256: [UInt8]? = nil, targetSHA256: [UInt8]? = nil
+    ) throws -> Summary {
         let base = try FileDescriptor.openForReading(basePath)
         let baseSize = try base.size()
-        let (index, baseDigest) = try AnchorIndex.build(base, size: baseSize)
+        let (index, computedBaseDigest) = try AnchorIndex.build(base, size: baseSize, hashing: baseSHA256 == nil)
+        let baseDigest = baseSHA256 ?? computedBaseDigest
         let target = try FileDescriptor.openForReading(targetPath)
         let targetSize = try target.size()
         let output = try FileDescriptor(path: outputPath, flags: O_WRONLY | O_CREAT | O_TRUNC, mode: 0o600)
         var writer = InstructionWriter(output)
         try writer.raw([UInt8](repeating: 0, count: DeltaFormat.headerSize))
-        let hasher = SHA256Hasher()
+        let hasher: SHA256Hasher? = targetSHA256 == nil ? SHA256Hasher() : nil
         var matcher = Matcher(index: index, base: base, baseSize: baseSize)
         var segment = [UInt8](repeating: 0, count: Self.segment)
         var position: Int64 = 0
@@ -48,13 +52,13 @@ public enum DeltaEncoder {
             guard got == want else { throw DeltaError.malformed("\(targetPath) changed while it was read") }
             try segment.withUnsafeBytes { bytes in
                 let piece = UnsafeRawBufferPointer(rebasing: bytes[0..<want])
-                hasher.update(piece)
+                hasher?.update(piece)
                 try matcher.scan(piece, into: &writer)
             }
             position += Int64(want)
         }
         try writer.finish()
-        let header = DeltaFormat.Header(baseSize: baseSize, baseSHA256: baseDigest, targetSize: targetSize, targetSHA256: hasher.finalize())
+        let header = DeltaFormat.Header(baseSize: baseSize, baseSHA256: baseDigest, targetSize: targetSize, targetSHA256: targetSHA256 ?? hasher!.finalize())
         try output.seek(to: 0)
         try output.write(header.bytes)
         return Summary(size: writer.written, copies: writer.copies, copiedBytes: writer.copiedBytes, addedBytes: writer.addedBytes, header: header)
@@ -133,9 +137,9 @@ struct AnchorIndex {
     }
 
     /// Reads the base once: its anchors and its SHA-256.
-    static func build(_ base: FileDescriptor, size: Int64) throws -> (AnchorIndex, [UInt8]) {
+    static func build(_ base: FileDescriptor, size: Int64, hashing: Bool = true) throws -> (AnchorIndex, [UInt8]) {
         var index = AnchorIndex(baseSize: size)
-        let hasher = SHA256Hasher()
+        let hasher: SHA256Hasher? = hashing ? SHA256Hasher() : nil
         var buffer = [UInt8](repeating: 0, count: 8 << 20)
         var hash: UInt64 = 0
         var position: Int64 = 0
@@ -144,7 +148,7 @@ struct AnchorIndex {
             guard got > 0 else { break }
             buffer.withUnsafeBytes { raw in
                 let bytes = raw.bindMemory(to: UInt8.self)
-                hasher.update(UnsafeRawBufferPointer(rebasing: raw[0..<got]))
+                hasher?.update(UnsafeRawBufferPointer(rebasing: raw[0..<got]))
                 Gear.table.withUnsafeBufferPointer { gear in
                     for i in 0..<got {
                         hash = (hash << 1) &+ gear[Int(bytes[i])]
@@ -155,7 +159,7 @@ struct AnchorIndex {
             position += Int64(got)
         }
         guard position == size else { throw DeltaError.malformed("the base changed while it was read") }
-        return (index, hasher.finalize())
+        return (index, hasher?.finalize() ?? [])
     }
 }
 
@@ -218,9 +222,12 @@ struct Matcher {
             let base = self.base
             let got = try scratch.withUnsafeMutableBytes { try base.read(into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<want]), at: at) }
             guard got > 0 else { break }
+            let start = from + matched
             let same = scratch.withUnsafeBufferPointer { old in
+                // Whole chunks at memcmp's speed; the first difference byte by byte.
+                if memcmp(old.baseAddress!, target.baseAddress! + start, got) == 0 { return got }
                 var k = 0
-                while k < got && old[k] == target[from + matched + k] { k += 1 }
+                while k < got && old[k] == target[start + k] { k += 1 }
                 return k
             }
             matched += same

@@ -117,8 +117,12 @@ final class PatchMaker: Sendable {
         var out: [PackPatch] = []
         for old in earlier {
             guard try decrypt(old, to: scratch + ".old", keys: keys.ring) else { continue }
-            let summary = try DeltaEncoder.encode(base: scratch + ".old", target: scratch + ".new", to: scratch + ".delta")
-            guard Hex.encode(summary.header.targetSHA256) == entry.plaintextSHA256 else { throw DepotError.conflict("plaintext_mismatch", "the new revision of \(entry.id) does not hash to its manifest entry") }
+            // The plaintexts' SHA-256 are the manifest's: their containers' hashes and every
+            // segment's authentication were checked as they were decrypted.
+            guard let oldDigest = Hex.decode(old.plaintextSHA256), let newDigest = Hex.decode(entry.plaintextSHA256) else { continue }
+            let summary = try DeltaEncoder.encode(
+                base: scratch + ".old", target: scratch + ".new", to: scratch + ".delta", baseSHA256: oldDigest, targetSHA256: newDigest
+            )
             // Worth it only if it saves a tenth of the pack.
             guard summary.size * 10 < entry.size * 9 else { continue }
             let container = try encrypt(scratch + ".delta", to: scratch + ".container", keys: keys)
@@ -137,7 +141,8 @@ final class PatchMaker: Sendable {
     private func decrypt(_ entry: PackEntry, to path: String, keys: KeyRing) throws -> Bool {
         guard let blob = try blobs.open(entry.sha256) else { return false }
         defer { try? blob.file.close() }
-        _ = try PackDecryptor.decrypt(blob.file, to: path, keyRing: keys, expectedSize: entry.size, hashingPlaintext: false)
+        let summary = try PackDecryptor.decrypt(blob.file, to: path, keyRing: keys, expectedSize: entry.size, hashingPlaintext: false)
+        guard summary.sha256 == entry.sha256 else { throw DepotError.conflict("blob_mismatch", "blob \(entry.sha256) does not hash to its name") }
         return true
     }
 
