@@ -42,7 +42,8 @@ class Origin:
     def start(self):
         self.starts += 1
         log = open(os.path.join(self.work, f"origin-{self.starts}.log"), "w")
-        env = dict(os.environ, DEPOT_DATA=self.data, DEPOT_LISTEN=f"127.0.0.1:{self.port}", DEPOT_PUBLIC_DIR=self.public)
+        # Patch releases (made in the background) would move the release numbers the test counts.
+        env = dict(os.environ, DEPOT_DATA=self.data, DEPOT_LISTEN=f"127.0.0.1:{self.port}", DEPOT_PUBLIC_DIR=self.public, DEPOT_PATCH_DEPTH="0")
         self.process = subprocess.Popen([self.depot, "serve"], stdout=log, stderr=subprocess.STDOUT, env=env)
         deadline = time.time() + 30
         while time.time() < deadline:
