@@ -282,10 +282,7 @@ public struct DepotSync: Sendable {
         do {
             try await BlockingCall.run { try installer.installPatch(entry, patch: patch, from: item.path, to: store.packPath(entry.id)) }
             try store.withExclusiveControl(app: configuration.app) { state in
-                state.packs[entry.id] = InstalledState.Pack(
-                    revision: entry.revision, sha256: entry.sha256, plaintextSHA256: entry.plaintextSHA256,
-                    installSize: entry.installSize, installedAt: now, unpacked: false
-                )
+                state.packs[entry.id] = InstalledState.Pack(entry, installedAt: now, unpacked: false)
             }
             return .success(patch.size)
         } catch {
@@ -333,10 +330,7 @@ public struct DepotSync: Sendable {
         case (.success, .success(let unpacked)):
             do {
                 try store.withExclusiveControl(app: app) { state in
-                    state.packs[entry.id] = InstalledState.Pack(
-                        revision: entry.revision, sha256: entry.sha256, plaintextSHA256: entry.plaintextSHA256,
-                        installSize: entry.installSize, installedAt: now, unpacked: unpacked
-                    )
+                    state.packs[entry.id] = InstalledState.Pack(entry, installedAt: now, unpacked: unpacked)
                 }
                 return .success(entry.size)
             } catch {

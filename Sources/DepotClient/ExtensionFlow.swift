@@ -168,10 +168,7 @@ public struct ExtensionFlow: Sendable {
                     unpacked = try installer.install(entry, from: path, to: store.packPath(entry.id))
                 }
                 try store.withExclusiveControl(app: configuration.app) { state in
-                    state.packs[entry.id] = InstalledState.Pack(
-                        revision: entry.revision, sha256: entry.sha256, plaintextSHA256: entry.plaintextSHA256,
-                        installSize: entry.installSize, installedAt: now, unpacked: unpacked
-                    )
+                    state.packs[entry.id] = InstalledState.Pack(entry, installedAt: now, unpacked: unpacked)
                 }
                 FileSystem.remove(path)
                 report.installed.append(entry.id)

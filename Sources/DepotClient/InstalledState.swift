@@ -26,6 +26,14 @@ public struct InstalledState: Codable, Hashable, Sendable {
             self.unpacked = unpacked
         }
 
+        /// The record of `entry` installed now.
+        public init(_ entry: PackEntry, installedAt: Date, unpacked: Bool) {
+            self.init(
+                revision: entry.revision, sha256: entry.sha256, plaintextSHA256: entry.plaintextSHA256, installSize: entry.installSize,
+                installedAt: installedAt, unpacked: unpacked
+            )
+        }
+
         public init(from decoder: any Decoder) throws {
             let c = try decoder.container(keyedBy: CodingKeys.self)
             revision = try c.decode(Int.self, forKey: .revision)
