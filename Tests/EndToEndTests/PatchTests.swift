@@ -177,3 +177,65 @@ struct PatchTests {
         }
     }
 }
+
+/// The issue's own figure, at full size: alone with the heavy suites.
+@Suite("End to end: a 256 MiB pack updated by its patch, counted at the origin", .enabled(if: HeavyTests.enabled, "run alone by Deploy/setup.sh test, with DEPOT_HEAVY_TESTS=1"))
+struct LargePatchTests {
+    @Test("256 MiB, then a revision with an insertion and three changed regions: the origin's access log shows at most 3 MiB sent for the update, and the result is byte-identical")
+    func accessLogCounts() throws {
+        let work = TemporaryDirectory("depot-patch-256")
+        defer { work.remove() }
+        let server = try ServeProcess(data: work.path + "/data", environment: ["DEPOT_PATCH_DEPTH": "3"])
+        let depot = Processes.depotBinary
+        let environment = ["XDG_CACHE_HOME": work.path + "/cache", "DEPOT_TOKEN": server.token]
+        let common = ["--server", server.url, "--app", "com.example.dev"]
+        let v1 = try work.file("v1.bin", size: 256 << 20, seed: 31)
+        #expect(try Processes.run(depot, ["publish", v1, "--pack", "world", "--release", "--quiet"] + common, environment: environment).status == 0)
+        let keys = try Processes.run(depot, ["keys", "export", "--data", work.path + "/data", "--app", "com.example.dev"])
+        try FileSystem.writeAtomically(Array(keys.stdout.utf8), to: work.path + "/client.json")
+        let sync = ["sync", "--config", work.path + "/client.json", "--dest", work.path + "/device"] + common
+        #expect(try Processes.run(depot, sync).status == 0)
+
+        // Revision 2: 200 KB inserted at 10%, three 64 KiB regions changed (about 400 KiB in all).
+        let source = try FileDescriptor.openForReading(v1)
+        let output = try FileDescriptor(path: work.path + "/v2.bin", flags: O_WRONLY | O_CREAT | O_TRUNC, mode: 0o644)
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        var position = 0
+        while true {
+            let n = try buffer.withUnsafeMutableBytes { try source.read(into: $0) }
+            if n == 0 { break }
+            var chunk = Array(buffer[0..<n])
+            if position == 25 << 20 { try output.write(PatchTests.random(200_000, seed: 32)) }
+            if [64 << 20, 128 << 20, 192 << 20].contains(position) { for k in 0..<(64 << 10) { chunk[k] ^= 0x5c } }
+            try output.write(chunk)
+            position += n
+        }
+        try output.close()
+        #expect(try Processes.run(depot, ["publish", work.path + "/v2.bin", "--pack", "world", "--release", "--quiet"] + common, environment: environment).status == 0)
+        let trusted = try ClientConfiguration.decode(Array(keys.stdout.utf8)).trustedKeys()
+        var live: PackEntry?
+        for _ in 0..<1200 where live?.patches == nil {
+            if let body = try RawHTTP.send(port: UInt16(server.port)!, "GET /v1/apps/com.example.dev/manifest HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first?.body {
+                live = try? Envelope.decode(body).verifiedManifest(trusting: trusted)[pack: "world"]
+            }
+            if live?.patches == nil { Thread.sleep(forTimeInterval: 0.1) }
+        }
+        let entry = try #require(live)
+        let patch = try #require(entry.patches?.first, "the writer released a patch")
+        let updated = try Processes.run(depot, sync)
+        #expect(updated.status == 0 && updated.stdout.contains("1 patched"), "\(updated.stdout)\(updated.stderr)")
+        #expect(try SHA256Hasher.hexDigest(ofFile: work.path + "/device/packs/world") == SHA256Hasher.hexDigest(ofFile: work.path + "/v2.bin"))
+
+        server.process.terminate()
+        server.process.waitUntilExit()
+        let lines = server.errorOutput().split(separator: "\n").filter { $0.contains("access bytes=") && $0.contains("route=blob") }
+        func sent(_ sha256: String) -> Int64 {
+            lines.filter { $0.contains(sha256) }.compactMap { line in
+                line.split(separator: " ").first { $0.hasPrefix("bytes=") }.flatMap { Int64($0.dropFirst(6)) }
+            }.reduce(0, +)
+        }
+        print("LargePatchTests: patch \(patch.size) bytes; the origin sent \(sent(patch.sha256)) bytes of it and \(sent(entry.sha256)) of the 256 MiB revision")
+        #expect(sent(patch.sha256) == patch.size && sent(patch.sha256) <= 3 << 20)
+        #expect(sent(entry.sha256) == 0, "the new revision's container was not downloaded")
+    }
+}
