@@ -282,7 +282,7 @@ public struct DepotSync: Sendable {
         do {
             try await BlockingCall.run { try installer.installPatch(entry, patch: patch, from: item.path, to: store.packPath(entry.id)) }
             try store.withExclusiveControl(app: configuration.app) { state in
-                state.packs[entry.id] = InstalledState.Pack(entry, installedAt: now, unpacked: false)
+                state.packs[entry.id] = InstalledState.Pack(entry, installedAt: now, unpacked: ZipPack.isZip(contentType: entry.contentType))
             }
             return .success(patch.size)
         } catch {

@@ -163,7 +163,7 @@ public struct ExtensionFlow: Sendable {
                         try store.withExclusiveControl(app: configuration.app) { $0.packs[id]?.patchFailed = true }
                         throw error
                     }
-                    unpacked = false
+                    unpacked = ZipPack.isZip(contentType: entry.contentType)
                 } else {
                     unpacked = try installer.install(entry, from: path, to: store.packPath(entry.id))
                 }

@@ -97,6 +97,13 @@ public struct Installer: Sendable {
             guard summary.sha256 == patch.sha256 else {
                 throw ClientError.integrity(entry.id, "the patch's SHA-256 is \(summary.sha256), the manifest says \(patch.sha256)")
             }
+            if ZipPack.isZip(contentType: entry.contentType) {
+                // An unpacked zip: the new tree built beside the installed one, every file checked.
+                defer { Self.removeTree(staged) }
+                try TreePatch.apply(patch: delta, base: destination, into: staged)
+                try Self.switchInto(destination, from: staged)
+                return
+            }
             let output = try FileDescriptor(path: staged, flags: O_WRONLY | O_CREAT | O_EXCL, mode: 0o644)
             var behind = WriteBehind()
             let header = try DeltaDecoder.apply(patch: FileDescriptor.openForReading(delta), base: FileDescriptor.openForReading(destination)) { bytes in

@@ -127,7 +127,9 @@ public enum Planner {
             // A patch when the installed copy is exactly its base (the revision and the plaintext
             // SHA-256 recorded at install; not recomputed here) and is still on disk as a file.
             let patch = installed.flatMap { installed in
-                request.usePatches && !installed.unpacked && installed.patchFailed != true && installedCopyExists(entry.id)
+                // A zip is installed unpacked and patched as a tree; any other pack as a file.
+                request.usePatches && installed.unpacked == ZipPack.isZip(contentType: entry.contentType) && installed.patchFailed != true
+                    && installedCopyExists(entry.id)
                     ? entry.patch(from: installed.revision, plaintextSHA256: installed.plaintextSHA256) : nil
             }
             switch entry.policy {

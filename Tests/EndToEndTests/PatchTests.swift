@@ -239,3 +239,59 @@ struct LargePatchTests {
         #expect(sent(entry.sha256) == 0, "the new revision's container was not downloaded")
     }
 }
+
+@Suite("End to end: zip packs patched by entry")
+struct ZipPatchTests {
+    /// Two revisions of a zip of `count` entries (64 KiB of seeded random bytes each), the second
+    /// with entry 7 changed in 4 KiB, entry 9 removed and one entry added.
+    static func zips(_ dir: String, count: Int) throws {
+        let script = """
+            import random, sys, zipfile
+            d, n = sys.argv[1], int(sys.argv[2])
+            rng = random.Random(7)
+            data = {f"level/{i % 5}/part-{i:03d}.bin": rng.randbytes(65536) for i in range(n)}
+            with zipfile.ZipFile(d + "/v1.zip", "w", zipfile.ZIP_DEFLATED) as z:
+                for name, b in data.items(): z.writestr(name, b)
+            changed = bytearray(data["level/2/part-007.bin"]); changed[1000:5096] = rng.randbytes(4096)
+            data["level/2/part-007.bin"] = bytes(changed)
+            del data["level/4/part-009.bin"]
+            data["extra/new.bin"] = rng.randbytes(10000)
+            with zipfile.ZipFile(d + "/v2.zip", "w", zipfile.ZIP_DEFLATED) as z:
+                for name, b in data.items(): z.writestr(name, b)
+            """
+        let made = try Processes.run("/usr/bin/python3", ["-c", script, dir, String(count)])
+        #expect(made.status == 0, "\(made.stderr)")
+    }
+
+    static func putZip(_ origin: TestOrigin, _ file: String) throws {
+        let body = try FileSystem.readFile(file, limit: 256 << 20)
+        let head = "PUT /v1/apps/\(origin.app)/packs/levels?release=true HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(origin.token)\r\n"
+            + "Content-Type: application/zip\r\nContent-Length: \(body.count)\r\nConnection: close\r\n\r\n"
+        #expect(try RawHTTP.send(port: origin.port, head, body: body, timeout: 60).first?.status == 201)
+    }
+
+    @Test("A zip with one entry changed, one removed and one added: the device downloads about those entries, keeps the rest from its tree, and ends with exactly the new tree")
+    func byEntry() async throws {
+        try await withServer(configure: { $0.patchDepth = 3 }) { origin in
+            let work = TemporaryDirectory("depot-zip-patch")
+            defer { work.remove() }
+            try Self.zips(work.path, count: 60)
+            try Self.putZip(origin, work.path + "/v1.zip")
+            let sync = DepotSync(server: origin.baseURL, configuration: try origin.clientConfiguration(), destination: work.path + "/device")
+            #expect(try await sync.sync().installed == ["levels"])
+            try Self.putZip(origin, work.path + "/v2.zip")
+            origin.server.waitForPatches()
+            let report = try await sync.sync()
+            let full = try #require(FileSystem.fileSize(work.path + "/v2.zip"))
+            print("ZipPatchTests: \(report.bytesDownloaded) bytes downloaded for a \(full)-byte zip")
+            #expect(report.patched == ["levels"] && report.patchFallbacks.isEmpty, "\(report)")
+            // One changed entry (a delta of about 4 KiB), one new of 10,000 bytes, and a few dozen bytes per kept entry.
+            #expect(report.bytesDownloaded < 30_000, "\(report.bytesDownloaded) bytes for a \(full)-byte zip")
+            try ZipPack.extract(work.path + "/v2.zip", into: work.path + "/expected")
+            #expect(try InstallStepTests.tree(work.path + "/device/packs/levels") == InstallStepTests.tree(work.path + "/expected"))
+            #expect(!FileSystem.exists(work.path + "/device/packs/levels/level/4/part-009.bin"))
+            let state = try StateStore(destination: work.path + "/device").read(app: origin.app).packs["levels"]
+            #expect(state?.revision == 2 && state?.unpacked == true)
+        }
+    }
+}

@@ -11,8 +11,9 @@ import Synchronization
 /// containers and revisions: a device with the current revision downloads nothing). A release
 /// never waits for this; a manifest without patches is complete.
 ///
-/// Not patched: zip packs (a device keeps them unpacked, so it has no base file to patch), managed
-/// apps' archives (the system downloads those), and a delta that would not save a tenth of the pack.
+/// A zip pack, which a device keeps unpacked, gets a tree patch (DepotCore's ``TreePatch``): its
+/// entries taken from the installed tree, patched, or sent whole. Not patched: managed apps'
+/// archives (the system downloads those), and a patch that would not save a tenth of the pack.
 final class PatchMaker: Sendable {
     private let releases: ReleaseStore
     private let blobs: any BlobStore
@@ -62,7 +63,7 @@ final class PatchMaker: Sendable {
             var made: [String: [PackPatch]] = [:]
             var holding: [String] = []
             defer { for sha256 in holding { storing.end(sha256) } }
-            for entry in live.manifest.packs where entry.patches == nil && !entry.keyID.isEmpty && !ZipPack.isZip(contentType: entry.contentType) {
+            for entry in live.manifest.packs where entry.patches == nil && !entry.keyID.isEmpty {
                 let key = "\(app)/\(entry.id)@\(entry.revision)"
                 guard tried.withLock({ $0.insert(key).inserted }) else { continue }
                 let earlier = Self.earlierRevisions(of: entry, in: history, depth: depth)
@@ -101,7 +102,8 @@ final class PatchMaker: Sendable {
         var out: [PackEntry] = []
         for manifest in history.sorted(by: { $0.version > $1.version }) {
             guard let old = manifest[pack: entry.id], old.revision < entry.revision, old.plaintextSHA256 != entry.plaintextSHA256,
-                  !old.keyID.isEmpty, !ZipPack.isZip(contentType: old.contentType), seen.insert(old.revision).inserted else { continue }
+                  !old.keyID.isEmpty, ZipPack.isZip(contentType: old.contentType) == ZipPack.isZip(contentType: entry.contentType),
+                  seen.insert(old.revision).inserted else { continue }
             out.append(old)
             if out.count == depth { break }
         }
@@ -112,19 +114,32 @@ final class PatchMaker: Sendable {
     private func patches(for entry: PackEntry, from earlier: [PackEntry], app: String, holding: inout [String]) throws -> [PackPatch] {
         let keys = try apps.packKeys(app)
         let scratch = folder.uploads + "/patch-" + Hex.encode(SecureRandom.bytes(8))
-        defer { for suffix in [".new", ".old", ".delta", ".container"] { FileSystem.remove(scratch + suffix) } }
+        let zip = ZipPack.isZip(contentType: entry.contentType)
+        defer {
+            for suffix in [".new", ".old", ".delta", ".container"] { FileSystem.remove(scratch + suffix) }
+            for suffix in [".new-tree", ".old-tree"] { try? FileManager.default.removeItem(atPath: scratch + suffix) }
+        }
         guard try decrypt(entry, to: scratch + ".new", keys: keys.ring) else { return [] }
+        if zip { try ZipPack.extract(scratch + ".new", into: scratch + ".new-tree") }
         var out: [PackPatch] = []
         for old in earlier {
             guard try decrypt(old, to: scratch + ".old", keys: keys.ring) else { continue }
-            // The plaintexts' SHA-256 are the manifest's: their containers' hashes and every
-            // segment's authentication were checked as they were decrypted.
-            guard let oldDigest = Hex.decode(old.plaintextSHA256), let newDigest = Hex.decode(entry.plaintextSHA256) else { continue }
-            let summary = try DeltaEncoder.encode(
-                base: scratch + ".old", target: scratch + ".new", to: scratch + ".delta", baseSHA256: oldDigest, targetSHA256: newDigest
-            )
+            let size: Int64
+            if zip {
+                // A device keeps a zip unpacked: the patch is made between the two trees.
+                try? FileManager.default.removeItem(atPath: scratch + ".old-tree")
+                try ZipPack.extract(scratch + ".old", into: scratch + ".old-tree")
+                size = try TreePatch.make(base: scratch + ".old-tree", target: scratch + ".new-tree", to: scratch + ".delta").size
+            } else {
+                // The plaintexts' SHA-256 are the manifest's: their containers' hashes and every
+                // segment's authentication were checked as they were decrypted.
+                guard let oldDigest = Hex.decode(old.plaintextSHA256), let newDigest = Hex.decode(entry.plaintextSHA256) else { continue }
+                size = try DeltaEncoder.encode(
+                    base: scratch + ".old", target: scratch + ".new", to: scratch + ".delta", baseSHA256: oldDigest, targetSHA256: newDigest
+                ).size
+            }
             // Worth it only if it saves a tenth of the pack.
-            guard summary.size * 10 < entry.size * 9 else { continue }
+            guard size * 10 < entry.size * 9 else { continue }
             let container = try encrypt(scratch + ".delta", to: scratch + ".container", keys: keys)
             storing.begin(container.sha256)
             holding.append(container.sha256)
