@@ -47,6 +47,18 @@ export function difference(from, to) {
   const changed = to.packs.filter((p) => before.has(p.id) && before.get(p.id).sha256 !== p.sha256);
   const removed = from.packs.filter((p) => !after.has(p.id));
   const unchanged = to.packs.filter((p) => before.has(p.id) && before.get(p.id).sha256 === p.sha256);
-  const download = [...added, ...changed].reduce((sum, p) => sum + Number(p.size), 0);
-  return { added, changed, removed, unchanged, download, before };
+  // A device on the earlier release takes a changed pack's patch from its revision, if listed.
+  const patches = new Map(changed.map((p) => {
+    const b = before.get(p.id);
+    return [p.id, (p.patches ?? []).find((x) => x.fromRevision === b.revision && x.fromPlaintextSHA256 === b.plaintextSHA256)];
+  }).filter(([, patch]) => patch));
+  const download = added.reduce((sum, p) => sum + Number(p.size), 0)
+    + changed.reduce((sum, p) => sum + Number(patches.get(p.id)?.size ?? p.size), 0);
+  return { added, changed, removed, unchanged, download, before, patches };
+}
+
+/** "from revision 3: 12.4 MiB instead of 1.1 GiB", per patch a pack lists, newest base first. */
+export function patchLines(pack) {
+  return [...(pack.patches ?? [])].sort((a, b) => b.fromRevision - a.fromRevision)
+    .map((patch) => `from revision ${patch.fromRevision}: ${human(patch.size)} instead of ${human(pack.size)}`);
 }

@@ -2,7 +2,7 @@
 // with its packs, the draft, the history, a comparison, the Info.plist keys.
 
 import { $, el, button, labelCells } from "./ui.js";
-import { human, exact, date, protection, difference } from "./format.js";
+import { human, exact, date, protection, difference, patchLines } from "./format.js";
 
 const size = (bytes) => el("span", { title: exact(bytes) }, human(bytes), el("span", { className: "exact" }, exact(bytes)));
 const tags = (list) => (list?.length ? list.join(", ") : "—");
@@ -90,7 +90,14 @@ export function renderComparison(from, to) {
     el("th", { scope: "row" }, pack.id), el("td", {}, change), el("td", {}, detail));
   const rows = [
     ...diff.added.map((p) => line(p, "added", `${human(p.size)} (${exact(p.size)}) to download`)),
-    ...diff.changed.map((p) => line(p, "changed", `revision ${diff.before.get(p.id).revision} → ${p.revision}, ${human(p.size)} (${exact(p.size)}) to download`)),
+    ...diff.changed.map((p) => {
+      const patch = diff.patches.get(p.id);
+      const download = patch
+        ? `${human(patch.size)} (${exact(patch.size)}) to download as a patch instead of ${human(p.size)}`
+        : `${human(p.size)} (${exact(p.size)}) to download`;
+      const others = patchLines(p);
+      return line(p, "changed", `revision ${diff.before.get(p.id).revision} → ${p.revision}, ${download}` + (others.length ? `; ${others.join("; ")}` : ""));
+    }),
     ...diff.removed.map((p) => line(p, "removed", "devices delete it")),
   ];
   $("comparison").replaceChildren(

@@ -172,6 +172,20 @@ def run(origin, b, work, args):
     assert "0 changed, 0 removed, 1 unchanged" in summary and f"({size2:,} bytes)" in summary, summary
     assert b.find('#comparison-table tr[data-pack="level-2"]').get_attribute("data-change") == "added"
     b.screenshot("comparison", "#history-title")
+    # A changed pack with patches: the page's own module says what a device on each revision takes.
+    shown = b.driver.execute_async_script("""
+        const done = arguments[arguments.length - 1];
+        import('/js/format.js').then((f) => {
+          const old = {id: 'w', revision: 3, sha256: 'a', plaintextSHA256: 'p3', size: 1181116006};
+          const now = {id: 'w', revision: 5, sha256: 'b', plaintextSHA256: 'p5', size: 1181116006, patches: [
+            {fromRevision: 3, fromPlaintextSHA256: 'p3', size: 13002342, sha256: 'c', url: 'x'},
+            {fromRevision: 4, fromPlaintextSHA256: 'p4', size: 2097152, sha256: 'd', url: 'y'}]};
+          const d = f.difference({version: 1, packs: [old]}, {version: 2, packs: [now]});
+          done({download: d.download, lines: f.patchLines(now)});
+        }, (e) => done({error: String(e)}));
+    """)
+    assert shown.get("download") == 13002342, shown
+    assert shown.get("lines") == ["from revision 4: 2.0 MiB instead of 1.1 GiB", "from revision 3: 12.4 MiB instead of 1.1 GiB"], shown
     b.check_console()
 
     step("roll back to release 1")
