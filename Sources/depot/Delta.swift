@@ -12,7 +12,10 @@ struct DeltaCommand: ParsableCommand {
     )
 
     struct Make: ParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Write the delta from BASE to TARGET into OUTPUT.")
+        static let configuration = CommandConfiguration(
+            abstract: "Write the delta from BASE to TARGET into OUTPUT.",
+            discussion: "With two folders (unpacked zips), a tree patch: each file kept, patched or sent whole."
+        )
         @Argument(help: "The old revision.") var base: String
         @Argument(help: "The new revision.") var target: String
         @Argument(help: "Where the delta goes (replaced atomically).") var output: String
@@ -27,6 +30,17 @@ struct DeltaCommand: ParsableCommand {
 
         func run() throws {
             let temporary = FileSystem.temporaryPath(besides: output)
+            if FileSystem.isDirectory(base) && FileSystem.isDirectory(target) {
+                do {
+                    let summary = try TreePatch.make(base: base, target: target, to: temporary)
+                    try FileSystem.durableRename(temporary, to: output)
+                    print("\(summary.size) bytes: \(summary.kept) files kept, \(summary.patched) patched, \(summary.sent) sent whole")
+                } catch {
+                    FileSystem.remove(temporary)
+                    throw CLIError("\(error)")
+                }
+                return
+            }
             do {
                 let summary = try DeltaEncoder.encode(
                     base: base, target: target, to: temporary, baseSHA256: baseSHA256.flatMap(Hex.decode), targetSHA256: targetSHA256.flatMap(Hex.decode)
@@ -41,13 +55,28 @@ struct DeltaCommand: ParsableCommand {
     }
 
     struct Apply: ParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Apply DELTA to BASE, writing the result to OUTPUT only if it is the delta's target.")
+        static let configuration = CommandConfiguration(
+            abstract: "Apply DELTA to BASE, writing the result to OUTPUT only if it is the delta's target.",
+            discussion: "With a folder as BASE, DELTA is a tree patch and OUTPUT a new folder."
+        )
         @Argument(help: "The old revision.") var base: String
         @Argument(help: "The delta.") var delta: String
         @Argument(help: "Where the result goes (replaced atomically, only once verified).") var output: String
 
         func run() throws {
             let temporary = FileSystem.temporaryPath(besides: output)
+            if FileSystem.isDirectory(base) {
+                do {
+                    try TreePatch.apply(patch: delta, base: base, into: temporary)
+                    guard !FileSystem.exists(output) else { throw CLIError("\(output) exists") }
+                    try FileSystem.durableRename(temporary, to: output)
+                    print("\(output): the new tree")
+                } catch {
+                    try? FileManager.default.removeItem(atPath: temporary)
+                    throw CLIError("\(error)")
+                }
+                return
+            }
             do {
                 let file = try FileDescriptor(path: temporary, flags: O_WRONLY | O_CREAT | O_TRUNC, mode: 0o644)
                 let header = try DeltaDecoder.apply(patch: FileDescriptor.openForReading(delta), base: FileDescriptor.openForReading(base)) { try file.write($0) }
