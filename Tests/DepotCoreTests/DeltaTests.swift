@@ -146,6 +146,24 @@ struct DeltaTests {
         #expect(result.summary.copies == 2 && result.size < 200, "\(result.summary)")
     }
 
+    @Test("A large base with known digests (indexed in two halves on two threads): a change across the halves' boundary, and one in each half, cost about their bytes")
+    func twoHalves() throws {
+        let size = 72 << 20
+        let base = Self.random(size, seed: 12)
+        var target = base
+        for at in [size / 2 - 3000, size / 4, size * 3 / 4] { for k in 0..<6000 { target[at + k] ^= 0x3c } }
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("depot-delta-halves-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        try FileSystem.writeAtomically(base, to: dir + "/base")
+        try FileSystem.writeAtomically(target, to: dir + "/target")
+        let summary = try DeltaEncoder.encode(
+            base: dir + "/base", target: dir + "/target", to: dir + "/patch", baseSHA256: SHA256Hasher.hash(base), targetSHA256: SHA256Hasher.hash(target)
+        )
+        #expect(summary.size < 3 * 6000 + 2048, "\(summary)")
+        #expect(try Self.apply(FileSystem.readFile(dir + "/patch", limit: 1 << 30), to: base) == target)
+    }
+
     @Test("Encoder known answer: a fixed 1 MiB pair gives this exact patch")
     func encoderKnownAnswer() throws {
         let base = Self.random(1 << 20, seed: 7)

@@ -91,9 +91,9 @@ struct AnchorIndex {
     private(set) var count = 0
 
     init(baseSize: Int64) {
-        // About 4 Mi anchors at most: spacing 2^bits with bits ≥ 6.
+        // About 2 Mi anchors at most: spacing 2^bits with bits ≥ 6.
         var bits = 6
-        while bits < 20 && (baseSize >> bits) > 4 << 20 { bits += 1 }
+        while bits < 20 && (baseSize >> bits) > 2 << 20 { bits += 1 }
         self.bits = bits
         var capacityBits = 10
         while (1 << capacityBits) < 2 * Int(baseSize >> bits) + 1 { capacityBits += 1 }
@@ -136,30 +136,64 @@ struct AnchorIndex {
         return nil
     }
 
-    /// Reads the base once: its anchors and its SHA-256.
+    /// Reads the base once: its anchors and (with `hashing`) its SHA-256. A large base whose
+    /// digest is known is read in two halves on two threads: the gear hash starts afresh at the
+    /// second half (anchors differ for its first 64 bytes only), and the anchors are inserted
+    /// first half first, so the table keeps the same first occurrences.
     static func build(_ base: FileDescriptor, size: Int64, hashing: Bool = true) throws -> (AnchorIndex, [UInt8]) {
         var index = AnchorIndex(baseSize: size)
-        let hasher: SHA256Hasher? = hashing ? SHA256Hasher() : nil
+        let shift = UInt64(64 - index.bits)
+        if hashing || size < 64 << 20 {
+            let hasher: SHA256Hasher? = hashing ? SHA256Hasher() : nil
+            try scan(base, from: 0, to: size, shift: shift, hasher: hasher) { index.insert($0, offset: $1) }
+            return (index, hasher?.finalize() ?? [])
+        }
+        let half = size / 2
+        let expected = Int(half >> index.bits) + 1024
+        let found = Locked<[Int: Result<[(UInt64, Int64)], any Error>]>([:])
+        DispatchQueue.concurrentPerform(iterations: 2) { part in
+            var anchors: [(UInt64, Int64)] = []
+            anchors.reserveCapacity(expected)
+            let result = Result { () throws -> [(UInt64, Int64)] in
+                try scan(base, from: part == 0 ? 0 : half, to: part == 0 ? half : size, shift: shift, hasher: nil) { anchors.append(($0, $1)) }
+                return anchors
+            }
+            found.withLock { $0[part] = result }
+        }
+        for part in 0..<2 {
+            for (hash, offset) in try found.withLock({ $0[part]! }).get() { index.insert(hash, offset: offset) }
+        }
+        return (index, [])
+    }
+
+    /// Runs the gear hash over the base's bytes [`start`, `end`), handing each anchor to `anchor`.
+    private static func scan(
+        _ base: FileDescriptor, from start: Int64, to end: Int64, shift: UInt64, hasher: SHA256Hasher?, anchor: (UInt64, Int64) -> Void
+    ) throws {
         var buffer = [UInt8](repeating: 0, count: 8 << 20)
         var hash: UInt64 = 0
-        var position: Int64 = 0
-        while position < size {
-            let got = try buffer.withUnsafeMutableBytes { try base.read(into: $0) }
+        var position = start
+        while position < end {
+            let want = Int(min(Int64(buffer.count), end - position))
+            let at = position
+            let got = try buffer.withUnsafeMutableBytes { try base.read(into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<want]), at: at) }
             guard got > 0 else { break }
             buffer.withUnsafeBytes { raw in
                 let bytes = raw.bindMemory(to: UInt8.self)
                 hasher?.update(UnsafeRawBufferPointer(rebasing: raw[0..<got]))
                 Gear.table.withUnsafeBufferPointer { gear in
+                    // Locals in the hot loop: one shift, one add, one compare a byte.
+                    var h = hash
                     for i in 0..<got {
-                        hash = (hash << 1) &+ gear[Int(bytes[i])]
-                        if index.isAnchor(hash) { index.insert(hash, offset: position + Int64(i)) }
+                        h = (h << 1) &+ gear[Int(bytes[i])]
+                        if h >> shift == 0 { anchor(h, at + Int64(i)) }
                     }
+                    hash = h
                 }
             }
             position += Int64(got)
         }
-        guard position == size else { throw DeltaError.malformed("the base changed while it was read") }
-        return (index, hasher?.finalize() ?? [])
+        guard position == end else { throw DeltaError.malformed("the base changed while it was read") }
     }
 }
 
@@ -189,10 +223,11 @@ struct Matcher {
             }
         }
         var hash: UInt64 = 0
+        let shift = UInt64(64 - index.bits)
         try Gear.table.withUnsafeBufferPointer { gear in
             while i < count {
                 hash = (hash << 1) &+ gear[Int(bytes[i])]
-                if index.isAnchor(hash), let anchor = index.lookup(hash) {
+                if hash >> shift == 0, let anchor = index.lookup(hash) {
                     let ahead = try forward(bytes, from: i, base: anchor)
                     if ahead > 0 {
                         let behind = try backward(bytes, before: i, limit: i - literalStart, base: anchor)
