@@ -263,33 +263,6 @@ public struct DepotSync: Sendable {
         continuation.finish()
         return (results, await forwarding.value)
     }
-    /// One pack by its patch: the patch's container downloaded (resumable, exact size), then
-    /// applied to the installed copy; the installed copy changes only once the result verified.
-    private func patchAndInstall(
-        _ entry: PackEntry, patch: PackPatch, downloader: Downloader, installer: Installer, store: StateStore, now: Date,
-        events: AsyncStream<DownloadEvent>.Continuation
-    ) async -> Result<Int64, ClientError> {
-        guard let url = URL(string: patch.url), url.scheme == "http" || url.scheme == "https" else {
-            return .failure(ClientError.manifest("the patch of pack \(entry.id) has an invalid URL"))
-        }
-        if let refusal = rules?.refusal(for: url) { return .failure(ClientError.manifest("the patch of pack \(entry.id) refused: \(refusal)")) }
-        let item = DownloadItem(id: entry.id, url: url, size: patch.size, sha256: patch.sha256, path: store.downloads + "/" + patch.sha256)
-        defer {
-            FileSystem.remove(item.path)
-            FileSystem.remove(item.path + ".etag")
-        }
-        if case .failure(let error) = await downloader.download(item, events: events) { return .failure(error) }
-        do {
-            try await BlockingCall.run { try installer.installPatch(entry, patch: patch, from: item.path, to: store.packPath(entry.id)) }
-            try store.withExclusiveControl(app: configuration.app) { state in
-                state.packs[entry.id] = InstalledState.Pack(entry, installedAt: now, unpacked: ZipPack.isZip(contentType: entry.contentType))
-            }
-            return .success(patch.size)
-        } catch {
-            return .failure(error as? ClientError ?? ClientError.install(entry.id, error))
-        }
-    }
-
     /// One pack: the download and its installation run at once, the installer decrypting what
     /// the downloader has written so far (``DownloadFollower``) and starting over if an attempt
     /// rewinds the file. The installed copy changes only after the whole container verified.
@@ -346,20 +319,5 @@ public struct DepotSync: Sendable {
         case (.failure(let error), .success):
             return .failure(error)
         }
-    }
-}
-
-/// What the patches of one round did, gathered from the concurrent downloads.
-final class PatchOutcomes: Sendable {
-    private let state = Locked<(patched: [String: Int64], fallbacks: [String: String])>(([:], [:]))
-
-    func patched(_ entry: PackEntry, _ patch: PackPatch) { state.withLock { $0.patched[entry.id] = entry.size - patch.size } }
-    func fellBack(_ id: String, _ why: String) { state.withLock { $0.fallbacks[id] = why } }
-
-    func record(into report: inout SyncReport) {
-        let (patched, fallbacks) = state.withLock { $0 }
-        report.patched = (report.patched + patched.keys).sorted()
-        report.bytesSaved += patched.values.reduce(0, +)
-        report.patchFallbacks.merge(fallbacks) { $1 }
     }
 }
