@@ -30,23 +30,19 @@ struct DeltaCommand: ParsableCommand {
 
         func run() throws {
             let temporary = FileSystem.temporaryPath(besides: output)
-            if FileSystem.isDirectory(base) && FileSystem.isDirectory(target) {
-                do {
-                    let summary = try TreePatch.make(base: base, target: target, to: temporary)
-                    try FileSystem.durableRename(temporary, to: output)
-                    print("\(summary.size) bytes: \(summary.kept) files kept, \(summary.patched) patched, \(summary.sent) sent whole")
-                } catch {
-                    FileSystem.remove(temporary)
-                    throw CLIError("\(error)")
-                }
-                return
-            }
             do {
-                let summary = try DeltaEncoder.encode(
-                    base: base, target: target, to: temporary, baseSHA256: baseSHA256.flatMap(Hex.decode), targetSHA256: targetSHA256.flatMap(Hex.decode)
-                )
+                let made: String
+                if FileSystem.isDirectory(base) && FileSystem.isDirectory(target) {
+                    let summary = try TreePatch.make(base: base, target: target, to: temporary)
+                    made = "\(summary.size) bytes: \(summary.kept) files kept, \(summary.patched) patched, \(summary.sent) sent whole"
+                } else {
+                    let summary = try DeltaEncoder.encode(
+                        base: base, target: target, to: temporary, baseSHA256: baseSHA256.flatMap(Hex.decode), targetSHA256: targetSHA256.flatMap(Hex.decode)
+                    )
+                    made = "\(summary.size) bytes: \(summary.copies) copies of \(summary.copiedBytes) bytes, \(summary.addedBytes) bytes added"
+                }
                 try FileSystem.durableRename(temporary, to: output)
-                print("\(summary.size) bytes: \(summary.copies) copies of \(summary.copiedBytes) bytes, \(summary.addedBytes) bytes added")
+                print(made)
             } catch {
                 FileSystem.remove(temporary)
                 throw CLIError("\(error)")

@@ -295,3 +295,36 @@ struct ZipPatchTests {
         }
     }
 }
+
+@Suite("depot delta")
+struct DeltaCommandTests {
+    @Test("make and apply, files and folders; a damaged delta is refused and no output appears")
+    func makeApply() throws {
+        let work = TemporaryDirectory("depot-delta-cli")
+        defer { work.remove() }
+        let depot = Processes.depotBinary
+        let base = PatchTests.random(500_000, seed: 41)
+        let target = Array(base[0..<200_000]) + Array("inserted".utf8) + Array(base[200_000...])
+        try FileSystem.writeAtomically(base, to: work.path + "/base")
+        try FileSystem.writeAtomically(target, to: work.path + "/target")
+        let made = try Processes.run(depot, ["delta", "make", work.path + "/base", work.path + "/target", work.path + "/patch"])
+        #expect(made.status == 0 && (FileSystem.fileSize(work.path + "/patch") ?? 0) < 200, "\(made.stdout)\(made.stderr)")
+        #expect(try Processes.run(depot, ["delta", "apply", work.path + "/base", work.path + "/patch", work.path + "/result"]).status == 0)
+        #expect(try FileSystem.readFile(work.path + "/result") == target)
+
+        var damaged = try FileSystem.readFile(work.path + "/patch")
+        damaged[damaged.count - 3] ^= 1
+        try FileSystem.writeAtomically(damaged, to: work.path + "/damaged")
+        let refused = try Processes.run(depot, ["delta", "apply", work.path + "/base", work.path + "/damaged", work.path + "/never"])
+        #expect(refused.status != 0 && refused.stderr.contains("delta"), "\(refused.stderr)")
+        #expect(!FileSystem.exists(work.path + "/never") && FileSystem.contents(of: work.path).allSatisfy { !$0.hasPrefix(".tmp-") })
+
+        for (dir, file) in [("old", base), ("new", target)] {
+            try FileSystem.createDirectory(work.path + "/" + dir + "/sub")
+            try FileSystem.writeAtomically(file, to: work.path + "/\(dir)/sub/level.bin")
+        }
+        #expect(try Processes.run(depot, ["delta", "make", work.path + "/old", work.path + "/new", work.path + "/tree"]).status == 0)
+        #expect(try Processes.run(depot, ["delta", "apply", work.path + "/old", work.path + "/tree", work.path + "/built"]).status == 0)
+        #expect(try FileSystem.readFile(work.path + "/built/sub/level.bin") == target)
+    }
+}
