@@ -75,7 +75,11 @@ struct DeltaCommand: ParsableCommand {
             }
             do {
                 let file = try FileDescriptor(path: temporary, flags: O_WRONLY | O_CREAT | O_TRUNC, mode: 0o644)
-                let header = try DeltaDecoder.apply(patch: FileDescriptor.openForReading(delta), base: FileDescriptor.openForReading(base)) { try file.write($0) }
+                var behind = WriteBehind()  // the disk writes while the rest is decoded: the final fsync has little left
+                let header = try DeltaDecoder.apply(patch: FileDescriptor.openForReading(delta), base: FileDescriptor.openForReading(base)) {
+                    try file.write($0)
+                    behind.wrote($0.count, to: file)
+                }
                 try file.sync()
                 try FileSystem.durableRename(temporary, to: output)
                 print("\(header.targetSize) bytes, SHA-256 \(Hex.encode(header.targetSHA256))")

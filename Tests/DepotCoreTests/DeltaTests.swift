@@ -1,4 +1,4 @@
-import DepotCore
+@testable import DepotCore
 import Foundation
 import Testing
 
@@ -137,7 +137,7 @@ struct DeltaTests {
         #expect(try Self.roundTrip([], []).size == Int64(DeltaFormat.headerSize + 1))
     }
 
-    @Test("A match across the encoder's 32 MiB segments continues as one copy")
+    @Test("A match across the encoder's 16 MiB segments (the next read ahead on a second thread) continues as one copy")
     func acrossSegments() throws {
         let base = Self.random(40 << 20, seed: 5)
         var target = base
@@ -162,6 +162,23 @@ struct DeltaTests {
         )
         #expect(summary.size < 3 * 6000 + 2048, "\(summary)")
         #expect(try Self.apply(FileSystem.readFile(dir + "/patch", limit: 1 << 30), to: base) == target)
+    }
+
+    @Test("The gear hash in four lanes finds the same anchors, in the same order, as one byte after another", arguments: [0, 1, 1023, 1024, 4096 + 3, 1 << 20])
+    func gearLanes(count: Int) {
+        let bytes = Self.random(count, seed: UInt64(count))
+        let (shift, carried): (UInt64, UInt64) = (64 - 6, 0x1234_5678_9abc_def0)
+        var expected: [(UInt64, Int)] = []
+        var h = carried
+        for (i, byte) in bytes.enumerated() {
+            h = (h << 1) &+ Gear.table[Int(byte)]
+            if h >> shift == 0 { expected.append((h, i)) }
+        }
+        var found: [(UInt64, Int)] = []
+        let end = bytes.withUnsafeBufferPointer { gearAnchors($0, count: count, carrying: carried, shift: shift) { found.append(($0, $1)) } }
+        #expect(end == h)
+        #expect(found.map(\.0) == expected.map(\.0) && found.map(\.1) == expected.map(\.1))
+        #expect(count < 4096 || expected.count > 10)  // the lanes did meet anchors
     }
 
     @Test("Encoder known answer: a fixed 1 MiB pair gives this exact patch")

@@ -2,7 +2,8 @@
 /// random, hands the result to a sink in order, in pieces of at most 1 MiB — memory stays at a
 /// few MiB whatever the sizes. Every offset, length and total is checked before it is used, and
 /// the result's SHA-256 must be the header's: the caller keeps what the sink received only if
-/// ``apply(patch:base:into:)`` returns.
+/// ``apply(patch:base:into:)`` returns. The result is hashed on a second thread while the sink
+/// writes it (``HashPipeline``).
 public enum DeltaDecoder {
     static let chunk = 1 << 20
 
@@ -15,12 +16,15 @@ public enum DeltaDecoder {
         let header = try DeltaFormat.Header(parsing: try reader.bytes(DeltaFormat.headerSize))
         let baseSize = try base.size()
         guard baseSize == header.baseSize else { throw DeltaError.baseMismatch("the base has \(baseSize) bytes, the delta expects \(header.baseSize)") }
-        let hasher = SHA256Hasher()
+        let pipeline = HashPipeline(slotSize: chunk)
         var produced: Int64 = 0
-        var buffer = [UInt8](repeating: 0, count: Int(min(Int64(chunk), max(1, baseSize))))
-        func emit(_ piece: UnsafeRawBufferPointer) throws {
-            hasher.update(piece)
-            try sink(piece)
+        /// Fills a slot with up to `length` bytes from `fill`, hashes it behind the sink's write.
+        func emit(upTo length: Int64, _ fill: (UnsafeMutableRawBufferPointer) throws -> Int) throws -> Int {
+            let (index, slot) = pipeline.slot()
+            let got = try fill(UnsafeMutableRawBufferPointer(rebasing: slot[0..<Int(min(Int64(slot.count), length))]))
+            pipeline.hash(slot: index, count: got)
+            try sink(UnsafeRawBufferPointer(rebasing: slot[0..<got]))
+            return got
         }
         func room(_ length: UInt64) throws(DeltaError) -> Int64 {
             guard length > 0 else { throw .malformed("an instruction of length 0 at output offset \(produced)") }
@@ -33,7 +37,7 @@ public enum DeltaDecoder {
             case .end:
                 guard produced == header.targetSize else { throw DeltaError.malformed("END after \(produced) of \(header.targetSize) bytes") }
                 guard reader.atEnd else { throw DeltaError.malformed("bytes after END") }
-                let digest = hasher.finalize()
+                let digest = pipeline.finalize()
                 guard digest == header.targetSHA256 else { throw DeltaError.resultMismatch("SHA-256 \(Hex.encode(digest)), the header says \(Hex.encode(header.targetSHA256))") }
                 return header
             case .copy:
@@ -44,18 +48,18 @@ public enum DeltaDecoder {
                 }
                 var at = Int64(offset)
                 while length > 0 {
-                    let want = Int(min(Int64(buffer.count), length))
-                    let got = try buffer.withUnsafeMutableBytes { try base.read(into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<want]), at: at) }
-                    guard got == want else { throw DeltaError.baseMismatch("the base ended early at \(at + Int64(got))") }
-                    try buffer.withUnsafeBytes { try emit(UnsafeRawBufferPointer(rebasing: $0[0..<want])) }
-                    (at, length, produced) = (at + Int64(want), length - Int64(want), produced + Int64(want))
+                    let got = try emit(upTo: length) { slot in
+                        let got = try base.read(into: slot, at: at)
+                        guard got == slot.count else { throw DeltaError.baseMismatch("the base ended early at \(at + Int64(got))") }
+                        return got
+                    }
+                    (at, length, produced) = (at + Int64(got), length - Int64(got), produced + Int64(got))
                 }
             case .add:
                 var length = try room(try reader.varint())
                 while length > 0 {
-                    let piece = try reader.piece(max: Int(min(Int64(chunk), length)))
-                    try piece.withUnsafeBytes { try emit($0) }
-                    (length, produced) = (length - Int64(piece.count), produced + Int64(piece.count))
+                    let got = try emit(upTo: length) { slot in try reader.copy(into: slot) }
+                    (length, produced) = (length - Int64(got), produced + Int64(got))
                 }
             case nil:
                 throw DeltaError.malformed("unknown instruction 0x\(String(opcode, radix: 16))")
@@ -101,6 +105,15 @@ struct PatchReader<Source: RandomAccessSource> {
         let count = min(max, end - start)
         defer { start += count; consumed += Int64(count) }
         return Array(buffer[start..<(start + count)])
+    }
+
+    /// Copies up to `target.count` bytes (at least one) into `target`; throws at the end.
+    mutating func copy(into target: UnsafeMutableRawBufferPointer) throws -> Int {
+        guard try fill() else { throw DeltaError.truncated }
+        let count = min(target.count, end - start)
+        buffer.withUnsafeBytes { target.baseAddress!.copyMemory(from: $0.baseAddress! + start, byteCount: count) }
+        (start, consumed) = (start + count, consumed + Int64(count))
+        return count
     }
 
     mutating func bytes(_ count: Int) throws -> [UInt8] {

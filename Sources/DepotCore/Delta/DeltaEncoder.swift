@@ -9,7 +9,7 @@ import Foundation
 /// table. The same hash runs over the target; at each such anchor the table names base offsets
 /// with the same content, the bytes are compared, and a match is extended forwards and backwards
 /// byte by byte into a COPY; what no match covers becomes ADD. `S` grows with the base (256 bytes
-/// for 1 GiB, 1 KiB for 4 GiB) so the table stays near 64 MiB; the target is read 32 MiB at a
+/// for 1 GiB, 1 KiB for 4 GiB) so the table stays near 64 MiB; the target is read 16 MiB at a
 /// time and the base at random in small reads: memory stays near 100 MiB whatever the sizes.
 public enum DeltaEncoder {
     /// What a delta holds.
@@ -22,7 +22,7 @@ public enum DeltaEncoder {
         public var header: DeltaFormat.Header
     }
 
-    static let segment = 32 << 20
+    static let segment = 16 << 20  // two in memory: one matched, the next one being read
     /// Matches shorter than this cost more as a COPY than as ADD bytes, or are noise.
     static let minimumMatch = 32
 
@@ -44,18 +44,10 @@ public enum DeltaEncoder {
         try writer.raw([UInt8](repeating: 0, count: DeltaFormat.headerSize))
         let hasher: SHA256Hasher? = targetSHA256 == nil ? SHA256Hasher() : nil
         var matcher = Matcher(index: index, base: base, baseSize: baseSize)
-        var segment = [UInt8](repeating: 0, count: Self.segment)
-        var position: Int64 = 0
-        while position < targetSize {
-            let want = Int(min(Int64(Self.segment), targetSize - position))
-            let got = try segment.withUnsafeMutableBytes { try target.readFully(into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<want])) }
-            guard got == want else { throw DeltaError.malformed("\(targetPath) changed while it was read") }
-            try segment.withUnsafeBytes { bytes in
-                let piece = UnsafeRawBufferPointer(rebasing: bytes[0..<want])
-                hasher?.update(piece)
-                try matcher.scan(piece, into: &writer)
-            }
-            position += Int64(want)
+        let segments = ReadAhead(target, size: targetSize, segment: Self.segment)
+        while let piece = try segments.next() {
+            hasher?.update(piece)
+            try matcher.scan(piece, into: &writer)
         }
         try writer.finish()
         let header = DeltaFormat.Header(baseSize: baseSize, baseSHA256: baseDigest, targetSize: targetSize, targetSHA256: targetSHA256 ?? hasher!.finalize())
@@ -63,21 +55,6 @@ public enum DeltaEncoder {
         try output.write(header.bytes)
         return Summary(size: writer.written, copies: writer.copies, copiedBytes: writer.copiedBytes, addedBytes: writer.addedBytes, header: header)
     }
-}
-
-/// The gear hash's table: 256 fixed pseudo-random words (splitmix64 from a fixed seed). Only the
-/// encoder uses it; the format does not depend on it.
-enum Gear {
-    static let table: [UInt64] = {
-        var state: UInt64 = 0x4144_444C_2D67_6561  // "ADDL-gea"
-        return (0..<256).map { _ in
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }()
 }
 
 /// Base offsets by the gear hash at content-defined anchors: open addressing, a 32-bit check
@@ -179,17 +156,8 @@ struct AnchorIndex {
             let got = try buffer.withUnsafeMutableBytes { try base.read(into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<want]), at: at) }
             guard got > 0 else { break }
             buffer.withUnsafeBytes { raw in
-                let bytes = raw.bindMemory(to: UInt8.self)
                 hasher?.update(UnsafeRawBufferPointer(rebasing: raw[0..<got]))
-                Gear.table.withUnsafeBufferPointer { gear in
-                    // Locals in the hot loop: one shift, one add, one compare a byte.
-                    var h = hash
-                    for i in 0..<got {
-                        h = (h << 1) &+ gear[Int(bytes[i])]
-                        if h >> shift == 0 { anchor(h, at + Int64(i)) }
-                    }
-                    hash = h
-                }
+                hash = gearAnchors(raw.bindMemory(to: UInt8.self), count: got, carrying: hash, shift: shift) { anchor($0, at + Int64($1)) }
             }
             position += Int64(got)
         }
