@@ -10,7 +10,8 @@ import Foundation
 /// with the same content, the bytes are compared, and a match is extended forwards and backwards
 /// byte by byte into a COPY; what no match covers becomes ADD. `S` grows with the base (256 bytes
 /// for 1 GiB, 1 KiB for 4 GiB) so the table stays near 64 MiB; the target is read 16 MiB at a
-/// time and the base at random in small reads: memory stays near 100 MiB whatever the sizes.
+/// time and the base at random in small reads: memory stays under 200 MiB whatever the sizes
+/// (173 MiB measured for a 1 GiB pair, 186 MiB for 4 GiB, the binary included).
 public enum DeltaEncoder {
     /// What a delta holds.
     public struct Summary: Sendable, Equatable {
