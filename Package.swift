@@ -12,6 +12,7 @@ let package = Package(
     products: [
         .library(name: "DepotCore", targets: ["DepotCore"]),
         .library(name: "DepotClient", targets: ["DepotClient"]),
+        .library(name: "DepotTransport", targets: ["DepotTransport"]),
         .library(name: "DepotHTTP", targets: ["DepotHTTP"]),
         .library(name: "DepotServer", targets: ["DepotServer"]),
         .executable(name: "depot", targets: ["depot"]),
@@ -28,6 +29,8 @@ let package = Package(
         .package(url: "https://github.com/weichsel/ZIPFoundation", from: "0.9.20"),
         // Only for the test-only target that compiles the CryptoKit backend on Linux.
         .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
+        // `swift package generate-documentation`: CI builds the DocC catalogs, warnings failing it.
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
     targets: [
         .systemLibrary(
@@ -50,14 +53,18 @@ let package = Package(
         .target(
             name: "DepotServer",
             dependencies: [
-                "DepotCore", "DepotHTTP", "DepotClient",
+                "DepotCore", "DepotHTTP", "DepotTransport",
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Server"])),
                 .product(name: "Metrics", package: "swift-metrics", condition: .when(traits: ["Server"])),
                 .product(name: "Prometheus", package: "swift-prometheus", condition: .when(traits: ["Server"])),
             ],
             swiftSettings: strict
         ),
-        .target(name: "DepotClient", dependencies: ["DepotCore"], swiftSettings: strict),
+        // The HTTP/1.1 client (raw sockets and OpenSSL on Linux, URLSession on Apple platforms):
+        // the app's client and the server's S3 store both speak through it, so the server does
+        // not depend on the app's module. DepotClient re-exports it.
+        .target(name: "DepotTransport", dependencies: ["DepotCore"], swiftSettings: strict),
+        .target(name: "DepotClient", dependencies: ["DepotCore", "DepotTransport"], swiftSettings: strict),
         .executableTarget(
             name: "depot",
             dependencies: [
@@ -90,7 +97,7 @@ let package = Package(
         ),
         .testTarget(name: "DepotHTTPTests", dependencies: ["DepotHTTP", "DepotTestSupport"], swiftSettings: strict),
         .testTarget(name: "DepotServerTests", dependencies: ["DepotServer", "DepotCore", "DepotTestSupport"], swiftSettings: strict),
-        .testTarget(name: "DepotClientTests", dependencies: ["DepotClient", "DepotCore", "DepotTestSupport"], swiftSettings: strict),
+        .testTarget(name: "DepotClientTests", dependencies: ["DepotClient", "DepotTransport", "DepotCore", "DepotTestSupport"], swiftSettings: strict),
         // A stand-in for Apple's BackgroundAssets framework (Linux has none), declared as Apple's
         // pages declare it, so that the integration guide's code compiles and runs in tests.
         .target(name: "BackgroundAssets", path: "Tests/BackgroundAssets", swiftSettings: strict),

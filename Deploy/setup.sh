@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
 # AssetDepot set-up, shared by the README's commands and CI (.ci/run).
 #
-#   Deploy/setup.sh serve [depot serve options]   install what is missing, build, start the origin
-#   Deploy/setup.sh test                          install what is missing, run the whole test suite
-#   Deploy/setup.sh deps                          only install what is missing
+#   Deploy/setup.sh serve [depot serve options]   install what serving needs, build, start the origin
+#   Deploy/setup.sh test                          install what the tests need too, run the whole test suite
+#   Deploy/setup.sh deps                          only install what is missing (serving and tests)
 #
 # Needs a Swift 6 toolchain on PATH (https://www.swift.org/install/linux/); system packages
 # come from apt (Debian 12 / Ubuntu 22.04 or later).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(libmicrohttpd-dev libssl-dev openssl pkg-config curl python3 python3-pip python3-cryptography nginx-light systemd wrk slowhttptest time
+# What building and serving need: the two C libraries (and pkg-config to find them), openssl
+# for `depot bootstrap`'s keys and certificates, curl for checks.
+serve_packages=(libmicrohttpd-dev libssl-dev openssl pkg-config curl)
+# What only the tests and benchmarks need: the peers and tools they start themselves.
+test_packages=(python3 python3-pip python3-cryptography nginx-light systemd wrk slowhttptest time
   python3-swift memcached  # the S3 engine the object-storage tests start (Deploy/s3/swift-s3.sh)
   chromium chromium-driver)  # the browser the dashboard's test drives (Tests/Browser)
 
-install_missing() {
+install_missing() {  # install_missing PACKAGE…
   local missing=()
-  for p in "${packages[@]}"; do
+  for p in "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   if ((${#missing[@]})); then
@@ -48,16 +52,21 @@ install_test_tools() {
 
 case "${1:-}" in
   deps)
-    install_missing ;;
+    install_missing "${serve_packages[@]}" "${test_packages[@]}" ;;
   serve)
     shift
-    install_missing
+    install_missing "${serve_packages[@]}"
     swift build -c release --product depot
     exec .build/release/depot serve "$@" ;;
   test)
-    install_missing
+    install_missing "${serve_packages[@]}" "${test_packages[@]}"
     install_test_tools
     swift test --disable-xctest
+    # The DocC catalogs of the modules apps import, built as their users read them; a broken
+    # link or an undocumented parameter fails the run.
+    for target in DepotCore DepotTransport DepotClient; do
+      swift package generate-documentation --target $target --warnings-as-errors
+    done
     # Then the suites that load the whole machine or time themselves, alone (in the parallel run
     # they would make others' timing flaky, or be made flaky).
     DEPOT_HEAVY_TESTS=1 swift test --disable-xctest --skip-build --filter 'LoadTests|HostileHTTPTests|TokenTimingTests|ConcurrentUploadTests|InstallStepTests|LargePatchTests'

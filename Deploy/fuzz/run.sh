@@ -29,7 +29,7 @@ for name in "${targets[@]}"; do
     target) build target Sources/DepotHTTP/RequestTarget.swift ;;
     metadata) build metadata Sources/DepotServer/Uploads/TusMetadata.swift ;;
     zippath) build zippath Sources/DepotCore/Zip/ZipEntryPath.swift ;;
-    response) build response Sources/DepotClient/Transport/HTTPResponseParser.swift ;;
+    response) build response Sources/DepotTransport/HTTPResponseParser.swift ;;
     envelope | pack | archive | delta) build "$name" -I Sources/COpenSSL $(core_sources) -lcrypto ;;
     *) echo "unknown target $name" >&2; exit 2 ;;
   esac

@@ -36,13 +36,13 @@ public enum DownloadEvent: Hashable, Sendable {
 }
 
 /// Downloads pack containers: several at once, each resumable from its partial file with
-/// `Range` and `If-Range`, retried by ``RetryPolicy`` (exponential backoff with jitter on 5xx,
+/// `Range` and `If-Range`, retried by `RetryPolicy` (exponential backoff with jitter on 5xx,
 /// 408, 429, timeouts and dropped connections), never reading past the declared size, and
 /// failing on any size mismatch. It does not hash: the installer's decryption pass computes
 /// the container's SHA-256 on its way through, following the partial file as it grows
-/// (``DownloadFollower``), so a sync reads each download once and decrypts while it downloads.
+/// (`DownloadFollower`), so a sync reads each download once and decrypts while it downloads.
 ///
-/// Over ``HTTPTransport``: `http://` is measured at about curl's speed on loopback; over
+/// Over `HTTPTransport`: `http://` is measured at about curl's speed on loopback; over
 /// `https://` (URLSession) a retry resumes where the partial file ends, but an attempt cut
 /// mid-transfer keeps nothing of that attempt.
 public struct Downloader: Sendable {

@@ -52,7 +52,7 @@ public struct ResumableUploader: Sendable {
     public var app: String
     public var token: String
     /// When to try again after a transport failure, and how long to wait: by default about a
-    /// minute in all (``RetryPolicy/uploads``).
+    /// minute in all (`RetryPolicy.uploads`).
     public var retry = RetryPolicy.uploads
     /// Seconds without progress before a request fails.
     public var timeout: TimeInterval = 60

@@ -1,4 +1,5 @@
 @testable import DepotClient
+@testable import DepotTransport
 import DepotCore
 import DepotTestSupport
 import Foundation

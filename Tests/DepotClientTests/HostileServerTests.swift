@@ -1,5 +1,6 @@
 import DepotCore
 @testable import DepotClient
+@testable import DepotTransport
 import DepotTestSupport
 import Foundation
 import Testing

@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-/// The client modules ship in iOS apps: in DepotCore and DepotClient, nothing Linux-only may
+/// The client modules ship in iOS apps: in DepotCore, DepotTransport and DepotClient, nothing Linux-only may
 /// stand outside a Linux branch (`#if canImport(Glibc)` or `#if os(Linux)`), and COpenSSL is
 /// imported only by the OpenSSL backend of the crypto API.
 @Suite("Platform fences in the modules that ship in apps")
@@ -12,10 +12,10 @@ struct PlatformFenceTests {
         + ["import Synchronization", "Mutex<", "Mutex(", "Atomic<"]
     static let openSSLBackend = "Sources/DepotCore/Crypto/OpenSSL/"
 
-    /// The Swift files of the two modules, relative to the package.
+    /// The Swift files of the three modules, relative to the package.
     static func sources() throws -> [String] {
         var out: [String] = []
-        for module in ["Sources/DepotCore", "Sources/DepotClient"] {
+        for module in ["Sources/DepotCore", "Sources/DepotTransport", "Sources/DepotClient"] {
             let base = root.appendingPathComponent(module)
             let enumerator = try #require(FileManager.default.enumerator(atPath: base.path))
             for case let path as String in enumerator where path.hasSuffix(".swift") { out.append(module + "/" + path) }
@@ -72,5 +72,60 @@ struct PlatformFenceTests {
     ])
     func selfCheck(text: String, expected: Int) {
         #expect(Self.violations(in: text, file: "Sources/DepotClient/X.swift").count == expected)
+    }
+
+    /// Public types declared only for Linux: in a Linux branch, or in the OpenSSL backend (built
+    /// only where CryptoKit is not). A documentation link to one resolves on Linux and breaks on
+    /// Apple platforms, where the same catalogs are built too.
+    static func linuxOnlyTypes(in text: String, file: String) -> [String] {
+        var branches: [Bool] = []
+        var names: [String] = []
+        let wholeFile = file.hasPrefix(openSSLBackend)
+        for raw in text.split(separator: "\n", omittingEmptySubsequences: false) {
+            let line = raw.trimmingCharacters(in: .whitespaces)
+            let linux = { (condition: Substring) in !condition.contains("!") && (condition.contains("canImport(Glibc)") || condition.contains("os(Linux)")) }
+            if line.hasPrefix("#if ") { branches.append(linux(line.dropFirst(4))); continue }
+            if line.hasPrefix("#elseif ") { if !branches.isEmpty { branches[branches.count - 1] = linux(line.dropFirst(8)) }; continue }
+            if line.hasPrefix("#else") { if !branches.isEmpty { branches[branches.count - 1] = false }; continue }
+            if line.hasPrefix("#endif") { _ = branches.popLast(); continue }
+            guard wholeFile || branches.contains(true),
+                  let match = line.firstMatch(of: #/^public (?:final )?(?:class|struct|enum|protocol|actor) (\w+)/#) else { continue }
+            names.append(String(match.1))
+        }
+        return names
+    }
+
+    @Test("Documentation links (DocC articles and doc comments) name no type that exists on Linux only")
+    func documentationLinks() throws {
+        let files = try Self.sources()
+        var linuxOnly: Set<String> = []
+        for file in files { linuxOnly.formUnion(Self.linuxOnlyTypes(in: try String(contentsOf: Self.root.appendingPathComponent(file), encoding: .utf8), file: file)) }
+        #expect(linuxOnly.isSuperset(of: ["TLSClientContext", "TLSSession", "HTTPConnection"]), "\(linuxOnly.sorted())")
+        var documents = files
+        for catalog in ["Sources/DepotCore/DepotCore.docc", "Sources/DepotTransport/DepotTransport.docc", "Sources/DepotClient/DepotClient.docc"] {
+            let names = try FileManager.default.contentsOfDirectory(atPath: Self.root.appendingPathComponent(catalog).path)
+            documents += names.filter { $0.hasSuffix(".md") }.map { catalog + "/" + $0 }
+        }
+        var found: [String] = []
+        for file in documents {
+            let text = try String(contentsOf: Self.root.appendingPathComponent(file), encoding: .utf8)
+            guard !file.hasPrefix(Self.openSSLBackend) else { continue }  // built on Linux only: may link Linux types
+            var branches: [Bool] = []
+            for (index, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+                let line = raw.trimmingCharacters(in: .whitespaces)
+                if file.hasSuffix(".swift") {
+                    let linux = { (condition: Substring) in !condition.contains("!") && (condition.contains("canImport(Glibc)") || condition.contains("os(Linux)")) }
+                    if line.hasPrefix("#if ") { branches.append(linux(line.dropFirst(4))); continue }
+                    if line.hasPrefix("#elseif ") { if !branches.isEmpty { branches[branches.count - 1] = linux(line.dropFirst(8)) }; continue }
+                    if line.hasPrefix("#else") { if !branches.isEmpty { branches[branches.count - 1] = false }; continue }
+                    if line.hasPrefix("#endif") { _ = branches.popLast(); continue }
+                    guard line.hasPrefix("///"), !branches.contains(true) else { continue }
+                }
+                for match in line.matches(of: #/``(\w+)/#) where linuxOnly.contains(String(match.1)) {
+                    found.append("\(file):\(index + 1): \(line)")
+                }
+            }
+        }
+        #expect(found.isEmpty, "\(found.joined(separator: "\n"))")
     }
 }

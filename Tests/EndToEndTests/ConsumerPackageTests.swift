@@ -8,7 +8,7 @@ import Testing
 /// builds with nothing but DepotCore, DepotClient and ZIPFoundation, and fetches no server package.
 @Suite("What an app pulls in")
 struct ConsumerPackageTests {
-    @Test("The consumer package builds DepotCore, DepotClient and ZIPFoundation only, fetches ZIPFoundation only, and runs")
+    @Test("The consumer package builds DepotCore, DepotTransport, DepotClient and ZIPFoundation only, fetches ZIPFoundation only, and runs")
     func appDependencies() throws {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
         let scratch = TemporaryDirectory("depot-consumer")
@@ -18,7 +18,7 @@ struct ConsumerPackageTests {
         let fetched = FileSystem.contents(of: scratch.path + "/checkouts")
         #expect(fetched == ["ZIPFoundation"], "packages fetched for an app: \(fetched)")
         let modules = Set(FileSystem.contents(of: scratch.path + "/debug/Modules").compactMap { $0.split(separator: ".").first.map(String.init) })
-        #expect(modules == ["ConsumerApp", "DepotClient", "DepotCore", "ZIPFoundation"], "modules built for an app: \(modules.sorted())")
+        #expect(modules == ["ConsumerApp", "DepotClient", "DepotCore", "DepotTransport", "ZIPFoundation"], "modules built for an app: \(modules.sorted())")
 
         let work = TemporaryDirectory("depot-consumer-run")
         defer { work.remove() }

@@ -1,4 +1,4 @@
-// Fuzz target: the client's response parser (DepotClient/Transport/HTTPResponseParser.swift),
+// Fuzz target: the client's response parser (DepotTransport/HTTPResponseParser.swift),
 // compiled with it. Input: one byte of limit (the body limit is that × 64 bytes), then what a
 // server sends. The head is parsed as the client does; its body is decoded by the framing the
 // head declares, fed in pieces of varying size. Whatever the input: no trap, the decoded body

@@ -3,7 +3,7 @@
 /// few MiB whatever the sizes. Every offset, length and total is checked before it is used, and
 /// the result's SHA-256 must be the header's: the caller keeps what the sink received only if
 /// ``apply(patch:base:into:)`` returns. The result is hashed on a second thread while the sink
-/// writes it (``HashPipeline``).
+/// writes it (`HashPipeline`).
 public enum DeltaDecoder {
     static let chunk = 1 << 20
 

@@ -2,7 +2,7 @@ import Foundation
 
 /// What an app is given to trust and read its packs: the manifest public keys and the pack key ring.
 ///
-/// Printed by `depot keys export`; read by `depot sync --config` and by ``DepotClient``.
+/// Printed by `depot keys export`; read by `depot sync --config` and by `DepotClient`.
 /// JSON: `{"app": …, "manifestPublicKeys": ["<base64>", …], "packKeys": {"<id>": "<base64>"}}`.
 public struct ClientConfiguration: Codable, Hashable, Sendable {
     /// The app id.

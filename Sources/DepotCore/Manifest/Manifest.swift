@@ -1,6 +1,6 @@
 import Foundation
 
-/// The list of packs an app should have: what a signed envelope carries. See <doc:Manifest>.
+/// The list of packs an app should have: what a signed envelope carries. See <doc:ManifestFormat>.
 public struct Manifest: Codable, Hashable, Sendable {
     /// The schema this code writes.
     public static let currentSchemaVersion = 1
@@ -20,7 +20,7 @@ public struct Manifest: Codable, Hashable, Sendable {
     /// The channel this manifest was signed for (`production`, `beta`, …): a client checks it
     /// against the channel it asked for, so that one channel's envelope cannot stand in for
     /// another's. Absent in manifests signed before channels were named, which clients take as
-    /// production's (see <doc:Manifest>).
+    /// production's (see <doc:ManifestFormat>).
     public var channel: String?
 
     public init(app: String, version: Int, publishedAt: Date, expiresAt: Date, packs: [PackEntry], channel: String? = nil) {

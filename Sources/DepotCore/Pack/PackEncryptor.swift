@@ -2,7 +2,7 @@
 ///
 /// Holds two segments of plaintext and two of ciphertext, whatever the pack size: a segment is
 /// sealed as soon as the next byte proves it is not the last. The container's SHA-256 and the
-/// plaintext's are computed on threads of their own (``BackgroundHasher``) while the caller's
+/// plaintext's are computed on threads of their own (`BackgroundHasher`) while the caller's
 /// thread receives, encrypts and writes the next segment. See <doc:PackContainer>.
 public final class PackEncryptor {
     /// The header written at the start of the container.
@@ -27,7 +27,7 @@ public final class PackEncryptor {
     /// Set when this encryptor took over a container another one started.
     private var resumed = false
 
-    /// Prepares an encryptor; nothing is written until the first ``update(_:)`` or ``finish()``.
+    /// Prepares an encryptor; nothing is written until the first ``update(_:)-([UInt8])`` or ``finish()``.
     ///
     /// - Parameters:
     ///   - header: the header (key id, segment size, fresh salt and nonce prefix).

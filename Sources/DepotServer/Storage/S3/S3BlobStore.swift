@@ -1,4 +1,4 @@
-import DepotClient
+import DepotTransport
 import DepotCore
 import DepotHTTP
 import Foundation

@@ -38,28 +38,33 @@ public struct HTTPTransport: Sendable {
     }
 
     /// What to send.
-    struct Request: Sendable {
-        enum Body: Sendable {
+    package struct Request: Sendable {
+        package enum Body: Sendable {
             case none
             case bytes([UInt8])
             /// `count` bytes of the file at `path` from `offset`.
             case file(path: String, offset: Int64, count: Int64)
         }
 
-        var method: String
-        var url: URL
-        var headers: [(String, String)]
-        var body: Body = .none
+        package var method: String
+        package var url: URL
+        package var headers: [(String, String)]
+        package var body: Body = .none
         /// The answer may be large: URLSession then takes it into a temporary file, not memory.
-        var largeResponse = false
+        package var largeResponse = false
         /// Fields sent after a file body, which then goes chunked; called once the body is sent
         /// (so it may wait for a value computed while sending). Only where files stream
         /// (``HTTPTransport/streamsFiles(to:)``): URLSession cannot send trailers.
-        var trailer: (@Sendable () throws -> [(String, String)])?
+        package var trailer: (@Sendable () throws -> [(String, String)])?
+
+        package init(method: String, url: URL, headers: [(String, String)], body: Body = .none, largeResponse: Bool = false,
+                     trailer: (@Sendable () throws -> [(String, String)])? = nil) {
+            (self.method, self.url, self.headers, self.body, self.largeResponse, self.trailer) = (method, url, headers, body, largeResponse, trailer)
+        }
     }
 
     /// Where a response body goes, decided once its head is known.
-    enum BodyHandling {
+    package enum BodyHandling {
         /// Into ``Response/body``; more than `limit` bytes fails with ``ClientError/Kind/tooLarge``.
         case collect(limit: Int64)
         /// At most the first `limit` bytes into ``Response/body``, the rest ignored (an error's text).
@@ -138,13 +143,13 @@ public struct HTTPTransport: Sendable {
     }()
 
     /// One exchange with the body in memory (at most `limit` bytes).
-    func exchange(_ request: Request, limit: Int64 = 8 << 20, progress: (@Sendable (Int64) -> Void)? = nil) async throws -> Response {
+    package func exchange(_ request: Request, limit: Int64 = 8 << 20, progress: (@Sendable (Int64) -> Void)? = nil) async throws -> Response {
         try await exchange(request, progress: progress) { _ in .collect(limit: limit) }
     }
 
     /// One exchange: `handling` sees the response's head and says where its body goes;
     /// `progress` learns how many body bytes were sent so far.
-    func exchange(
+    package func exchange(
         _ request: Request, progress: (@Sendable (Int64) -> Void)? = nil, handling: @escaping @Sendable (Response) throws -> BodyHandling
     ) async throws -> Response {
         for (name, value) in request.headers where !HTTPResponseParser.isSendable(name: name, value: value) {

@@ -17,20 +17,20 @@ public struct ClientError: Error, Hashable, Sendable, CustomStringConvertible {
     /// The HTTP status, for ``Kind/http`` failures that had one.
     public let status: Int?
 
-    init(_ kind: Kind, _ description: String, status: Int? = nil) {
+    package init(_ kind: Kind, _ description: String, status: Int? = nil) {
         self.kind = kind
         self.description = description
         self.status = status
     }
 
-    static func http(_ status: Int, _ url: String, _ body: String) -> ClientError {
+    package static func http(_ status: Int, _ url: String, _ body: String) -> ClientError {
         ClientError(.http, "HTTP \(status) from \(url)\(body.isEmpty ? "" : ": " + body)", status: status)
     }
-    static func transport(_ url: String, _ error: any Error) -> ClientError { ClientError(.transport, "cannot reach \(url): \(explain(error))") }
-    static func tls(_ url: String, _ why: String) -> ClientError { ClientError(.tls, "TLS with \(url) failed: \(why)") }
+    package static func transport(_ url: String, _ error: any Error) -> ClientError { ClientError(.transport, "cannot reach \(url): \(explain(error))") }
+    package static func tls(_ url: String, _ why: String) -> ClientError { ClientError(.tls, "TLS with \(url) failed: \(why)") }
 
     /// A sentence for a transport error (Foundation on Linux describes URLError as a bare code).
-    static func explain(_ error: any Error) -> String {
+    package static func explain(_ error: any Error) -> String {
         if let error = error as? URLError {
             switch error.code {
             case .timedOut: return "timed out"
@@ -46,27 +46,27 @@ public struct ClientError: Error, Hashable, Sendable, CustomStringConvertible {
         if let error = error as? POSIXError { return System.describe(error.code.rawValue).lowercased() }
         return "\(error)"
     }
-    static func manifest(_ why: String) -> ClientError { ClientError(.manifest, "manifest refused: \(why)") }
-    static func rollback(offered: Int, floor: Int) -> ClientError {
+    package static func manifest(_ why: String) -> ClientError { ClientError(.manifest, "manifest refused: \(why)") }
+    package static func rollback(offered: Int, floor: Int) -> ClientError {
         ClientError(.rollback, "manifest refused: version \(offered) is lower than version \(floor) already accepted (rollback)")
     }
-    static func expired(_ version: Int) -> ClientError { ClientError(.expired, "manifest refused: version \(version) has expired") }
-    static func wrongApp(_ app: String) -> ClientError { ClientError(.wrongApp, "manifest refused: it is for app \(app)") }
-    static func unsendableField(_ name: String, url: String) -> ClientError {
+    package static func expired(_ version: Int) -> ClientError { ClientError(.expired, "manifest refused: version \(version) has expired") }
+    package static func wrongApp(_ app: String) -> ClientError { ClientError(.wrongApp, "manifest refused: it is for app \(app)") }
+    package static func unsendableField(_ name: String, url: String) -> ClientError {
         ClientError(.transport, "not sent to \(url): header field \(name.prefix(40)) has a CR, LF or NUL in its value, or a name that is not a token")
     }
-    static func wrongChannel(_ signed: String?, asked: String) -> ClientError {
+    package static func wrongChannel(_ signed: String?, asked: String) -> ClientError {
         ClientError(.wrongChannel, "manifest refused: it was signed for channel \(signed ?? "production (it names none)"), not \(asked)")
     }
-    static func integrity(_ pack: String, _ why: String) -> ClientError { ClientError(.integrity, "pack \(pack) refused: \(why)") }
-    static func install(_ pack: String, _ error: any Error) -> ClientError { ClientError(.install, "pack \(pack) not installed: \(error)") }
-    static func state(_ why: String) -> ClientError { ClientError(.state, "install state: \(why)") }
-    static let cancelled = ClientError(.cancelled, "cancelled")
-    static func noSpace(_ destination: String) -> ClientError {
+    package static func integrity(_ pack: String, _ why: String) -> ClientError { ClientError(.integrity, "pack \(pack) refused: \(why)") }
+    package static func install(_ pack: String, _ error: any Error) -> ClientError { ClientError(.install, "pack \(pack) not installed: \(error)") }
+    package static func state(_ why: String) -> ClientError { ClientError(.state, "install state: \(why)") }
+    package static let cancelled = ClientError(.cancelled, "cancelled")
+    package static func noSpace(_ destination: String) -> ClientError {
         ClientError(.noSpace, "no space left on the device of \(destination); nothing installed was changed")
     }
-    static func sizeMismatch(_ pack: String, expected: Int64, got: Int64) -> ClientError {
+    package static func sizeMismatch(_ pack: String, expected: Int64, got: Int64) -> ClientError {
         ClientError(.integrity, "pack \(pack) refused: the manifest says \(expected) bytes, the server sent \(got)")
     }
-    static func tooLarge(_ url: String, _ limit: Int64) -> ClientError { ClientError(.tooLarge, "the response from \(url) is larger than \(limit) bytes") }
+    package static func tooLarge(_ url: String, _ limit: Int64) -> ClientError { ClientError(.tooLarge, "the response from \(url) is larger than \(limit) bytes") }
 }

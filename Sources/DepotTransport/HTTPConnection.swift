@@ -9,7 +9,7 @@ import Synchronization
 ///
 /// Bodies stream both ways without passing through Swift buffers larger than 1 MiB: uploads
 /// go from a file with `sendfile` (over TLS, 1 MiB reads encrypted by libssl), downloads into a
-/// sink in 1 MiB reads. Calls block (the transport runs them through ``BlockingCall``);
+/// sink in 1 MiB reads. Calls block (the transport runs them through `BlockingCall`);
 /// ``cancel()`` from any thread makes a blocked call fail at once.
 public final class HTTPConnection: Sendable {
     private let socket: Int32

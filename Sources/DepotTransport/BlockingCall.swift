@@ -2,10 +2,10 @@ import Foundation
 
 /// Runs a blocking call (a socket read, `sendfile`, `flock` with a timeout) on a thread of its
 /// own, so that Swift's cooperative pool never blocks, and returns its result to async code.
-enum BlockingCall {
+package enum BlockingCall {
     /// Runs `work` on a new thread; `onCancel` runs if the calling task is cancelled meanwhile
     /// (to make the blocked call return, for instance by shutting its socket down).
-    static func run<T: Sendable>(onCancel: @escaping @Sendable () -> Void = {}, _ work: @escaping @Sendable () throws -> T) async throws -> T {
+    package static func run<T: Sendable>(onCancel: @escaping @Sendable () -> Void = {}, _ work: @escaping @Sendable () throws -> T) async throws -> T {
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
                 Thread.detachNewThread {
