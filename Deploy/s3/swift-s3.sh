@@ -9,8 +9,8 @@
 #
 # Rings, configuration, devices, logs and pids all live in DIR (which needs user xattrs: ext4,
 # not an old tmpfs). Swift reads /etc/swift/swift.conf from that fixed path; the script writes
-# one only if there is none. Credentials are tempauth's test user: access key test:tester,
-# secret testing. Not for production: one replica, no auditors, no replicators.
+# one only if there is none. Credentials are tempauth's test users: access key test:tester,
+# secret testing, and test:tester2 / testing2 of the same account (key rotation). Not for production: one replica, no auditors, no replicators.
 set -euo pipefail
 command=${1:?start or stop}; dir=${2:?folder}
 # The servers outlive this script: they must not keep any descriptor it inherited beyond stdin,
@@ -113,6 +113,7 @@ location = us-east-1
 [filter:tempauth]
 use = egg:swift#tempauth
 user_test_tester = testing .admin
+user_test_tester2 = testing2 .admin
 [filter:cache]
 use = egg:swift#memcache
 memcache_servers = 127.0.0.1:$cache_port
@@ -165,7 +166,7 @@ request = urllib.request.Request(endpoint + "/", headers={"x-amz-date": amz, "x-
 sys.exit(0 if urllib.request.urlopen(request, timeout=2).status == 200 else 1)
 PY
   then
-    echo "endpoint=$endpoint access=test:tester secret=testing region=us-east-1"
+    echo "endpoint=$endpoint access=test:tester secret=testing region=us-east-1 access2=test:tester2 secret2=testing2"
     exit 0
   fi
   sleep 0.2

@@ -23,7 +23,7 @@ struct ObjectStoreOptions: ParsableArguments {
     @Option(name: .customLong("s3-url-style"), help: "With --storage s3: path (endpoint/bucket/key) or virtual-host (bucket.endpoint/key) (env DEPOT_S3_URL_STYLE).")
     var s3URLStyle: String = Environment.string("DEPOT_S3_URL_STYLE", "path")
 
-    @Option(name: .customLong("s3-credentials"), help: "With --storage s3: a file holding the access key id on its first line and the secret on its second. Default: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (env DEPOT_S3_CREDENTIALS).")
+    @Option(name: .customLong("s3-credentials"), help: "With --storage s3: a file holding the access key id on its first line, the secret on its second, optionally a session token on a third. Without it, AWS's chain: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (+AWS_SESSION_TOKEN), web identity (AWS_WEB_IDENTITY_TOKEN_FILE, AWS_ROLE_ARN), the container endpoint (AWS_CONTAINER_CREDENTIALS_*_URI), the instance metadata service (env DEPOT_S3_CREDENTIALS).")
     var s3Credentials: String = Environment.string("DEPOT_S3_CREDENTIALS", "")
 
     func validate() throws {
@@ -37,22 +37,23 @@ struct ObjectStoreOptions: ParsableArguments {
         }
     }
 
-    /// The bucket, with credentials from --s3-credentials or the standard AWS variables.
+    /// The bucket, with keys from the first source of AWS's chain that is configured
+    /// (``CredentialSource/resolve(environment:file:region:)``), fetched once now so that a
+    /// misconfigured source fails at start. `serve` prints the source (never a secret).
     func objectStore() throws -> S3Location? {
         guard storage == "s3", let endpoint = URL(string: s3Endpoint) else { return nil }
-        let access: String, secret: String
-        if !s3Credentials.isEmpty {
-            let lines = String(decoding: try FileSystem.readFile(s3Credentials, limit: 4096), as: UTF8.self).split(whereSeparator: \.isNewline)
-            guard lines.count >= 2 else { throw CLIError("\(s3Credentials) must hold the access key id and the secret on two lines") }
-            (access, secret) = (String(lines[0]).trimmingCharacters(in: .whitespaces), String(lines[1]).trimmingCharacters(in: .whitespaces))
-        } else {
-            guard let id = Environment.string("AWS_ACCESS_KEY_ID"), let key = Environment.string("AWS_SECRET_ACCESS_KEY") else {
-                throw CLIError("--storage s3 needs credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or --s3-credentials FILE")
+        let source: CredentialSource
+        do {
+            source = try CredentialSource.resolve(environment: ProcessInfo.processInfo.environment, file: s3Credentials.isEmpty ? nil : s3Credentials, region: s3Region)
+        } catch { throw CLIError("\(error)") }
+        let provider = CredentialProvider(source)
+        do { _ = try provider.current() } catch {
+            var hint = ""
+            if case .instanceMetadata = source {
+                hint = " (the last of AWS's sources; none of --s3-credentials, AWS_ACCESS_KEY_ID, AWS_WEB_IDENTITY_TOKEN_FILE or AWS_CONTAINER_CREDENTIALS_*_URI is set)"
             }
-            (access, secret) = (id, key)
+            throw CLIError("--storage s3: no keys from \(source)\(hint): \(error)")
         }
-        return S3Location(
-            endpoint: endpoint, bucket: s3Bucket, region: s3Region, pathStyle: s3URLStyle == "path", prefix: s3Prefix, accessKey: access, secretKey: secret
-        )
+        return S3Location(endpoint: endpoint, bucket: s3Bucket, region: s3Region, pathStyle: s3URLStyle == "path", prefix: s3Prefix, credentials: provider)
     }
 }

@@ -171,6 +171,7 @@ struct Serve: ParsableCommand {
         print("AssetDepot listening on \(host.contains(":") ? "[\(host)]" : host):\(server.port), data \(data.data), public URL \(server.publicURL)")
         if let store = configuration.objectStore {
             print("blobs\(readOnly ? " and releases" : "") in bucket \(store.bucket)\(store.prefix.isEmpty ? "" : " under \(store.prefix)") at \(store.endpoint.absoluteString)"
+                + ", keys from \(store.credentials.source)"
                 + (readOnly ? "; a read-only replica, looking for new releases every \(replicaInterval) s" : ""))
         }
         if !server.publicURL.hasPrefix("https://") {

@@ -17,10 +17,12 @@ struct SigV4Tests {
 
     @Test("SigV4: AWS's documented GET Object example (a range of examplebucket's test.txt)")
     func awsExample() {
-        let signer = SigV4(accessKey: "AKIAIOSFODNN7EXAMPLE", secretKey: "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", region: "us-east-1")
+        let signer = SigV4(region: "us-east-1")
         let headers = signer.sign(
             method: "GET", path: "/test.txt", query: [], headers: ["Host": "examplebucket.s3.amazonaws.com", "Range": "bytes=0-9"],
-            payloadSHA256: "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855", date: Date(timeIntervalSince1970: 1_369_353_600)
+            payloadSHA256: "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+            credentials: AWSCredentials(accessKey: "AKIAIOSFODNN7EXAMPLE", secretKey: "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"),
+            date: Date(timeIntervalSince1970: 1_369_353_600)
         )
         #expect(headers["x-amz-date"] == "20130524T000000Z")
         #expect(headers["Authorization"] == "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request, "

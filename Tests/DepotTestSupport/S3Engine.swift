@@ -8,6 +8,9 @@ public final class S3Engine: @unchecked Sendable {
     public let endpoint: URL
     public let accessKey: String
     public let secretKey: String
+    /// A second key pair of the same account (tempauth's test:tester2), for key rotation.
+    public let accessKey2: String
+    public let secretKey2: String
     public let region: String
     static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("Deploy/s3/swift-s3.sh").path
@@ -26,6 +29,7 @@ public final class S3Engine: @unchecked Sendable {
             throw POSIXError(.ECONNREFUSED)
         }
         (self.endpoint, accessKey, secretKey, region) = (endpoint, fields["access"] ?? "", fields["secret"] ?? "", fields["region"] ?? "us-east-1")
+        (accessKey2, secretKey2) = (fields["access2"] ?? "", fields["secret2"] ?? "")
     }
 
     /// Stops every process of the engine (its data stays until ``remove()``).

@@ -3,7 +3,7 @@ import DepotCore
 import Foundation
 
 /// Where an S3 bucket is and how to sign for it.
-public struct S3Location: Sendable, Hashable {
+public struct S3Location: Sendable {
     /// `http(s)://host[:port]`, without a path.
     public var endpoint: URL
     public var bucket: String
@@ -13,12 +13,18 @@ public struct S3Location: Sendable, Hashable {
     public var pathStyle: Bool
     /// Prepended to every object key (`assetdepot/`), so that a bucket can be shared.
     public var prefix: String
-    public var accessKey: String
-    public var secretKey: String
+    /// The keys requests are signed with, fetched and refreshed from their source.
+    public var credentials: CredentialProvider
 
-    public init(endpoint: URL, bucket: String, region: String = "us-east-1", pathStyle: Bool = true, prefix: String = "", accessKey: String, secretKey: String) {
+    public init(endpoint: URL, bucket: String, region: String = "us-east-1", pathStyle: Bool = true, prefix: String = "", credentials: CredentialProvider) {
         (self.endpoint, self.bucket, self.region, self.pathStyle, self.prefix) = (endpoint, bucket, region, pathStyle, prefix)
-        (self.accessKey, self.secretKey) = (accessKey, secretKey)
+        self.credentials = credentials
+    }
+
+    /// With a static key pair.
+    public init(endpoint: URL, bucket: String, region: String = "us-east-1", pathStyle: Bool = true, prefix: String = "", accessKey: String, secretKey: String) {
+        self.init(endpoint: endpoint, bucket: bucket, region: region, pathStyle: pathStyle, prefix: prefix,
+                  credentials: CredentialProvider(.fixed(AWSCredentials(accessKey: accessKey, secretKey: secretKey), from: "a key pair")))
     }
 }
 
@@ -39,7 +45,7 @@ final class S3Client: Sendable {
     init(_ location: S3Location, timeout: TimeInterval = 30) throws {
         self.location = location
         self.timeout = timeout
-        signer = SigV4(accessKey: location.accessKey, secretKey: location.secretKey, region: location.region)
+        signer = SigV4(region: location.region)
         trust = location.endpoint.scheme == "https" ? try TLSClientContext(caFile: nil) : nil
     }
 
@@ -89,7 +95,13 @@ final class S3Client: Sendable {
         case .file(_, _, let count): count
         }
         if method == "PUT" || method == "POST" || length > 0 { fields["content-length"] = String(length) }
-        for (name, value) in signer.sign(method: method, path: path, query: query, headers: fields, payloadSHA256: payloadSHA256) { fields[name] = value }
+        let credentials: AWSCredentials
+        do { credentials = try location.credentials.current() } catch {
+            throw S3Error(status: 0, description: "no valid keys to sign \(method) \(target) for the object store: \(error)")
+        }
+        for (name, value) in signer.sign(method: method, path: path, query: query, headers: fields, payloadSHA256: payloadSHA256, credentials: credentials) {
+            fields[name] = value
+        }
         fields["host"] = nil
         let connection: HTTPConnection
         do {

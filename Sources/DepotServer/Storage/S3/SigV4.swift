@@ -4,21 +4,22 @@ import Foundation
 /// AWS Signature Version 4 for S3 requests (header-based, signed payloads): the canonical
 /// request, the string to sign, the derived key and the `Authorization` header.
 struct SigV4: Sendable {
-    let accessKey: String
-    let secretKey: String
     let region: String
     let service = "s3"
 
-    /// The headers to add to a request (`x-amz-date`, `x-amz-content-sha256`, `Authorization`),
-    /// given its method, path (already URI-encoded, as sent), query items, the other headers it
-    /// sends (names signed with their values; `host` must be among them) and its payload's SHA-256.
+    /// The headers to add to a request (`x-amz-date`, `x-amz-content-sha256`, with temporary
+    /// keys `x-amz-security-token`, and `Authorization`), given its method, path (already
+    /// URI-encoded, as sent), query items, the other headers it sends (names signed with their
+    /// values; `host` must be among them), its payload's SHA-256 and the keys to sign with.
     func sign(
-        method: String, path: String, query: [(String, String)], headers: [String: String], payloadSHA256: String, date: Date = Date()
+        method: String, path: String, query: [(String, String)], headers: [String: String], payloadSHA256: String, credentials: AWSCredentials,
+        date: Date = Date()
     ) -> [String: String] {
         let (stamp, day) = Self.timestamps(date)
         var signed = Dictionary(uniqueKeysWithValues: headers.map { ($0.key.lowercased(), Self.trimmed($0.value)) })
         signed["x-amz-date"] = stamp
         signed["x-amz-content-sha256"] = payloadSHA256
+        if let token = credentials.sessionToken { signed["x-amz-security-token"] = token }
         let names = signed.keys.sorted()
         let canonicalQuery = query.map { (Self.encode($0.0), Self.encode($0.1)) }.sorted { $0 < $1 }.map { "\($0.0)=\($0.1)" }.joined(separator: "&")
         let canonical = [
@@ -26,13 +27,15 @@ struct SigV4: Sendable {
         ].joined(separator: "\n")
         let scope = "\(day)/\(region)/\(service)/aws4_request"
         let toSign = "AWS4-HMAC-SHA256\n\(stamp)\n\(scope)\n\(Hex.encode(SHA256Hasher.hash(Array(canonical.utf8))))"
-        var key = Array("AWS4\(secretKey)".utf8)
+        var key = Array("AWS4\(credentials.secretKey)".utf8)
         for part in [day, region, service, "aws4_request"] { key = HMACSHA256.authenticationCode(Array(part.utf8), key: key) }
         let signature = Hex.encode(HMACSHA256.authenticationCode(Array(toSign.utf8), key: key))
-        return [
+        var added = [
             "x-amz-date": stamp, "x-amz-content-sha256": payloadSHA256,
-            "Authorization": "AWS4-HMAC-SHA256 Credential=\(accessKey)/\(scope), SignedHeaders=\(names.joined(separator: ";")), Signature=\(signature)",
+            "Authorization": "AWS4-HMAC-SHA256 Credential=\(credentials.accessKey)/\(scope), SignedHeaders=\(names.joined(separator: ";")), Signature=\(signature)",
         ]
+        if let token = credentials.sessionToken { added["x-amz-security-token"] = token }
+        return added
     }
 
     /// `20130524T000000Z` and `20130524`, UTC.
