@@ -28,6 +28,10 @@ struct Publish: AsyncParsableCommand {
     @Option(help: "With --release: the release you expect the channel to serve; another publish first makes this one fail with 409.") var base: Int?
     @Flag(help: "With --release: publish even if the release exceeds the allowances recorded for shipped builds.") var force = false
     @OptionGroup var channel: ChannelOption
+    @Option(name: .customLong("verify-edge"), help: "With --release: once the edge at this URL serves the new release, check it as `depot verify-edge` does (exits 1 on a problem).")
+    var verifyEdge: String?
+    @Option(name: .customLong("verify-config"), help: "With --verify-edge: the client configuration (`depot keys export`), to check the manifest's signature.")
+    var verifyConfig: String?
     @Flag(help: "Print no progress.") var quiet = false
     @Option(name: .customLong("pack-manifest"), help: "Managed apps: the Manifest.json given to ba-package; its assetPackID, downloadPolicy and userInfo are the pack's.")
     var packManifest: String?
@@ -40,6 +44,10 @@ struct Publish: AsyncParsableCommand {
         guard Identifier.isValidApp(origin.app) else { throw ValidationError("invalid app id \"\(origin.app)\"") }
         guard PackEntry.Policy(rawValue: policy) != nil else { throw ValidationError("--policy must be essential, prefetch or onDemand") }
         guard tag.allSatisfy({ !$0.contains(",") && !$0.isEmpty }) else { throw ValidationError("a --tag is not empty and has no comma") }
+        if let verifyEdge {
+            guard release else { throw ValidationError("--verify-edge checks a release: give --release") }
+            guard let url = URL(string: verifyEdge), url.scheme == "http" || url.scheme == "https" else { throw ValidationError("--verify-edge takes the edge's URL") }
+        }
     }
 
     func run() async throws {
@@ -113,9 +121,33 @@ struct Publish: AsyncParsableCommand {
             print("staged \(pack?.id ?? options.pack) (\(pack?.size ?? 0) bytes) for the next release of \(result.app); publish it with `depot release`")
         } else if result.changed, let pack, let release = result.release {
             print("published \(pack.id) revision \(pack.revision) (\(pack.size) bytes, sha256 \(pack.sha256)) in release \(release) of \(result.app)\(on)")
+            if let verifyEdge { try await checkEdge(verifyEdge, release: release) }
         } else {
             print("unchanged: \(options.pack) already has this content in release \(result.release ?? 0) of \(result.app)\(on)")
         }
+    }
+
+    /// Waits (at most two minutes: an edge caches the manifest for its max-age) until the edge
+    /// serves `release` or later on the channel, then checks it as `depot verify-edge` does.
+    func checkEdge(_ edge: String, release: Int) async throws {
+        let server = URL(string: edge)!
+        let transport = HTTPTransport(timeout: 120, options: origin.connection.options)
+        let manifestURL = ManifestSource.url(server: server, app: origin.app, channel: channel.channel)
+        let start = Date()
+        while true {
+            let answer = try? await transport.get(manifestURL, limit: Int(ManifestSource.sizeLimit))
+            let served = answer.flatMap { answer in answer.status == 200 ? try? Envelope.decode(answer.body) : nil }
+                .flatMap { Data(base64Encoded: $0.payload) }.flatMap { try? Manifest.decode(Array($0)) }?.version
+            if let served, served >= release { break }
+            if Date().timeIntervalSince(start) > 120 {
+                throw CLIError("the edge \(edge) still serves \(served.map { "release \($0)" } ?? "no manifest") on channel \(channel.channel) two minutes after release \(release)")
+            }
+            try await Task.sleep(for: .seconds(1))
+        }
+        let configuration = try verifyConfig.map { try ClientConfiguration.decode(FileSystem.readFile($0, limit: 1 << 20)) }
+        let verifier = EdgeVerifier(server: server, app: origin.app, transport: transport, headers: [:], configuration: configuration,
+                                    sample: nil, rules: nil, allowHTTP: server.scheme == "http")
+        if try VerifyEdge.print(await verifier.run(channels: [channel.channel]), server: edge) > 0 { throw ExitCode(1) }
     }
 
     /// `$XDG_CACHE_HOME/assetdepot/uploads` (or `~/.cache/…`): upload URLs of interrupted runs.

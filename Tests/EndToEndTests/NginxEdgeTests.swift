@@ -58,7 +58,10 @@ final class NginxEdge {
     /// Starts nginx on `address`:`port` in front of the origin at 127.0.0.1:`originPort`; with
     /// `tls`, over https (HTTP/2 and HTTP/1.1); `proxyBind` is the address it fetches from (so
     /// the origin's access log tells edges apart). Its access log records each request's `Range`.
-    init(address: String = "127.0.0.1", port: UInt16, originPort: UInt16, tls: Certificate? = nil, proxyBind: String? = nil, workerConnections: Int = 256) throws {
+    /// `http` and `server` are extra directives for those blocks (a misconfigured edge), the
+    /// server's before the shipped locations, so that exact-match locations override them.
+    init(address: String = "127.0.0.1", port: UInt16, originPort: UInt16, tls: Certificate? = nil, proxyBind: String? = nil, workerConnections: Int = 256,
+         http: String = "", server: String = "") throws {
         self.address = address
         self.port = port
         folder = TemporaryDirectory("depot-nginx")
@@ -86,8 +89,10 @@ final class NginxEdge {
               proxy_cache_path \(folder.path)/cache keys_zone=assetdepot:8m use_temp_path=off;
               limit_conn_zone $binary_remote_addr zone=assetdepot_per_ip:1m;
               \(proxyBind.map { "proxy_bind \($0);" } ?? "")
+              \(http)
               server {
                 \(listen)
+                \(server)
                 include \(Self.locationsFile);
               }
             }
