@@ -103,7 +103,7 @@ struct DownloaderTests {
             }
             #expect(retried && error.kind == .transport && error.description.contains("timed out"), "\(error)")
             // The proxy records a request on its own thread: wait for that event.
-            for _ in 0..<500 where proxy.requests.count < 2 { try await Task.sleep(for: .milliseconds(20)) }
+            await Eventually.wait { proxy.requests.count >= 2 }
             #expect(proxy.requests.count == 2)
         }
     }

@@ -114,7 +114,7 @@ struct OperationsTests {
             _ = try request(origin, "GET", "/v1/apps/\(origin.app)/manifest", headers: ["Authorization: Basic dXNlcjpzZWNyZXRwYXNz"])
             _ = try request(origin, "PUT", "/v1/apps/\(origin.app)/packs/b", headers: ["Authorization: Bearer dpt_not_a_real_token"], body: [1])
             // The completion callback runs after the response is sent.
-            for _ in 0..<100 where log.all.count < 3 { try await Task.sleep(for: .milliseconds(10)) }
+            await Eventually.wait { log.all.filter { $0.hasPrefix("access") }.count >= 3 }
             let lines = log.all.filter { $0.hasPrefix("access") }
             #expect(lines.count == 3)
             #expect(lines.contains { $0.contains("method=PUT") && $0.contains("path=/v1/apps/\(origin.app)/packs/a query=release=true") && $0.contains("status=201") && $0.contains("bytes=") && $0.contains("duration_ms=") })
@@ -164,15 +164,19 @@ struct OperationsTests {
         // grace period.
         let slow = try SlowReader(port: port, request: "GET /v1/apps/com.example.drain/blobs/\(blob) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         let outcome = Mutex<Int?>(nil)
+        let started = DispatchSemaphore(value: 0)
         let finished = DispatchSemaphore(value: 0)
         Thread.detachNewThread {
-            outcome.withLock { $0 = (try? slow.readAll()) ?? -1 }
+            // The answer has begun: the request is in flight when the shutdown starts.
+            let first = slow.read(atLeast: 1)
+            started.signal()
+            outcome.withLock { $0 = first + ((try? slow.readAll()) ?? -1) }
             finished.signal()
         }
-        try await Task.sleep(for: .milliseconds(200))
+        started.wait()
         #expect(server.shutdownInBackground(gracePeriod: .seconds(20)))
-        try await Task.sleep(for: .milliseconds(300))
-        #expect(throws: (any Error).self) { try RawHTTP.exchange(port: port, Array("GET /healthz HTTP/1.1\r\n\r\n".utf8), timeout: 1) }
+        // The listener closes first: new connections are refused while the slow one drains.
+        #expect(Eventually.wait { (try? RawHTTP.exchange(port: port, Array("GET /healthz HTTP/1.1\r\n\r\n".utf8), timeout: 1)) == nil })
         finished.wait()
         let received = outcome.withLock { $0 } ?? -1
         #expect(Int64(received) >= size)

@@ -209,7 +209,7 @@ struct SigningRotationTests {
                 let response = try await HTTPTransport().get(URL(string: origin.baseURL.absoluteString + "/v1/apps/\(origin.app)/manifest")!)
                 return try Envelope.decode(response.body).signatures.map(\.keyid)
             }
-            for _ in 0..<50 where try await signers().count < 2 { try await Task.sleep(for: .milliseconds(100)) }
+            try await Eventually.wait { try await signers().count >= 2 }
             #expect(try await signers().contains(newID))
             for (name, configuration) in [("old", oldBuild), ("both", bothKeys), ("new", newOnly)] {
                 let report = try await DepotSync(server: origin.baseURL, configuration: configuration, destination: work.path + "/\(name)").run()
@@ -218,7 +218,7 @@ struct SigningRotationTests {
 
             // The grace period ends: only the newest key signs; a build that knows only the old key is refused.
             _ = try apps.rotateSigningKey(grace: 0)
-            for _ in 0..<50 where try await signers().count != 1 { try await Task.sleep(for: .milliseconds(100)) }
+            try await Eventually.wait { try await signers().count == 1 }
             #expect(try await signers().count == 1)
             await #expect(throws: ClientError.self) {
                 try await DepotSync(server: origin.baseURL, configuration: oldBuild, destination: work.path + "/old").run()

@@ -77,7 +77,9 @@ struct FaultySyncTests {
                     let started = ContinuousClock.now
                     let report = try? await sync.sync()
                     let took = ContinuousClock.now - started
-                    #expect(took < .seconds(60), "a run took \(took) (seed \(seed))")
+                    // A hang bound, not a speed claim: a pack's six attempts with 2 s timeouts and
+                    // backoff take about 40 s at worst; three minutes means something never returned.
+                    #expect(took < .seconds(180), "a run took \(took) (seed \(seed))")
                     // Whatever happened, a pack on disk is whole: exactly what was published.
                     let installed = FileSystem.contents(of: destination + "/packs")
                     #expect(Set(installed).isSubset(of: Set(sizes.keys)), "only installed packs, no temporary file: \(installed)")

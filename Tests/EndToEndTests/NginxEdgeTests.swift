@@ -101,10 +101,7 @@ final class NginxEdge {
         process.executableURL = URL(fileURLWithPath: "/usr/sbin/nginx")
         process.arguments = ["-c", folder.path + "/nginx.conf", "-p", folder.path]
         try process.run()
-        for _ in 0..<200 {
-            if Self.canConnect(address, port) { return }
-            usleep(20_000)
-        }
+        Eventually.wait { Self.canConnect(address, port) || !process.isRunning }
     }
 
     /// The edge's access log, a line per request.

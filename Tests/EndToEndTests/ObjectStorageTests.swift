@@ -83,10 +83,9 @@ struct ObjectStorageTests {
         // Back: reads recover as soon as the store answers again (its servers start one by one).
         try engine.restart()
         var up: RawHTTP.Response?
-        for _ in 0..<50 {
+        try Eventually.wait(every: .milliseconds(200)) {
             up = try RawHTTP.send(port: port, "GET /v1/apps/com.example.dev/blobs/\(blob) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first
-            if up?.status == 200 { break }
-            Thread.sleep(forTimeInterval: 0.2)
+            return up?.status == 200
         }
         #expect(up?.status == 200 && up?.body.count == Int(inBucket.first { $0.sha256 == blob }!.size), "\(up?.status ?? 0) \(up?.bodyText.prefix(300) ?? "")")
         let again = try Processes.run(depot, ["publish", other, "--pack", "other", "--release"] + common, environment: environment)
@@ -165,7 +164,7 @@ struct ObjectStorageTests {
         let published = try Processes.run(depot, ["publish", first, "--pack", "first", "--release", "--quiet", "--server", "http://127.0.0.1:\(port)", "--app", "com.example.dev"], environment: environment)
         #expect(published.status == 0, "\(published.stderr)")
         // The writer pushes the release to the bucket just after the publish.
-        for _ in 0..<50 where !((try? store.list(prefix: "apps/com.example.dev/channels/").isEmpty == false) ?? false) { Thread.sleep(forTimeInterval: 0.1) }
+        Eventually.wait { (try? store.list(prefix: "apps/com.example.dev/channels/").isEmpty == false) ?? false }
 
         let replica = try ServeProcess(data: work.path + "/replica", environment: s3.merging([
             "DEPOT_READ_ONLY": "1", "DEPOT_REPLICA_INTERVAL": "1", "DEPOT_LISTEN": "127.0.0.2:\(port)", "DEPOT_PUBLIC_URL": publicURL,

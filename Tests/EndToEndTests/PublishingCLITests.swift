@@ -26,21 +26,18 @@ struct PublishingCLITests {
         try first.run()
         let records = work.path + "/cache/assetdepot/uploads"
         let uploads = work.path + "/data/uploads"
-        var stored: Int64 = 0
-        for _ in 0..<5000 where stored < 48 << 20 {
-            usleep(1000)
-            stored = FileSystem.contents(of: uploads).compactMap { FileSystem.fileSize(uploads + "/" + $0 + "/container") }.max() ?? 0
+        Eventually.wait(every: .milliseconds(1)) {
+            (FileSystem.contents(of: uploads).compactMap { FileSystem.fileSize(uploads + "/" + $0 + "/container") }.max() ?? 0) >= 48 << 20 || !first.isRunning
         }
         kill(first.processIdentifier, SIGKILL)
         first.waitUntilExit()
         #expect(FileSystem.contents(of: records).count == 1, "the killed run left its upload URL")
         let upload = try String(decoding: FileSystem.readFile(records + "/" + FileSystem.contents(of: records)[0]), as: UTF8.self)
         var offset = -1
-        for _ in 0..<100 {
+        try Eventually.wait {
             let head = try RawHTTP.send(port: UInt16(server.port)!, "HEAD \(URL(string: upload)!.path) HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(server.token)\r\nTus-Resumable: 1.0.0\r\nConnection: close\r\n\r\n").first
             offset = head?.header("Upload-Offset").flatMap { Int($0) } ?? -1
-            if offset > 0 { break }
-            try await Task.sleep(for: .milliseconds(20))
+            return offset > 0
         }
         #expect(offset > 0 && offset < 200 << 20, "the origin kept part of the file: \(offset)")
 

@@ -54,10 +54,9 @@ struct ResumableUploadEndToEndTests {
         try await Task.sleep(for: .milliseconds(300))
         close(dropped)
         var offset = 0
-        for _ in 0..<100 {
+        try Eventually.wait(every: .milliseconds(50)) {
             offset = try Self.head(server, path, token: token) ?? 0
-            if offset > 3_000_000 { break }
-            try await Task.sleep(for: .milliseconds(50))
+            return offset > 3_000_000
         }
         #expect(offset > 3_000_000 && offset <= 5_000_001, "kept what arrived: \(offset)")
 
