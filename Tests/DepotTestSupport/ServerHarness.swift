@@ -34,10 +34,10 @@ public func prepareDataFolder(_ path: String, app: String, role: TokenRole = .pu
 }
 
 /// Starts a real origin on port 0 over an existing data folder, with a silent logger; the caller stops it.
-public func startServer(dataPath: String, threads: Int = 1) throws -> DepotServer {
+public func startServer(dataPath: String, threads: Int = 1, logger: Logger? = nil) throws -> DepotServer {
     var configuration = OriginConfiguration(
         dataPath: dataPath, http: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threads: threads),
-        logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
+        logger: logger ?? Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
     )
     configuration.patchDepth = 0
     return try DepotServer(configuration: configuration)
