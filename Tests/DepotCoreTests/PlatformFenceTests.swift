@@ -25,23 +25,16 @@ struct PlatformFenceTests {
 
     /// Lines that break a fence: `name:line: text`.
     static func violations(in text: String, file: String) -> [String] {
-        var branches: [Bool] = []  // for each open #if: whether the current branch is Linux-only
+        var branches = Branches()
         var found: [String] = []
         for (index, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
             let line = raw.trimmingCharacters(in: .whitespaces)
-            let linux = { (condition: Substring) in
-                !condition.contains("!") && (condition.contains("canImport(Glibc)") || condition.contains("os(Linux)"))
-            }
-            if line.hasPrefix("#if ") { branches.append(linux(line.dropFirst(4))); continue }
-            if line.hasPrefix("#elseif ") { if !branches.isEmpty { branches[branches.count - 1] = linux(line.dropFirst(8)) }; continue }
-            if line.hasPrefix("#else") { if !branches.isEmpty { branches[branches.count - 1] = false }; continue }
-            if line.hasPrefix("#endif") { _ = branches.popLast(); continue }
-            if line.hasPrefix("//") { continue }
+            if branches.follow(line) || line.hasPrefix("//") { continue }
             let code = line.components(separatedBy: "//").first ?? line
             if code.range(of: #"import\s+COpenSSL"#, options: .regularExpression) != nil && !file.hasPrefix(openSSLBackend) {
                 found.append("\(file):\(index + 1): \(line)")
             }
-            if linuxOnly.contains(where: code.contains) && !branches.contains(true) {
+            if linuxOnly.contains(where: code.contains) && !branches.linuxOnly {
                 found.append("\(file):\(index + 1): \(line)")
             }
         }
@@ -78,17 +71,13 @@ struct PlatformFenceTests {
     /// only where CryptoKit is not). A documentation link to one resolves on Linux and breaks on
     /// Apple platforms, where the same catalogs are built too.
     static func linuxOnlyTypes(in text: String, file: String) -> [String] {
-        var branches: [Bool] = []
+        var branches = Branches()
         var names: [String] = []
         let wholeFile = file.hasPrefix(openSSLBackend)
         for raw in text.split(separator: "\n", omittingEmptySubsequences: false) {
             let line = raw.trimmingCharacters(in: .whitespaces)
-            let linux = { (condition: Substring) in !condition.contains("!") && (condition.contains("canImport(Glibc)") || condition.contains("os(Linux)")) }
-            if line.hasPrefix("#if ") { branches.append(linux(line.dropFirst(4))); continue }
-            if line.hasPrefix("#elseif ") { if !branches.isEmpty { branches[branches.count - 1] = linux(line.dropFirst(8)) }; continue }
-            if line.hasPrefix("#else") { if !branches.isEmpty { branches[branches.count - 1] = false }; continue }
-            if line.hasPrefix("#endif") { _ = branches.popLast(); continue }
-            guard wholeFile || branches.contains(true),
+            if branches.follow(line) { continue }
+            guard wholeFile || branches.linuxOnly,
                   let match = line.firstMatch(of: #/^public (?:final )?(?:class|struct|enum|protocol|actor) (\w+)/#) else { continue }
             names.append(String(match.1))
         }
@@ -110,16 +99,12 @@ struct PlatformFenceTests {
         for file in documents {
             let text = try String(contentsOf: Self.root.appendingPathComponent(file), encoding: .utf8)
             guard !file.hasPrefix(Self.openSSLBackend) else { continue }  // built on Linux only: may link Linux types
-            var branches: [Bool] = []
+            var branches = Branches()
             for (index, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
                 let line = raw.trimmingCharacters(in: .whitespaces)
                 if file.hasSuffix(".swift") {
-                    let linux = { (condition: Substring) in !condition.contains("!") && (condition.contains("canImport(Glibc)") || condition.contains("os(Linux)")) }
-                    if line.hasPrefix("#if ") { branches.append(linux(line.dropFirst(4))); continue }
-                    if line.hasPrefix("#elseif ") { if !branches.isEmpty { branches[branches.count - 1] = linux(line.dropFirst(8)) }; continue }
-                    if line.hasPrefix("#else") { if !branches.isEmpty { branches[branches.count - 1] = false }; continue }
-                    if line.hasPrefix("#endif") { _ = branches.popLast(); continue }
-                    guard line.hasPrefix("///"), !branches.contains(true) else { continue }
+                    if branches.follow(line) { continue }
+                    guard line.hasPrefix("///"), !branches.linuxOnly else { continue }
                 }
                 for match in line.matches(of: #/``(\w+)/#) where linuxOnly.contains(String(match.1)) {
                     found.append("\(file):\(index + 1): \(line)")
@@ -127,5 +112,23 @@ struct PlatformFenceTests {
             }
         }
         #expect(found.isEmpty, "\(found.joined(separator: "\n"))")
+    }
+}
+
+/// The `#if` branches open at a line of Swift, and whether any of them is Linux-only
+/// (`canImport(Glibc)` or `os(Linux)`, not negated).
+struct Branches {
+    private var open: [Bool] = []
+
+    var linuxOnly: Bool { open.contains(true) }
+
+    /// Takes in a trimmed line; true if it was a compiler directive (nothing else to check).
+    mutating func follow(_ line: String) -> Bool {
+        let linux = { (condition: Substring) in !condition.contains("!") && (condition.contains("canImport(Glibc)") || condition.contains("os(Linux)")) }
+        if line.hasPrefix("#if ") { open.append(linux(line.dropFirst(4))); return true }
+        if line.hasPrefix("#elseif ") { if !open.isEmpty { open[open.count - 1] = linux(line.dropFirst(8)) }; return true }
+        if line.hasPrefix("#else") { if !open.isEmpty { open[open.count - 1] = false }; return true }
+        if line.hasPrefix("#endif") { _ = open.popLast(); return true }
+        return false
     }
 }

@@ -113,5 +113,30 @@ struct ChannelTests {
         let next = try call("PUT", "/v1/apps/\(app)/packs/c?release=true", body: [3])
         #expect(next.status == 201 && next.bodyText.contains("\"release\" : 3"))
     }
-}
 
+    @Test("A release whose blobs garbage collection removed is never put on a channel: promoting it or rolling back to it is refused (409 blob_missing) and nothing changes")
+    func collectedReleaseNotPromoted() async throws {
+        let data = TemporaryDirectory("depot-channels")
+        defer { data.remove() }
+        let app = "com.example.game"
+        let token = try prepareDataFolder(data.path, app: app)
+        let admin = try TokenStore(folder: DataFolder(data.path)).create(app: app, role: .admin).token
+        let server = try startServer(dataPath: data.path)
+        defer { server.stop() }
+        func call(_ method: String, _ target: String, body: [UInt8] = [], bearer: String? = nil) throws -> RawHTTP.Response {
+            let head = "\(method) \(target) HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(bearer ?? token)\r\nContent-Length: \(body.count)\r\nConnection: close\r\n\r\n"
+            return try #require(try RawHTTP.send(port: server.port, head, body: body).first)
+        }
+        #expect(try call("PUT", "/v1/apps/\(app)/packs/a?release=true", body: [1, 1]).status == 201)
+        #expect(try call("PUT", "/v1/apps/\(app)/packs/a?release=true", body: [2, 2]).status == 201)
+        // Release 1 is served by no channel: with no retention its blob goes.
+        #expect(try server.collectGarbage(retention: 0, grace: 0, dryRun: false).blobs.count == 1)
+        let promoted = try call("POST", "/v1/apps/\(app)/channels/beta?release=1")
+        #expect(promoted.status == 409 && promoted.bodyText.contains("blob_missing"), "\(promoted.status) \(promoted.bodyText)")
+        #expect(try call("GET", "/v1/apps/\(app)/channels/beta/manifest").status == 404, "no channel was made")
+        let rolledBack = try call("POST", "/v1/apps/\(app)/rollback?to=1", bearer: admin)
+        #expect(rolledBack.status == 409 && rolledBack.bodyText.contains("blob_missing"), "\(rolledBack.status) \(rolledBack.bodyText)")
+        #expect(try call("GET", "/v1/apps/\(app)/releases/3").status == 404, "no release was made")
+        #expect((200..<300).contains(try call("POST", "/v1/apps/\(app)/channels/beta?release=2").status), "a release whose blobs are stored is promoted")
+    }
+}

@@ -201,11 +201,10 @@ final class Publisher: Sendable {
     func rollback(_ app: String, to target: Int, channel: String, force: Bool, confirmRemoval: Bool = false) throws -> RollbackResult {
         guard let old = try releases.release(app, target) else { throw DepotError.notFound("release \(target) of app \(app)") }
         let managed = settings(app)?.isManaged ?? false
-        for pack in old.manifest.packs where !blobs.contains(pack.sha256) {
-            throw DepotError.conflict("blob_missing", "release \(target) references blob \(pack.sha256), which is no longer stored")
-        }
         var removed: [String] = []
+        let blobs = blobs
         let published = try releases.publish(app, channel: channel, change: { live in
+            try Self.requireStored(old.manifest, version: target, in: blobs)
             removed = live.map(\.id).filter { id in !old.manifest.packs.contains { $0.id == id } }
             if managed && !removed.isEmpty && !confirmRemoval { throw Self.removalRefused(removed, app: app) }
             let current = Dictionary(live.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
@@ -243,8 +242,11 @@ final class Publisher: Sendable {
     func promote(_ app: String, channel: String, to version: Int, force: Bool, confirmRemoval: Bool = false) throws -> PromotionResult {
         let allowances = force ? nil : allowanceGuard(app, channel: channel)
         let managed = settings(app)?.isManaged ?? false
-        let releases = releases
+        let (releases, blobs) = (releases, blobs)
         let changed = try releases.promote(app, channel: channel, to: version, check: { target, size in
+            // Under the publish lock, which garbage collection takes too: what is checked here
+            // stays stored until the channel names it.
+            try Self.requireStored(target, version: version, in: blobs)
             if managed, let now = try releases.current(app, channel: channel)?.manifest {
                 let next = Dictionary(target.packs.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
                 for pack in now.packs {
@@ -261,6 +263,15 @@ final class Publisher: Sendable {
         let served = try releases.current(app, channel: channel)?.version ?? version
         logger.notice("promoted", metadata: ["app": .string(app), "channel": .string(channel), "release": .stringConvertible(served)])
         return PromotionResult(app: app, channel: channel, release: served, changed: changed, manifestURL: urls.manifest(app, channel: channel))
+    }
+
+    /// Throws unless every pack of release `version` is still stored: garbage collection removes
+    /// the blobs of releases no channel serves once they are older than the retention, and a
+    /// channel must never be pointed at a release devices could not download.
+    static func requireStored(_ manifest: Manifest, version: Int, in blobs: any BlobStore) throws {
+        for pack in manifest.packs where !blobs.contains(pack.sha256) {
+            throw DepotError.conflict("blob_missing", "release \(version)'s pack \(pack.id) (blob \(pack.sha256)) is no longer stored: garbage collection removed it (older than the retention, served by no channel); nothing changed. Publish the pack again instead")
+        }
     }
 
     /// Removes a channel other than production: devices following it get 404 from then on.
