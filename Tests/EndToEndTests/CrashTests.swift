@@ -17,14 +17,17 @@ struct CrashTests {
             (try? FileSystem.readFile(path)).flatMap { Int(String(decoding: $0, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) }
         }
         var served: Set<Int> = []
+        var servedBy: [Int: [String]] = [:]
         if let live = number(data + "/apps/\(app)/current") {
             #expect(FileSystem.exists(releases + "/" + String(format: "%06d.json", live)), "current names release \(live), which is missing")
             served.insert(live)
+            servedBy[live, default: []].append("production")
         }
         for channel in FileSystem.contents(of: data + "/apps/\(app)/channels") where !channel.hasPrefix(".") {
             guard let head = number(data + "/apps/\(app)/channels/" + channel) else { continue }
             #expect(FileSystem.exists(releases + "/" + String(format: "%06d.json", head)), "channel \(channel) names release \(head), which is missing")
             served.insert(head)
+            servedBy[head, default: []].append(channel)
         }
         var newest = 0
         for name in FileSystem.contents(of: releases) {
@@ -34,7 +37,7 @@ struct CrashTests {
             for pack in manifest.packs {
                 let blob = data + "/blobs/\(pack.sha256.prefix(2))/\(pack.sha256)"
                 if swept && !served.contains(manifest.version) && !FileSystem.exists(blob) { continue }
-                #expect(FileSystem.fileSize(blob) == pack.size, "release \(manifest.version) pack \(pack.id): blob missing or partial")
+                #expect(FileSystem.fileSize(blob) == pack.size, "release \(manifest.version) pack \(pack.id) revision \(pack.revision): blob missing or partial (served by \(servedBy[manifest.version] ?? ["no channel"]), head \(number(data + "/apps/\(app)/head") ?? -1), published \(manifest.publishedAt))")
                 if !verified.contains(pack.sha256), FileSystem.exists(blob) {
                     #expect(try SHA256Hasher.hexDigest(ofFile: blob) == pack.sha256)
                     verified.insert(pack.sha256)

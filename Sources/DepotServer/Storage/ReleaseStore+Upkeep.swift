@@ -52,8 +52,11 @@ extension ReleaseStore {
     func neededBlobs(retention: TimeInterval, now: Date) throws -> Set<String> {
         var needed = Set<String>()
         for app in FileSystem.contents(of: folder.apps) where FileSystem.isDirectory(folder.releases(app)) {
-            for channel in channels(app).keys {
+            for (channel, version) in channels(app) {
                 for pack in try current(app, channel: channel)?.manifest.packs ?? [] { needed.formUnion(pack.blobs) }
+                // And the release the pointer on disk names (what the channel serves after a
+                // restart), should the cached one ever differ from it.
+                if let pointed = try? load(app, version) { for pack in pointed.manifest.packs { needed.formUnion(pack.blobs) } }
             }
             for version in Self.versions(in: folder.releases(app)) {
                 let manifest = try load(app, version).manifest
