@@ -160,7 +160,10 @@ struct ClientEndToEndTests {
             let report = try await sync.run()
             #expect(report.installed == ["big"])
             #expect(try SHA256Hasher.hexDigest(ofFile: work.path + "/dest/packs/big") == SHA256Hasher.hexDigest(ofFile: file))
-            #expect(proxy.requests.filter { $0.contains("/blobs/") }.count == 2)
+            // The cut attempt, then a resume the proxy answers in full (a loaded machine may add a
+            // retry after it: what matters is that a Range was asked and the whole pack came again).
+            let blobRequests = proxy.requests.filter { $0.contains("/blobs/") }
+            #expect(blobRequests.count >= 2 && blobRequests.dropFirst().contains { $0.contains("Range:") }, "\(blobRequests.count) blob requests")
             #expect(report.bytesDownloaded > 64 << 20, "the whole pack came again after the cut: \(report.bytesDownloaded)")
             #expect(FileSystem.contents(of: work.path + "/dest/packs") == ["big"], "no temporary file left")
             #expect(FileSystem.contents(of: work.path + "/dest/.depot/downloads").isEmpty)
