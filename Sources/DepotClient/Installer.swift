@@ -65,12 +65,8 @@ public struct Installer: Sendable {
         } catch let error as ZipPackError {
             if error == .noSpace { throw ClientError.noSpace(folder) }
             throw ClientError.integrity(entry.id, error.description)
-        } catch let error as SystemError where error.isNoSpace {
-            throw ClientError.noSpace(folder)
-        } catch let error as ClientError {
-            throw error
         } catch {
-            throw ClientError.install(entry.id, error)
+            throw Self.failure(error, pack: entry.id, folder: folder)
         }
         return unpack
     }
@@ -121,12 +117,8 @@ public struct Installer: Sendable {
             throw ClientError.integrity(entry.id, "the patch cannot be applied to the installed copy: \(error.description)")
         } catch let error as PackError {
             throw ClientError.integrity(entry.id, "the patch's container does not verify: \(error.description)")
-        } catch let error as SystemError where error.isNoSpace {
-            throw ClientError.noSpace(folder)
-        } catch let error as ClientError {
-            throw error
         } catch {
-            throw ClientError.install(entry.id, error)
+            throw Self.failure(error, pack: entry.id, folder: folder)
         }
     }
 
@@ -171,6 +163,13 @@ public struct Installer: Sendable {
     }
 
     /// Removes an installed copy: a file or a folder tree.
+    /// The common end of an install's failures: a full disk, an error already in the client's
+    /// words, or anything else as an install failure of `pack`.
+    static func failure(_ error: any Error, pack: String, folder: String) -> ClientError {
+        if let error = error as? SystemError, error.isNoSpace { return .noSpace(folder) }
+        return error as? ClientError ?? .install(pack, error)
+    }
+
     public static func removeTree(_ path: String) {
         if FileSystem.isDirectory(path) {
             try? FileManager.default.removeItem(atPath: path)
