@@ -28,8 +28,8 @@ export function unfinished(app, file) {
 
 export class Upload {
   /** events: progress({offset, size, speed, remaining}), state(name, detail), done(result) */
-  constructor({ app, token, file, pack, policy, tags, installSize }, events) {
-    Object.assign(this, { app, token, file, pack, policy, tags, installSize, events });
+  constructor({ app, token, file, pack, policy, tags, installSize, language }, events) {
+    Object.assign(this, { app, token, file, pack, policy, tags, installSize, language, events });
     this.key = fingerprint(app, file);
     this.url = unfinished(app, file)?.url ?? null;
     this.offset = 0;
@@ -128,6 +128,7 @@ export class Upload {
     const metadata = [["pack", this.pack], ["policy", this.policy], ["filetype", this.file.type || "application/octet-stream"]];
     if (this.tags.length) metadata.push(["tags", this.tags.join(",")]);
     if (this.installSize) metadata.push(["installSize", this.installSize]);
+    if (this.language) metadata.push(["language", this.language]);
     const response = await this.send("POST", appPath(this.app, "/uploads"), {
       "Upload-Length": String(this.file.size),
       "Upload-Metadata": metadata.map(([k, v]) => `${k} ${b64(v)}`).join(","),
@@ -135,7 +136,7 @@ export class Upload {
     if (response.status !== 201) throw await errorFrom(response);
     this.url = new URL(response.headers.get("Location"), location.origin).pathname;
     this.offset = 0;
-    localStorage.setItem(this.key, JSON.stringify({ url: this.url, pack: this.pack, policy: this.policy, tags: this.tags, installSize: this.installSize }));
+    localStorage.setItem(this.key, JSON.stringify({ url: this.url, pack: this.pack, policy: this.policy, tags: this.tags, installSize: this.installSize, language: this.language }));
     this.events.state("uploading", 0);
   }
 

@@ -42,6 +42,7 @@ function fileChosen(session) {
     $("policy").value = previous.policy;
     $("tags").value = previous.tags.join(", ");
     $("install-size").value = previous.installSize ?? "";
+    $("language").value = previous.language ?? "";
     $("upload-start").textContent = "Resume upload";
     show(["upload-status"], true);
     setState(`An unfinished upload of ${file.name} as ${previous.pack} was found: Resume upload continues it where the origin stopped.`);
@@ -81,7 +82,8 @@ export function setUpUpload(session, staged) {
     if (!file || !current) return;
     const tags = $("tags").value.split(",").map((t) => t.trim()).filter(Boolean);
     const installSize = current.mode === "managed" ? $("install-size").value.trim() : "";
-    upload = new Upload({ app: current.app, token: current.token, file, pack: $("pack-id").value.trim(), policy: $("policy").value, tags, installSize }, {
+    const language = $("language").value.trim();
+    upload = new Upload({ app: current.app, token: current.token, file, pack: $("pack-id").value.trim(), policy: $("policy").value, tags, installSize, language }, {
       progress,
       state: (name, detail) => {
         buttons(["resuming", "waiting"].includes(name) ? "uploading" : name);

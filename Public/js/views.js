@@ -45,10 +45,10 @@ export function renderChannels(list, actions) {
 export function renderLivePacks(channel, manifest, remove) {
   $("live-title").textContent = manifest ? `Packs of release ${manifest.version} (${channel})` : "Packs";
   const body = $("live-packs").tBodies[0];
-  if (!manifest) return body.replaceChildren(el("tr", {}, el("td", { colSpan: 7 }, "No release.")));
+  if (!manifest) return body.replaceChildren(el("tr", {}, el("td", { colSpan: 8 }, "No release.")));
   body.replaceChildren(...manifest.packs.map((pack) => el("tr", { dataPack: pack.id },
     el("th", { scope: "row" }, pack.id), el("td", { className: "num" }, size(pack.size)), el("td", {}, pack.policy),
-    el("td", {}, tags(pack.tags)), el("td", { className: "num" }, pack.revision), el("td", {}, protection(pack)),
+    el("td", {}, pack.language ?? "all"), el("td", {}, tags(pack.tags)), el("td", { className: "num" }, pack.revision), el("td", {}, protection(pack)),
     el("td", { className: "row-actions" }, remove ? button("Remove…", () => remove(pack), { ariaLabel: `Remove ${pack.id}` }) : null))));
   labelCells($("live-packs"));
 }
@@ -57,9 +57,9 @@ export function renderDraft(staging) {
   const changed = new Set(staging.changed), removed = staging.removed;
   const rows = staging.next.filter((p) => changed.has(p.id)).map((pack) => el("tr", { dataPack: pack.id },
     el("th", { scope: "row" }, pack.id), el("td", {}, "new or changed"), el("td", { className: "num" }, size(pack.size)),
-    el("td", {}, pack.policy), el("td", {}, tags(pack.tags))));
+    el("td", {}, pack.policy), el("td", {}, pack.language ?? "all"), el("td", {}, tags(pack.tags))));
   for (const id of removed) {
-    rows.push(el("tr", { dataPack: id }, el("th", { scope: "row" }, id), el("td", {}, "removed: devices will delete it"), el("td", {}, "—"), el("td", {}, "—"), el("td", {}, "—")));
+    rows.push(el("tr", { dataPack: id }, el("th", { scope: "row" }, id), el("td", {}, "removed: devices will delete it"), el("td", {}, "—"), el("td", {}, "—"), el("td", {}, "—"), el("td", {}, "—")));
   }
   $("draft-packs").tBodies[0].replaceChildren(...rows);
   labelCells($("draft-packs"));

@@ -24,6 +24,9 @@ public struct DepotSync: Sendable {
     /// On-demand packs asked for, by id and by tag.
     public var requestedPacks: Set<String> = []
     public var requestedTags: Set<String> = []
+    /// The languages whose localized packs are taken, most preferred first (the app's primary
+    /// language's when none of them matches).
+    public var languages: [String] = Locale.preferredLanguages
     /// Sent with every request: download credentials.
     public var headers: [String: String] = [:]
     /// What https trusts and where names connect.
@@ -109,6 +112,7 @@ public struct DepotSync: Sendable {
 
         // The plan; before first launch the build's initial allowances bound it.
         var request = Planner.Request(kind: kind, packs: requestedPacks, tags: requestedTags)
+        request.languages = languages
         if let rules, kind == .install {
             (request.essentialAllowance, request.allowance) = rules.initialBudgets(manifestSize: Int64(envelope.count))
         }
@@ -162,6 +166,8 @@ public struct DepotSync: Sendable {
             round += 1
         }
         report.installed.sort()
+
+        try replaceLanguages(plan, manifest: manifest, store: store, report: &report)
 
         // Packs gone from the manifest go once everything else succeeded.
         if report.failed.isEmpty {

@@ -24,7 +24,7 @@ public struct ScheduledDownload: Hashable, Sendable {
     }
 }
 
-/// What the install step did: ``ExtensionFlow/installArrived(now:)``.
+/// What the install step did: ``ExtensionFlow/installArrived(languages:now:)``.
 public struct ArrivedReport: Sendable, Equatable {
     /// Packs installed, by id.
     public var installed: [String] = []
@@ -33,16 +33,19 @@ public struct ArrivedReport: Sendable, Equatable {
     public var discarded: [String: String] = [:]
     /// Deliveries kept for a later run (a full disk, an I/O error), by identifier, with why.
     public var kept: [String: String] = [:]
+    /// Localized packs removed: the device's language changed and their group's pack for the
+    /// new one is installed.
+    public var removed: [String] = []
 }
 
 /// What a Background Assets extension and its app do with this module, in three calls:
 ///
-/// - ``schedule(manifestFile:kind:allowance:essentialAllowance:scheduled:now:)`` when the system
+/// - ``schedule(manifestFile:kind:allowance:essentialAllowance:scheduled:languages:now:)`` when the system
 ///   hands the extension the manifest;
 /// - ``receive(identifier:file:)`` when it hands over a finished download: a rename into the
 ///   App Group folder, constant time and memory whatever the pack's size, because the system
 ///   deletes the file when the callback returns and bounds what an extension may do;
-/// - ``installArrived(now:)``, the heavy step (verify, decrypt, unzip, switch in), which the app
+/// - ``installArrived(languages:now:)``, the heavy step (verify, decrypt, unzip, switch in), which the app
 ///   runs at launch or in the foreground, and the extension when it has time. Killed at any
 ///   point, the next run cleans up and ends with the old or the new revision, never a mix.
 ///
@@ -74,10 +77,11 @@ public struct ExtensionFlow: Sendable {
     /// step), then planned. Pass the allowances the system reports (`BAAppExtensionInfo`), or
     /// none, and the identifiers of the downloads the system already has
     /// (`BADownloadManager.shared.fetchCurrentDownloads()`): they are not asked for again, nor
-    /// are deliveries waiting for the install step. A refused manifest throws and schedules nothing.
+    /// are deliveries waiting for the install step. `languages` (most preferred first) pick the
+    /// localized packs: one of each group. A refused manifest throws and schedules nothing.
     public func schedule(
         manifestFile path: String, kind: RequestKind, allowance: Int? = nil, essentialAllowance: Int? = nil, scheduled: Set<String> = [],
-        now: Date = Date()
+        languages: [String] = Locale.preferredLanguages, now: Date = Date()
     ) throws -> [ScheduledDownload] {
         let envelope = try FileSystem.readFile(path, limit: ManifestSource.sizeLimit)
         let source = try source()
@@ -87,22 +91,23 @@ public struct ExtensionFlow: Sendable {
             try FileSystem.writeAtomically(envelope, to: store.cachedEnvelope(channel: channel))
             return (manifest, state)
         }
-        let request = Planner.Request(
+        var request = Planner.Request(
             kind: kind, allowance: allowance.map(Int64.init), essentialAllowance: essentialAllowance.map(Int64.init),
             scheduled: scheduled.union(arrivedIdentifiers())
         )
+        request.languages = languages
         let plan = Planner.plan(manifest: manifest, state: state, request: request, installedCopyExists: { FileSystem.exists(store.packPath($0)) })
         return plan.downloads.map { ScheduledDownload(entry: $0.entry, isEssential: $0.essential, patch: $0.patch) }
     }
 
-    /// The deliveries waiting for ``installArrived(now:)``, by identifier.
+    /// The deliveries waiting for ``installArrived(languages:now:)``, by identifier.
     public func arrivedIdentifiers() -> Set<String> {
         Set(FileSystem.contents(of: store.arrived).filter(Self.isIdentifier))
     }
 
     /// A finished download (`identifier` as scheduled; the system deletes the file once its
     /// callback returns): renamed into the App Group folder (`.depot/arrived/`), where
-    /// ``installArrived(now:)`` finds it. One rename, whatever the size; nothing is read. A
+    /// ``installArrived(languages:now:)`` finds it. One rename, whatever the size; nothing is read. A
     /// second delivery of the same identifier replaces the first.
     public func receive(identifier: String, file path: String) throws {
         guard Self.isIdentifier(identifier) else { throw ClientError.integrity(identifier, "not an identifier this module schedules (pack@revision)") }
@@ -129,13 +134,15 @@ public struct ExtensionFlow: Sendable {
     /// zip (entries written durably), switched in atomically and recorded; the lock is held only
     /// for the moment of each record. What killed runs left (staged trees, scratch files) is
     /// removed first. Memory stays bounded whatever the pack's size (one segment at a time).
+    /// Then a localized pack of a language `languages` no longer pick goes, once its group's
+    /// pick is installed.
     @discardableResult
-    public func installArrived(now: Date = Date()) throws -> ArrivedReport {
+    public func installArrived(languages: [String] = Locale.preferredLanguages, now: Date = Date()) throws -> ArrivedReport {
         Installer.removeLeftovers(in: store.packs)
         Installer.removeLeftovers(in: store.arrived)
         var report = ArrivedReport()
         let identifiers = arrivedIdentifiers().sorted()
-        guard !identifiers.isEmpty else { return report }
+        guard !identifiers.isEmpty || FileSystem.exists(store.cachedEnvelope(channel: channel)) else { return report }
         let envelope = try FileSystem.readFile(store.cachedEnvelope(channel: channel), limit: ManifestSource.sizeLimit)
         let floor = try store.read(app: configuration.app).floor(channel: channel)
         let manifest = try source().verify(envelope, floor: floor, now: now)
@@ -180,7 +187,26 @@ public struct ExtensionFlow: Sendable {
                 FileSystem.remove(path)
             }
         }
+        report.removed = try removeReplacedLanguages(manifest: manifest, languages: languages)
         return report
+    }
+
+    /// Removes each installed localized pack the device's languages no longer pick whose group's
+    /// pick is installed at the manifest's revision; returns their ids.
+    private func removeReplacedLanguages(manifest: Manifest, languages: [String]) throws -> [String] {
+        let chosen = LanguageSelection.selected(manifest.packs, preferred: LanguageTag.list(languages), primary: manifest.primaryLanguageTag)
+        return try store.withExclusiveControl(app: configuration.app) { state -> [String] in
+            var removed: [String] = []
+            for entry in manifest.packs where state.packs[entry.id] != nil && !chosen.contains(entry.id) {
+                guard let group = entry.languageGroup,
+                      let pick = manifest.packs.first(where: { $0.languageGroup == group && chosen.contains($0.id) }),
+                      let installed = state.packs[pick.id], installed.revision == pick.revision, installed.sha256 == pick.sha256 else { continue }
+                Installer.removeTree(store.packPath(entry.id))
+                state.packs[entry.id] = nil
+                removed.append(entry.id)
+            }
+            return removed
+        }
     }
 
     /// `pack@revision` or `pack@revision-from-base`, with a valid pack id and revision numbers.

@@ -11,6 +11,9 @@ public enum RequestKind: String, Sendable, CaseIterable, Codable {
     case periodic
     /// The app asks while it runs.
     case foreground
+    /// iOS 27+: the person changed the app's language (`BAContentRequest.languageChange`): the
+    /// new language's packs come in, the old ones go once they are in.
+    case languageChange = "language-change"
 
     /// Whether essential downloads may be scheduled: only on install and update, as in the framework.
     public var allowsEssential: Bool { self == .install || self == .update }
@@ -59,6 +62,12 @@ public struct Plan: Hashable, Sendable {
     /// Downloads the system already has in hand (scheduled, or finished and waiting for the
     /// install step), by identifier (`pack@revision`): not asked for again.
     public var alreadyScheduled: [String] = []
+    /// Localized packs of languages this device does not take (neither installed nor downloaded).
+    public var otherLanguages: [String] = []
+    /// Installed localized packs of a language the device no longer takes, each with the pack of
+    /// its group that replaces it: removed once that one is installed, not before. (One whose
+    /// group has nothing left for the device is in ``removals``.)
+    public var languageReplacements: [String: String] = [:]
 }
 
 /// The planner: a pure function from (manifest, installed state, request) to a ``Plan``.
@@ -75,6 +84,10 @@ public struct Plan: Hashable, Sendable {
 ///   plaintext gets the patch, charged at the patch's size.
 /// - A download the system already has (scheduled or delivered: ``Request/scheduled``) is not
 ///   asked for again, and takes nothing from the allowances.
+/// - Of each group of localized packs (`PackEntry.languageGroup`) only the pack of the language
+///   `LanguageTag.choose(preferred:primary:from:)` picks for the device's languages is taken
+///   (on every kind of request, so a periodic one after a change of language catches up too);
+///   an installed pack of another language is replaced: removed once its group's pick is in.
 /// - Downloads are taken in order while they fit the allowances; the rest is deferred, not failed.
 ///   As Apple documents the Info.plist keys, there are two separate budgets: the essential
 ///   allowance (`BAEssentialDownloadAllowance`) bounds the essential downloads, the download
@@ -97,6 +110,9 @@ public enum Planner {
         public var scheduled: Set<String>
         /// Whether a patch may replace a whole pack (the installed copy being its base).
         public var usePatches = true
+        /// The device's preferred languages, most preferred first (`Locale.preferredLanguages`
+        /// on a device): which localized packs it takes. Empty: the app's primary language's.
+        public var languages: [String] = []
 
         public init(
             kind: RequestKind, allowance: Int64? = nil, essentialAllowance: Int64? = nil, packs: Set<String> = [], tags: Set<String> = [],
@@ -117,8 +133,22 @@ public enum Planner {
         var wanted: [PlannedDownload] = []
         var unchanged: [String] = []
         var notRequested: [String] = []
+        var otherLanguages: [String] = []
+        var replacements: [String: String] = [:]
+        var removals = Set(state.packs.keys.filter { id in !manifest.packs.contains { $0.id == id } })
+        let chosen = LanguageSelection.selected(manifest.packs, preferred: LanguageTag.list(request.languages), primary: manifest.primaryLanguageTag)
         for entry in manifest.packs {
             let installed = state.packs[entry.id]
+            if let group = entry.languageGroup, !chosen.contains(entry.id) {
+                if installed == nil {
+                    otherLanguages.append(entry.id)
+                } else if let replacement = manifest.packs.first(where: { $0.languageGroup == group && chosen.contains($0.id) }) {
+                    replacements[entry.id] = replacement.id
+                } else {
+                    removals.insert(entry.id)
+                }
+                continue
+            }
             let current = installed.map { $0.revision == entry.revision && $0.sha256 == entry.sha256 && installedCopyExists(entry.id) } ?? false
             if current {
                 unchanged.append(entry.id)
@@ -169,11 +199,9 @@ public enum Planner {
             if download.essential { essential += size } else { nonEssential += size }
             downloads.append(download)
         }
-        let listed = Set(manifest.packs.map(\.id))
-        let removals = state.packs.keys.filter { !listed.contains($0) }.sorted()
         return Plan(
-            downloads: downloads, deferred: deferred, removals: removals, unchanged: unchanged, notRequested: notRequested, overAllowance: overAllowance,
-            alreadyScheduled: alreadyScheduled
+            downloads: downloads, deferred: deferred, removals: removals.sorted(), unchanged: unchanged, notRequested: notRequested, overAllowance: overAllowance,
+            alreadyScheduled: alreadyScheduled, otherLanguages: otherLanguages, languageReplacements: replacements
         )
     }
 }

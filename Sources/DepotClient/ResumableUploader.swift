@@ -27,6 +27,8 @@ public struct ResumableUploader: Sendable {
         public var installationEventTypes: [String]?
         /// Managed apps: the pack's `userInfo`, a JSON object.
         public var userInfo: String?
+        /// The language the pack is localized for (`fr-CA`); its id ends with `-` and it.
+        public var language: String?
 
         public init(pack: String) { self.pack = pack }
 
@@ -44,6 +46,7 @@ public struct ResumableUploader: Sendable {
             if let installSize { pairs.append(("installSize", String(installSize))) }
             if let installationEventTypes { pairs.append(("events", installationEventTypes.joined(separator: ","))) }
             if let userInfo { pairs.append(("userInfo", userInfo)) }
+            if let language { pairs.append(("language", language)) }
             return pairs.map { "\($0.0) \(Data($0.1.utf8).base64EncodedString())" }.joined(separator: ",")
         }
     }

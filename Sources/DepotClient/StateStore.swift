@@ -20,7 +20,7 @@ public final class StateStore: Sendable {
     /// Where pack downloads wait, possibly partial, until they are verified.
     var downloads: String { metadata + "/downloads" }
     /// Where finished downloads the system delivered wait for the install step
-    /// (``ExtensionFlow/installArrived(now:)``), each named by its identifier (`pack@revision`).
+    /// (``ExtensionFlow/installArrived(languages:now:)``), each named by its identifier (`pack@revision`).
     public var arrived: String { metadata + "/arrived" }
     /// Where the last accepted envelope of each channel is kept (for `304 Not Modified`).
     public func cachedEnvelope(channel: String) -> String { metadata + "/manifest-" + channel + ".json" }

@@ -6,7 +6,8 @@ public struct SyncReport: Hashable, Sendable {
     public var notModified: Bool
     /// Packs downloaded and installed.
     public var installed: [String]
-    /// Packs removed because the manifest no longer lists them.
+    /// Packs removed: the manifest no longer lists them, or (localized) the device's language
+    /// changed and their replacement is installed.
     public var removed: [String]
     /// Packs already current.
     public var unchanged: [String]
@@ -26,6 +27,8 @@ public struct SyncReport: Hashable, Sendable {
     public var bytesSaved: Int64 = 0
     /// Patches that failed (with why); each of those packs was downloaded whole instead.
     public var patchFallbacks: [String: String] = [:]
+    /// Localized packs of languages this device does not take.
+    public var otherLanguages: [String] = []
 
     /// A one-line summary.
     public var summary: String {

@@ -6,7 +6,7 @@ import Foundation
 extension AppMode: ExpressibleByArgument {}
 
 struct Apps: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Create and list apps.", subcommands: [Create.self, List.self, Credentials.self, Allowances.self])
+    static let configuration = CommandConfiguration(abstract: "Create and list apps.", subcommands: [Create.self, List.self, Credentials.self, Allowances.self, Language.self])
 
     struct Create: ParsableCommand {
         static let configuration = CommandConfiguration(
@@ -21,15 +21,20 @@ struct Apps: ParsableCommand {
         @Argument(help: "The app id (1–128 of A-Z a-z 0-9 . -), e.g. com.example.game.") var app: String
         @Option(help: "unmanaged or managed.") var mode: AppMode = .unmanaged
         @Option(name: .customLong("app-group"), help: "Managed apps: the app group id (BAAppGroupID), e.g. group.com.example.game.") var appGroup: String?
+        @Option(name: .customLong("primary-language"), help: "The app's primary language (en, pt-BR): what devices take of localized packs when none of their languages is offered.")
+        var primaryLanguage: String?
 
         func validate() throws {
             guard Identifier.isValidApp(app) else { throw ValidationError("invalid app id \"\(app)\": use 1–128 of A-Z a-z 0-9 . -") }
+            if let primaryLanguage, LanguageTag(primaryLanguage) == nil { throw ValidationError("--primary-language takes a language tag (en, pt-BR)") }
             if mode == .managed && appGroup == nil { throw ValidationError("a managed app needs --app-group group.<reverse-DNS name>") }
             if mode == .unmanaged && appGroup != nil { throw ValidationError("--app-group is for managed apps (--mode managed)") }
         }
 
         func run() throws {
-            try AppStore(folder: DataFolder(data.data)).create(app, mode: mode, appGroup: appGroup)
+            let store = AppStore(folder: DataFolder(data.data))
+            try store.create(app, mode: mode, appGroup: appGroup)
+            if let primaryLanguage { try store.setPrimaryLanguage(app, primaryLanguage) }
             print("created \(mode == .managed ? "managed app \(app) (app group \(appGroup ?? ""))" : "app \(app)")")
         }
     }
@@ -100,6 +105,23 @@ struct Apps: ParsableCommand {
             func show(_ value: Int64?) -> String { value.map(String.init) ?? "not checked" }
             print("\(app) allowances: essential download \(show(allowances.essentialDownloadAllowance)), download \(show(allowances.downloadAllowance)), "
                 + "essential install \(show(allowances.essentialMaxInstallSize)), install \(show(allowances.maxInstallSize))")
+        }
+    }
+
+    struct Language: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Show or set the app's primary language, which localized packs need.",
+            discussion: "A device takes one pack of each group of localized packs (voice-en, voice-fr, …): the best match for its languages, else the primary language's. The next release carries it."
+        )
+        @OptionGroup var data: DataOptions
+        @Argument(help: "The app.") var app: String
+        @Option(help: "The primary language (en, pt-BR, zh-Hans).") var primary: String?
+
+        func run() throws {
+            let store = AppStore(folder: DataFolder(data.data))
+            guard store.settings(app) != nil else { throw CLIError("no app \(app) in \(data.data)") }
+            if let primary { try store.setPrimaryLanguage(app, primary) }
+            print("\(app): primary language \(store.settings(app)?.primaryLanguage ?? "not set")")
         }
     }
 

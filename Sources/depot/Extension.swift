@@ -23,6 +23,10 @@ struct ExtensionCommand: ParsableCommand {
         @Option(help: "The client configuration JSON from `depot keys export`.") var config: String
         @Option(help: "The App Group folder the app and the extension share.") var dest: String
         @Option(help: "The channel this build follows.") var channel: String = ManifestSource.production
+        @Option(help: "The device's languages, most preferred first (fr-CA,en): one pack of each group of localized packs. Default: this machine's.")
+        var languages: String?
+
+        var languageList: [String] { languages.map { $0.split(separator: ",").map(String.init) } ?? Locale.preferredLanguages }
 
         func flow() throws -> ExtensionFlow {
             try ExtensionFlow(configuration: Sync.loadConfiguration(config), destination: dest, channel: channel)
@@ -33,15 +37,16 @@ struct ExtensionCommand: ParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Verify a delivered manifest and print what to schedule.")
         @OptionGroup var folder: Folder
         @Option(help: "The manifest file (the signed envelope) the system fetched.") var manifest: String
-        @Option(help: "The event: install, update or periodic.") var event: String = "periodic"
+        @Option(help: "The event: install, update, periodic or language-change.") var event: String = "periodic"
         @Option(help: "Bytes non-essential downloads may take (BAAppExtensionInfo).") var allowance: Int?
         @Option(name: .customLong("essential-allowance"), help: "Bytes essential downloads may take.") var essentialAllowance: Int?
         @Option(help: "An identifier the system already has scheduled (repeatable).") var scheduled: [String] = []
 
         func run() throws {
-            guard let kind = RequestKind(rawValue: event), kind != .foreground else { throw ValidationError("--event must be install, update or periodic") }
+            guard let kind = RequestKind(rawValue: event), kind != .foreground else { throw ValidationError("--event must be install, update, periodic or language-change") }
             let downloads = try folder.flow().schedule(
-                manifestFile: manifest, kind: kind, allowance: allowance, essentialAllowance: essentialAllowance, scheduled: Set(scheduled)
+                manifestFile: manifest, kind: kind, allowance: allowance, essentialAllowance: essentialAllowance, scheduled: Set(scheduled),
+                languages: folder.languageList
             )
             for download in downloads {
                 print("\(download.identifier) \(download.fileSize) \(download.isEssential ? "essential" : "non-essential") \(download.url.absoluteString)")
@@ -63,8 +68,9 @@ struct ExtensionCommand: ParsableCommand {
         @OptionGroup var folder: Folder
 
         func run() throws {
-            let report = try folder.flow().installArrived()
+            let report = try folder.flow().installArrived(languages: folder.languageList)
             for id in report.installed { print("installed \(id)") }
+            for id in report.removed { print("removed \(id): another language's, replaced") }
             for (identifier, why) in report.discarded.sorted(by: { $0.key < $1.key }) { print("discarded \(identifier): \(why)") }
             for (identifier, why) in report.kept.sorted(by: { $0.key < $1.key }) { print("kept \(identifier): \(why)") }
             if !report.discarded.isEmpty || !report.kept.isEmpty { throw ExitCode(1) }

@@ -12,11 +12,16 @@ import Foundation
 /// - a pack that left the manifest is deleted;
 /// - a download whose size differs from `downloadSize` by one byte fails (and one whose SHA-256
 ///   differs from the origin's `userInfo` entry), keeping what the device had.
+/// - localized packs (iOS 27+, `language`): of each group only the best match for the device's
+///   `languages` (else the primary language's, from the origin's `userInfo` entry) is downloaded,
+///   on the events its policy names and on a language change; a held pack of another language is
+///   deleted once its group's pick is held.
 /// Packs land in DEST/packs/<id>.aar; what the device holds is in DEST/managed-state.json.
 struct ManagedDevice {
     var destination: String
     var allowHTTP: Bool
     var requested: Set<String>
+    var languages: [String] = []
 
     struct Held: Codable { var version: Int; var size: Int64; var sha256: String }
     struct State: Codable { var packs: [String: Held] = [:] }
@@ -49,12 +54,17 @@ struct ManagedDevice {
             state.packs[id] = nil
             report.lines.append("deleted \(id): it left the download manifest")
         }
+        let primary = manifest.assetPacks.lazy.compactMap(\.primaryLanguage).first.flatMap(LanguageTag.init)
+        let chosen = LanguageSelection.selected(manifest.assetPacks.map { ($0.id, $0.language) }, preferred: LanguageTag.list(languages), primary: primary)
+        let otherLanguage = Set(manifest.assetPacks.filter { $0.language != nil && !chosen.contains($0.id) }.map(\.id))
         let trigger = event == "install" ? "firstInstallation" : event == "update" ? "subsequentUpdate" : nil
         // Essential packs first, prefetch after, then any asked for.
         let order: [PackEntry.Policy] = [.essential, .prefetch, .onDemand]
         for pack in manifest.assetPacks.sorted(by: { (order.firstIndex(of: $0.downloadPolicy.policy)!, $0.id) < (order.firstIndex(of: $1.downloadPolicy.policy)!, $1.id) }) {
             let held = state.packs[pack.id]
-            let dueByEvent = pack.downloadPolicy.policy != .onDemand && trigger.map(pack.downloadPolicy.installationEventTypes.contains) == true
+            if otherLanguage.contains(pack.id) && !requested.contains(pack.id) { continue }
+            let dueByEvent = pack.downloadPolicy.policy != .onDemand
+                && (trigger.map(pack.downloadPolicy.installationEventTypes.contains) == true || (event == "language-change" && pack.language != nil))
             guard held != nil || dueByEvent || requested.contains(pack.id) else { continue }
             if let held, pack.version <= held.version {
                 if pack.sha256 != nil && pack.sha256 != held.sha256 {
@@ -72,6 +82,18 @@ struct ManagedDevice {
             } catch {
                 report.failed[pack.id] = "\(error)"
             }
+        }
+        // Another language's packs go once their group's pick is held.
+        for id in state.packs.keys.sorted() where otherLanguage.contains(id) {
+            func groupOf(_ pack: DownloadManifest.AssetPack) -> String? {
+                pack.language.flatMap(LanguageTag.init).flatMap { PackEntry.group(of: pack.id, language: $0) }
+            }
+            guard let pack = manifest.assetPacks.first(where: { $0.id == id }), let group = groupOf(pack),
+                  let pick = manifest.assetPacks.first(where: { chosen.contains($0.id) && groupOf($0) == group }),
+                  state.packs[pick.id] != nil else { continue }
+            FileSystem.remove(packPath(id))
+            state.packs[id] = nil
+            report.lines.append("deleted \(id): the device's language takes \(pick.id)")
         }
         try FileSystem.writeAtomically(Array(try JSONEncoder().encode(state)), to: statePath)
         for (id, held) in state.packs.sorted(by: { $0.key < $1.key }) {

@@ -37,6 +37,8 @@ struct Publish: AsyncParsableCommand {
     var packManifest: String?
     @Option(name: .customLong("install-size"), help: "Managed apps: the bytes a compressed Apple Archive unpacks to (an uncompressed one is measured by the origin).")
     var installSize: Int64?
+    @Option(help: "iOS 27+: the language the pack is localized for (en, fr-CA, zh-Hant); its id ends with it (voice-fr-CA), and a device takes one language of each such group.")
+    var language: String?
 
     func validate() throws {
         guard pack != nil || packManifest != nil else { throw ValidationError("name the pack: --pack ID, or --pack-manifest Manifest.json") }
@@ -44,6 +46,12 @@ struct Publish: AsyncParsableCommand {
         guard Identifier.isValidApp(origin.app) else { throw ValidationError("invalid app id \"\(origin.app)\"") }
         guard PackEntry.Policy(rawValue: policy) != nil else { throw ValidationError("--policy must be essential, prefetch or onDemand") }
         guard tag.allSatisfy({ !$0.contains(",") && !$0.isEmpty }) else { throw ValidationError("a --tag is not empty and has no comma") }
+        if let language {
+            guard let tag = LanguageTag(language) else { throw ValidationError("--language takes an ISO 639 code with, optionally, a script and a region (en, fr-CA, zh-Hant)") }
+            if let pack, PackEntry.group(of: pack, language: tag) == nil {
+                throw ValidationError("a localized pack's id ends with -\(tag) (voice-\(tag)): the part before names its group; \(pack) does not")
+            }
+        }
         if let verifyEdge {
             guard release else { throw ValidationError("--verify-edge checks a release: give --release") }
             guard let url = URL(string: verifyEdge), url.scheme == "http" || url.scheme == "https" else { throw ValidationError("--verify-edge takes the edge's URL") }
@@ -64,6 +72,7 @@ struct Publish: AsyncParsableCommand {
         options.installationEventTypes = described?.installationEventTypes
         options.userInfo = described?.userInfo
         options.installSize = installSize
+        options.language = language.flatMap(LanguageTag.init)?.description
         options.tags = tag
         options.contentType = contentType
         options.release = release

@@ -26,6 +26,16 @@ struct Releases: AsyncParsableCommand {
         guard live.status == 200, let payload = try? Envelope.decode(live.body).payload, let bytes = Data(base64Encoded: payload),
               let manifest = try? Manifest.decode(Array(bytes)) else { return }
         for line in Self.patchLines(manifest) { print(line) }
+        for line in Self.languageLines(manifest) { print(line) }
+    }
+
+    /// "voice: en, fr, fr-CA, ja (primary en)", per group of localized packs of the live release.
+    static func languageLines(_ manifest: Manifest) -> [String] {
+        var groups: [String: [String]] = [:]
+        for pack in manifest.packs { if let group = pack.languageGroup, let language = pack.language { groups[group, default: []].append(language) } }
+        return groups.sorted { $0.key < $1.key }.map { group, languages in
+            "\(group): localized in \(languages.sorted().joined(separator: ", ")) (primary language \(manifest.primaryLanguage ?? "not set"))"
+        }
     }
 
     /// "level: from revision 3: 12.4 MiB instead of 1.1 GiB", per pack with patches.

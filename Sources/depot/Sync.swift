@@ -29,7 +29,9 @@ struct Sync: AsyncParsableCommand {
     @Flag(help: "A managed app (iOS 26+): simulate the system's AssetPackManager on the download manifest (with --event).") var managed = false
     @Option(help: "The destination folder; packs land in DEST/packs/<id> (a folder for a zip pack).") var dest: String
     @OptionGroup var channel: ChannelOption
-    @Option(help: "Simulate a Background Assets event: install, update or periodic.") var event: String?
+    @Option(help: "Simulate a Background Assets event: install, update, periodic or language-change (iOS 27+).") var event: String?
+    @Option(help: "The device's languages, most preferred first (fr-CA,en): one pack of each group of localized packs is taken. Default: this machine's.")
+    var languages: String?
     @Option(name: .customLong("info-plist"), help: "With --event: the build's Info.plist (XML) whose allowances and domains apply.") var infoPlist: String?
     @Option(help: "An on-demand pack to fetch (repeatable).") var pack: [String] = []
     @Option(help: "Fetch the on-demand packs with this tag (repeatable).") var tag: [String] = []
@@ -40,8 +42,13 @@ struct Sync: AsyncParsableCommand {
     var allowHTTP = false
     @Flag(help: "Print no progress.") var quiet = false
 
+    var languageList: [String] { languages.map { $0.split(separator: ",").map(String.init) } ?? Locale.preferredLanguages }
+
     func validate() throws {
-        if let event, !["install", "update", "periodic"].contains(event) { throw ValidationError("--event must be install, update or periodic") }
+        if let event, !["install", "update", "periodic", "language-change"].contains(event) { throw ValidationError("--event must be install, update, periodic or language-change") }
+        if let languages, LanguageTag.list([languages]).count != languages.split(separator: ",").count {
+            throw ValidationError("--languages takes language tags, comma-separated (fr-CA,en)")
+        }
         if managed {
             guard event != nil else { throw ValidationError("--managed simulates a device: give --event install, update or periodic") }
             guard config == nil, infoPlist == nil, tag.isEmpty else { throw ValidationError("--managed takes no --config, --info-plist or --tag") }
@@ -56,7 +63,7 @@ struct Sync: AsyncParsableCommand {
 
     func run() async throws {
         if managed, let event {
-            let device = ManagedDevice(destination: dest, allowHTTP: allowHTTP, requested: Set(pack))
+            let device = ManagedDevice(destination: dest, allowHTTP: allowHTTP, requested: Set(pack), languages: languageList)
             let url = manifestURL.flatMap(URL.init(string:)) ?? origin.endpoint(channel.channel == "production" ? "download-manifest" : "channels/\(channel.channel)/download-manifest")
             let report = try await device.run(event: event, manifestURL: url, transport: origin.transport(), headers: credentials.headers)
             for line in report.lines { print(line) }
@@ -72,6 +79,7 @@ struct Sync: AsyncParsableCommand {
         sync.manifestURL = manifestURL.flatMap(URL.init(string:))
         sync.requestedPacks = Set(pack)
         sync.requestedTags = Set(tag)
+        sync.languages = languageList
         sync.concurrency = concurrency
         sync.headers = credentials.headers
         sync.transport = origin.connection.options

@@ -83,15 +83,20 @@ open class BAURLDownload: BADownload, @unchecked Sendable {
 
 // MARK: The extension
 
-/// `enum BAContentRequest` (iOS 16.1+; imported from an Objective-C enum, so not frozen: switch
-/// with a `default`).
-public enum BAContentRequest: Int, Sendable {
-    case install = 1
-    case update = 2
-    case periodic = 3
+/// `enum BAContentRequest` (iOS 16.1+), imported from an Objective-C `NS_ENUM`: not frozen, so
+/// a switch over it needs a `default` and never counts as exhaustive. Modelled as a raw-value
+/// struct, which a switch matches case by case in exactly that way (a Swift enum here would be
+/// frozen, and the compiler would call the `default` dead).
+public struct BAContentRequest: RawRepresentable, Hashable, Sendable {
+    public let rawValue: Int
+    public init(rawValue: Int) { self.rawValue = rawValue }
+
+    public static let install = BAContentRequest(rawValue: 1)
+    public static let update = BAContentRequest(rawValue: 2)
+    public static let periodic = BAContentRequest(rawValue: 3)
     #if BA_SDK_27
-    /// iOS 27+: the person changed the app's language.
-    case languageChange = 4
+    /// iOS 27+: a content request resulting from someone changing the app's preferred language.
+    public static let languageChange = BAContentRequest(rawValue: 4)
     #endif
 }
 

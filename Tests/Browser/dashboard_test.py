@@ -260,6 +260,26 @@ def run(origin, b, work, args):
     b.wait_text('#live-packs tr[data-pack="other"]', "other")
     assert not b.driver.find_elements(By.CSS_SELECTOR, '#live-packs tr[data-pack="extra"]'), "the staged removal was not in release 5"
 
+    step("a localized pack: the form's language, normalised, in the draft and the live release")
+    origin.cli("apps", "language", DEV, "--primary", "en")
+    voice = os.path.join(work, "voice.bin")
+    with open(voice, "wb") as f:
+        f.write(os.urandom(64 * 1024))
+    choose_file(b, voice, "voice-fr-CA")
+    b.find("#language").clear()
+    b.find("#language").send_keys("fr_ca")
+    b.click("#upload-start")
+    b.wait_text('#draft-packs tr[data-pack="voice-fr-CA"]', "fr-CA", 60)
+    b.click("#publish")
+    b.confirm()
+    b.wait(lambda: live_version(b) == 6, message="production never showed release 6")
+    row = b.wait_text('#live-packs tr[data-pack="voice-fr-CA"]', "fr-CA")
+    assert "all" in b.text('#live-packs tr[data-pack="other"]'), "a pack without a language is for all"
+    status, _, body = origin.request("GET", f"/v1/apps/{DEV}/releases/6")
+    packs = {p["id"]: p for p in json.loads(base64.b64decode(json.loads(body)["payload"]))["packs"]}
+    assert packs["voice-fr-CA"].get("language") == "fr-CA" and "language" not in packs["other"], row
+    b.check_console()
+
     step("Info.plist keys and the app configuration, copied")
     b.driver.execute_cdp_cmd("Browser.grantPermissions", {"origin": origin.url, "permissions": ["clipboardReadWrite", "clipboardSanitizedWrite"]})
     b.wait_text("#plist", "BADownloadAllowance")

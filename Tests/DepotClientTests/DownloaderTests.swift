@@ -103,7 +103,7 @@ struct DownloaderTests {
             }
             #expect(retried && error.kind == .transport && error.description.contains("timed out"), "\(error)")
             // The proxy records a request on its own thread: wait for that event.
-            await Eventually.wait { proxy.requests.count >= 2 }
+            Eventually.wait { proxy.requests.count >= 2 }
             #expect(proxy.requests.count == 2)
         }
     }

@@ -114,7 +114,7 @@ struct OperationsTests {
             _ = try request(origin, "GET", "/v1/apps/\(origin.app)/manifest", headers: ["Authorization: Basic dXNlcjpzZWNyZXRwYXNz"])
             _ = try request(origin, "PUT", "/v1/apps/\(origin.app)/packs/b", headers: ["Authorization: Bearer dpt_not_a_real_token"], body: [1])
             // The completion callback runs after the response is sent.
-            await Eventually.wait { log.all.filter { $0.hasPrefix("access") }.count >= 3 }
+            Eventually.wait { log.all.filter { $0.hasPrefix("access") }.count >= 3 }
             let lines = log.all.filter { $0.hasPrefix("access") }
             #expect(lines.count == 3)
             #expect(lines.contains { $0.contains("method=PUT") && $0.contains("path=/v1/apps/\(origin.app)/packs/a query=release=true") && $0.contains("status=201") && $0.contains("bytes=") && $0.contains("duration_ms=") })

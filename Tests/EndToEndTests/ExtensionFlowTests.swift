@@ -20,14 +20,31 @@ struct GuideAssets {
 struct GuideExtension {
     let Assets: GuideAssets
 
-    func downloads(manifestURL: URL, kind: RequestKind, extensionInfo: BAAppExtensionInfo) throws -> Set<BAURLDownload> {
+    func kind(for request: BAContentRequest) -> RequestKind {
+        // guide: kind
+        let kind: RequestKind = switch request {
+        case .install: .install
+        case .update: .update
+        case .periodic: .periodic
+        // The iOS 27 SDK adds one case, .languageChange (the person changed the app's
+        // language); matched by `default`, this builds with the iOS 26 SDK as well.
+        default: .languageChange
+        }
+        // guide: end
+        return kind
+    }
+
+    func downloads(manifestURL: URL, kind: RequestKind, extensionInfo: BAAppExtensionInfo, languages: [String] = Locale.preferredLanguages) throws -> Set<BAURLDownload> {
+        // A test stands in for the device's languages.
+        let Locale = (preferredLanguages: languages, 0)
         // guide: schedule
         let current = (try? BADownloadManager.shared.fetchCurrentDownloads()) ?? []
         let scheduled = try Assets.flow().schedule(
             manifestFile: manifestURL.path, kind: kind,
             allowance: extensionInfo.restrictedDownloadSizeRemaining,
             essentialAllowance: extensionInfo.restrictedEssentialDownloadSizeRemaining,
-            scheduled: Set(current.map(\.identifier))
+            scheduled: Set(current.map(\.identifier)),
+            languages: Locale.preferredLanguages
         )
         return Set(scheduled.map { download in
             BAURLDownload(
@@ -136,7 +153,7 @@ struct ExtensionFlowTests {
         for line in test.split(separator: "\n").map({ $0.trimmingCharacters(in: .whitespaces) }) {
             if line == "// guide: end" { regions.append(current ?? []); current = nil } else if line.hasPrefix("// guide: ") { current = [] } else if current != nil { current!.append(line) }
         }
-        #expect(regions.count == 2)
+        #expect(regions.count == 3)
         #expect(!guide.contains("int64Value"), "BAAppExtensionInfo's restricted sizes are Int? in Swift")
         for region in regions {
             let found = guideLines.indices.contains { start in

@@ -12,17 +12,6 @@ import Testing
 /// (2 in the default suite, more in `Deploy/reliability.sh`).
 @Suite("Reliability: whole syncs through a proxy that fails at random")
 struct FaultySyncTests {
-    /// SplitMix64: a small, seedable generator, so a failing schedule can be replayed.
-    struct Generator: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
 
     @Test("503s, 500s, stalls and bodies cut at random offsets: each run ends in bounded time, an installed pack is always whole, and runs again finish with every pack byte-identical")
     func randomFaults() async throws {
@@ -33,7 +22,7 @@ struct FaultySyncTests {
         let sizes = ["tiny": 150_001, "small": 1 << 20, "medium": 3 * (1 << 20) + 17, "large": 6 << 20]
         let injected = Mutex<[String: Int]>([:])
         let proxy = try FaultyProxy { index, _ in
-            var generator = Generator(state: seed ^ (UInt64(index) &* 0xD6E8_FEB8_6659_FD93))
+            var generator = SeededRandom(seed: seed ^ (UInt64(index) &* 0xD6E8_FEB8_6659_FD93))
             let roll = generator.next() % 100
             let behavior: FaultyProxy.Behavior = switch roll {
             case 0..<15: .respond(503)

@@ -17,18 +17,45 @@ public struct BackgroundAssetsKeys: Hashable, Sendable {
     /// Managed apps (iOS 26+): `BAAppGroupID`, with `BAHasManagedAssetPacks` YES and
     /// `BAUsesAppleHosting` NO; `manifestURL` is then the download manifest's. Nil: unmanaged.
     public var appGroupID: String?
+    /// With localized packs: for each of the four sized keys, the language whose device needs
+    /// the most (`"none of them"`: a device that speaks none, which takes the primary language's
+    /// packs). Empty when no pack is localized.
+    public var sizedBy: [String: String] = [:]
+
+    /// The four keys that are sizes, in the order ``sizedBy`` names them.
+    public static let sizedKeys = ["BAEssentialDownloadAllowance", "BADownloadAllowance", "BAEssentialMaxInstallSize", "BAMaxInstallSize"]
 
     /// Computes the keys for `manifest`, whose signed envelope (or, for a managed app, download
     /// manifest) is `manifestSize` bytes at `manifestURL`.
     public init(manifest: Manifest, manifestSize: Int64, manifestURL: String, appGroupID: String? = nil) {
         self.manifestURL = manifestURL
         self.appGroupID = appGroupID
-        let essential = manifest.packs.filter { $0.policy == .essential }
-        let prefetch = manifest.packs.filter { $0.policy == .prefetch }
-        essentialDownloadAllowance = manifestSize + essential.reduce(0) { $0 + $1.size }
-        downloadAllowance = prefetch.reduce(0) { $0 + $1.size }
-        essentialMaxInstallSize = essential.reduce(0) { $0 + $1.installSize }
-        maxInstallSize = prefetch.reduce(0) { $0 + $1.installSize }
+        // Localized packs: a device takes one language of each group, so each key counts the
+        // packs that are not localized plus what the device of the language that needs the most
+        // takes (Apple's rule for the App Store's figure). Tried: a device of each language the
+        // release has, and one of none of them (the primary language's packs).
+        let languages = LanguageSelection.languages(manifest.packs)
+        let devices: [[LanguageTag]] = languages.map { [$0] } + [[]]
+        var sums: [Int64] = [0, 0, 0, 0]
+        var sizedBy: [String: String] = [:]
+        for device in devices {
+            let packs = LanguageSelection.packs(manifest.packs, preferred: device, primary: manifest.primaryLanguageTag)
+            let essential = packs.filter { $0.policy == .essential }
+            let prefetch = packs.filter { $0.policy == .prefetch }
+            let values = [
+                essential.reduce(0) { $0 + $1.size }, prefetch.reduce(0) { $0 + $1.size },
+                essential.reduce(0) { $0 + $1.installSize }, prefetch.reduce(0) { $0 + $1.installSize },
+            ]
+            for (index, key) in Self.sizedKeys.enumerated() where values[index] > sums[index] || device == devices.first {
+                sums[index] = values[index]
+                if !languages.isEmpty { sizedBy[key] = device.first?.description ?? "none of them" }
+            }
+        }
+        essentialDownloadAllowance = manifestSize + sums[0]
+        downloadAllowance = sums[1]
+        essentialMaxInstallSize = sums[2]
+        maxInstallSize = sums[3]
+        self.sizedBy = sizedBy
         var hosts: [String] = []
         for url in [manifestURL] + manifest.packs.map(\.url) {
             if let host = Self.host(of: url), !hosts.contains(host) { hosts.append(host) }
@@ -56,12 +83,15 @@ public struct BackgroundAssetsKeys: Hashable, Sendable {
         let managedKeys = appGroupID.map { "\t<key>BAAppGroupID</key>\n\t<string>\(escaped($0))</string>\n" } ?? ""
         let appleHostingKey = appGroupID == nil ? "" : "\t<key>BAUsesAppleHosting</key>\n\t<false/>\n"
         let hasManaged = appGroupID == nil ? "" : "\t<key>BAHasManagedAssetPacks</key>\n\t<true/>\n"
+        // With localized packs, which language sized each key (a comment: plist readers skip it).
+        let languageNote = sizedBy.isEmpty ? "" : "\t<!-- Localized packs: each size counts the packs that are not localized plus what a device of the language that needs the most takes. "
+            + Self.sizedKeys.map { "\($0): \(sizedBy[$0] ?? "")" }.joined(separator: "; ") + ". -->\n"
         return """
             <?xml version="1.0" encoding="UTF-8"?>
             <!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">
             <plist version="1.0">
             <dict>
-            \(managedKeys)\(hasManaged)\t<key>BAInitialDownloadRestrictions</key>
+            \(languageNote)\(managedKeys)\(hasManaged)\t<key>BAInitialDownloadRestrictions</key>
             \t<dict>
             \t\t<key>BADownloadAllowance</key>
             \t\t<integer>\(downloadAllowance)</integer>

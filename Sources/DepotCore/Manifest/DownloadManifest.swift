@@ -7,6 +7,9 @@ import Foundation
 public struct DownloadManifest: Codable, Hashable, Sendable {
     /// The `userInfo` key under which the origin puts the archive's SHA-256 (lower-case hex).
     public static let sha256Key = "AssetDepotSHA256"
+    /// The `userInfo` key under which the origin puts the app's primary language, on each
+    /// localized pack (the fallback a device applies; Apple's own comes from App Store Connect).
+    public static let primaryLanguageKey = "AssetDepotPrimaryLanguage"
 
     public var assetPacks: [AssetPack]
 
@@ -21,12 +24,23 @@ public struct DownloadManifest: Codable, Hashable, Sendable {
         public var downloadSize: Int64
         public var downloadPolicy: DownloadPolicy
         public var host: Host
-        /// The publisher's, plus ``DownloadManifest/sha256Key``.
+        /// The publisher's, plus ``DownloadManifest/sha256Key`` (and, on a localized pack,
+        /// ``DownloadManifest/primaryLanguageKey``).
         public var userInfo: [String: JSONValue]
+        /// iOS 27+: the language the pack is localized for, a BCP-47 identifier of language,
+        /// script and region only (`fr-CA`) — the `language` key of `ba-package template`'s
+        /// entries, which the system reads as `AssetPack.language`; absent: not localized.
+        public var language: String?
 
         /// The archive's SHA-256, from `userInfo`.
         public var sha256: String? {
             if case .string(let value) = userInfo[DownloadManifest.sha256Key] { return value }
+            return nil
+        }
+
+        /// The app's primary language, from `userInfo`.
+        public var primaryLanguage: String? {
+            if case .string(let value) = userInfo[DownloadManifest.primaryLanguageKey] { return value }
             return nil
         }
     }
@@ -83,10 +97,11 @@ public struct DownloadManifest: Codable, Hashable, Sendable {
         assetPacks = manifest.packs.map { pack in
             var info = pack.userInfo ?? [:]
             info[Self.sha256Key] = .string(pack.sha256)
+            if pack.language != nil, let primary = manifest.primaryLanguage { info[Self.primaryLanguageKey] = .string(primary) }
             return AssetPack(
                 id: pack.id, url: pack.url, version: pack.revision, downloadSize: pack.size,
                 downloadPolicy: DownloadPolicy(policy: pack.policy, installationEventTypes: pack.installationEventTypes ?? DownloadPolicy.allEvents),
-                host: Host(), userInfo: info
+                host: Host(), userInfo: info, language: pack.language
             )
         }
     }

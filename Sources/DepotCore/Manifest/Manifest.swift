@@ -22,16 +22,23 @@ public struct Manifest: Codable, Hashable, Sendable {
     /// another's. Absent in manifests signed before channels were named, which clients take as
     /// production's (see <doc:ManifestFormat>).
     public var channel: String?
+    /// The app's primary language (a ``LanguageTag``): what a device whose languages none of a
+    /// group of localized packs speaks takes instead. Absent when no pack is localized.
+    public var primaryLanguage: String?
 
-    public init(app: String, version: Int, publishedAt: Date, expiresAt: Date, packs: [PackEntry], channel: String? = nil) {
+    public init(app: String, version: Int, publishedAt: Date, expiresAt: Date, packs: [PackEntry], channel: String? = nil, primaryLanguage: String? = nil) {
         self.schemaVersion = Self.currentSchemaVersion
         self.channel = channel
+        self.primaryLanguage = primaryLanguage
         self.app = app
         self.version = version
         self.publishedAt = publishedAt
         self.expiresAt = expiresAt
         self.packs = packs.sorted { $0.id < $1.id }
     }
+
+    /// The primary language, parsed.
+    public var primaryLanguageTag: LanguageTag? { primaryLanguage.flatMap(LanguageTag.init) }
 
     /// The pack with this id.
     public subscript(pack id: String) -> PackEntry? { packs.first { $0.id == id } }
@@ -133,13 +140,18 @@ public struct PackEntry: Codable, Hashable, Sendable {
     /// encrypted as a pack container under this pack's key; absent until the origin has made
     /// them (a manifest without them is complete). Signed with the rest.
     public var patches: [PackPatch]?
+    /// The language the pack is localized for (a normalised ``LanguageTag``: `fr-CA`); nil: not
+    /// localized, every device takes it. A localized pack's id ends with `-` and its language
+    /// (`voice-fr-CA`); a device takes one pack of each group (<doc:Languages>).
+    public var language: String?
 
     public init(
         id: String, revision: Int, url: String, size: Int64, sha256: String, installSize: Int64,
         plaintextSHA256: String, policy: Policy, tags: [String], keyID: String, contentType: String,
-        installationEventTypes: [String]? = nil, userInfo: [String: JSONValue]? = nil, patches: [PackPatch]? = nil
+        installationEventTypes: [String]? = nil, userInfo: [String: JSONValue]? = nil, patches: [PackPatch]? = nil, language: String? = nil
     ) {
         self.patches = patches
+        self.language = language
         self.installationEventTypes = installationEventTypes
         self.userInfo = userInfo
         self.id = id

@@ -26,6 +26,7 @@ struct PublishHandlers: Sendable {
             return String(decoding: data, as: UTF8.self)
         }
         try parameters.parseManaged(installSize: context.query("installSize"), events: context.query("events"), userInfo: userInfo)
+        try parameters.parseLanguage(context.query("language"))
         let receiver = PackUploadReceiver(try PackIngest(parameters, publisher: publisher))
         if length == 0 { return .respond(receiver.finish()) }
         return .receiveBody(receiver)

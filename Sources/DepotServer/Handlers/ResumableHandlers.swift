@@ -55,6 +55,7 @@ struct ResumableHandlers: Sendable {
             base: metadata["base"], force: metadata["force"] == "true", channel: metadata["channel"]
         )
         try parameters.parseManaged(installSize: metadata["installSize"], events: metadata["events"], userInfo: metadata["userInfo"])
+        try parameters.parseLanguage(metadata["language"])
         let managed = try publisher.checkMode(parameters)
         // A managed app's archive is stored as uploaded: the header is not written (its fields are unused).
         let header = managed ? PackHeader(keyID: "archive") : PackHeader(keyID: try publisher.apps.packKeys(context.app).current)

@@ -73,7 +73,8 @@ final class Publisher: Sendable {
             id: request.pack, revision: 0, url: urls.blob(request.app, summary.sha256), size: summary.size,
             sha256: summary.sha256, installSize: installSize, plaintextSHA256: summary.plaintextSHA256, policy: request.policy,
             tags: request.tags, keyID: summary.keyID, contentType: request.contentType,
-            installationEventTypes: request.policy == .onDemand ? nil : request.installationEventTypes, userInfo: request.userInfo
+            installationEventTypes: request.policy == .onDemand ? nil : request.installationEventTypes, userInfo: request.userInfo,
+            language: request.language
         )
         // A pack staged twice: the earlier upload's blob is deleted once the draft no longer needs it.
         var superseded: String?

@@ -25,6 +25,8 @@ struct UploadParameters: Sendable {
     var installationEventTypes: [String]? = nil
     /// Managed apps: the publisher's `userInfo` object, passed on in the download manifest.
     var userInfo: [String: JSONValue]? = nil
+    /// The language the pack is localized for, normalised (`fr-CA`); nil: not localized.
+    var language: String? = nil
 
     /// Whether any value only a managed app's pack can have is given.
     var hasManagedValues: Bool { installSize != nil || installationEventTypes != nil || userInfo != nil }
@@ -76,6 +78,20 @@ struct UploadParameters: Sendable {
             }
             self.userInfo = object
         }
+    }
+
+    /// Adds the pack's language (`language=fr-CA`): Apple's form (an ISO 639 code, optionally a
+    /// script and a region, nothing else), and a pack id that ends with `-` and that language,
+    /// as Apple names localized packs (`voice-fr-CA`): the part before is the pack's group.
+    mutating func parseLanguage(_ text: String?) throws {
+        guard let text, !text.isEmpty else { return }
+        guard text.count <= 32, let tag = LanguageTag(text) else {
+            throw DepotError.badRequest("language must be an ISO 639 language code with, optionally, a script and a region (en, fr-CA, zh-Hant): Background Assets takes nothing else")
+        }
+        guard PackEntry.group(of: pack, language: tag) != nil else {
+            throw DepotError.badRequest("a localized pack's id ends with -\(tag) (for instance voice-\(tag)): the part before names its group, of which a device takes one language; \(pack) does not")
+        }
+        language = tag.description
     }
 
     /// A channel name, production when none is given.

@@ -15,6 +15,9 @@ public struct AppSettings: Codable, Sendable, Hashable {
     public var mode: AppMode?
     /// Managed apps: the app group the app and its downloader extension share (`BAAppGroupID`).
     public var appGroup: String?
+    /// The app's primary language (a normalised language tag): the localized packs a device
+    /// takes when none of its languages is offered. Required once a release has localized packs.
+    public var primaryLanguage: String?
 
     /// Whether the system manages the app's packs (Apple Archives and a download manifest).
     public var isManaged: Bool { mode == .managed }
@@ -141,6 +144,20 @@ public struct AppStore: Sendable {
     }
 
     /// Records (or, with nil, clears) the allowances of the app's shipped builds.
+    /// Sets the app's primary language (normalised); nil forgets it.
+    public func setPrimaryLanguage(_ id: String, _ language: String?) throws {
+        guard var settings = settings(id) else { throw DepotError.notFound("app \(id)") }
+        if let language {
+            guard let tag = LanguageTag(language) else {
+                throw DepotError.badRequest("the primary language must be an ISO 639 code with, optionally, a script and a region (en, pt-BR)")
+            }
+            settings.primaryLanguage = tag.description
+        } else {
+            settings.primaryLanguage = nil
+        }
+        try StoredJSON.write(settings, to: folder.appSettings(id))
+    }
+
     public func setAllowances(_ id: String, _ allowances: BuildAllowances?) throws {
         guard var settings = settings(id) else { throw DepotError.notFound("app \(id)") }
         settings.allowances = allowances

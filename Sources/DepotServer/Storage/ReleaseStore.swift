@@ -259,8 +259,14 @@ public final class ReleaseStore: Sendable {
             // the files still count, so that a number is never written twice.
             let version = max(head(app), Self.versions(in: folder.releases(app)).last ?? 0) + 1
             let now = Date()
+            let localized = packs.contains { $0.language != nil }
+            let primary = localized ? apps.settings(app)?.primaryLanguage : nil
+            if localized && primary == nil {
+                throw DepotError.conflict("primary_language_required", "release has localized packs but app \(app) has no primary language: a device that speaks none of a group's languages takes the primary language's pack. Set it (depot apps language \(app) --primary en); nothing was published")
+            }
             let manifest = Manifest(
-                app: app, version: version, publishedAt: now, expiresAt: now.addingTimeInterval(manifestLifetime), packs: packs, channel: channel
+                app: app, version: version, publishedAt: now, expiresAt: now.addingTimeInterval(manifestLifetime), packs: packs, channel: channel,
+                primaryLanguage: primary
             )
             let envelope = try Envelope.sign(manifest, with: apps.signingKeys()).encoded()
             try check?(manifest, Int64(envelope.count))

@@ -48,6 +48,8 @@ struct ResumableState: Codable, Sendable {
     var installSize: Int64? = nil
     var installationEventTypes: [String]? = nil
     var userInfo: [String: JSONValue]? = nil
+    /// The pack's language (normalised), if localized.
+    var language: String? = nil
 
     var isArchive: Bool { archive ?? false }
 
@@ -65,7 +67,7 @@ struct ResumableState: Codable, Sendable {
         UploadParameters(
             app: app, pack: pack, policy: policy, tags: tags, contentType: contentType, expectedPlaintextSHA256: expectedPlaintextSHA256,
             release: release, base: base, force: force, channel: channel ?? ReleaseStore.production, installSize: installSize,
-            installationEventTypes: installationEventTypes, userInfo: userInfo
+            installationEventTypes: installationEventTypes, userInfo: userInfo, language: language
         )
     }
 }
@@ -83,7 +85,8 @@ extension ResumableState {
             channel: p.channel == ReleaseStore.production ? nil : p.channel, metadata: metadata, length: length, offset: 0,
             keyID: header.keyID, salt: Hex.encode(header.salt), noncePrefix: Hex.encode(header.noncePrefix), segmentSize: header.segmentSize,
             sealedSegments: 0, containerLength: archive ? 0 : Int64(header.encodedSize), tail: "", created: now, expires: expires, result: nil,
-            archive: archive ? true : nil, installSize: p.installSize, installationEventTypes: p.installationEventTypes, userInfo: p.userInfo
+            archive: archive ? true : nil, installSize: p.installSize, installationEventTypes: p.installationEventTypes, userInfo: p.userInfo,
+            language: p.language
         )
     }
 }
