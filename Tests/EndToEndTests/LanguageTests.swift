@@ -36,6 +36,10 @@ struct LanguageTests {
             let given = voice.language == "fr-CA" ? "fr_ca" : voice.language
             try put(origin, voice.id, voice.bytes, query: "&language=\(given)")
         }
+        // A second French pack of the group (ids differ in case): a device could take only one.
+        let twice = try RawHTTP.send(port: origin.port, "PUT /v1/apps/\(origin.app)/packs/voice-FR?release=true&language=fr HTTP/1.1\r\nHost: x\r\n"
+            + "Authorization: Bearer \(origin.token)\r\nContent-Length: 3\r\nConnection: close\r\n\r\n", body: [1, 2, 3]).first
+        #expect(twice?.status == 409 && twice?.bodyText.contains("duplicate_language") == true, "\(twice?.bodyText ?? "")")
     }
 
     /// The blobs devices fetched from the origin, by SHA-256, counted from its access log.

@@ -259,7 +259,14 @@ public final class ReleaseStore: Sendable {
             // the files still count, so that a number is never written twice.
             let version = max(head(app), Self.versions(in: folder.releases(app)).last ?? 0) + 1
             let now = Date()
-            let localized = packs.contains { $0.language != nil }
+            var seen: [String: String] = [:]
+            for pack in packs {
+                guard let group = pack.languageGroup, let language = pack.language else { continue }
+                if let other = seen.updateValue(pack.id, forKey: group + "\u{0}" + language) {
+                    throw DepotError.conflict("duplicate_language", "\(other) and \(pack.id) are both group \(group)'s \(language) pack: a device takes one per language; remove one. Nothing was published")
+                }
+            }
+            let localized = !seen.isEmpty
             let primary = localized ? apps.settings(app)?.primaryLanguage : nil
             if localized && primary == nil {
                 throw DepotError.conflict("primary_language_required", "release has localized packs but app \(app) has no primary language: a device that speaks none of a group's languages takes the primary language's pack. Set it (depot apps language \(app) --primary en); nothing was published")
