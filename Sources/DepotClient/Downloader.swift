@@ -126,7 +126,9 @@ public struct Downloader: Sendable {
                 events?.yield(.retrying(id: item.id, attempt: attempt, reason: failure.error.description))
                 await retry.wait(beforeRetry: attempt)
             } catch {
-                let error = error as? ClientError ?? ClientError.install(item.id, error)
+                // A cancellation (the URLSession engine ends its exchange with CancellationError)
+                // is one, whichever layer noticed it first.
+                let error = error is CancellationError || Task.isCancelled ? .cancelled : error as? ClientError ?? ClientError.install(item.id, error)
                 events?.yield(.failed(id: item.id, reason: error.description))
                 return .failure(error)
             }
