@@ -194,12 +194,11 @@ public struct ExtensionFlow: Sendable {
     /// Removes each installed localized pack the device's languages no longer pick whose group's
     /// pick is installed at the manifest's revision; returns their ids.
     private func removeReplacedLanguages(manifest: Manifest, languages: [String]) throws -> [String] {
-        let chosen = LanguageSelection.selected(manifest.packs, preferred: LanguageTag.list(languages), primary: manifest.primaryLanguageTag)
+        let picks = LanguageSelection.picks(manifest.packs, preferred: LanguageTag.list(languages), primary: manifest.primaryLanguageTag)
         return try store.withExclusiveControl(app: configuration.app) { state -> [String] in
             var removed: [String] = []
-            for entry in manifest.packs where state.packs[entry.id] != nil && !chosen.contains(entry.id) {
-                guard let group = entry.languageGroup,
-                      let pick = manifest.packs.first(where: { $0.languageGroup == group && chosen.contains($0.id) }),
+            for entry in manifest.packs where state.packs[entry.id] != nil {
+                guard let pickID = picks[entry.id], pickID != entry.id, let pick = manifest[pack: pickID],
                       let installed = state.packs[pick.id], installed.revision == pick.revision, installed.sha256 == pick.sha256 else { continue }
                 Installer.removeTree(store.packPath(entry.id))
                 state.packs[entry.id] = nil

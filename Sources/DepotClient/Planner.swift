@@ -136,14 +136,14 @@ public enum Planner {
         var otherLanguages: [String] = []
         var replacements: [String: String] = [:]
         var removals = Set(state.packs.keys.filter { id in !manifest.packs.contains { $0.id == id } })
-        let chosen = LanguageSelection.selected(manifest.packs, preferred: LanguageTag.list(request.languages), primary: manifest.primaryLanguageTag)
+        let picks = LanguageSelection.picks(manifest.packs, preferred: LanguageTag.list(request.languages), primary: manifest.primaryLanguageTag)
         for entry in manifest.packs {
             let installed = state.packs[entry.id]
-            if let group = entry.languageGroup, !chosen.contains(entry.id) {
+            if entry.languageGroup != nil, picks[entry.id] != entry.id {
                 if installed == nil {
                     otherLanguages.append(entry.id)
-                } else if let replacement = manifest.packs.first(where: { $0.languageGroup == group && chosen.contains($0.id) }) {
-                    replacements[entry.id] = replacement.id
+                } else if let replacement = picks[entry.id] {
+                    replacements[entry.id] = replacement
                 } else {
                     removals.insert(entry.id)
                 }

@@ -55,8 +55,8 @@ struct ManagedDevice {
             report.lines.append("deleted \(id): it left the download manifest")
         }
         let primary = manifest.assetPacks.lazy.compactMap(\.primaryLanguage).first.flatMap(LanguageTag.init)
-        let chosen = LanguageSelection.selected(manifest.assetPacks.map { ($0.id, $0.language) }, preferred: LanguageTag.list(languages), primary: primary)
-        let otherLanguage = Set(manifest.assetPacks.filter { $0.language != nil && !chosen.contains($0.id) }.map(\.id))
+        let picks = LanguageSelection.picks(manifest.assetPacks.map { ($0.id, $0.language) }, preferred: LanguageTag.list(languages), primary: primary)
+        let otherLanguage = Set(manifest.assetPacks.filter { $0.language != nil && picks[$0.id] != $0.id }.map(\.id))
         let trigger = event == "install" ? "firstInstallation" : event == "update" ? "subsequentUpdate" : nil
         // Essential packs first, prefetch after, then any asked for.
         let order: [PackEntry.Policy] = [.essential, .prefetch, .onDemand]
@@ -85,15 +85,10 @@ struct ManagedDevice {
         }
         // Another language's packs go once their group's pick is held.
         for id in state.packs.keys.sorted() where otherLanguage.contains(id) {
-            func groupOf(_ pack: DownloadManifest.AssetPack) -> String? {
-                pack.language.flatMap(LanguageTag.init).flatMap { PackEntry.group(of: pack.id, language: $0) }
-            }
-            guard let pack = manifest.assetPacks.first(where: { $0.id == id }), let group = groupOf(pack),
-                  let pick = manifest.assetPacks.first(where: { chosen.contains($0.id) && groupOf($0) == group }),
-                  state.packs[pick.id] != nil else { continue }
+            guard let pick = picks[id], state.packs[pick] != nil else { continue }
             FileSystem.remove(packPath(id))
             state.packs[id] = nil
-            report.lines.append("deleted \(id): the device's language takes \(pick.id)")
+            report.lines.append("deleted \(id): the device's language takes \(pick)")
         }
         try FileSystem.writeAtomically(Array(try JSONEncoder().encode(state)), to: statePath)
         for (id, held) in state.packs.sorted(by: { $0.key < $1.key }) {

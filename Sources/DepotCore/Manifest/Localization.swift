@@ -119,17 +119,29 @@ public enum LanguageSelection {
 
     /// The same, for packs given by id and language (a download manifest's).
     public static func selected(_ packs: [(id: String, language: String?)], preferred: [LanguageTag], primary: LanguageTag?) -> Set<String> {
+        Set(picks(packs, preferred: preferred, primary: primary).values)
+    }
+
+    /// For every localized pack, the id of the pack of its group the device takes (itself, or
+    /// the one that replaces it); absent when the group has nothing for the device.
+    public static func picks(_ packs: [PackEntry], preferred: [LanguageTag], primary: LanguageTag?) -> [String: String] {
+        picks(packs.map { ($0.id, $0.language) }, preferred: preferred, primary: primary)
+    }
+
+    /// The same, for packs given by id and language (a download manifest's).
+    public static func picks(_ packs: [(id: String, language: String?)], preferred: [LanguageTag], primary: LanguageTag?) -> [String: String] {
         var groups: [String: [(tag: LanguageTag, id: String)]] = [:]
         for pack in packs {
             guard let tag = pack.language.flatMap(LanguageTag.init), let group = PackEntry.group(of: pack.id, language: tag) else { continue }
             groups[group, default: []].append((tag, pack.id))
         }
-        var chosen: Set<String> = []
+        var picks: [String: String] = [:]
         for members in groups.values {
-            guard let language = LanguageTag.choose(preferred: preferred, primary: primary, from: members.map(\.tag)) else { continue }
-            if let member = members.first(where: { $0.tag == language }) { chosen.insert(member.id) }
+            guard let language = LanguageTag.choose(preferred: preferred, primary: primary, from: members.map(\.tag)),
+                  let pick = members.first(where: { $0.tag == language }) else { continue }
+            for member in members { picks[member.id] = pick.id }
         }
-        return chosen
+        return picks
     }
 
     /// The packs a device with `preferred` languages has from `packs`: every pack that is not
