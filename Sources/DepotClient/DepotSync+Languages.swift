@@ -9,13 +9,15 @@ extension DepotSync {
     func replaceLanguages(_ plan: Plan, manifest: Manifest, store: StateStore, report: inout SyncReport) throws {
         for (old, replacement) in plan.languageReplacements.sorted(by: { $0.key < $1.key }) {
             guard let entry = manifest[pack: replacement] else { continue }
-            let removed = try store.withExclusiveControl(app: configuration.app) { state -> Bool in
-                guard let now = state.packs[replacement], now.revision == entry.revision, now.sha256 == entry.sha256 else { return false }
-                Installer.removeTree(store.packPath(old))
+            // Under the lock the record goes and the copy is renamed aside; it is deleted after.
+            let removed = try store.withExclusiveControl(app: configuration.app) { state -> (done: Bool, aside: String?) in
+                guard let now = state.packs[replacement], now.revision == entry.revision, now.sha256 == entry.sha256,
+                      store.isWhole(replacement, now) else { return (false, nil) }
                 state.packs[old] = nil
-                return true
+                return (true, try store.detach(old))
             }
-            if removed {
+            removed.aside.map(Installer.removeTree)
+            if removed.done {
                 report.removed.append(old)
                 observer?(.removed(old))
             } else {

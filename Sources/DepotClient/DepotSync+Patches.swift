@@ -21,9 +21,9 @@ extension DepotSync {
         }
         if case .failure(let error) = await downloader.download(item, events: events) { return .failure(error) }
         do {
-            try await BlockingCall.run { try installer.installPatch(entry, patch: patch, from: item.path, to: store.packPath(entry.id)) }
+            let copy = try await BlockingCall.run { try installer.installPatchedCopy(entry, patch: patch, from: item.path, to: store.packPath(entry.id)) }
             try store.withExclusiveControl(app: configuration.app) { state in
-                state.packs[entry.id] = InstalledState.Pack(entry, installedAt: now, unpacked: ZipPack.isZip(contentType: entry.contentType))
+                state.packs[entry.id] = InstalledState.Pack(entry, installedAt: now, copy: copy)
             }
             return .success(patch.size)
         } catch {

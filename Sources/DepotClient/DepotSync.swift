@@ -116,7 +116,7 @@ public struct DepotSync: Sendable {
         if let rules, kind == .install {
             (request.essentialAllowance, request.allowance) = rules.initialBudgets(manifestSize: Int64(envelope.count))
         }
-        let plan = Planner.plan(manifest: manifest, state: state, request: request) { FileSystem.exists(store.packPath($0)) }
+        let plan = Planner.plan(manifest: manifest, state: state, request: request, installedCopyIsWhole: store.isWhole)
         observer?(.planned(plan))
 
         var report = SyncReport(
@@ -172,10 +172,11 @@ public struct DepotSync: Sendable {
         // Packs gone from the manifest go once everything else succeeded.
         if report.failed.isEmpty {
             for id in plan.removals {
-                try store.withExclusiveControl(app: app) { state in
-                    Installer.removeTree(store.packPath(id))
-                    state.packs[id] = nil
+                let aside = try store.withExclusiveControl(app: app) { state in
+                    defer { state.packs[id] = nil }
+                    return try store.detach(id)
                 }
+                aside.map(Installer.removeTree)
                 report.removed.append(id)
                 observer?(.removed(id))
             }
@@ -306,10 +307,10 @@ public struct DepotSync: Sendable {
         if case .failure = downloaded { follower.abandon() }
         let installed = await installing.result
         switch (downloaded, installed) {
-        case (.success, .success(let unpacked)):
+        case (.success, .success(let copy)):
             do {
                 try store.withExclusiveControl(app: app) { state in
-                    state.packs[entry.id] = InstalledState.Pack(entry, installedAt: now, unpacked: unpacked)
+                    state.packs[entry.id] = InstalledState.Pack(entry, installedAt: now, copy: copy)
                 }
                 return .success(entry.size)
             } catch {

@@ -13,7 +13,7 @@ public struct ScheduledDownload: Hashable, Sendable {
 
     /// `pack@revision` (the whole pack) or `pack@revision-from-base` (a patch): matches the
     /// finished download to its manifest entry.
-    public var identifier: String { "\(entry.id)@\(entry.revision)" + (patch.map { "-from-\($0.fromRevision)" } ?? "") }
+    public var identifier: String { PlannedDownload.identifier(entry, patch: patch) }
     /// The pack's URL, or its patch's, as the manifest states it (https for Background Assets).
     public var url: URL { URL(string: patch?.url ?? entry.url)! }
     /// The exact size of what is downloaded: the system fails a download of any other size.
@@ -96,7 +96,7 @@ public struct ExtensionFlow: Sendable {
             scheduled: scheduled.union(arrivedIdentifiers())
         )
         request.languages = languages
-        let plan = Planner.plan(manifest: manifest, state: state, request: request, installedCopyExists: { FileSystem.exists(store.packPath($0)) })
+        let plan = Planner.plan(manifest: manifest, state: state, request: request, installedCopyIsWhole: store.isWhole)
         return plan.downloads.map { ScheduledDownload(entry: $0.entry, isEssential: $0.essential, patch: $0.patch) }
     }
 
@@ -156,26 +156,28 @@ public struct ExtensionFlow: Sendable {
                 continue
             }
             do {
-                let unpacked: Bool
+                let copy: InstalledCopy
                 if let base {
-                    // A patch: onto the installed copy, if it is still the patch's base.
+                    // A patch: onto the installed copy, if it is still the patch's base, whole.
                     let installed = try store.read(app: configuration.app).packs[id]
                     guard let installed, installed.revision == base, let patch = entry.patch(from: base, plaintextSHA256: installed.plaintextSHA256) else {
                         throw ClientError.integrity(id, "the installed copy is no longer the base of this patch")
                     }
                     do {
-                        try installer.installPatch(entry, patch: patch, from: path, to: store.packPath(id))
+                        guard store.isWhole(id, installed) else {
+                            throw ClientError.integrity(id, "the installed copy, the patch's base, is no longer whole on disk (purged or changed)")
+                        }
+                        copy = try installer.installPatchedCopy(entry, patch: patch, from: path, to: store.packPath(id))
                     } catch let error as ClientError where error.kind == .integrity {
                         // The base changed on disk or the patch is bad: the next plan asks for the whole pack.
                         try store.withExclusiveControl(app: configuration.app) { $0.packs[id]?.patchFailed = true }
                         throw error
                     }
-                    unpacked = ZipPack.isZip(contentType: entry.contentType)
                 } else {
-                    unpacked = try installer.install(entry, from: path, to: store.packPath(entry.id))
+                    copy = try installer.install(entry, from: FileDescriptor.openForReading(path), scratch: FileSystem.temporaryPath(besides: path, suffix: ".plain"), to: store.packPath(entry.id))
                 }
                 try store.withExclusiveControl(app: configuration.app) { state in
-                    state.packs[entry.id] = InstalledState.Pack(entry, installedAt: now, unpacked: unpacked)
+                    state.packs[entry.id] = InstalledState.Pack(entry, installedAt: now, copy: copy)
                 }
                 FileSystem.remove(path)
                 report.installed.append(entry.id)
@@ -195,17 +197,22 @@ public struct ExtensionFlow: Sendable {
     /// pick is installed at the manifest's revision; returns their ids.
     private func removeReplacedLanguages(manifest: Manifest, languages: [String]) throws -> [String] {
         let picks = LanguageSelection.picks(manifest.packs, preferred: LanguageTag.list(languages), primary: manifest.primaryLanguageTag)
-        return try store.withExclusiveControl(app: configuration.app) { state -> [String] in
+        // Under the lock: the record goes and the copy is renamed aside; deleted after it.
+        let (removed, aside) = try store.withExclusiveControl(app: configuration.app) { state -> ([String], [String]) in
             var removed: [String] = []
+            var aside: [String] = []
             for entry in manifest.packs where state.packs[entry.id] != nil {
                 guard let pickID = picks[entry.id], pickID != entry.id, let pick = manifest[pack: pickID],
-                      let installed = state.packs[pick.id], installed.revision == pick.revision, installed.sha256 == pick.sha256 else { continue }
-                Installer.removeTree(store.packPath(entry.id))
+                      let installed = state.packs[pick.id], installed.revision == pick.revision, installed.sha256 == pick.sha256,
+                      store.isWhole(pick.id, installed) else { continue }
+                if let path = try store.detach(entry.id) { aside.append(path) }
                 state.packs[entry.id] = nil
                 removed.append(entry.id)
             }
-            return removed
+            return (removed, aside)
         }
+        aside.forEach(Installer.removeTree)
+        return removed
     }
 
     /// `pack@revision` or `pack@revision-from-base`, with a valid pack id and revision numbers.

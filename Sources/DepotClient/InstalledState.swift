@@ -16,6 +16,11 @@ public struct InstalledState: Codable, Hashable, Sendable {
         /// A patch onto this copy failed (the file changed on disk since it was recorded, or
         /// the patch was bad): its next revision comes whole.
         public var patchFailed: Bool?
+        /// What was switched in (``InstalledCopy``): files, bytes and inode, checked by `stat` at
+        /// each plan. Absent in records written before copies were measured.
+        public var files: Int?
+        public var bytes: Int64?
+        public var inode: UInt64?
 
         public init(revision: Int, sha256: String, plaintextSHA256: String, installSize: Int64, installedAt: Date, unpacked: Bool = false) {
             self.revision = revision
@@ -34,6 +39,12 @@ public struct InstalledState: Codable, Hashable, Sendable {
             )
         }
 
+        /// The record of `entry` installed now as `copy` (measured before it was switched in).
+        public init(_ entry: PackEntry, installedAt: Date, copy: InstalledCopy) {
+            self.init(entry, installedAt: installedAt, unpacked: copy.unpacked)
+            (files, bytes, inode) = (copy.files, copy.bytes, copy.inode)
+        }
+
         public init(from decoder: any Decoder) throws {
             let c = try decoder.container(keyedBy: CodingKeys.self)
             revision = try c.decode(Int.self, forKey: .revision)
@@ -43,6 +54,9 @@ public struct InstalledState: Codable, Hashable, Sendable {
             installedAt = try c.decode(Date.self, forKey: .installedAt)
             unpacked = try c.decodeIfPresent(Bool.self, forKey: .unpacked) ?? false
             patchFailed = try c.decodeIfPresent(Bool.self, forKey: .patchFailed)
+            files = try c.decodeIfPresent(Int.self, forKey: .files)
+            bytes = try c.decodeIfPresent(Int64.self, forKey: .bytes)
+            inode = try c.decodeIfPresent(UInt64.self, forKey: .inode)
         }
     }
 

@@ -26,19 +26,20 @@ public struct Installer: Sendable {
         }
         let source: FileDescriptor
         do { source = try FileDescriptor.openForReading(file) } catch { throw ClientError.install(entry.id, error) }
-        // A zip's plaintext waits beside the container, named so that a killed run's is found
-        // and removed (``removeLeftovers(in:maximumAge:now:)``).
-        let scratch = FileSystem.directory(of: file) + "/.tmp-" + FileSystem.lastComponent(of: file) + "-p\(getpid())-" + Hex.encode(SecureRandom.bytes(6)) + ".plain"
-        return try install(entry, from: source, scratch: scratch, to: destination)
+        // A zip's plaintext waits beside the container, named with this process as its owner so
+        // that a killed run's is found and removed (``removeLeftovers(in:maximumAge:now:)``).
+        let scratch = FileSystem.temporaryPath(besides: file, suffix: ".plain")
+        return try install(entry, from: source, scratch: scratch, to: destination).unpacked
     }
 
     /// Installs from any source of the container's bytes (a download still being written, read
-    /// as it grows); `scratch` is where a zip's plaintext waits to be unpacked.
-    func install(_ entry: PackEntry, from source: some RandomAccessSource, scratch: String, to destination: String) throws -> Bool {
+    /// as it grows); `scratch` is where a zip's plaintext waits to be unpacked. Returns what was
+    /// switched in, measured before the switch (the state records it: ``InstalledCopy``).
+    func install(_ entry: PackEntry, from source: some RandomAccessSource, scratch: String, to destination: String) throws -> InstalledCopy {
         let folder = FileSystem.directory(of: destination)
         // The process id in the name lets a later run tell a killed install's leftovers from a
-        // tree another process is still writing (``removeLeftovers(in:)``).
-        let staged = folder + "/.tmp-" + FileSystem.lastComponent(of: destination) + "-p\(getpid())-" + Hex.encode(SecureRandom.bytes(6))
+        // tree another process is still writing (``removeLeftovers(in:maximumAge:now:)``).
+        let staged = FileSystem.temporaryPath(besides: destination)
         let unpack = ZipPack.isZip(contentType: entry.contentType)
         let plaintext = unpack ? scratch : staged
         defer {
@@ -53,11 +54,19 @@ public struct Installer: Sendable {
             guard summary.sha256 == entry.sha256 else {
                 throw ClientError.integrity(entry.id, "SHA-256 is \(summary.sha256), the manifest says \(entry.sha256)")
             }
-            if unpack {
-                try ZipPack.extract(plaintext, into: staged)
-                try FileSystem.syncDirectory(staged)
+            guard unpack else {
+                guard let copy = InstalledCopy.measure(staged), !copy.unpacked else {
+                    throw ClientError.install(entry.id, SystemError(call: "stat", errno: ENOENT, path: staged))
+                }
+                try Self.switchInto(destination, from: staged)
+                return copy
             }
+            let tree = try StagedTree(staged)
+            try ZipPack.extract(plaintext, into: staged)
+            try FileSystem.syncDirectory(staged)
+            let copy = try tree.measured(pack: entry.id)
             try Self.switchInto(destination, from: staged)
+            return copy
         } catch let error as PackError where error.kind == .unknownKeyID {
             throw ClientError(.integrity, "pack \(entry.id) cannot be decrypted: the app's key ring has no key \"\(entry.keyID)\" (the origin's pack key was rotated after this configuration was exported): export the configuration again with `depot keys export` and ship it in the app")
         } catch let error as PackError {
@@ -68,7 +77,6 @@ public struct Installer: Sendable {
         } catch {
             throw Self.failure(error, pack: entry.id, folder: folder)
         }
-        return unpack
     }
 
     /// Installs `entry` by applying a patch to the installed copy at `destination`: the patch
@@ -76,17 +84,23 @@ public struct Installer: Sendable {
     /// to the installed file into a new copy beside it, and the new copy switched in only if its
     /// plaintext is the manifest's (size and SHA-256). The installed copy is read, never
     /// changed; any failure leaves it as it was, and the caller falls back to the whole pack.
+    /// A base that cannot be read whole (purged, truncated) is an integrity failure: the next
+    /// plan asks for the whole pack.
     public func installPatch(_ entry: PackEntry, patch: PackPatch, from file: String, to destination: String) throws {
+        _ = try installPatchedCopy(entry, patch: patch, from: file, to: destination)
+    }
+
+    /// ``installPatch(_:patch:from:to:)``, returning what was switched in.
+    func installPatchedCopy(_ entry: PackEntry, patch: PackPatch, from file: String, to destination: String) throws -> InstalledCopy {
         guard FileSystem.fileSize(file) == patch.size else {
             throw ClientError.sizeMismatch(entry.id, expected: patch.size, got: FileSystem.fileSize(file) ?? 0)
         }
         let folder = FileSystem.directory(of: destination)
-        let owner = "-p\(getpid())-" + Hex.encode(SecureRandom.bytes(6))
-        let delta = FileSystem.directory(of: file) + "/.tmp-" + FileSystem.lastComponent(of: file) + owner + ".delta"
-        let staged = folder + "/.tmp-" + FileSystem.lastComponent(of: destination) + owner
+        let delta = FileSystem.temporaryPath(besides: file, suffix: ".delta")
+        let staged = FileSystem.temporaryPath(besides: destination)
         defer {
             FileSystem.remove(delta)
-            FileSystem.remove(staged)
+            Self.removeTree(staged)
         }
         do {
             let summary = try PackDecryptor.decrypt(file: file, to: delta, keyRing: keyRing, expectedSize: patch.size, hashingPlaintext: false)
@@ -94,25 +108,37 @@ public struct Installer: Sendable {
                 throw ClientError.integrity(entry.id, "the patch's SHA-256 is \(summary.sha256), the manifest says \(patch.sha256)")
             }
             if ZipPack.isZip(contentType: entry.contentType) {
-                // An unpacked zip: the new tree built beside the installed one, every file checked.
-                defer { Self.removeTree(staged) }
-                try TreePatch.apply(patch: delta, base: destination, into: staged)
+                // An unpacked zip: the new tree built beside the installed one, every file checked,
+                // never more bytes than the manifest's install size.
+                let tree = try StagedTree(staged)
+                try TreePatch.apply(patch: delta, base: destination, into: staged, limit: entry.installSize)
+                let copy = try tree.measured(pack: entry.id)
                 try Self.switchInto(destination, from: staged)
-                return
+                return copy
+            }
+            let base: FileDescriptor
+            do { base = try FileDescriptor.openForReading(destination) } catch {
+                throw ClientError.integrity(entry.id, "the installed copy, the patch's base, cannot be read: \(error)")
             }
             let output = try FileDescriptor(path: staged, flags: O_WRONLY | O_CREAT | O_EXCL, mode: 0o644)
             var behind = WriteBehind()
-            let header = try DeltaDecoder.apply(patch: FileDescriptor.openForReading(delta), base: FileDescriptor.openForReading(destination)) { bytes in
+            // The header is checked against the manifest before a byte is written.
+            try DeltaDecoder.apply(patch: FileDescriptor.openForReading(delta), base: base, accepting: { header in
+                guard Hex.encode(header.targetSHA256) == entry.plaintextSHA256, header.targetSize == entry.installSize,
+                      Hex.encode(header.baseSHA256) == patch.fromPlaintextSHA256 else {
+                    throw ClientError.integrity(entry.id, "the patch does not lead from revision \(patch.fromRevision) to the manifest's revision \(entry.revision)")
+                }
+            }) { bytes in
                 try output.write(bytes)
                 behind.wrote(bytes.count, to: output)
             }
-            guard Hex.encode(header.targetSHA256) == entry.plaintextSHA256, header.targetSize == entry.installSize,
-                  Hex.encode(header.baseSHA256) == patch.fromPlaintextSHA256 else {
-                throw ClientError.integrity(entry.id, "the patch does not lead from revision \(patch.fromRevision) to the manifest's revision \(entry.revision)")
-            }
             try output.sync()
             try output.close()
+            guard let copy = InstalledCopy.measure(staged), !copy.unpacked else {
+                throw ClientError.install(entry.id, SystemError(call: "stat", errno: ENOENT, path: staged))
+            }
             try Self.switchInto(destination, from: staged)
+            return copy
         } catch let error as DeltaError {
             throw ClientError.integrity(entry.id, "the patch cannot be applied to the installed copy: \(error.description)")
         } catch let error as PackError {
@@ -141,20 +167,24 @@ public struct Installer: Sendable {
         }
     }
 
-    /// Removes what killed installs left in `folder` (staged `.tmp-*` trees and files, named
-    /// with their process's id): those of processes that no longer run, and any older than
-    /// `maximumAge` (on a device another process's id cannot always be checked). Returns how many.
+    /// Removes what killed installs left in `folder`: staged `.tmp-*` trees and files, each
+    /// named with its owner's process id (``FileSystem/temporaryOwner(_:)``), removed only when
+    /// that process provably no longer runs. A live owner's tree stays however old it is (an app
+    /// suspended in the middle of an install resumes it). Only a name without an owner (written
+    /// by a build before owners were recorded) goes by age, after `maximumAge`. Returns how many.
     @discardableResult
     public static func removeLeftovers(in folder: String, maximumAge: TimeInterval = 3600, now: Date = Date()) -> Int {
         var removed = 0
         for name in FileSystem.contents(of: folder) where name.hasPrefix(".tmp-") {
             let path = folder + "/" + name
-            let owner = name.split(separator: "-").first { $0.hasPrefix("p") && Int32($0.dropFirst()) != nil }.flatMap { Int32($0.dropFirst()) }
-            // A name without an owner (a copy another process may be writing now) goes by age only.
-            let gone = owner.map { $0 != getpid() && kill($0, 0) != 0 && System.errno == ESRCH } ?? false
-            let modified = (try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date
-            let old = modified.map { now.timeIntervalSince($0) > maximumAge } ?? false
-            if gone || old {
+            let abandoned: Bool
+            if let owner = FileSystem.temporaryOwner(name) {
+                abandoned = System.processIsGone(owner)
+            } else {
+                let modified = (try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date
+                abandoned = modified.map { now.timeIntervalSince($0) > maximumAge } ?? false
+            }
+            if abandoned {
                 removeTree(path)
                 removed += 1
             }

@@ -42,6 +42,14 @@ public struct PlannedDownload: Hashable, Sendable {
 
     /// The same download as the whole pack (a patch that failed falls back to it).
     public func withoutPatch() -> PlannedDownload { PlannedDownload(entry: entry, essential: essential) }
+
+    /// `pack@revision` (the whole pack) or `pack@revision-from-base` (a patch): the identifier the
+    /// system schedules it under (``ScheduledDownload/identifier``).
+    public var identifier: String { Self.identifier(entry, patch: patch) }
+
+    static func identifier(_ entry: PackEntry, patch: PackPatch?) -> String {
+        "\(entry.id)@\(entry.revision)" + (patch.map { "-from-\($0.fromRevision)" } ?? "")
+    }
 }
 
 /// What a sync will do, in order.
@@ -60,7 +68,7 @@ public struct Plan: Hashable, Sendable {
     /// essential one for an essential download, the download allowance otherwise).
     public var overAllowance: [String: Int64] = [:]
     /// Downloads the system already has in hand (scheduled, or finished and waiting for the
-    /// install step), by identifier (`pack@revision`): not asked for again.
+    /// install step), by identifier (``PlannedDownload/identifier``): not asked for again.
     public var alreadyScheduled: [String] = []
     /// Localized packs of languages this device does not take (neither installed nor downloaded).
     public var otherLanguages: [String] = []
@@ -104,7 +112,7 @@ public enum Planner {
         public var packs: Set<String>
         /// On-demand packs asked for by tag.
         public var tags: Set<String>
-        /// Identifiers (`pack@revision`, ``ScheduledDownload/identifier``) of downloads already
+        /// Identifiers (`pack@revision` or `pack@revision-from-base`, ``ScheduledDownload/identifier``) of downloads already
         /// scheduled (`BADownloadManager`'s current downloads) or delivered and not yet
         /// installed: the plan does not ask for them again.
         public var scheduled: Set<String>
@@ -127,8 +135,20 @@ public enum Planner {
         }
     }
 
+    /// Plans with a check of each installed copy that only asks whether it exists (for callers
+    /// with no folder to look at, such as tests of the rules). A device plans with
+    /// ``plan(manifest:state:request:installedCopyIsWhole:)`` and ``StateStore/isWhole(_:_:)``.
     public static func plan(
         manifest: Manifest, state: InstalledState, request: Request, installedCopyExists: (String) -> Bool = { _ in true }
+    ) -> Plan {
+        plan(manifest: manifest, state: state, request: request, installedCopyIsWhole: { id, _ in installedCopyExists(id) })
+    }
+
+    /// Plans; `installedCopyIsWhole` says whether the copy of a recorded pack is still on disk as
+    /// recorded (``StateStore/isWhole(_:_:)``): one that is not — purged in part, truncated — is
+    /// downloaded again whole, never patched.
+    public static func plan(
+        manifest: Manifest, state: InstalledState, request: Request, installedCopyIsWhole: (String, InstalledState.Pack) -> Bool
     ) -> Plan {
         var wanted: [PlannedDownload] = []
         var unchanged: [String] = []
@@ -149,17 +169,19 @@ public enum Planner {
                 }
                 continue
             }
-            let current = installed.map { $0.revision == entry.revision && $0.sha256 == entry.sha256 && installedCopyExists(entry.id) } ?? false
+            // Asked once per pack: a tree's check walks its folder.
+            let whole = installed.map { installedCopyIsWhole(entry.id, $0) } ?? false
+            let current = installed.map { $0.revision == entry.revision && $0.sha256 == entry.sha256 && whole } ?? false
             if current {
                 unchanged.append(entry.id)
                 continue
             }
             // A patch when the installed copy is exactly its base (the revision and the plaintext
-            // SHA-256 recorded at install; not recomputed here) and is still on disk as a file.
+            // SHA-256 recorded at install; not recomputed here) and is still whole on disk.
             let patch = installed.flatMap { installed in
                 // A zip is installed unpacked and patched as a tree; any other pack as a file.
                 request.usePatches && installed.unpacked == ZipPack.isZip(contentType: entry.contentType) && installed.patchFailed != true
-                    && installedCopyExists(entry.id)
+                    && whole
                     ? entry.patch(from: installed.revision, plaintextSHA256: installed.plaintextSHA256) : nil
             }
             switch entry.policy {
@@ -184,9 +206,12 @@ public enum Planner {
         var overAllowance: [String: Int64] = [:]
         var alreadyScheduled: [String] = []
         for download in wanted {
-            let identifier = "\(download.entry.id)@\(download.entry.revision)"
-            if request.scheduled.contains(identifier) {
-                alreadyScheduled.append(identifier)
+            // What the system has under the identifier this download would be scheduled under
+            // (a patch's names its base), or the whole pack's, which serves any plan.
+            let identifier = download.identifier
+            let whole = PlannedDownload.identifier(download.entry, patch: nil)
+            if let held = [identifier, whole].first(where: request.scheduled.contains) {
+                alreadyScheduled.append(held)
                 continue
             }
             let size = download.size

@@ -126,4 +126,28 @@ public final class StateStore: Sendable {
 
     /// The installed copy of a pack: a file, or a folder for an unpacked zip.
     public func packPath(_ id: String) -> String { packs + "/" + id }
+
+    /// Moves the installed copy of pack `id` aside (one rename, to a `.tmp-` name this process
+    /// owns) and returns where it went, or nil if none was there. Called under the exclusive lock
+    /// together with the record's removal; the caller deletes the returned tree once the lock is
+    /// released (``Installer/removeTree(_:)``) — a deletion can take seconds, and iOS terminates a
+    /// suspended app that holds a file lock in a shared container. Killed in between, the next
+    /// install step removes it (its owner is gone).
+    public func detach(_ id: String) throws -> String? {
+        let path = packPath(id)
+        guard System.identity(path) != nil else { return nil }
+        let aside = FileSystem.temporaryPath(besides: path)
+        do {
+            try FileSystem.durableRename(path, to: aside)
+        } catch {
+            throw ClientError.state("cannot remove pack \(id): \(error)")
+        }
+        return aside
+    }
+
+    /// Whether the copy of pack `id` is on disk as `recorded` says (``InstalledCopy``): what the
+    /// planner asks before it counts a pack as installed or patches it.
+    public func isWhole(_ id: String, _ recorded: InstalledState.Pack) -> Bool {
+        InstalledCopy.isWhole(at: packPath(id), recorded: recorded)
+    }
 }

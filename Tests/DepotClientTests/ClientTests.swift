@@ -305,7 +305,7 @@ struct InitialBudgetTests {
 
 @Suite("Leftovers of killed installs")
 struct LeftoverTests {
-    @Test("Staged trees of processes that are gone are removed; this process's, and a fresh one without an owner, stay until they are old")
+    @Test("A staging tree goes only when the process its writer named is gone: a live owner's stays however old, whatever the pack's own name holds")
     func removeLeftovers() throws {
         let dir = TemporaryDirectory("depot-leftovers")
         defer { dir.remove() }
@@ -313,18 +313,35 @@ struct LeftoverTests {
         ended.executableURL = URL(fileURLWithPath: "/bin/true")
         try ended.run()
         ended.waitUntilExit()
-        let dead = dir.path + "/.tmp-levels-p\(ended.processIdentifier)-aa"
-        let mine = dir.path + "/.tmp-levels-p\(getpid())-bb"
+        let live = Process()
+        live.executableURL = URL(fileURLWithPath: "/bin/sleep")
+        live.arguments = ["600"]
+        try live.run()
+        defer {
+            kill(live.processIdentifier, SIGKILL)
+            live.waitUntilExit()
+        }
+        let (gone, alive) = (ended.processIdentifier, live.processIdentifier)
+        // A pack named like an owner that is gone, staged by a process that lives: it stays (the
+        // old reading took the first "-pNNN" part and removed it).
+        let living = dir.path + "/.tmp-movie-p\(gone)-p\(alive)-0123456789ab"
+        let dead = dir.path + "/.tmp-movie-p\(alive)-p\(gone)-aaaaaaaaaaaa"
+        let deadScratch = dir.path + "/.tmp-movie-p\(gone)-bbbbbbbbbbbb.plain"
+        let mine = FileSystem.temporaryPath(besides: dir.path + "/levels")
         let anonymous = dir.path + "/.tmp-levels-cc"
-        try FileSystem.createDirectory(dead)
-        try FileSystem.writeAtomically([1], to: dead + "/entry")
+        for tree in [living, dead] {
+            try FileSystem.createDirectory(tree)
+            try FileSystem.writeAtomically([1], to: tree + "/entry")
+        }
         try FileSystem.writeAtomically([2], to: mine)
         try FileSystem.writeAtomically([3], to: anonymous)
+        try FileSystem.writeAtomically([3], to: deadScratch)
         try FileSystem.writeAtomically([4], to: dir.path + "/levels")
-        #expect(Installer.removeLeftovers(in: dir.path) == 1)
-        #expect(FileSystem.contents(of: dir.path) == [".tmp-levels-cc", ".tmp-levels-p\(getpid())-bb", "levels"])
-        // An hour later nothing staged is young any more; the installed copy is never touched.
-        #expect(Installer.removeLeftovers(in: dir.path, now: Date().addingTimeInterval(7200)) == 2)
-        #expect(FileSystem.contents(of: dir.path) == ["levels"])
+        #expect(Installer.removeLeftovers(in: dir.path) == 2)
+        #expect(Set(FileSystem.contents(of: dir.path)) == Set([living, mine, anonymous, dir.path + "/levels"].map(FileSystem.lastComponent)))
+        // Two days later: still nothing of a live owner goes; only the name without one (an older build's).
+        #expect(Installer.removeLeftovers(in: dir.path, now: Date().addingTimeInterval(2 * 86400)) == 1)
+        #expect(Set(FileSystem.contents(of: dir.path)) == Set([living, mine, dir.path + "/levels"].map(FileSystem.lastComponent)))
+        #expect(try FileSystem.readFile(living + "/entry") == [1])
     }
 }

@@ -76,4 +76,49 @@ struct TreePatchTests {
             #expect(!FileSystem.exists(dir + "/escape"))
         }
     }
+
+    @Test("A base file that is missing fails as the wrong base (the device then asks for the whole pack), and a tree past its size limit is refused before the file is written")
+    func baseAndLimit() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("depot-tree-base-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let base: [String: [UInt8]] = ["a.bin": Self.random(40_000, seed: 7), "b.bin": Self.random(40_000, seed: 8)]
+        var target = base
+        target["a.bin"]![5] ^= 1
+        try Self.write(base, under: dir + "/base")
+        try Self.write(target, under: dir + "/target")
+        try TreePatch.make(base: dir + "/base", target: dir + "/target", to: dir + "/patch")
+        // b.bin purged from the installed tree: a base mismatch, not an I/O error.
+        try FileManager.default.removeItem(atPath: dir + "/base/b.bin")
+        #expect { try TreePatch.apply(patch: dir + "/patch", base: dir + "/base", into: dir + "/out1") } throws: {
+            ($0 as? DeltaError)?.kind == .baseMismatch
+        }
+        // The limit: the two files declare 80,000 bytes; 79,999 allowed refuses the second before it exists.
+        try Self.write(["b.bin": base["b.bin"]!], under: dir + "/base")
+        #expect { try TreePatch.apply(patch: dir + "/patch", base: dir + "/base", into: dir + "/out2", limit: 79_999) } throws: {
+            ($0 as? DeltaError)?.kind == .malformed
+        }
+        #expect(FileSystem.exists(dir + "/out2/a.bin") && !FileSystem.exists(dir + "/out2/b.bin"))
+        try TreePatch.apply(patch: dir + "/patch", base: dir + "/base", into: dir + "/out3", limit: 80_000)
+        #expect(try Self.read(dir + "/out3") == target)
+    }
+
+    @Test("A file delta's header is shown to the caller before anything is written: refused there, the sink never runs")
+    func headerFirst() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("depot-delta-head-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        try FileSystem.createDirectory(dir)
+        var changed = Self.random(100_000, seed: 9)
+        try FileSystem.writeAtomically(changed, to: dir + "/base")
+        changed[10] ^= 1
+        try FileSystem.writeAtomically(changed, to: dir + "/target")
+        try DeltaEncoder.encode(base: dir + "/base", target: dir + "/target", to: dir + "/delta")
+        struct Refused: Error {}
+        var written = 0
+        #expect(throws: Refused.self) {
+            try DeltaDecoder.apply(patch: FileDescriptor.openForReading(dir + "/delta"), base: FileDescriptor.openForReading(dir + "/base"), accepting: { header in
+                if header.targetSize == 100_000 { throw Refused() }
+            }) { written += $0.count }
+        }
+        #expect(written == 0)
+    }
 }

@@ -8,12 +8,17 @@ public enum DeltaDecoder {
     static let chunk = 1 << 20
 
     /// Applies `patch` to `base`, giving the result to `sink`; returns the patch's header.
+    /// `accepting` sees the header before anything is read from the base or given to the sink,
+    /// and refuses it by throwing (a caller that knows the target's size and SHA-256 checks them
+    /// there, before a byte is written).
     @discardableResult
     public static func apply(
-        patch: some RandomAccessSource, base: some RandomAccessSource, into sink: (UnsafeRawBufferPointer) throws -> Void
+        patch: some RandomAccessSource, base: some RandomAccessSource, accepting: (DeltaFormat.Header) throws -> Void = { _ in },
+        into sink: (UnsafeRawBufferPointer) throws -> Void
     ) throws -> DeltaFormat.Header {
         var reader = try PatchReader(patch)
         let header = try DeltaFormat.Header(parsing: try reader.bytes(DeltaFormat.headerSize))
+        try accepting(header)
         let baseSize = try base.size()
         guard baseSize == header.baseSize else { throw DeltaError.baseMismatch("the base has \(baseSize) bytes, the delta expects \(header.baseSize)") }
         let pipeline = HashPipeline(slotSize: chunk)

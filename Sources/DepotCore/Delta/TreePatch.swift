@@ -113,13 +113,22 @@ public enum TreePatch {
 
     /// Builds the new tree in `staged` (which must not exist) from the installed tree at `base`
     /// and the patch at `patch`. Every path is checked against the zip rules before it is used;
-    /// every file written, kept or patched must have the SHA-256 the patch states. What was
-    /// built so far stays for the caller to remove if this throws.
-    public static func apply(patch path: String, base: String, into staged: String) throws {
+    /// every file written, kept or patched must have the SHA-256 the patch states. The files'
+    /// declared sizes may add up to at most `limit` bytes, checked before each file is written.
+    /// A base file that is missing or cannot be opened is a `DeltaError` of the base (the
+    /// installed tree is not the patch's base). What was built so far stays for the caller to
+    /// remove if this throws.
+    public static func apply(patch path: String, base: String, into staged: String, limit: Int64 = .max) throws {
         var reader = try PatchReader(FileDescriptor.openForReading(path))
         guard try reader.bytes(6) == magic + [1, 0] else { throw DeltaError.malformed("not an ADTR tree patch of version 1") }
         try FileSystem.createDirectory(staged)
         let count = try reader.varint()
+        var declared: UInt64 = 0
+        func baseFile(_ relative: String) throws -> FileDescriptor {
+            do { return try FileDescriptor.openForReading(base + "/" + relative) } catch {
+                throw DeltaError.baseMismatch("the installed file \(relative) cannot be read: \(error)")
+            }
+        }
         func string() throws -> String {
             let length = try reader.varint()
             guard length <= 4096 else { throw DeltaError.malformed("a path of \(length) bytes") }
@@ -142,6 +151,10 @@ public enum TreePatch {
             }
             let digest = try reader.bytes(32)
             let size = try reader.varint()
+            guard size <= UInt64(max(0, limit)) - min(UInt64(max(0, limit)), declared) else {
+                throw DeltaError.malformed("entry \(path): its \(size) bytes take the tree past the \(limit) bytes it may have")
+            }
+            declared += size
             let output = try FileDescriptor(path: destination, flags: O_WRONLY | O_CREAT | O_EXCL, mode: 0o644)
             let hasher = SHA256Hasher()
             var written: UInt64 = 0
@@ -152,7 +165,7 @@ public enum TreePatch {
             }
             switch kind {
             case .keep:
-                let source = try FileDescriptor.openForReading(base + "/" + checked(try string()))
+                let source = try baseFile(checked(try string()))
                 var buffer = [UInt8](repeating: 0, count: 1 << 20)
                 while true {
                     let n = try buffer.withUnsafeMutableBytes { try source.read(into: $0) }
@@ -160,7 +173,7 @@ public enum TreePatch {
                     try buffer.withUnsafeBytes { try sink(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
                 }
             case .delta:
-                let old = try FileDescriptor.openForReading(base + "/" + checked(try string()))
+                let old = try baseFile(checked(try string()))
                 // The entry's delta goes to a file first: the decoder reads it at its own pace.
                 let deltaPath = staged + ".delta"
                 defer { FileSystem.remove(deltaPath) }

@@ -82,8 +82,13 @@ public struct Envelope: Codable, Hashable, Sendable {
             guard let key = trusted[signature.keyid] else { continue }
             sawTrustedKey = true
             guard let sig = Data(base64Encoded: signature.sig), key.isValidSignature(Array(sig), for: message) else { continue }
-            guard let manifest = try? Manifest.decode(payloadBytes) else { throw .malformedManifest }
-            return manifest
+            do {
+                return try Manifest.decode(payloadBytes)
+            } catch let error as ManifestError {
+                throw .invalidManifest(error.description)
+            } catch {
+                throw .malformedManifest
+            }
         }
         throw sawTrustedKey ? .badSignature : .untrustedKey(signatures.map(\.keyid))
     }
@@ -105,6 +110,9 @@ public struct EnvelopeError: Error, Hashable, Sendable, CustomStringConvertible 
     }
     /// The signed payload is not valid manifest JSON.
     public static let malformedManifest = EnvelopeError("the signed payload is not a valid manifest")
+    /// The signed manifest holds a value no device may use (a pack id that is not a file name, a
+    /// digest that is not hex): ``Manifest/problem``.
+    public static func invalidManifest(_ why: String) -> EnvelopeError { EnvelopeError("the signed manifest is refused: \(why)") }
 }
 
 /// Helpers for the manifest signing key.

@@ -48,9 +48,40 @@ public struct Manifest: Codable, Hashable, Sendable {
         Array(try! Manifest.encoder.encode(self))
     }
 
-    /// Parses manifest JSON.
+    /// Parses manifest JSON and checks what a device turns into file names and sizes
+    /// (``problem``): a manifest that fails is refused as a whole.
     public static func decode(_ bytes: [UInt8]) throws -> Manifest {
-        try decoder.decode(Manifest.self, from: Data(bytes))
+        let manifest = try decoder.decode(Manifest.self, from: Data(bytes))
+        if let problem = manifest.problem { throw ManifestError(description: problem) }
+        return manifest
+    }
+
+    /// What makes this manifest unusable, or nil: the signer is trusted for content, not for
+    /// paths, so every value a device turns into a file name or a size is checked — the app id
+    /// and pack ids (``Identifier``; ids unique), each SHA-256 (64 lower-case hex digits, which
+    /// name downloads and patches on disk), revisions and sizes (not negative; a patch's base
+    /// before its revision).
+    public var problem: String? {
+        guard Identifier.isValidApp(app) else { return "the app id \"\(app.prefix(140))\" is not valid" }
+        var seen = Set<String>()
+        for pack in packs {
+            guard Identifier.isValidPack(pack.id) else { return "the pack id \"\(pack.id.prefix(80))\" is not valid" }
+            guard seen.insert(pack.id).inserted else { return "pack \(pack.id) is listed twice" }
+            guard pack.revision >= 0, pack.size >= 0, pack.installSize >= 0 else { return "pack \(pack.id) has a negative revision or size" }
+            guard Self.isDigest(pack.sha256), Self.isDigest(pack.plaintextSHA256) else { return "pack \(pack.id) has a SHA-256 that is not 64 lower-case hex digits" }
+            for patch in pack.patches ?? [] {
+                guard patch.fromRevision >= 0, patch.fromRevision < pack.revision, patch.size >= 0,
+                      Self.isDigest(patch.sha256), Self.isDigest(patch.fromPlaintextSHA256) else {
+                    return "pack \(pack.id) has a patch from revision \(patch.fromRevision) that is not valid"
+                }
+            }
+        }
+        return nil
+    }
+
+    /// 64 lower-case hex digits.
+    static func isDigest(_ text: String) -> Bool {
+        text.utf8.count == 64 && text.utf8.allSatisfy { ($0 >= 48 && $0 <= 57) || ($0 >= 97 && $0 <= 102) }
     }
 
     static let encoder: JSONEncoder = {
@@ -166,4 +197,9 @@ public struct PackEntry: Codable, Hashable, Sendable {
         self.keyID = keyID
         self.contentType = contentType
     }
+}
+
+/// A manifest that decodes but cannot be used (``Manifest/problem``).
+public struct ManifestError: Error, Hashable, Sendable, CustomStringConvertible {
+    public let description: String
 }

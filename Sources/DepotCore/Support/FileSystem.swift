@@ -41,10 +41,46 @@ public enum FileSystem {
         try fd.sync()
     }
 
-    /// A temporary path in the same folder as `path`, unique to this process and call.
-    public static func temporaryPath(besides path: String) -> String {
-        let random = Hex.encode(SecureRandom.bytes(6))
-        return directory(of: path) + "/.tmp-" + lastComponent(of: path) + "-" + random
+    /// A temporary path in the same folder as `path`, unique to this process and call:
+    /// `.tmp-NAME-pPID-RANDOM` and `suffix`. The process id is the owner's, read back by
+    /// ``temporaryOwner(_:)``, so that a later run can tell a killed writer's leftovers from a
+    /// file another process is still writing.
+    public static func temporaryPath(besides path: String, suffix: String = "") -> String {
+        directory(of: path) + "/" + temporaryName(for: lastComponent(of: path)) + suffix
+    }
+
+    /// `.tmp-NAME-pPID-RANDOM`: a temporary name for `name`, owned by this process.
+    public static func temporaryName(for name: String) -> String {
+        ".tmp-" + name + "-p\(System.processID)-" + Hex.encode(SecureRandom.bytes(6))
+    }
+
+    /// The process that owns a temporary name (``temporaryName(for:)``, with any suffix after a
+    /// `.`): the process id of the *last* `-pPID-RANDOM` part, which is the one the writer put
+    /// there (the name before it is a pack's or a file's, and may hold such a part itself).
+    /// nil for a name that has none.
+    public static func temporaryOwner(_ name: String) -> Int32? {
+        guard name.hasPrefix(".tmp-") else { return nil }
+        let utf8 = Array(name.utf8)
+        // Scan from the end for "-p<digits>-<12 hex>" followed by the end or a ".".
+        var end = utf8.count
+        while end > 0 {
+            if let owner = owner(in: utf8, endingAt: end) { return owner }
+            guard let dot = utf8[..<end].lastIndex(of: 46) else { return nil }
+            end = dot
+        }
+        return nil
+    }
+
+    private static func owner(in utf8: [UInt8], endingAt end: Int) -> Int32? {
+        let random = 12
+        guard end >= random + 4 else { return nil }
+        let hex = utf8[(end - random)..<end]
+        guard hex.allSatisfy({ ($0 >= 48 && $0 <= 57) || ($0 >= 97 && $0 <= 102) }), utf8[end - random - 1] == 45 else { return nil }
+        var start = end - random - 1
+        while start > 0, utf8[start - 1] >= 48 && utf8[start - 1] <= 57 { start -= 1 }
+        let digits = utf8[start..<(end - random - 1)]
+        guard !digits.isEmpty, digits.count <= 10, start >= 2, utf8[start - 1] == 112, utf8[start - 2] == 45 else { return nil }
+        return Int32(String(decoding: digits, as: UTF8.self))
     }
 
     /// Renames `from` over `to` and fsyncs the folder of `to`.

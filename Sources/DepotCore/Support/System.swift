@@ -131,7 +131,27 @@ public enum System {
         }
     }
 
+    // MARK: Processes
+
+    /// This process's id.
+    public static var processID: Int32 { getpid() }
+
+    /// Whether the process `pid` provably no longer runs: `kill(pid, 0)` answers "no such
+    /// process". A process this one may not signal (another app's, on iOS) is not gone.
+    public static func processIsGone(_ pid: Int32) -> Bool {
+        guard pid > 0, pid != getpid() else { return false }
+        return kill(pid, 0) != 0 && errno == ESRCH
+    }
+
     // MARK: Paths
+
+    /// The device and inode of what is at `path` (not following a final symbolic link), or nil:
+    /// whether a path still names the folder a process created.
+    public static func identity(_ path: String) -> FileIdentity? {
+        var info = stat()
+        guard lstat(path, &info) == 0 else { return nil }
+        return FileIdentity(device: UInt64(truncatingIfNeeded: info.st_dev), inode: UInt64(truncatingIfNeeded: info.st_ino))
+    }
 
     /// What is at `path`: nil if nothing, else its size and whether it is a folder.
     static func status(_ path: String) -> (size: Int64, isDirectory: Bool)? {
@@ -139,6 +159,9 @@ public enum System {
         guard stat(path, &info) == 0 else { return nil }
         return (Int64(info.st_size), (info.st_mode & S_IFMT) == S_IFDIR)
     }
+
+    /// Creates one folder (not its parents); false, with `errno`, if it cannot (one is there).
+    public static func makeFolder(_ path: String, mode: mode_t = 0o755) -> Bool { makeDirectory(path, mode) == 0 }
 
     static func makeDirectory(_ path: String, _ mode: mode_t) -> Int32 {
         #if canImport(Glibc)
@@ -218,4 +241,10 @@ public enum System {
 
     /// The text of an `errno` value.
     public static func describe(_ code: Int32) -> String { String(cString: strerror(code)) }
+}
+
+/// A file's device and inode: the same path naming another file has another identity.
+public struct FileIdentity: Hashable, Sendable {
+    public var device: UInt64
+    public var inode: UInt64
 }

@@ -38,13 +38,14 @@ public enum ZipPack {
         return contents
     }
 
-    /// Unpacks the archive into `directory`, which must not exist yet; CRC-32 of every file is checked.
-    /// On error, what was unpacked so far stays for the caller to remove.
+    /// Unpacks the archive into `directory` (created if missing; an empty one the caller made
+    /// is used as it is); CRC-32 of every file is checked. On error, what was unpacked so far
+    /// stays for the caller to remove.
     public static func extract(_ path: String, into directory: String) throws(ZipPackError) {
         let archive = try open(path)
         let root = URL(fileURLWithPath: directory, isDirectory: true)
         do {
-            try FileManager.default.createDirectory(at: root, withIntermediateDirectories: false)
+            try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
         } catch {
             throw .io("cannot create \(directory): \(error.localizedDescription)")
         }
