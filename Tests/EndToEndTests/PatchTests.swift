@@ -62,9 +62,12 @@ struct PatchTests {
             #expect(try StateStore(destination: work.path + "/a").read(app: origin.app).packs["level"]?.plaintextSHA256 == entry.plaintextSHA256)
 
             // A base changed on disk: the patch's result does not verify; the whole pack, same sync.
+            // (Changed in place: a copy replaced or truncated is planned whole without trying the patch.)
             var damaged = try installed("changed")
             damaged[5_000_000] ^= 0xff
-            try FileSystem.writeAtomically(damaged, to: work.path + "/changed/packs/level")
+            let inPlace = try FileDescriptor(path: work.path + "/changed/packs/level", flags: O_WRONLY)
+            #expect(damaged[5_000_000...5_000_000].withUnsafeBytes { pwrite(inPlace.rawValue, $0.baseAddress, 1, 5_000_000) } == 1)
+            try inPlace.close()
             let fellBack = try await device("changed").sync()
             #expect(fellBack.installed == ["level"] && fellBack.patched.isEmpty && fellBack.patchFallbacks["level"] != nil, "\(fellBack)")
             #expect(fellBack.failed.isEmpty && fellBack.bytesDownloaded >= entry.size)
@@ -160,9 +163,13 @@ struct PatchTests {
             #expect(try flows[0].installArrived().installed == ["level"])
             #expect(try FileSystem.readFile(work.path + "/good/packs/level", limit: 64 << 20) == v2)
 
+            // One byte changed in place (same file, same size: nothing a stat shows, so the plan
+            // still takes the patch; a copy replaced or truncated is planned whole instead).
             var damaged = try FileSystem.readFile(work.path + "/damaged/packs/level", limit: 64 << 20)
             damaged[1_000] ^= 1
-            try FileSystem.writeAtomically(damaged, to: work.path + "/damaged/packs/level")
+            let inPlace = try FileDescriptor(path: work.path + "/damaged/packs/level", flags: O_WRONLY)
+            #expect(damaged[1_000...1_000].withUnsafeBytes { pwrite(inPlace.rawValue, $0.baseAddress, 1, 1_000) } == 1)
+            try inPlace.close()
             let first = try flows[1].schedule(manifestFile: manifestFile(), kind: .periodic)
             #expect(first.map(\.identifier) == ["level@2-from-1"])
             try deliver(first[0], to: flows[1])
