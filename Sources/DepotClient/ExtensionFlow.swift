@@ -46,7 +46,7 @@ public struct ArrivedReport: Sendable, Equatable {
 ///   App Group folder, constant time and memory whatever the pack's size, because the system
 ///   deletes the file when the callback returns and bounds what an extension may do;
 /// - ``installArrived(languages:now:)``, the heavy step (verify, decrypt, unzip, switch in), which the app
-///   runs at launch or in the foreground, and the extension when it has time. Killed at any
+///   runs at launch or in the foreground (never the extension: its memory limit). Killed at any
 ///   point, the next run cleans up and ends with the old or the new revision, never a mix.
 ///
 /// The system downloads; verifying, planning, decrypting and installing are done here. The

@@ -18,7 +18,8 @@
 
 /// ExtensionFoundation's `AppExtension` (iOS 16.1+), reduced to what an `@main` extension needs.
 public protocol AppExtension {
-    init()
+    /// Apple: `@MainActor @preconcurrency init()` (ExtensionFoundation, iOS 16.0+).
+    @MainActor @preconcurrency init()
 }
 
 extension AppExtension {
@@ -148,7 +149,16 @@ open class BADownloadManager: NSObject, @unchecked Sendable {
     /// `func scheduleDownload(_ download: BADownload) throws` (iOS 16.1+).
     open func scheduleDownload(_ download: BADownload) throws { scheduledForTests.append(download) }
     /// `func startForegroundDownload(_ download: BADownload) throws` (iOS 16.1+).
-    open func startForegroundDownload(_ download: BADownload) throws { scheduledForTests.append(download) }
+    /// Apple: promotes a download the system already has (one it returned, from
+    /// `fetchCurrentDownloads()`); another object with a scheduled identifier fails with
+    /// `BAErrorCode.downloadAlreadyScheduled`.
+    open func startForegroundDownload(_ download: BADownload) throws {
+        if let held = scheduledForTests.first(where: { $0.identifier == download.identifier }) {
+            guard held === download else { throw NSError(domain: BAErrorDomain, code: BAErrorCode.downloadAlreadyScheduled.rawValue) }
+            return
+        }
+        scheduledForTests.append(download)
+    }
     /// `func cancel(_ download: BADownload) throws` (iOS 16.1+).
     open func cancel(_ download: BADownload) throws { scheduledForTests.removeAll { $0.identifier == download.identifier } }
     /// `func fetchCurrentDownloads() throws -> [BADownload]` (iOS 16.4+; it may block: not on the main thread).
@@ -164,6 +174,19 @@ open class BADownloadManager: NSObject, @unchecked Sendable {
     /// iOS 27 SDK, back-deployed: `@backDeployed(before: iOS 27) final func withExclusiveControl<ReturnType>(_ body: @escaping () throws -> sending ReturnType) async throws -> sending ReturnType`
     public final func withExclusiveControl<ReturnType>(_ body: @escaping () throws -> sending ReturnType) async throws -> sending ReturnType { try body() }
     #endif
+}
+
+// MARK: Errors (iOS 17.0+; an Objective-C NS_ENUM)
+
+/// Apple: `let BAErrorDomain: String`.
+public let BAErrorDomain = "BAErrorDomain"
+
+/// Apple: `enum BAErrorCode` (only the cases the guide meets; raw values as the SDK's).
+public enum BAErrorCode: Int, Sendable {
+    case downloadInvalid = 0
+    case downloadAlreadyScheduled = 100
+    case downloadNotScheduled = 101
+    case downloadFailedToStart = 102
 }
 
 // MARK: Foundation on Apple platforms only

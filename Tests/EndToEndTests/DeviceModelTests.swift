@@ -136,7 +136,8 @@ struct ModelDevice {
     /// Starts `depot extension …`, its output into a file.
     func launch(_ arguments: [String], output: String) throws -> Process {
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: Processes.depotBinary)
+        // DEPOT_MODEL_BINARY: another build's depot (an earlier commit's, to see the walk find its bugs).
+        process.executableURL = URL(fileURLWithPath: ProcessInfo.processInfo.environment["DEPOT_MODEL_BINARY"] ?? Processes.depotBinary)
         process.arguments = depotArguments(arguments)
         _ = FileManager.default.createFile(atPath: output, contents: nil)
         process.standardOutput = FileHandle(forWritingAtPath: output)

@@ -3,11 +3,15 @@ import DepotTestSupport
 import Foundation
 import Testing
 
-/// Every Swift block of the integration guide — the extension and the app — compiles against
-/// `DepotClient` and the BackgroundAssets stand-in (declared as Apple's pages declare it), for
-/// the iOS 26 SDK's declarations and, with `-D BA_SDK_27`, the iOS 27 SDK's; in Swift 6
-/// language mode.
-@Suite("The integration guide compiles against Apple's declarations")
+/// Every Swift block of the integration guide is a file of a user's project, compiled as one:
+/// each block with its own imports, in the target its first line names (`// File: NAME, in the
+/// extension target` / `in the app target` / `a member of both targets`), against `DepotClient`
+/// and stand-ins for BackgroundAssets and UIKit declared as Apple's pages declare them — for the
+/// iOS 26 SDK's declarations and, with `-D BA_SDK_27`, the iOS 27 SDK's; and each time twice:
+/// with the defaults of an existing target (nonisolated) and with Xcode 26's defaults for a new
+/// one (`-default-isolation MainActor`, and the upcoming features Approachable Concurrency turns
+/// on). Swift 6 language mode, no warning.
+@Suite("The integration guide compiles as the files of an Xcode project, against Apple's declarations")
 struct GuideCompileTests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
 
@@ -25,43 +29,74 @@ struct GuideCompileTests {
         return blocks
     }
 
-    /// One source file of the blocks: declarations as they stand (the extension's blocks continue
-    /// one another), statements (the app's snippets) each inside a function of their own.
-    static func source(_ blocks: [String]) -> String {
-        let declarations = ["import ", "@main", "enum ", "struct ", "final class ", "class ", "func ", "    ", "}", "extension ", "//"]
-        var out = ""
-        for (index, block) in blocks.enumerated() {
-            let firstCode = block.split(separator: "\n").first { !$0.trimmingCharacters(in: .whitespaces).hasPrefix("//") && !$0.isEmpty } ?? ""
-            let isStatement = !declarations.contains { firstCode.hasPrefix($0) }
-            out += isStatement ? "func guideSnippet\(index)() async throws {\n\(block)\n}\n" : block + "\n"
-        }
-        return out
+    /// A block as a file: its name and the targets it is a member of.
+    struct File {
+        var name: String
+        var inApp: Bool
+        var inExtension: Bool
+        var text: String
     }
 
-    @Test("Both SDKs: the guide's blocks typecheck (swiftc, Swift 6 mode) against DepotClient and the stand-in", arguments: ["26", "27"])
-    func compiles(sdk: String) throws {
-        let blocks = try Self.blocks()
-        #expect(blocks.count >= 5, "the guide's blocks: \(blocks.count)")
-        #expect(blocks.contains { $0.contains("installArrived") } && blocks.contains { $0.contains("withExclusiveControl") }, "the app's part is in the guide")
-        let work = TemporaryDirectory("depot-guide-\(sdk)")
+    static func files() throws -> [File] {
+        try blocks().map { block in
+            let first = String(block.prefix { $0 != "\n" })
+            #expect(first.hasPrefix("// File: "), "every block names its file and target on its first line: \(first)")
+            let name = String(first.dropFirst("// File: ".count).prefix { $0 != "," })
+            let both = first.contains("both targets")
+            return File(name: name, inApp: both || first.contains("app target"), inExtension: both || first.contains("extension target"), text: block)
+        }
+    }
+
+    /// Xcode 26's build settings for a new target: main-actor default isolation and Approachable Concurrency.
+    static let xcode26Defaults = ["-default-isolation", "MainActor", "-enable-upcoming-feature", "NonisolatedNonsendingByDefault",
+                                  "-enable-upcoming-feature", "InferIsolatedConformances"]
+
+    @Test("Each block a file in its target (app, extension, both), for both SDKs, with and without Xcode 26's new-target defaults (MainActor isolation)",
+          arguments: ["26", "27"], [false, true])
+    func compiles(sdk: String, newTargetDefaults: Bool) throws {
+        let files = try Self.files()
+        #expect(files.count >= 5, "the guide's blocks: \(files.count)")
+        #expect(files.filter(\.inApp).contains { $0.text.contains("installArrived") } && files.filter(\.inApp).contains { $0.text.contains("withExclusiveControl") }, "the app's part is in the guide")
+        #expect(!files.filter { $0.inExtension && !$0.inApp }.contains { $0.text.contains("installArrived") }, "the extension never runs the install step")
+        let work = TemporaryDirectory("depot-guide-\(sdk)-\(newTargetDefaults)")
         defer { work.remove() }
         let modules = Self.root + "/.build/debug/Modules"
-        var flags = ["-swift-version", "6", "-parse-as-library", "-module-name", "GuideApp"]
-        if sdk == "27" { flags += ["-D", "BA_SDK_27"] }
-        // The stand-in, built for this SDK into its own folder (found before the package's).
-        let standIn = try Processes.run("/usr/bin/env", ["swiftc", "-emit-module", "-module-name", "BackgroundAssets", "-swift-version", "6", "-parse-as-library",
-                                                         "-emit-module-path", work.path + "/BackgroundAssets.swiftmodule", Self.root + "/Tests/BackgroundAssets/BackgroundAssets.swift"]
-                                        + (sdk == "27" ? ["-D", "BA_SDK_27"] : []))
-        #expect(standIn.status == 0, "\(standIn.stderr)")
-        let file = work.path + "/Guide.swift"
-        try FileSystem.writeAtomically(Array(Self.source(blocks).utf8), to: file)
-        // ZIPFoundation (under DepotCore) brings its C module for zlib.
-        // (and, on Linux only, DepotCore's OpenSSL backend its own).
-        let zlib = ["-Xcc", "-fmodule-map-file=" + Self.root + "/.build/checkouts/ZIPFoundation/Sources/CZLib/module.modulemap",
-                    "-Xcc", "-fmodule-map-file=" + Self.root + "/Sources/COpenSSL/module.modulemap"]
-        let checked = try Processes.run("/usr/bin/env", ["swiftc", "-typecheck"] + flags + zlib + ["-I", work.path, "-I", modules, file])
-        #expect(checked.status == 0, "the guide does not compile for the iOS \(sdk) SDK:\n\(checked.stderr)")
-        #expect(!checked.stderr.contains("error:") && !checked.stderr.contains("warning:"), "\(checked.stderr)")
+        let sdkFlags = sdk == "27" ? ["-D", "BA_SDK_27"] : []
+        // The stand-ins, built for this SDK into their own folder (found before the package's).
+        for (name, source) in [("BackgroundAssets", "Tests/BackgroundAssets/BackgroundAssets.swift"), ("UIKit", "Tests/UIKit/UIKit.swift")] {
+            let standIn = try Processes.run("/usr/bin/env", ["swiftc", "-emit-module", "-module-name", name, "-swift-version", "6", "-parse-as-library",
+                                                             "-emit-module-path", work.path + "/\(name).swiftmodule", Self.root + "/" + source] + sdkFlags)
+            #expect(standIn.status == 0, "\(standIn.stderr)")
+        }
+        // ZIPFoundation (under DepotCore) brings its C module for zlib (and, on Linux only,
+        // DepotCore's OpenSSL backend its own).
+        let cModules = ["-Xcc", "-fmodule-map-file=" + Self.root + "/.build/checkouts/ZIPFoundation/Sources/CZLib/module.modulemap",
+                        "-Xcc", "-fmodule-map-file=" + Self.root + "/Sources/COpenSSL/module.modulemap"]
+        for (target, member) in [("GuideApp", \File.inApp), ("GuideExtension", \File.inExtension)] {
+            var paths: [String] = []
+            for file in files where file[keyPath: member] {
+                try FileSystem.createDirectory(work.path + "/" + target)
+                let path = work.path + "/" + target + "/" + file.name
+                try FileSystem.writeAtomically(Array(file.text.utf8), to: path)
+                paths.append(path)
+            }
+            let flags = ["-swift-version", "6", "-parse-as-library", "-module-name", target] + sdkFlags + (newTargetDefaults ? Self.xcode26Defaults : [])
+            let checked = try Processes.run("/usr/bin/env", ["swiftc", "-typecheck"] + flags + cModules + ["-I", work.path, "-I", modules] + paths)
+            #expect(checked.status == 0, "the guide's \(target) target does not compile (iOS \(sdk) SDK, new-target defaults: \(newTargetDefaults)):\n\(checked.stderr)")
+            #expect(!checked.stderr.contains("error:") && !checked.stderr.contains("warning:"), "\(checked.stderr)")
+        }
+    }
+
+    @Test("Xcode 26's defaults are really in force: a main-actor type called from a detached task fails there and nowhere else")
+    func defaultsBite() throws {
+        let work = TemporaryDirectory("depot-guide-isolation")
+        defer { work.remove() }
+        let source = "enum Assets { static func flow() -> Int { 1 } }\nfunc start() { Task.detached { _ = Assets.flow() } }\n"
+        try FileSystem.writeAtomically(Array(source.utf8), to: work.path + "/App.swift")
+        let base = ["swiftc", "-typecheck", "-swift-version", "6", "-parse-as-library", work.path + "/App.swift"]
+        #expect(try Processes.run("/usr/bin/env", base).status == 0)
+        let isolated = try Processes.run("/usr/bin/env", base + Self.xcode26Defaults)
+        #expect(isolated.status != 0 && isolated.stderr.contains("main actor-isolated"), "\(isolated.stderr)")
     }
 
     @Test("The stand-in catches a guide that strays from Apple's declarations")
