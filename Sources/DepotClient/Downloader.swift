@@ -152,6 +152,9 @@ public struct Downloader: Sendable {
         follower?.settle(at: offset)
         if offset == item.size && offset > 0 { return }
         var fields = headers.map { ($0.key, $0.value) }
+        // The bytes as stored: the manifest's size and SHA-256 are theirs (a CDN may compress
+        // what a client accepts compressed, and URLSession asks for gzip by default).
+        if !headers.keys.contains(where: { $0.lowercased() == "accept-encoding" }) { fields.append(("Accept-Encoding", "identity")) }
         if offset > 0 {
             // A kept ETag that is not a well-formed strong one (a damaged file) is not sent.
             let kept = (try? FileSystem.readFile(item.path + ".etag", limit: 512)).map { String(decoding: $0, as: UTF8.self) }

@@ -22,7 +22,7 @@ public struct ManifestSource: Sendable {
     public var headers: [String: String] = [:]
     let transport: HTTPTransport
 
-    public init(url: URL, app: String, channel: String = ManifestSource.production, trustedKeys: [Ed25519PublicKey], transport: HTTPTransport = HTTPTransport()) {
+    public init(url: URL, app: String, channel: String = ManifestSource.production, trustedKeys: [Ed25519PublicKey], transport: HTTPTransport = .shared) {
         self.url = url
         self.app = app
         self.channel = channel

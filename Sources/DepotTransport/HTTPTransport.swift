@@ -84,6 +84,10 @@ public struct HTTPTransport: Sendable {
     private let trust: Result<TLSClientContext, TLSError>
     #endif
 
+    /// One transport for callers that do not make their own (``ManifestSource``'s default): one
+    /// URLSession for the process, not one per call.
+    public static let shared = HTTPTransport()
+
     public init(timeout: TimeInterval = 60, options: TransportOptions = TransportOptions()) {
         self.timeout = timeout
         self.options = options
@@ -102,7 +106,13 @@ public struct HTTPTransport: Sendable {
     /// a body over `limit` bytes fails as it arrives. The body goes to the file only on 200; the
     /// response's other answers come back with an excerpt of their text. The caller renames or
     /// removes the file.
+    ///
+    /// It asks for the bytes as stored (`Accept-Encoding: identity`, unless the caller says
+    /// otherwise): a pack's size and SHA-256 are of those bytes, and a CDN that compresses what it
+    /// may would otherwise send another body (URLSession asks for gzip by default).
     public func download(_ url: URL, headers: [String: String] = [:], to path: String, limit: Int64) async throws -> Response {
+        var headers = headers
+        if !headers.keys.contains(where: { $0.lowercased() == "accept-encoding" }) { headers["Accept-Encoding"] = "identity" }
         let request = Request(method: "GET", url: url, headers: Self.fields(headers), largeResponse: true)
         return try await exchange(request) { head in
             guard head.status == 200 else { return .excerpt(limit: 4096) }

@@ -68,7 +68,11 @@ final class URLSessionEngine: Sendable {
         let exchange = TaskExchange(url: request.url, method: request.method, handling: handling, progress: progress)
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<HTTPTransport.Response, any Error>) in
-                exchange.start(continuation)
+                if let early = exchange.start(continuation) {
+                    // Cancelled before the exchange began: the task is never resumed.
+                    continuation.resume(throwing: early)
+                    return
+                }
                 delegate.register(task, exchange)
                 if bounded {
                     // A whole answer in memory has a deadline beside the per-read timeout.
@@ -115,20 +119,27 @@ final class TaskExchange: Sendable {
         (self.url, self.method, self.handling, self.progress) = (url, method, handling, progress)
     }
 
-    func start(_ continuation: CheckedContinuation<HTTPTransport.Response, any Error>) {
-        state.withLock { $0.continuation = continuation }
+    /// Takes the caller's continuation; returns the failure decided before the exchange began
+    /// (a cancellation that came first), in which case the task must not run at all.
+    func start(_ continuation: CheckedContinuation<HTTPTransport.Response, any Error>) -> (any Error)? {
+        state.withLock { state in
+            if let failure = state.failure { return failure }
+            state.continuation = continuation
+            return nil
+        }
     }
 
     func markChallenged() { state.withLock { $0.challenged = true } }
 
-    /// Records `error` as the outcome if none is decided yet; true if it was (the caller then
-    /// cancels the task, whose completion resumes the caller with this error).
+    /// Records `error` as the outcome if none is decided yet; true if it was and the exchange
+    /// has begun (the caller then cancels the task, whose completion resumes the caller with this
+    /// error). Decided before it began, ``start(_:)`` returns it and the task never runs.
     @discardableResult
     func fail(_ error: any Error) -> Bool {
         state.withLock { state in
-            guard state.failure == nil, state.continuation != nil else { return false }
+            guard state.failure == nil else { return false }
             state.failure = error
-            return true
+            return state.continuation != nil
         }
     }
 
@@ -215,10 +226,13 @@ final class TaskExchange: Sendable {
 }
 
 /// The session's delegate: routes each task's callbacks to its ``TaskExchange``, and answers
-/// authentication challenges as Apple's rules say: HTTP Basic and Digest (the origin's download
-/// credentials, which callers send up front) are declined, so the 401 comes back as a response;
-/// everything else — server trust above all, which arrives here on Apple platforms — gets
-/// `.performDefaultHandling`, the system's own evaluation.
+/// authentication challenges with `.performDefaultHandling`, the system's own handling: server
+/// trust above all, which arrives here on Apple platforms; and on Apple platforms HTTP Basic and
+/// Digest too (the origin's download credentials, which callers send up front), for which the
+/// session has no credential store, so the 401 comes back as a response (`.rejectProtectionSpace`
+/// is, in Apple's words, for unusual cases: a server offering several schemes). On Linux,
+/// FoundationNetworking's default handling of Basic never ends the task (seen: the call waits
+/// until its deadline), so there Basic and Digest are declined with `.rejectProtectionSpace`.
 final class SessionDelegate: NSObject, URLSessionDataDelegate, Sendable {
     private let exchanges = Locked<[Int: TaskExchange]>([:])
 
@@ -228,6 +242,15 @@ final class SessionDelegate: NSObject, URLSessionDataDelegate, Sendable {
 
     private func exchange(_ task: URLSessionTask) -> TaskExchange? {
         exchanges.withLock { $0[task.taskIdentifier] }
+    }
+
+    /// How an HTTP Basic or Digest challenge of a task is answered (see the type's summary).
+    static var basicDisposition: URLSession.AuthChallengeDisposition {
+        #if canImport(FoundationNetworking)
+        .rejectProtectionSpace
+        #else
+        .performDefaultHandling
+        #endif
     }
 
     /// Whether a challenge is one for credentials this client declines (HTTP Basic or Digest).
@@ -269,7 +292,7 @@ final class SessionDelegate: NSObject, URLSessionDataDelegate, Sendable {
             return
         }
         exchange(task)?.markChallenged()
-        completionHandler(.rejectProtectionSpace, nil)
+        completionHandler(Self.basicDisposition, nil)
     }
 
     func urlSession(
