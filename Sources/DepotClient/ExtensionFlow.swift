@@ -83,21 +83,45 @@ public struct ExtensionFlow: Sendable {
         manifestFile path: String, kind: RequestKind, allowance: Int? = nil, essentialAllowance: Int? = nil, scheduled: Set<String> = [],
         languages: [String] = Locale.preferredLanguages, now: Date = Date()
     ) throws -> [ScheduledDownload] {
-        let envelope = try FileSystem.readFile(path, limit: ManifestSource.sizeLimit)
+        // The file is copied beside the kept one first (streamed: an extension's memory is a few
+        // MiB), and that copy is what is verified and, under the lock, renamed into place.
+        let cached = store.cachedEnvelope(channel: channel)
+        let copy = FileSystem.temporaryPath(besides: cached)
+        defer { FileSystem.remove(copy) }
+        do {
+            try FileSystem.copyDurably(path, to: copy, limit: Int64(ManifestSource.sizeLimit))
+        } catch {
+            if error.errno == EFBIG { throw ClientError.manifest("the envelope is larger than \(ManifestSource.sizeLimit) bytes") }
+            throw error.isNoSpace ? ClientError.noSpace(store.metadata) : ClientError.state("cannot read the manifest \(path): \(error)")
+        }
+        // Planned in a function of its own, so that the manifest is gone before the downloads
+        // are listed (memory: about the manifest's size in all).
+        let plan = try plan(copy: copy, cached: cached, kind: kind, allowance: allowance, essentialAllowance: essentialAllowance,
+                            scheduled: scheduled, languages: languages, now: now)
+        return plan.downloads.map { ScheduledDownload(entry: $0.entry, isEssential: $0.essential, patch: $0.patch) }
+    }
+
+    private func plan(
+        copy: String, cached: String, kind: RequestKind, allowance: Int?, essentialAllowance: Int?, scheduled: Set<String>, languages: [String], now: Date
+    ) throws -> Plan {
         let source = try source()
+        let floor = try store.read(app: configuration.app).floor(channel: channel)
+        let verified = try source.verify(file: copy, floor: floor, now: now)
         let (manifest, state) = try store.withExclusiveControl(app: configuration.app) { state in
-            let manifest = try source.verify(envelope, floor: state.floor(channel: channel), now: now)
-            state.raiseFloor(channel: channel, to: manifest.version)
-            try FileSystem.writeAtomically(envelope, to: store.cachedEnvelope(channel: channel))
-            return (manifest, state)
+            // Another process may have accepted a newer one meanwhile: the floor is checked again.
+            guard verified.version >= state.floor(channel: channel) else {
+                throw ClientError.rollback(offered: verified.version, floor: state.floor(channel: channel))
+            }
+            state.raiseFloor(channel: channel, to: verified.version)
+            try FileSystem.durableRename(copy, to: cached)
+            return (verified, state)
         }
         var request = Planner.Request(
             kind: kind, allowance: allowance.map(Int64.init), essentialAllowance: essentialAllowance.map(Int64.init),
             scheduled: scheduled.union(arrivedIdentifiers())
         )
         request.languages = languages
-        let plan = Planner.plan(manifest: manifest, state: state, request: request, installedCopyIsWhole: store.isWhole)
-        return plan.downloads.map { ScheduledDownload(entry: $0.entry, isEssential: $0.essential, patch: $0.patch) }
+        return Planner.plan(manifest: manifest, state: state, request: request, installedCopyIsWhole: store.isWhole)
     }
 
     /// The deliveries waiting for ``installArrived(languages:now:)``, by identifier.
@@ -140,12 +164,12 @@ public struct ExtensionFlow: Sendable {
     public func installArrived(languages: [String] = Locale.preferredLanguages, now: Date = Date()) throws -> ArrivedReport {
         Installer.removeLeftovers(in: store.packs)
         Installer.removeLeftovers(in: store.arrived)
+        Installer.removeLeftovers(in: store.metadata)
         var report = ArrivedReport()
         let identifiers = arrivedIdentifiers().sorted()
         guard !identifiers.isEmpty || FileSystem.exists(store.cachedEnvelope(channel: channel)) else { return report }
-        let envelope = try FileSystem.readFile(store.cachedEnvelope(channel: channel), limit: ManifestSource.sizeLimit)
         let floor = try store.read(app: configuration.app).floor(channel: channel)
-        let manifest = try source().verify(envelope, floor: floor, now: now)
+        let manifest = try source().verify(file: store.cachedEnvelope(channel: channel), floor: floor, now: now)
         let installer = Installer(keyRing: try configuration.keyRing())
         for identifier in identifiers {
             let path = store.arrived + "/" + identifier

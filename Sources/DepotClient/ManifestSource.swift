@@ -8,7 +8,9 @@ public struct ManifestSource: Sendable {
     /// The default channel.
     public static let production = "production"
     /// The largest envelope accepted; a larger body is refused as it arrives.
-    public static let sizeLimit = 4 << 20
+    /// (16 MiB: a manifest of 10,000 packs is about 6 MiB; verifying one takes about its size
+    /// in memory, see ``verify(file:floor:now:)``.)
+    public static let sizeLimit = 16 << 20
 
     /// The manifest URL.
     public let url: URL
@@ -74,10 +76,31 @@ public struct ManifestSource: Sendable {
         guard bytes.count <= Self.sizeLimit else { throw ClientError.manifest("the envelope is larger than \(Self.sizeLimit) bytes") }
         let manifest: Manifest
         do {
-            manifest = try Envelope.decode(bytes).verifiedManifest(trusting: trustedKeys)
+            manifest = try Envelope.verifiedManifest(envelope: bytes, trusting: trustedKeys)
         } catch {
             throw ClientError.manifest(error.description)
         }
+        return try accept(manifest, floor: floor, now: now)
+    }
+
+    /// Verifies the envelope in a file (on a device, the one the system fetched, or the one the
+    /// extension accepted) in about the file's size in memory
+    /// (`Envelope.verifiedManifest(file:limit:trusting:)`), as ``verify(_:floor:now:)`` does.
+    public func verify(file path: String, floor: Int, now: Date) throws -> Manifest {
+        let manifest: Manifest
+        do {
+            manifest = try Envelope.verifiedManifest(file: path, limit: Self.sizeLimit, trusting: trustedKeys)
+        } catch let error as SystemError where error.errno == EFBIG {
+            throw ClientError.manifest("the envelope is larger than \(Self.sizeLimit) bytes")
+        } catch let error as SystemError {
+            throw ClientError.state("cannot read the manifest \(path): \(error)")
+        } catch let error as EnvelopeError {
+            throw ClientError.manifest(error.description)
+        }
+        return try accept(manifest, floor: floor, now: now)
+    }
+
+    private func accept(_ manifest: Manifest, floor: Int, now: Date) throws -> Manifest {
         guard manifest.app == app else { throw ClientError.wrongApp(manifest.app) }
         // One channel's envelope (a higher version) served at another's URL by a poisoned cache or
         // a man in the middle would move devices to its packs and raise their floor. A manifest

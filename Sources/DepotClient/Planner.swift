@@ -199,13 +199,16 @@ public enum Planner {
         }
         wanted.sort { (rank($0), $0.entry.id) < (rank($1), $1.entry.id) }
 
-        var downloads: [PlannedDownload] = []
+        // The downloads are kept in `wanted` itself, compacted in place (a manifest of 10,000
+        // packs is planned in an extension's few MiB: no second array of them).
+        var kept = 0
         var deferred: [PlannedDownload] = []
         var nonEssential: Int64 = 0
         var essential: Int64 = 0
         var overAllowance: [String: Int64] = [:]
         var alreadyScheduled: [String] = []
-        for download in wanted {
+        for index in wanted.indices {
+            let download = wanted[index]
             // What the system has under the identifier this download would be scheduled under
             // (a patch's names its base), or the whole pack's, which serves any plan.
             let identifier = download.identifier
@@ -222,10 +225,12 @@ public enum Planner {
                 continue
             }
             if download.essential { essential += size } else { nonEssential += size }
-            downloads.append(download)
+            wanted.swapAt(kept, index)
+            kept += 1
         }
+        wanted.removeSubrange(kept...)
         return Plan(
-            downloads: downloads, deferred: deferred, removals: removals.sorted(), unchanged: unchanged, notRequested: notRequested, overAllowance: overAllowance,
+            downloads: wanted, deferred: deferred, removals: removals.sorted(), unchanged: unchanged, notRequested: notRequested, overAllowance: overAllowance,
             alreadyScheduled: alreadyScheduled, otherLanguages: otherLanguages, languageReplacements: replacements
         )
     }

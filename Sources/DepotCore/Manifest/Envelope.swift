@@ -122,3 +122,119 @@ public enum ManifestSigningKey {
         "ed25519:" + Hex.encode(SHA256Hasher.hash(key.rawRepresentation).prefix(8))
     }
 }
+
+// MARK: Verifying in little memory
+
+extension Envelope {
+    /// The members of an envelope other than its payload.
+    private struct Head: Decodable {
+        var payloadType: String
+        var signatures: [Signature]
+    }
+
+    /// Verifies the envelope in the file at `path` (at most `limit` bytes) and returns its
+    /// manifest, as ``verifiedManifest(trusting:)`` does, in about the memory of the file: the
+    /// payload is base64-decoded from the file's bytes straight into the message the signature
+    /// covers, the file's bytes are released before the manifest is decoded, and the manifest's
+    /// packs are decoded one at a time. What a Background Assets extension calls, whose memory
+    /// limit is a few MiB.
+    public static func verifiedManifest(file path: String, limit: Int, trusting keys: [Ed25519PublicKey]) throws -> Manifest {
+        let (head, message, payloadStart) = try {
+            let bytes = try FileSystem.readFile(path, limit: limit)
+            return try bytes.withUnsafeBytes { try signedMessage($0) }
+        }()
+        return try verify(head, message: message, payloadStart: payloadStart, trusting: keys)
+    }
+
+    /// ``verifiedManifest(file:limit:trusting:)`` for envelope bytes in memory.
+    public static func verifiedManifest(envelope bytes: [UInt8], trusting keys: [Ed25519PublicKey]) throws(EnvelopeError) -> Manifest {
+        let signed: Result<(Head, [UInt8], Int), EnvelopeError> = bytes.withUnsafeBytes { buffer in Result { () throws(EnvelopeError) in try signedMessage(buffer) } }
+        let (head, message, payloadStart) = try signed.get()
+        return try verify(head, message: message, payloadStart: payloadStart, trusting: keys)
+    }
+
+    /// The envelope's other members, and the PAE message with the decoded payload at `payloadStart`.
+    private static func signedMessage(_ buffer: UnsafeRawBufferPointer) throws(EnvelopeError) -> (Head, [UInt8], Int) {
+        guard let base = buffer.baseAddress, buffer.count > 0 else { throw .malformed }
+        let data = Data(bytesNoCopy: UnsafeMutableRawPointer(mutating: base), count: buffer.count, deallocator: .none)
+        guard let head = try? JSONDecoder().decode(Head.self, from: data) else { throw .malformed }
+        guard head.payloadType == manifestPayloadType else { throw .wrongPayloadType(head.payloadType) }
+        guard let range = JSONScanner(buffer).member("payload"), range.lowerBound > 0, buffer[range.lowerBound - 1] == UInt8(ascii: "\"") else { throw .malformed }
+        let encoded = UnsafeRawBufferPointer(rebasing: buffer[range])
+        guard !encoded.contains(UInt8(ascii: "\\")) else {
+            // An escaped payload (`\/`, which this project's signer never writes): the plain way.
+            guard let envelope = try? JSONDecoder().decode(Envelope.self, from: data), let payload = Data(base64Encoded: envelope.payload) else { throw .malformed }
+            let prefix = paePrefix(payloadType: head.payloadType, count: payload.count)
+            return (head, prefix + Array(payload), prefix.count)
+        }
+        guard let count = Base64.decodedCount(encoded) else { throw .malformed }
+        let prefix = paePrefix(payloadType: head.payloadType, count: count)
+        var failed = false
+        let message = [UInt8](unsafeUninitializedCapacity: prefix.count + count) { out, initialized in
+            _ = out.initialize(from: prefix)
+            failed = !Base64.decode(encoded, into: UnsafeMutableRawBufferPointer(UnsafeMutableBufferPointer(rebasing: out[prefix.count...])))
+            initialized = prefix.count + count
+        }
+        guard !failed else { throw .malformed }
+        return (head, message, prefix.count)
+    }
+
+    private static func paePrefix(payloadType: String, count: Int) -> [UInt8] {
+        let type = Array(payloadType.utf8)
+        return Array("DSSEv1 \(type.count) ".utf8) + type + Array(" \(count) ".utf8)
+    }
+
+    private static func verify(_ head: Head, message: [UInt8], payloadStart: Int, trusting keys: [Ed25519PublicKey]) throws(EnvelopeError) -> Manifest {
+        let trusted = Dictionary(keys.map { (ManifestSigningKey.keyID(for: $0), $0) }, uniquingKeysWith: { a, _ in a })
+        var sawTrustedKey = false
+        for signature in head.signatures {
+            guard let key = trusted[signature.keyid] else { continue }
+            sawTrustedKey = true
+            guard let sig = Data(base64Encoded: signature.sig), key.isValidSignature(Array(sig), for: message) else { continue }
+            do {
+                return try message.withUnsafeBytes { try Manifest.decode(buffer: UnsafeRawBufferPointer(rebasing: $0[payloadStart...])) }
+            } catch let error as ManifestError {
+                throw .invalidManifest(error.description)
+            } catch {
+                throw .malformedManifest
+            }
+        }
+        throw sawTrustedKey ? .badSignature : .untrustedKey(head.signatures.map(\.keyid))
+    }
+}
+
+/// Standard base64 (RFC 4648, with padding), decoded without building a `Data`.
+enum Base64 {
+    private static let table: [UInt8] = {
+        var table = [UInt8](repeating: 0xFF, count: 256)
+        for (i, c) in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8.enumerated() { table[Int(c)] = UInt8(i) }
+        return table
+    }()
+
+    /// The decoded size of `text`, or nil if it is not a whole number of 4-character groups.
+    static func decodedCount(_ text: UnsafeRawBufferPointer) -> Int? {
+        guard text.count % 4 == 0 else { return nil }
+        guard text.count > 0 else { return 0 }
+        let padding = text[text.count - 1] == UInt8(ascii: "=") ? (text[text.count - 2] == UInt8(ascii: "=") ? 2 : 1) : 0
+        return text.count / 4 * 3 - padding
+    }
+
+    /// Decodes `text` into `out` (exactly ``decodedCount(_:)`` bytes); false on a character that is not base64.
+    static func decode(_ text: UnsafeRawBufferPointer, into out: UnsafeMutableRawBufferPointer) -> Bool {
+        var o = 0
+        var i = 0
+        while i < text.count {
+            let last = i + 4 == text.count
+            let a = table[Int(text[i])], b = table[Int(text[i + 1])]
+            let pad2 = last && text[i + 2] == UInt8(ascii: "="), pad3 = last && text[i + 3] == UInt8(ascii: "=")
+            let c = pad2 ? 0 : table[Int(text[i + 2])], d = pad3 ? 0 : table[Int(text[i + 3])]
+            guard a | b | c | d != 0xFF, a < 64, b < 64, c < 64, d < 64, !(pad2 && !pad3) else { return false }
+            out[o] = a << 2 | b >> 4
+            if !pad2 { out[o + 1] = b << 4 | c >> 2 }
+            if !pad3 { out[o + 2] = c << 6 | d }
+            o += 3 - (pad2 ? 1 : 0) - (pad3 ? 1 : 0)
+            i += 4
+        }
+        return o == out.count
+    }
+}

@@ -51,7 +51,45 @@ public struct Manifest: Codable, Hashable, Sendable {
     /// Parses manifest JSON and checks what a device turns into file names and sizes
     /// (``problem``): a manifest that fails is refused as a whole.
     public static func decode(_ bytes: [UInt8]) throws -> Manifest {
-        let manifest = try decoder.decode(Manifest.self, from: Data(bytes))
+        try bytes.withUnsafeBytes { try decode(buffer: $0) }
+    }
+
+    /// ``decode(_:)`` from memory it does not copy. The packs are decoded one at a time (each
+    /// from its own bytes, found by ``JSONScanner``), the rest from a copy of the text without
+    /// them: a manifest of 10,000 packs is never held as one JSON tree beside its result.
+    static func decode(buffer: UnsafeRawBufferPointer) throws -> Manifest {
+        func data(_ range: Range<Int>) -> Data {
+            Data(bytesNoCopy: UnsafeMutableRawPointer(mutating: buffer.baseAddress! + range.lowerBound), count: range.count, deallocator: .none)
+        }
+        let scanner = JSONScanner(buffer)
+        var manifest: Manifest
+        if buffer.count > 0, let packs = scanner.member("packs"), let elements = scanner.elements(of: packs) {
+            var head: [UInt8] = []
+            head.reserveCapacity(buffer.count - packs.count + 2)
+            head += buffer[..<packs.lowerBound]
+            head += Array("[]".utf8)
+            head += buffer[packs.upperBound...]
+            manifest = try decoder.decode(Manifest.self, from: Data(head))
+            var entries: [PackEntry] = []
+            entries.reserveCapacity(elements.count)
+            // Values most packs repeat are kept once (a String shares its storage when copied).
+            var shared: [String: String] = [:]
+            var sharedTags: [[String]: [String]] = [:]
+            func once(_ value: String) -> String {
+                if let known = shared[value] { return known }
+                if shared.count < 256 { shared[value] = value }
+                return value
+            }
+            for element in elements {
+                var entry = try decoder.decode(PackEntry.self, from: data(element))
+                (entry.contentType, entry.keyID) = (once(entry.contentType), once(entry.keyID))
+                if let known = sharedTags[entry.tags] { entry.tags = known } else if sharedTags.count < 256 { sharedTags[entry.tags] = entry.tags }
+                entries.append(entry)
+            }
+            manifest.packs = entries
+        } else {
+            manifest = try decoder.decode(Manifest.self, from: Data(buffer))
+        }
         if let problem = manifest.problem { throw ManifestError(description: problem) }
         return manifest
     }

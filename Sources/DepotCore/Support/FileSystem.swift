@@ -83,6 +83,34 @@ public enum FileSystem {
         return Int32(String(decoding: digits, as: UTF8.self))
     }
 
+    /// Copies the file at `from` to `to` (which must not exist) in 64 KiB pieces and fsyncs it;
+    /// at most `limit` bytes (`EFBIG` past that). On failure nothing is left at `to`.
+    public static func copyDurably(_ from: String, to: String, limit: Int64 = .max) throws(SystemError) {
+        let input = try FileDescriptor.openForReading(from)
+        guard try input.size() <= limit else { throw SystemError(call: "read", errno: EFBIG, path: from) }
+        do {
+            let output = try FileDescriptor(path: to, flags: O_WRONLY | O_CREAT | O_EXCL, mode: 0o644)
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 << 10, alignment: 16)
+            defer { buffer.deallocate() }
+            var total: Int64 = 0
+            while true {
+                let n = try input.read(into: buffer)
+                if n == 0 { break }
+                total += Int64(n)
+                guard total <= limit else { throw SystemError(call: "read", errno: EFBIG, path: from) }
+                try output.write(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+            }
+            try output.sync()
+            try output.close()
+        } catch let error as SystemError {
+            remove(to)
+            throw error
+        } catch {
+            remove(to)
+            throw SystemError(call: "open", errno: EIO, path: to)
+        }
+    }
+
     /// Renames `from` over `to` and fsyncs the folder of `to`.
     public static func durableRename(_ from: String, to: String) throws(SystemError) {
         try systemCall("rename", path: to) { System.rename(from, to) }
@@ -112,7 +140,8 @@ public enum FileSystem {
         var bytes = [UInt8](repeating: 0, count: Int(size))
         var count = 0
         do { count = try bytes.withUnsafeMutableBytes { try fd.readFully(into: $0) } } catch let error as SystemError { throw error } catch {}
-        return Array(bytes[..<count])
+        if count < bytes.count { bytes.removeSubrange(count...) }
+        return bytes
     }
 
     /// Removes a file, ignoring a missing one.

@@ -160,7 +160,13 @@ def main():
         for identifier in scheduled:
             pid, revision = pack_of(identifier)
             if pid not in need and pid not in damaged:
-                problems.append(f"scheduled {identifier}, but {pid} is installed and current: a download not needed")
+                record = state.get("packs", {}).get(pid, {})
+                path = os.path.join(dest, "packs", pid)
+                seen = {"inode": os.lstat(path).st_ino} if os.path.lexists(path) else {}
+                if os.path.isdir(path):
+                    files = tree(path)
+                    seen.update(files=len(files), bytes=sum(os.path.getsize(p) for p in files.values()))
+                problems.append(f"scheduled {identifier}, but {pid} is installed and current: a download not needed (recorded {json.dumps(record)}, on disk {json.dumps(seen)})")
             elif live.get(pid) != revision:
                 problems.append(f"scheduled {identifier}, not the live revision {live.get(pid)}")
             if identifier in held:
