@@ -83,6 +83,11 @@ public struct ExtensionFlow: Sendable {
         manifestFile path: String, kind: RequestKind, allowance: Int? = nil, essentialAllowance: Int? = nil, scheduled: Set<String> = [],
         languages: [String] = Locale.preferredLanguages, now: Date = Date()
     ) throws -> [ScheduledDownload] {
+        // The deliveries waiting are listed before the state is read: an install step running
+        // meanwhile records a pack before it removes its delivery, so each pack is seen either
+        // delivered or installed, never neither (found by the model-based test: the app's install
+        // step racing the extension's scheduling made the pack be downloaded twice).
+        let held = scheduled.union(arrivedIdentifiers())
         // The file is copied beside the kept one first (streamed: an extension's memory is a few
         // MiB), and that copy is what is verified and, under the lock, renamed into place.
         let cached = store.cachedEnvelope(channel: channel)
@@ -97,7 +102,7 @@ public struct ExtensionFlow: Sendable {
         // Planned in a function of its own, so that the manifest is gone before the downloads
         // are listed (memory: about the manifest's size in all).
         let plan = try plan(copy: copy, cached: cached, kind: kind, allowance: allowance, essentialAllowance: essentialAllowance,
-                            scheduled: scheduled, languages: languages, now: now)
+                            scheduled: held, languages: languages, now: now)
         return plan.downloads.map { ScheduledDownload(entry: $0.entry, isEssential: $0.essential, patch: $0.patch) }
     }
 
@@ -118,7 +123,7 @@ public struct ExtensionFlow: Sendable {
         }
         var request = Planner.Request(
             kind: kind, allowance: allowance.map(Int64.init), essentialAllowance: essentialAllowance.map(Int64.init),
-            scheduled: scheduled.union(arrivedIdentifiers())
+            scheduled: scheduled
         )
         request.languages = languages
         return Planner.plan(manifest: manifest, state: state, request: request, installedCopyIsWhole: store.isWhole)
