@@ -168,7 +168,7 @@ public struct Installer: Sendable {
     }
 
     /// Removes what killed installs left in `folder`: staged `.tmp-*` trees and files, each
-    /// named with its owner's process id (``FileSystem/temporaryOwner(_:)``), removed only when
+    /// named with its owner's process id (`FileSystem.temporaryOwner(_:)`), removed only when
     /// that process provably no longer runs. A live owner's tree stays however old it is (an app
     /// suspended in the middle of an install resumes it). Only a name without an owner (written
     /// by a build before owners were recorded) goes by age, after `maximumAge`. Returns how many.

@@ -84,7 +84,7 @@ public struct HTTPTransport: Sendable {
     private let trust: Result<TLSClientContext, TLSError>
     #endif
 
-    /// One transport for callers that do not make their own (``ManifestSource``'s default): one
+    /// One transport for callers that do not make their own (`ManifestSource`'s default): one
     /// URLSession for the process, not one per call.
     public static let shared = HTTPTransport()
 

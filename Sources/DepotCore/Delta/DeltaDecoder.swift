@@ -2,7 +2,7 @@
 /// random, hands the result to a sink in order, in pieces of at most 1 MiB — memory stays at a
 /// few MiB whatever the sizes. Every offset, length and total is checked before it is used, and
 /// the result's SHA-256 must be the header's: the caller keeps what the sink received only if
-/// ``apply(patch:base:into:)`` returns. The result is hashed on a second thread while the sink
+/// ``apply(patch:base:accepting:into:)`` returns. The result is hashed on a second thread while the sink
 /// writes it (`HashPipeline`).
 public enum DeltaDecoder {
     static let chunk = 1 << 20
