@@ -161,6 +161,9 @@ struct ModelDevice {
         let manifest = work.path + "/manifest.json"
         try FileSystem.writeAtomically(manifestBytes(), to: manifest)
         let held = inFlight.keys.sorted()
+        // Deliveries waiting now count as planned: an install step running beside the scheduling
+        // may drop one (corrupt, stale) after the scheduling saw it; the next event plans it.
+        let waiting = concurrentInstall ? FileSystem.contents(of: dest + "/.depot/arrived").filter { !$0.hasPrefix(".") } : []
         let output = work.path + "/schedule.out"
         let scheduling = try launch(["schedule", "--manifest", manifest, "--event", kind] + held.flatMap { ["--scheduled", $0] }, output: output)
         let installing = concurrentInstall ? try launch(["install"], output: work.path + "/install-b.out") : nil
@@ -172,7 +175,8 @@ struct ModelDevice {
         let lines = try FileSystem.readText(output).split(separator: "\n")
         // Checked before the new downloads join the system's: nothing needed is missing, nothing scheduled is needless.
         try FileSystem.writeAtomically(Array(held.joined(separator: "\n").utf8), to: work.path + "/held")
-        try check("event", output, work.path + "/held")
+        try FileSystem.writeAtomically(Array(waiting.joined(separator: "\n").utf8), to: work.path + "/waiting")
+        try check("event", output, work.path + "/held", work.path + "/waiting")
         for line in lines {
             let fields = line.split(separator: " ")
             let identifier = String(fields[0])

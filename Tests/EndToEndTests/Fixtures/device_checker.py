@@ -7,7 +7,7 @@ tree with its SHA-256; and the live revision of each pack), and trusts nothing t
 about its own copies: every copy is hashed here.
 
   device_checker.py state     DEST PUBLISHED [--quiescent]
-  device_checker.py event     DEST PUBLISHED SCHEDULED_FILE IN_FLIGHT_FILE
+  device_checker.py event     DEST PUBLISHED SCHEDULED_FILE IN_FLIGHT_FILE [WAITING_FILE]
   device_checker.py converged DEST PUBLISHED
 
 Exit 0 when the invariant holds, 1 with one line per violation on stdout. `state` and `event`
@@ -145,13 +145,19 @@ def main():
         with open(sys.argv[5]) as f:
             held = set(line.strip() for line in f if line.strip())
         held |= set(n for n in (os.listdir(arrived) if os.path.isdir(arrived) else []) if not n.startswith(".tmp-"))
+        # Deliveries that waited when the scheduling began (an install step beside it may have
+        # dropped one since): planned at this event all the same; the next one must plan again.
+        waiting = set()
+        if len(sys.argv) >= 7:
+            with open(sys.argv[6]) as f:
+                waiting = set(line.strip() for line in f if line.strip())
         need = needs(published, state, dest, current)
         live = published["live"]
         def pack_of(identifier):
             pid, numbers = identifier.split("@", 1)
             return pid, int(numbers.split("-from-")[0])
         covered = set()
-        for identifier in held | set(scheduled):
+        for identifier in held | waiting | set(scheduled):
             pid, revision = pack_of(identifier)
             if live.get(pid) == revision:
                 covered.add(pid)
