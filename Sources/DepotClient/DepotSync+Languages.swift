@@ -9,15 +9,21 @@ extension DepotSync {
     func replaceLanguages(_ plan: Plan, manifest: Manifest, store: StateStore, report: inout SyncReport) throws {
         for (old, replacement) in plan.languageReplacements.sorted(by: { $0.key < $1.key }) {
             guard let entry = manifest[pack: replacement] else { continue }
-            // Under the lock the record goes and the copy is renamed aside; it is deleted after.
-            let removed = try store.withExclusiveControl(app: configuration.app) { state -> (done: Bool, aside: String?) in
-                guard let now = state.packs[replacement], now.revision == entry.revision, now.sha256 == entry.sha256,
-                      store.isWhole(replacement, now) else { return (false, nil) }
-                state.packs[old] = nil
-                return (true, try store.detach(old))
+            // The replacement's copy is checked (a walk of its tree) before the lock; under the
+            // lock the record goes and the copy is renamed aside; it is deleted after.
+            guard let installed = try store.read(app: configuration.app).packs[replacement], store.isWhole(replacement, installed) else {
+                report.waiting[old] = "replaced by \(replacement) once that is installed"
+                continue
             }
-            removed.aside.map(Installer.removeTree)
-            if removed.done {
+            var aside: String?
+            defer { aside.map(Installer.removeTree) }
+            let removed = try store.withExclusiveControl(app: configuration.app) { state -> Bool in
+                guard let now = state.packs[replacement], now.revision == entry.revision, now.sha256 == entry.sha256, now.inode == installed.inode else { return false }
+                aside = try store.detach(old)
+                state.packs[old] = nil
+                return true
+            }
+            if removed {
                 report.removed.append(old)
                 observer?(.removed(old))
             } else {

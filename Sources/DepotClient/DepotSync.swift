@@ -67,6 +67,9 @@ public struct DepotSync: Sendable {
         let store = try StateStore(destination: destination)
         let syncLock = try await BlockingCall.run { [lockTimeout] in try store.syncLock(timeout: lockTimeout) }
         defer { try? syncLock.close() }
+        // What killed syncs and installs left (staged trees, copies moved aside, scratch files),
+        // by owners that are gone.
+        for folder in [store.packs, store.downloads, store.metadata] { Installer.removeLeftovers(in: folder) }
         let app = configuration.app
         let source = {
             var source = ManifestSource(
@@ -172,11 +175,15 @@ public struct DepotSync: Sendable {
         // Packs gone from the manifest go once everything else succeeded.
         if report.failed.isEmpty {
             for id in plan.removals {
-                let aside = try store.withExclusiveControl(app: app) { state in
-                    defer { state.packs[id] = nil }
-                    return try store.detach(id)
+                // The copy is renamed aside under the lock and deleted after it, even when saving
+                // the state failed (a full disk: the record stays, its copy is gone, and the next
+                // plan sees that).
+                var aside: String?
+                defer { aside.map(Installer.removeTree) }
+                try store.withExclusiveControl(app: app) { state in
+                    aside = try store.detach(id)
+                    state.packs[id] = nil
                 }
-                aside.map(Installer.removeTree)
                 report.removed.append(id)
                 observer?(.removed(id))
             }

@@ -1,5 +1,8 @@
 import DepotCore
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 
 /// A pack download for the system to schedule: what a `BAURLDownload` needs.
 public struct ScheduledDownload: Hashable, Sendable {
@@ -18,6 +21,14 @@ public struct ScheduledDownload: Hashable, Sendable {
     public var url: URL { URL(string: patch?.url ?? entry.url)! }
     /// The exact size of what is downloaded: the system fails a download of any other size.
     public var fileSize: Int { Int(patch?.size ?? entry.size) }
+    /// The request to give `BAURLDownload`: ``url``, asking for the bytes as stored
+    /// (`Accept-Encoding: identity`), since a CDN that compresses what a client accepts
+    /// compressed would send another size than ``fileSize``.
+    public var request: URLRequest {
+        var request = URLRequest(url: url)
+        request.setValue("identity", forHTTPHeaderField: "Accept-Encoding")
+        return request
+    }
 
     public init(entry: PackEntry, isEssential: Bool, patch: PackPatch? = nil) {
         (self.entry, self.isEssential, self.patch) = (entry, isEssential, patch)
@@ -129,6 +140,15 @@ public struct ExtensionFlow: Sendable {
         return Planner.plan(manifest: manifest, state: state, request: request, installedCopyIsWhole: store.isWhole)
     }
 
+    /// The manifest this folder accepted last on its channel (kept by
+    /// ``schedule(manifestFile:kind:allowance:essentialAllowance:scheduled:languages:now:)``),
+    /// verified again as the extension verified it: signature, app, channel, expiry and a version
+    /// not below the channel's floor. What the app plans with in the foreground.
+    public func acceptedManifest(now: Date = Date()) throws -> Manifest {
+        let floor = try store.read(app: configuration.app).floor(channel: channel)
+        return try source().verify(file: store.cachedEnvelope(channel: channel), floor: floor, now: now)
+    }
+
     /// The deliveries waiting for ``installArrived(languages:now:)``, by identifier.
     public func arrivedIdentifiers() -> Set<String> {
         Set(FileSystem.contents(of: store.arrived).filter(Self.isIdentifier))
@@ -173,10 +193,12 @@ public struct ExtensionFlow: Sendable {
         var report = ArrivedReport()
         let identifiers = arrivedIdentifiers().sorted()
         guard !identifiers.isEmpty || FileSystem.exists(store.cachedEnvelope(channel: channel)) else { return report }
-        let floor = try store.read(app: configuration.app).floor(channel: channel)
-        let manifest = try source().verify(file: store.cachedEnvelope(channel: channel), floor: floor, now: now)
+        let manifest = try acceptedManifest(now: now)
         let installer = Installer(keyRing: try configuration.keyRing())
         for identifier in identifiers {
+            // Cancelled (the app's background time ran out): stop between packs; what is left
+            // waits for the next run.
+            if Task.isCancelled { break }
             let path = store.arrived + "/" + identifier
             let (id, revision, base) = Self.parse(identifier)
             guard let entry = manifest[pack: id], entry.revision == revision else {
@@ -226,22 +248,26 @@ public struct ExtensionFlow: Sendable {
     /// pick is installed at the manifest's revision; returns their ids.
     private func removeReplacedLanguages(manifest: Manifest, languages: [String]) throws -> [String] {
         let picks = LanguageSelection.picks(manifest.packs, preferred: LanguageTag.list(languages), primary: manifest.primaryLanguageTag)
-        // Under the lock: the record goes and the copy is renamed aside; deleted after it.
-        let (removed, aside) = try store.withExclusiveControl(app: configuration.app) { state -> ([String], [String]) in
+        // Which picks are installed whole is looked at first (a walk of each tree), without the
+        // lock; under it the record goes and the copy is renamed aside; deleted after it, even
+        // if saving the state failed.
+        let before = try store.read(app: configuration.app)
+        let wanted = Set(manifest.packs.compactMap { entry in before.packs[entry.id] != nil ? picks[entry.id].flatMap { $0 == entry.id ? nil : $0 } : nil })
+        let whole = Set(wanted.filter { id in before.packs[id].map { store.isWhole(id, $0) } ?? false })
+        var aside: [String] = []
+        defer { aside.forEach(Installer.removeTree) }
+        return try store.withExclusiveControl(app: configuration.app) { state -> [String] in
             var removed: [String] = []
-            var aside: [String] = []
             for entry in manifest.packs where state.packs[entry.id] != nil {
                 guard let pickID = picks[entry.id], pickID != entry.id, let pick = manifest[pack: pickID],
                       let installed = state.packs[pick.id], installed.revision == pick.revision, installed.sha256 == pick.sha256,
-                      store.isWhole(pick.id, installed) else { continue }
+                      whole.contains(pick.id), installed.inode == before.packs[pick.id]?.inode else { continue }
                 if let path = try store.detach(entry.id) { aside.append(path) }
                 state.packs[entry.id] = nil
                 removed.append(entry.id)
             }
-            return (removed, aside)
+            return removed
         }
-        aside.forEach(Installer.removeTree)
-        return removed
     }
 
     /// `pack@revision` or `pack@revision-from-base`, with a valid pack id and revision numbers.

@@ -58,6 +58,7 @@ public struct Installer: Sendable {
                 guard let copy = InstalledCopy.measure(staged), !copy.unpacked else {
                     throw ClientError.install(entry.id, SystemError(call: "stat", errno: ENOENT, path: staged))
                 }
+                try Self.check(copy, against: entry)
                 try Self.switchInto(destination, from: staged)
                 return copy
             }
@@ -65,6 +66,7 @@ public struct Installer: Sendable {
             try ZipPack.extract(plaintext, into: staged)
             try FileSystem.syncDirectory(staged)
             let copy = try tree.measured(pack: entry.id)
+            try Self.check(copy, against: entry)
             try Self.switchInto(destination, from: staged)
             return copy
         } catch let error as PackError where error.kind == .unknownKeyID {
@@ -113,6 +115,7 @@ public struct Installer: Sendable {
                 let tree = try StagedTree(staged)
                 try TreePatch.apply(patch: delta, base: destination, into: staged, limit: entry.installSize)
                 let copy = try tree.measured(pack: entry.id)
+                try Self.check(copy, against: entry)
                 try Self.switchInto(destination, from: staged)
                 return copy
             }
@@ -145,6 +148,15 @@ public struct Installer: Sendable {
             throw ClientError.integrity(entry.id, "the patch's container does not verify: \(error.description)")
         } catch {
             throw Self.failure(error, pack: entry.id, folder: folder)
+        }
+    }
+
+    /// What is about to be switched in holds the manifest's install size (a file's plaintext; a
+    /// tree's files added up, as the origin counts a zip's): a staging tree that lost files to
+    /// anything at all is never recorded as whole.
+    static func check(_ copy: InstalledCopy, against entry: PackEntry) throws {
+        guard copy.bytes == entry.installSize else {
+            throw ClientError.integrity(entry.id, "what would be installed has \(copy.bytes) bytes, the manifest says \(entry.installSize)")
         }
     }
 

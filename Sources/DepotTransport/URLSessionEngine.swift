@@ -68,12 +68,15 @@ final class URLSessionEngine: Sendable {
         let exchange = TaskExchange(url: request.url, method: request.method, handling: handling, progress: progress)
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<HTTPTransport.Response, any Error>) in
+                // Registered first: a cancellation right after `start` cancels the task, whose
+                // completion must find its exchange.
+                delegate.register(task, exchange)
                 if let early = exchange.start(continuation) {
                     // Cancelled before the exchange began: the task is never resumed.
+                    delegate.unregister(task)
                     continuation.resume(throwing: early)
                     return
                 }
-                delegate.register(task, exchange)
                 if bounded {
                     // A whole answer in memory has a deadline beside the per-read timeout.
                     let seconds = deadline
@@ -238,6 +241,10 @@ final class SessionDelegate: NSObject, URLSessionDataDelegate, Sendable {
 
     func register(_ task: URLSessionTask, _ exchange: TaskExchange) {
         exchanges.withLock { $0[task.taskIdentifier] = exchange }
+    }
+
+    func unregister(_ task: URLSessionTask) {
+        _ = exchanges.withLock { $0.removeValue(forKey: task.taskIdentifier) }
     }
 
     private func exchange(_ task: URLSessionTask) -> TaskExchange? {

@@ -141,6 +141,7 @@ struct InstallerTests {
         let plaintext = [UInt8](repeating: 5, count: 5000)
         let container = try PackEncryptor.encrypt(plaintext, header: PackHeader(keyID: "k1", segmentSize: 1024), masterKey: ring["k1"]!)
         var entry = entry("p")
+        entry.installSize = Int64(plaintext.count)
         entry.size = Int64(container.count)
         entry.sha256 = Hex.encode(SHA256Hasher.hash(container))
         entry.plaintextSHA256 = Hex.encode(SHA256Hasher.hash(plaintext))
@@ -200,6 +201,7 @@ struct InstallerTests {
             let container = try PackEncryptor.encrypt(plaintext, header: PackHeader(keyID: "k1", segmentSize: 1024), masterKey: ring["k1"]!)
             var entry = entry("levels", revision: revision)
             entry.contentType = "application/zip"
+            entry.installSize = (try? ZipPack.inspect(zip).installSize) ?? 0
             entry.size = Int64(container.count)
             entry.sha256 = Hex.encode(SHA256Hasher.hash(container))
             entry.plaintextSHA256 = Hex.encode(SHA256Hasher.hash(plaintext))

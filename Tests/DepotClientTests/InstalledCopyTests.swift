@@ -28,9 +28,10 @@ struct InstalledCopyTests {
     static func pack(_ id: String, revision: Int, plaintext: [UInt8], zip: Bool, at path: String, patches: [PackPatch]? = nil) throws -> PackEntry {
         let container = try PackEncryptor.encrypt(plaintext, header: PackHeader(keyID: "k1", segmentSize: 4096), masterKey: ring["k1"]!)
         try FileSystem.writeAtomically(container, to: path)
+        if zip { try FileSystem.writeAtomically(plaintext, to: path + ".zip-plain") }
         return PackEntry(
             id: id, revision: revision, url: "https://cdn.example/\(id)", size: Int64(container.count), sha256: Hex.encode(SHA256Hasher.hash(container)),
-            installSize: Int64(plaintext.count), plaintextSHA256: Hex.encode(SHA256Hasher.hash(plaintext)), policy: .prefetch, tags: [], keyID: "k1",
+            installSize: zip ? try ZipPack.inspect(path + ".zip-plain").installSize : Int64(plaintext.count), plaintextSHA256: Hex.encode(SHA256Hasher.hash(plaintext)), policy: .prefetch, tags: [], keyID: "k1",
             contentType: zip ? ZipPack.contentType : "application/octet-stream", patches: patches
         )
     }
@@ -118,6 +119,18 @@ struct InstalledCopyTests {
         try FileSystem.writeAtomically(v1["b.bin"]!, to: store.packPath("levels") + "/b.bin")
         try installer.installPatch(two, patch: patch, from: work.path + "/patch.pack", to: store.packPath("levels"))
         #expect(try FileSystem.readFile(store.packPath("levels") + "/a.bin") == v2["a.bin"]!)
+    }
+
+    @Test("A copy about to be switched in with other than the manifest's install size is refused; nothing is installed")
+    func installSize() throws {
+        let work = TemporaryDirectory("depot-copies-size")
+        defer { work.remove() }
+        var entry = try Self.pack("movie", revision: 1, plaintext: Self.bytes(9000, 3), zip: false, at: work.path + "/movie.pack")
+        entry.installSize = 8999
+        #expect { try Installer(keyRing: Self.ring).install(entry, from: work.path + "/movie.pack", to: work.path + "/movie") } throws: {
+            ($0 as? ClientError)?.kind == .integrity
+        }
+        #expect(!FileSystem.exists(work.path + "/movie") && FileSystem.contents(of: work.path).allSatisfy { !$0.hasPrefix(".tmp-") })
     }
 
     @Test("A patch the system already has (scheduled or delivered) is not scheduled again, nor charged; the whole pack's identifier covers it too")

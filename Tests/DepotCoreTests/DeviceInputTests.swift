@@ -49,6 +49,11 @@ struct DeviceInputTests {
             ("patch digest with a path", { $0.patches![0].sha256 = "/etc/passwd" }),
             ("patch from the future", { $0.patches![0].fromRevision = 2 }),
             ("patch base digest", { $0.patches![0].fromPlaintextSHA256 = "zz" }),
+            ("size past 1 TiB (sums of them would overflow)", { $0.size = Int64.max / 2 }),
+            ("patch size past 1 TiB", { $0.patches![0].size = Int64.max }),
+            ("empty URL", { $0.url = "" }),
+            ("URL that is not http(s)", { $0.url = "file:///etc/passwd" }),
+            ("patch URL without a host", { $0.patches![0].url = "https://" }),
         ]
         for (what, change) in hostile {
             #expect(throws: ManifestError.self, "\(what)") { try Manifest.decode(Self.manifest(change)) }
@@ -64,5 +69,59 @@ struct DeviceInputTests {
         } throws: { error in
             (error as? EnvelopeError)?.description.contains("pack id") == true
         }
+    }
+
+    @Test("Text two readers could read two ways is refused: an escaped or repeated top-level key, in the envelope and in the manifest")
+    func ambiguousKeys() throws {
+        let key = Ed25519PrivateKey()
+        let genuine = try Envelope.sign(Self.build { _ in }, with: [key])
+        let other = try Envelope.sign(Self.build { $0.revision = 9 }, with: [key])
+        let signatures = String(decoding: try JSONEncoder().encode(genuine.signatures), as: UTF8.self)
+        let type = "\"payloadType\":\"\(Envelope.manifestPayloadType)\""
+        for text in [
+            "{\"pay\\u006coad\":\"\(other.payload)\",\"payload\":\"\(genuine.payload)\",\(type),\"signatures\":\(signatures)}",
+            "{\"payload\":\"\(genuine.payload)\",\"payload\":\"\(other.payload)\",\(type),\"signatures\":\(signatures)}",
+        ] {
+            #expect(throws: EnvelopeError.self) { try Envelope.verifiedManifest(envelope: Array(text.utf8), trusting: [key.publicKey]) }
+            #expect(throws: EnvelopeError.self) { try Envelope.decode(Array(text.utf8)) }
+        }
+        // The plain envelope verifies on both paths, to the same manifest.
+        let bytes = genuine.encoded()
+        #expect(try Envelope.verifiedManifest(envelope: bytes, trusting: [key.publicKey]) == Envelope.decode(bytes).verifiedManifest(trusting: [key.publicKey]))
+        // A manifest whose packs key is escaped or repeated.
+        let manifest = String(decoding: Self.manifest { _ in }, as: UTF8.self)
+        let escaped = manifest.replacingOccurrences(of: "\"packs\":", with: "\"pack\\u0073\":[],\"packs\":")
+        let repeated = manifest.replacingOccurrences(of: "\"packs\":", with: "\"packs\":[],\"packs\":")
+        for text in [escaped, repeated] {
+            #expect(throws: (any Error).self) { try Manifest.decode(Array(text.utf8)) }
+        }
+    }
+
+    @Test("A zip whose entries would unpack to fewer bytes than it counts is refused: a file twice, twice but for letter case, a file where a folder goes")
+    func zipLayouts() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("depot-zip-layout-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        try FileSystem.createDirectory(dir)
+        let script = """
+            import sys, warnings, zipfile
+            warnings.simplefilter("ignore")
+            d = sys.argv[1]
+            for name, entries in [("twice", ["a/x.bin", "a/x.bin"]), ("case", ["Readme.txt", "README.txt"]),
+                                  ("file-folder", ["a", "a/b.bin"]), ("folder-file", ["a/b.bin", "a"]), ("fine", ["a/b.bin", "a/c.bin", "b"])]:
+                with zipfile.ZipFile(d + "/" + name + ".zip", "w") as z:
+                    for e in entries: z.writestr(e, b"12345")
+            """
+        let made = Process()
+        made.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        made.arguments = ["-c", script, dir]
+        try made.run()
+        made.waitUntilExit()
+        #expect(made.terminationStatus == 0)
+        for name in ["twice", "case", "file-folder", "folder-file"] {
+            #expect(throws: ZipPackError.self, "\(name)") { try ZipPack.inspect(dir + "/\(name).zip") }
+            #expect(throws: ZipPackError.self, "\(name)") { try ZipPack.extract(dir + "/\(name).zip", into: dir + "/out-\(name)") }
+        }
+        let fine = try ZipPack.inspect(dir + "/fine.zip")
+        #expect(fine.installSize == 15 && fine.files == 3)
     }
 }

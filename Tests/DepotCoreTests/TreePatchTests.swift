@@ -67,6 +67,11 @@ struct TreePatchTests {
             (TreePatch.magic + [1, 0, 1] + entry("ok.bin", [1], digest: [UInt8](repeating: 0, count: 32)), .resultMismatch),
             (TreePatch.magic + [1, 0, 1] + entry("ok.bin", [1]) + [0], .malformed),
             (TreePatch.magic + [2, 0, 0], .malformed),
+            // An entry that states 1 byte and sends 100: stopped at the first byte past its size.
+            (TreePatch.magic + [1, 0, 1] + DeltaFormat.varint(7) + Array("big.bin".utf8) + [3] + SHA256Hasher.hash([UInt8](repeating: 9, count: 100))
+                + DeltaFormat.varint(1) + DeltaFormat.varint(100) + [UInt8](repeating: 9, count: 100), .resultMismatch),
+            // More entries than any tree may have.
+            (TreePatch.magic + [1, 0] + DeltaFormat.varint(2_000_000), .malformed),
         ]
         for (index, (bytes, kind)) in cases.enumerated() {
             try FileSystem.writeAtomically(bytes, to: dir + "/patch\(index)")

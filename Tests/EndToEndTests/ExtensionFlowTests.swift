@@ -48,7 +48,7 @@ struct GuideExtension {
         )
         return Set(scheduled.map { download in
             BAURLDownload(
-                identifier: download.identifier, request: URLRequest(url: download.url), essential: download.isEssential,
+                identifier: download.identifier, request: download.request, essential: download.isEssential,
                 fileSize: download.fileSize, applicationGroupIdentifier: Assets.group, priority: .default
             )
         })

@@ -123,6 +123,7 @@ public enum TreePatch {
         guard try reader.bytes(6) == magic + [1, 0] else { throw DeltaError.malformed("not an ADTR tree patch of version 1") }
         try FileSystem.createDirectory(staged)
         let count = try reader.varint()
+        guard count <= 1_000_000 else { throw DeltaError.malformed("\(count) entries (at most 1,000,000)") }
         var declared: UInt64 = 0
         func baseFile(_ relative: String) throws -> FileDescriptor {
             do { return try FileDescriptor.openForReading(base + "/" + relative) } catch {
@@ -159,6 +160,8 @@ public enum TreePatch {
             let hasher = SHA256Hasher()
             var written: UInt64 = 0
             let sink: (UnsafeRawBufferPointer) throws -> Void = { bytes in
+                // Never more than the entry states: a patch cannot fill the disk past its sizes.
+                guard UInt64(bytes.count) <= size - written else { throw DeltaError.resultMismatch("entry \(path) runs past its \(size) bytes") }
                 hasher.update(bytes)
                 written += UInt64(bytes.count)
                 try output.write(bytes)
@@ -185,7 +188,9 @@ public enum TreePatch {
                     left -= UInt64(piece.count)
                 }
                 try deltaFile.close()
-                try DeltaDecoder.apply(patch: FileDescriptor.openForReading(deltaPath), base: old, into: sink)
+                try DeltaDecoder.apply(patch: FileDescriptor.openForReading(deltaPath), base: old, accepting: { header in
+                    guard header.targetSize == Int64(clamping: size) else { throw DeltaError.malformed("entry \(path): its delta makes \(header.targetSize) bytes, the entry states \(size)") }
+                }, into: sink)
             case .data:
                 var left = try reader.varint()
                 while left > 0 {

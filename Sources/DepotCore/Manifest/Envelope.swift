@@ -61,9 +61,11 @@ public struct Envelope: Codable, Hashable, Sendable {
         return Array(try! encoder.encode(self))
     }
 
-    /// Parses envelope JSON.
+    /// Parses envelope JSON. An envelope whose top-level keys are escaped or repeated is refused
+    /// : every reader of it must see the same payload.
     public static func decode(_ bytes: [UInt8]) throws(EnvelopeError) -> Envelope {
-        guard let envelope = try? JSONDecoder().decode(Envelope.self, from: Data(bytes)) else { throw .malformed }
+        guard bytes.withUnsafeBytes({ JSONScanner($0).member("payload") != nil }),
+              let envelope = try? JSONDecoder().decode(Envelope.self, from: Data(bytes)) else { throw .malformed }
         return envelope
     }
 

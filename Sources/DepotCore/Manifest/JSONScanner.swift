@@ -11,26 +11,32 @@ struct JSONScanner {
 
     init(_ bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
 
-    /// The range of the value of the top-level object's member `key` (the first such member);
-    /// for a string, its content between the quotes.
+    /// The range of the value of the top-level object's member `key`; for a string, its content
+    /// between the quotes. nil when there is none — and also, so that this reading can never
+    /// differ from a JSON decoder's, when any top-level key is escaped (`"pay\u006coad"`) or
+    /// appears twice: such text is refused, not guessed at.
     func member(_ key: String) -> Range<Int>? {
         let wanted = Array(key.utf8)
+        var found: Range<Int>?
+        var names: Set<[UInt8]> = []
         var i = skipSpace(0)
         guard i < bytes.count, bytes[i] == UInt8(ascii: "{") else { return nil }
         i = skipSpace(i + 1)
+        if i < bytes.count, bytes[i] == UInt8(ascii: "}") { return nil }
         while i < bytes.count, bytes[i] == UInt8(ascii: "\"") {
             guard let keyEnd = stringEnd(i) else { return nil }
-            let name = i + 1..<keyEnd
+            let name = Array(bytes[(i + 1)..<keyEnd])
+            guard !name.contains(UInt8(ascii: "\\")), names.insert(name).inserted else { return nil }
             i = skipSpace(keyEnd + 1)
             guard i < bytes.count, bytes[i] == UInt8(ascii: ":") else { return nil }
             i = skipSpace(i + 1)
             guard let valueEnd = valueEnd(i) else { return nil }
-            if name.count == wanted.count, zip(name, wanted).allSatisfy({ bytes[$0] == $1 }) {
-                return bytes[i] == UInt8(ascii: "\"") ? i + 1..<valueEnd - 1 : i..<valueEnd
+            if name == wanted {
+                found = bytes[i] == UInt8(ascii: "\"") ? i + 1..<valueEnd - 1 : i..<valueEnd
             }
             i = skipSpace(valueEnd)
             guard i < bytes.count else { return nil }
-            if bytes[i] == UInt8(ascii: "}") { return nil }
+            if bytes[i] == UInt8(ascii: "}") { return found }
             guard bytes[i] == UInt8(ascii: ",") else { return nil }
             i = skipSpace(i + 1)
         }

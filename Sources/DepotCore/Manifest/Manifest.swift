@@ -88,7 +88,10 @@ public struct Manifest: Codable, Hashable, Sendable {
             }
             manifest.packs = entries
         } else {
-            manifest = try decoder.decode(Manifest.self, from: Data(buffer))
+            // No packs array the scanner can read: an escaped or repeated top-level key, or not
+            // a manifest at all. Refused either way (never read one way here, another elsewhere).
+            _ = try decoder.decode(Manifest.self, from: Data(buffer))
+            throw ManifestError(description: "the manifest's members cannot be read unambiguously (an escaped or repeated key)")
         }
         if let problem = manifest.problem { throw ManifestError(description: problem) }
         return manifest
@@ -97,24 +100,37 @@ public struct Manifest: Codable, Hashable, Sendable {
     /// What makes this manifest unusable, or nil: the signer is trusted for content, not for
     /// paths, so every value a device turns into a file name or a size is checked — the app id
     /// and pack ids (``Identifier``; ids unique), each SHA-256 (64 lower-case hex digits, which
-    /// name downloads and patches on disk), revisions and sizes (not negative; a patch's base
-    /// before its revision).
+    /// name downloads and patches on disk), revisions and sizes (not negative, sizes at most
+    /// 1 TiB; a patch's base before its revision), and each URL (absolute http or https).
     public var problem: String? {
         guard Identifier.isValidApp(app) else { return "the app id \"\(app.prefix(140))\" is not valid" }
         var seen = Set<String>()
         for pack in packs {
             guard Identifier.isValidPack(pack.id) else { return "the pack id \"\(pack.id.prefix(80))\" is not valid" }
             guard seen.insert(pack.id).inserted else { return "pack \(pack.id) is listed twice" }
-            guard pack.revision >= 0, pack.size >= 0, pack.installSize >= 0 else { return "pack \(pack.id) has a negative revision or size" }
+            guard pack.revision >= 0, (0...Self.sizeLimit).contains(pack.size), (0...Self.sizeLimit).contains(pack.installSize) else {
+                return "pack \(pack.id) has a negative revision, or a size that is negative or over 1 TiB"
+            }
+            guard Self.isDownloadURL(pack.url) else { return "pack \(pack.id) has a URL that is not http(s)" }
             guard Self.isDigest(pack.sha256), Self.isDigest(pack.plaintextSHA256) else { return "pack \(pack.id) has a SHA-256 that is not 64 lower-case hex digits" }
             for patch in pack.patches ?? [] {
-                guard patch.fromRevision >= 0, patch.fromRevision < pack.revision, patch.size >= 0,
+                guard patch.fromRevision >= 0, patch.fromRevision < pack.revision, (0...Self.sizeLimit).contains(patch.size), Self.isDownloadURL(patch.url),
                       Self.isDigest(patch.sha256), Self.isDigest(patch.fromPlaintextSHA256) else {
                     return "pack \(pack.id) has a patch from revision \(patch.fromRevision) that is not valid"
                 }
             }
         }
         return nil
+    }
+
+    /// The largest size a pack, its install or a patch may state: 1 TiB (sums of thousands of
+    /// them stay far from overflowing).
+    static let sizeLimit: Int64 = 1 << 40
+
+    /// An absolute http or https URL with a host.
+    static func isDownloadURL(_ text: String) -> Bool {
+        guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), scheme == "https" || scheme == "http" else { return false }
+        return url.host?.isEmpty == false
     }
 
     /// 64 lower-case hex digits.

@@ -28,8 +28,10 @@ public enum ZipPack {
     public static func inspect(_ path: String) throws(ZipPackError) -> Contents {
         let archive = try open(path)
         var contents = Contents(installSize: 0, files: 0)
+        var layout = Layout()
         for entry in archive {
             try check(entry)
+            try layout.add(entry)
             if entry.type == .file {
                 contents.installSize += Int64(clamping: entry.uncompressedSize)
                 contents.files += 1
@@ -49,8 +51,10 @@ public enum ZipPack {
         } catch {
             throw .io("cannot create \(directory): \(error.localizedDescription)")
         }
+        var layout = Layout()
         for entry in archive {
             try check(entry)
+            try layout.add(entry)
             let target = root.appendingPathComponent(entry.path)
             do {
                 if entry.type == .directory {
@@ -100,6 +104,33 @@ public enum ZipPack {
 
     private static func check(_ entry: Entry) throws(ZipPackError) {
         if let why = ZipEntryPath.refusal(entry.path, isLink: entry.type == .symlink) { throw .unsafeEntry(entry.path, why) }
+    }
+
+    /// The paths seen so far: a file listed twice, or a path that is a file in one entry and a
+    /// folder in another, would unpack to fewer bytes than the archive counts (the manifest's
+    /// `installSize`), and a device would refuse the pack at every event. Compared ignoring case,
+    /// as Apple platforms' default volumes do.
+    struct Layout {
+        var files = Set<String>()
+        var folders = Set<String>()
+
+        mutating func add(_ entry: Entry) throws(ZipPackError) {
+            let parts = entry.path.lowercased().split(separator: "/").map(String.init)
+            guard !parts.isEmpty else { return }
+            for depth in 1..<max(1, parts.count) {
+                let folder = parts[0..<depth].joined(separator: "/")
+                guard !files.contains(folder) else { throw .unsafeEntry(entry.path, "a file of the archive has the path of its folder") }
+                folders.insert(folder)
+            }
+            let path = parts.joined(separator: "/")
+            if entry.type == .directory {
+                guard !files.contains(path) else { throw .unsafeEntry(entry.path, "listed as a file and as a folder") }
+                folders.insert(path)
+            } else {
+                guard !folders.contains(path) else { throw .unsafeEntry(entry.path, "listed as a file and as a folder") }
+                guard files.insert(path).inserted else { throw .unsafeEntry(entry.path, "listed twice (letter case aside)") }
+            }
+        }
     }
 }
 
