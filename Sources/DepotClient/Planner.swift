@@ -91,7 +91,8 @@ public struct Plan: Hashable, Sendable {
 /// - An installed pack whose new revision lists a patch from exactly the installed revision and
 ///   plaintext gets the patch, charged at the patch's size.
 /// - A download the system already has (scheduled or delivered: ``Request/scheduled``) is not
-///   asked for again, and takes nothing from the allowances.
+///   asked for again, and takes nothing from the allowances: any download of the same pack
+///   revision, whole or a patch from any base, counts.
 /// - Of each group of localized packs (`PackEntry.languageGroup`) only the pack of the language
 ///   `LanguageTag.choose(preferred:primary:from:)` picks for the device's languages is taken
 ///   (on every kind of request, so a periodic one after a change of language catches up too);
@@ -207,14 +208,20 @@ public enum Planner {
         var essential: Int64 = 0
         var overAllowance: [String: Int64] = [:]
         var alreadyScheduled: [String] = []
+        // What the system has for each pack revision, whole or as a patch from any base: that
+        // revision is on its way. (A patch whose base is gone by the time it arrives is dropped
+        // by the install step, which marks the pack so that the next plan asks for it whole. Not
+        // counting it would download the revision twice whenever an install step and a plan
+        // meet: the plan sees the copy the install is switching in as not yet recorded.)
+        var held: [String: String] = [:]
+        for identifier in request.scheduled.sorted() {
+            let revision = identifier.components(separatedBy: "-from-")[0]
+            if held[revision] == nil || !identifier.contains("-from-") { held[revision] = identifier }
+        }
         for index in wanted.indices {
             let download = wanted[index]
-            // What the system has under the identifier this download would be scheduled under
-            // (a patch's names its base), or the whole pack's, which serves any plan.
-            let identifier = download.identifier
-            let whole = PlannedDownload.identifier(download.entry, patch: nil)
-            if let held = [identifier, whole].first(where: request.scheduled.contains) {
-                alreadyScheduled.append(held)
+            if let identifier = request.scheduled.contains(download.identifier) ? download.identifier : held[PlannedDownload.identifier(download.entry, patch: nil)] {
+                alreadyScheduled.append(identifier)
                 continue
             }
             let size = download.size
