@@ -91,6 +91,65 @@ struct InstallStepTests {
         #expect(response.status == 201, "\(response.bodyText)")
     }
 
+    @Test("Two install steps at once (the app's and the extension's): the second never removes the first's live staging tree, even for a pack whose name reads like a gone process's")
+    func twoAtOnce() async throws {
+        try await withServer { origin in
+            let work = TemporaryDirectory("depot-install-two")
+            defer { work.remove() }
+            let device = try Device(origin: origin, work: work)
+            // "movie-p999999": the old rule took the first "-pNNN" of a staging name as its owner.
+            let pack = "movie-p999999"
+            // 3,000 small entries: unpacking takes a while, the archive stays small.
+            let script = """
+                import hashlib, json, random, sys, zipfile
+                rng = random.Random(5); out = {}
+                with zipfile.ZipFile(sys.argv[1], 'w', zipfile.ZIP_STORED) as z:
+                    for i in range(3000):
+                        name = 'clip/%02d/part-%04d.bin' % (i % 20, i)
+                        data = rng.randbytes(rng.randint(100, 2000))
+                        z.writestr(name, data); out[name] = hashlib.sha256(data).hexdigest()
+                print(json.dumps(out))
+                """
+            let made = try Processes.run("/usr/bin/python3", ["-c", script, work.path + "/v1.zip"])
+            #expect(made.status == 0, "\(made.stderr)")
+            let entries = try JSONDecoder().decode([String: String].self, from: Data(made.stdout.utf8))
+            try Self.putZip(origin, pack, work.path + "/v1.zip")
+            #expect(try await device.deliver() == ["\(pack)@1"])
+            let first = Process()
+            first.executableURL = URL(fileURLWithPath: Processes.depotBinary)
+            first.arguments = ["extension", "install", "--config", device.config, "--dest", device.dest]
+            first.standardOutput = FileHandle.nullDevice
+            first.standardError = FileHandle.nullDevice
+            try first.run()
+            // The first step is caught in the middle of unpacking (its staging tree has entries),
+            // then held there, as iOS suspends an app.
+            let packs = device.dest + "/packs"
+            func staging() -> String? { FileSystem.contents(of: packs).first { $0.hasPrefix(".tmp-\(pack)-p") && FileSystem.isDirectory(packs + "/" + $0) } }
+            let caught = Eventually.wait(every: .milliseconds(2)) {
+                guard let tree = staging() else { return false }
+                return TreeFiles.list(packs + "/" + tree).count >= 50
+            }
+            kill(first.processIdentifier, SIGSTOP)
+            defer { kill(first.processIdentifier, SIGCONT) }
+            let held = try #require(staging(), "the first step was caught mid-unpack (caught: \(caught))")
+            let filesBefore = TreeFiles.list(packs + "/" + held).count
+            // The second step runs to its end meanwhile: it installs the same delivery itself.
+            let second = try device.depot(["install"])
+            #expect(second.status == 0, "\(second.stdout)\(second.stderr)")
+            #expect(FileSystem.isDirectory(packs + "/" + held), "the first step's live staging tree was removed by the second")
+            #expect(TreeFiles.list(packs + "/" + held).count == filesBefore)
+            kill(first.processIdentifier, SIGCONT)
+            first.waitUntilExit()
+            #expect(first.terminationReason == .exit)
+            // Whatever the order, the folder holds the pack whole and records it so.
+            #expect(try Self.tree(packs + "/" + pack) == entries)
+            #expect(FileSystem.contents(of: packs) == [pack], "\(FileSystem.contents(of: packs))")
+            let state = try StateStore(destination: device.dest)
+            let record = try #require(try state.read(app: origin.app).packs[pack])
+            #expect(record.revision == 1 && state.isWhole(pack, record))
+        }
+    }
+
     @Test("SIGKILL at random points of the install step: the folder holds the old or the new revision whole, never a mix; the next run cleans up and finishes")
     func killedAtRandom() async throws {
         try await withServer { origin in
