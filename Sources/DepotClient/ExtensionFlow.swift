@@ -4,23 +4,22 @@ import Foundation
 import FoundationNetworking
 #endif
 
-/// A pack download for the system to schedule: what a `BAURLDownload` needs.
-public struct ScheduledDownload: Hashable, Sendable {
-    /// The manifest entry it downloads.
-    public var entry: PackEntry
-    /// Essential (the app waits for it before first launch), or not.
-    public var isEssential: Bool
+/// A pack download for the system to schedule: what a `BAURLDownload` needs. The planner's
+/// ``PlannedDownload`` itself, so that a plan of thousands of packs is handed over without a
+/// copy (an extension has a few MiB).
+public typealias ScheduledDownload = PlannedDownload
 
-    /// The patch downloaded instead of the whole pack, when the installed revision is its base.
-    public var patch: PackPatch?
-
-    /// `pack@revision` (the whole pack) or `pack@revision-from-base` (a patch): matches the
-    /// finished download to its manifest entry.
-    public var identifier: String { PlannedDownload.identifier(entry, patch: patch) }
-    /// The pack's URL, or its patch's, as the manifest states it (https for Background Assets).
+extension PlannedDownload {
+    /// Essential (the app waits for it before first launch), or not: ``essential``.
+    public var isEssential: Bool {
+        get { essential }
+        set { essential = newValue }
+    }
+    /// The pack's URL, or its patch's, as the manifest states it (https for Background Assets;
+    /// the manifest's URLs are checked when it is decoded).
     public var url: URL { URL(string: patch?.url ?? entry.url)! }
     /// The exact size of what is downloaded: the system fails a download of any other size.
-    public var fileSize: Int { Int(patch?.size ?? entry.size) }
+    public var fileSize: Int { Int(size) }
     /// The request to give `BAURLDownload`: ``url``, asking for the bytes as stored
     /// (`Accept-Encoding: identity`), since a CDN that compresses what a client accepts
     /// compressed would send another size than ``fileSize``.
@@ -31,7 +30,7 @@ public struct ScheduledDownload: Hashable, Sendable {
     }
 
     public init(entry: PackEntry, isEssential: Bool, patch: PackPatch? = nil) {
-        (self.entry, self.isEssential, self.patch) = (entry, isEssential, patch)
+        self.init(entry: entry, essential: isEssential, patch: patch)
     }
 }
 
@@ -114,7 +113,7 @@ public struct ExtensionFlow: Sendable {
         // are listed (memory: about the manifest's size in all).
         let plan = try plan(copy: copy, cached: cached, kind: kind, allowance: allowance, essentialAllowance: essentialAllowance,
                             scheduled: held, languages: languages, now: now)
-        return plan.downloads.map { ScheduledDownload(entry: $0.entry, isEssential: $0.essential, patch: $0.patch) }
+        return plan.downloads
     }
 
     private func plan(

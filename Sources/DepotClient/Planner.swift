@@ -152,6 +152,7 @@ public enum Planner {
         manifest: Manifest, state: InstalledState, request: Request, installedCopyIsWhole: (String, InstalledState.Pack) -> Bool
     ) -> Plan {
         var wanted: [PlannedDownload] = []
+        wanted.reserveCapacity(manifest.packs.count)
         var unchanged: [String] = []
         var notRequested: [String] = []
         var otherLanguages: [String] = []

@@ -46,6 +46,11 @@ public final class Ed25519PublicKey: Sendable, Hashable {
         signature.count == 64 && context.isValid(signature, for: message)
     }
 
+    /// ``isValidSignature(_:for:)`` over memory the caller owns (no copy of a large message).
+    func isValidSignature(_ signature: [UInt8], for message: UnsafeRawBufferPointer) -> Bool {
+        signature.count == 64 && context.isValid(signature, for: message)
+    }
+
     public static func == (lhs: Ed25519PublicKey, rhs: Ed25519PublicKey) -> Bool {
         lhs.rawRepresentation == rhs.rawRepresentation
     }

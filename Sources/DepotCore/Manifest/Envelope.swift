@@ -150,13 +150,13 @@ extension Envelope {
 
     /// ``verifiedManifest(file:limit:trusting:)`` for envelope bytes in memory.
     public static func verifiedManifest(envelope bytes: [UInt8], trusting keys: [Ed25519PublicKey]) throws(EnvelopeError) -> Manifest {
-        let signed: Result<(Head, [UInt8], Int), EnvelopeError> = bytes.withUnsafeBytes { buffer in Result { () throws(EnvelopeError) in try signedMessage(buffer) } }
+        let signed: Result<(Head, PageBuffer, Int), EnvelopeError> = bytes.withUnsafeBytes { buffer in Result { () throws(EnvelopeError) in try signedMessage(buffer) } }
         let (head, message, payloadStart) = try signed.get()
         return try verify(head, message: message, payloadStart: payloadStart, trusting: keys)
     }
 
     /// The envelope's other members, and the PAE message with the decoded payload at `payloadStart`.
-    private static func signedMessage(_ buffer: UnsafeRawBufferPointer) throws(EnvelopeError) -> (Head, [UInt8], Int) {
+    private static func signedMessage(_ buffer: UnsafeRawBufferPointer) throws(EnvelopeError) -> (Head, PageBuffer, Int) {
         guard let base = buffer.baseAddress, buffer.count > 0 else { throw .malformed }
         let data = Data(bytesNoCopy: UnsafeMutableRawPointer(mutating: base), count: buffer.count, deallocator: .none)
         guard let head = try? JSONDecoder().decode(Head.self, from: data) else { throw .malformed }
@@ -167,17 +167,18 @@ extension Envelope {
             // An escaped payload (`\/`, which this project's signer never writes): the plain way.
             guard let envelope = try? JSONDecoder().decode(Envelope.self, from: data), let payload = Data(base64Encoded: envelope.payload) else { throw .malformed }
             let prefix = paePrefix(payloadType: head.payloadType, count: payload.count)
-            return (head, prefix + Array(payload), prefix.count)
+            guard let message = PageBuffer(count: prefix.count + payload.count) else { throw .malformed }
+            message.memory.copyBytes(from: prefix)
+            UnsafeMutableRawBufferPointer(rebasing: message.memory[prefix.count...]).copyBytes(from: payload)
+            return (head, message, prefix.count)
         }
         guard let count = Base64.decodedCount(encoded) else { throw .malformed }
         let prefix = paePrefix(payloadType: head.payloadType, count: count)
-        var failed = false
-        let message = [UInt8](unsafeUninitializedCapacity: prefix.count + count) { out, initialized in
-            _ = out.initialize(from: prefix)
-            failed = !Base64.decode(encoded, into: UnsafeMutableRawBufferPointer(UnsafeMutableBufferPointer(rebasing: out[prefix.count...])))
-            initialized = prefix.count + count
-        }
-        guard !failed else { throw .malformed }
+        // The message in pages of its own, so that the text of packs already decoded can be given
+        // back while the rest is decoded (``PageBuffer``).
+        guard let message = PageBuffer(count: prefix.count + count) else { throw .malformed }
+        message.memory.copyBytes(from: prefix)
+        guard Base64.decode(encoded, into: UnsafeMutableRawBufferPointer(rebasing: message.memory[prefix.count...])) else { throw .malformed }
         return (head, message, prefix.count)
     }
 
@@ -186,15 +187,18 @@ extension Envelope {
         return Array("DSSEv1 \(type.count) ".utf8) + type + Array(" \(count) ".utf8)
     }
 
-    private static func verify(_ head: Head, message: [UInt8], payloadStart: Int, trusting keys: [Ed25519PublicKey]) throws(EnvelopeError) -> Manifest {
+    private static func verify(_ head: Head, message: PageBuffer, payloadStart: Int, trusting keys: [Ed25519PublicKey]) throws(EnvelopeError) -> Manifest {
         let trusted = Dictionary(keys.map { (ManifestSigningKey.keyID(for: $0), $0) }, uniquingKeysWith: { a, _ in a })
         var sawTrustedKey = false
         for signature in head.signatures {
             guard let key = trusted[signature.keyid] else { continue }
             sawTrustedKey = true
-            guard let sig = Data(base64Encoded: signature.sig), key.isValidSignature(Array(sig), for: message) else { continue }
+            guard let sig = Data(base64Encoded: signature.sig), key.isValidSignature(Array(sig), for: message.bytes) else { continue }
             do {
-                return try message.withUnsafeBytes { try Manifest.decode(buffer: UnsafeRawBufferPointer(rebasing: $0[payloadStart...])) }
+                // Verified: decoded pack by pack, the text before each pack given back.
+                return try Manifest.decode(buffer: UnsafeRawBufferPointer(rebasing: message.bytes[payloadStart...])) { offset in
+                    message.release(before: payloadStart + offset)
+                }
             } catch let error as ManifestError {
                 throw .invalidManifest(error.description)
             } catch {

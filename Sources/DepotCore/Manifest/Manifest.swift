@@ -57,7 +57,10 @@ public struct Manifest: Codable, Hashable, Sendable {
     /// ``decode(_:)`` from memory it does not copy. The packs are decoded one at a time (each
     /// from its own bytes, found by ``JSONScanner``), the rest from a copy of the text without
     /// them: a manifest of 10,000 packs is never held as one JSON tree beside its result.
-    static func decode(buffer: UnsafeRawBufferPointer) throws -> Manifest {
+    ///
+    /// `consumed` is told, as the packs are decoded in order, the offset before which the text
+    /// is no longer read (its owner may give those pages back).
+    static func decode(buffer: UnsafeRawBufferPointer, consumed: (Int) -> Void = { _ in }) throws -> Manifest {
         func data(_ range: Range<Int>) -> Data {
             Data(bytesNoCopy: UnsafeMutableRawPointer(mutating: buffer.baseAddress! + range.lowerBound), count: range.count, deallocator: .none)
         }
@@ -81,6 +84,7 @@ public struct Manifest: Codable, Hashable, Sendable {
                 return value
             }
             for element in elements {
+                consumed(element.lowerBound)
                 var entry = try decoder.decode(PackEntry.self, from: data(element))
                 (entry.contentType, entry.keyID) = (once(entry.contentType), once(entry.keyID))
                 if let known = sharedTags[entry.tags] { entry.tags = known } else if sharedTags.count < 256 { sharedTags[entry.tags] = entry.tags }

@@ -143,6 +143,35 @@ public enum System {
         return kill(pid, 0) != 0 && errno == ESRCH
     }
 
+    // MARK: Memory
+
+    /// Anonymous private memory of `count` bytes (zeroed), or nil.
+    static func mapMemory(_ count: Int) -> UnsafeMutableRawBufferPointer? {
+        guard let base = mmap(nil, max(1, count), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANON, -1, 0),
+              base != UnsafeMutableRawPointer(bitPattern: -1) else { return nil }
+        return UnsafeMutableRawBufferPointer(start: base, count: count)
+    }
+
+    static func unmapMemory(_ memory: UnsafeMutableRawBufferPointer) {
+        if let base = memory.baseAddress { _ = munmap(base, max(1, memory.count)) }
+    }
+
+    /// Gives the pages of `memory` back to the system (their contents are lost): the process's
+    /// resident size drops at once — on Apple platforms also its footprint, which the memory
+    /// limit of an extension counts (`MADV_FREE_REUSABLE`).
+    static func releasePages(_ memory: UnsafeMutableRawBufferPointer) {
+        guard let base = memory.baseAddress, memory.count > 0 else { return }
+        #if canImport(Darwin)
+        // (It can fail where the pages were never touched: then the plain advice.)
+        if madvise(base, memory.count, MADV_FREE_REUSABLE) != 0 { _ = madvise(base, memory.count, MADV_DONTNEED) }
+        #else
+        _ = madvise(base, memory.count, MADV_DONTNEED)
+        #endif
+    }
+
+    /// The memory page size.
+    static let pageSize = Int(getpagesize())
+
     // MARK: Paths
 
     /// The device and inode of what is at `path` (not following a final symbolic link), or nil:

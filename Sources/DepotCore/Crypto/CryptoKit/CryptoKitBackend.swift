@@ -153,6 +153,10 @@ struct Ed25519VerifyingContext: Sendable {
     }
 
     func isValid(_ signature: [UInt8], for message: [UInt8]) -> Bool {
+        message.withUnsafeBytes { isValid(signature, for: $0) }
+    }
+
+    func isValid(_ signature: [UInt8], for message: UnsafeRawBufferPointer) -> Bool {
         guard let key = try? Curve25519.Signing.PublicKey(rawRepresentation: raw) else { return false }
         return key.isValidSignature(signature, for: message)
     }

@@ -174,10 +174,14 @@ final class Ed25519VerifyingContext: @unchecked Sendable {
     deinit { EVP_PKEY_free(key) }
 
     func isValid(_ signature: [UInt8], for message: [UInt8]) -> Bool {
+        message.withUnsafeBytes { isValid(signature, for: $0) }
+    }
+
+    func isValid(_ signature: [UInt8], for message: UnsafeRawBufferPointer) -> Bool {
         guard let ctx = EVP_MD_CTX_new() else { return false }
         defer { EVP_MD_CTX_free(ctx) }
         guard EVP_DigestVerifyInit(ctx, nil, nil, nil, key) == 1 else { return false }
-        return EVP_DigestVerify(ctx, signature, 64, message, message.count) == 1
+        return EVP_DigestVerify(ctx, signature, 64, message.baseAddress?.assumingMemoryBound(to: UInt8.self), message.count) == 1
     }
 }
 #endif
