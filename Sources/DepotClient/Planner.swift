@@ -44,7 +44,7 @@ public struct PlannedDownload: Hashable, Sendable {
     public func withoutPatch() -> PlannedDownload { PlannedDownload(entry: entry, essential: essential) }
 
     /// `pack@revision` (the whole pack) or `pack@revision-from-base` (a patch): the identifier the
-    /// system schedules it under (``ScheduledDownload/identifier``).
+    /// system schedules it under (`BAURLDownload`'s identifier).
     public var identifier: String { Self.identifier(entry, patch: patch) }
 
     static func identifier(_ entry: PackEntry, patch: PackPatch?) -> String {
@@ -113,7 +113,7 @@ public enum Planner {
         public var packs: Set<String>
         /// On-demand packs asked for by tag.
         public var tags: Set<String>
-        /// Identifiers (`pack@revision` or `pack@revision-from-base`, ``ScheduledDownload/identifier``) of downloads already
+        /// Identifiers (`pack@revision` or `pack@revision-from-base`, ``PlannedDownload/identifier``) of downloads already
         /// scheduled (`BADownloadManager`'s current downloads) or delivered and not yet
         /// installed: the plan does not ask for them again.
         public var scheduled: Set<String>
@@ -216,8 +216,11 @@ public enum Planner {
         // meet: the plan sees the copy the install is switching in as not yet recorded.)
         var held: [String: String] = [:]
         for identifier in request.scheduled.sorted() {
-            let revision = identifier.components(separatedBy: "-from-")[0]
-            if held[revision] == nil || !identifier.contains("-from-") { held[revision] = identifier }
+            // `pack@revision[-from-base]`: a pack id has no `@` (but may hold "-from-").
+            guard let at = identifier.lastIndex(of: "@") else { continue }
+            let numbers = identifier[identifier.index(after: at)...]
+            let revision = identifier[..<at] + "@" + (numbers.components(separatedBy: "-from-").first ?? "")
+            if held[revision] == nil || !numbers.contains("-from-") { held[revision] = identifier }
         }
         for index in wanted.indices {
             let download = wanted[index]

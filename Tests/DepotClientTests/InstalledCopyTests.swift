@@ -155,5 +155,11 @@ struct InstalledCopyTests {
         // install if its base is not there, after which the next plan asks for the whole pack).
         #expect(plan(["movie@3-from-1"]).alreadyScheduled == ["movie@3-from-1"])
         #expect(plan(["movie@2", "level@3"]).downloads.map(\.identifier) == ["movie@3-from-2"])
+        // A pack id may itself hold "-from-": the revision is read after the "@".
+        entry.id = "cut-from-1"
+        let odd = Manifest(app: "a", version: 1, publishedAt: Date(), expiresAt: Date() + 60, packs: [entry])
+        state.packs["cut-from-1"] = state.packs["movie"]
+        let oddPlan = Planner.plan(manifest: odd, state: state, request: Planner.Request(kind: .periodic, scheduled: ["cut-from-1@3-from-1"]))
+        #expect(oddPlan.downloads.isEmpty && oddPlan.alreadyScheduled == ["cut-from-1@3-from-1"])
     }
 }

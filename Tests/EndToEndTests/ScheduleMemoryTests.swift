@@ -7,7 +7,8 @@ import Testing
 /// The extension's scheduling step within an extension's memory: `depot extension schedule` in a
 /// process of its own (as the extension runs it), with signed manifests of 1, 100, 1,000 and
 /// 10,000 packs; its peak resident memory (`/usr/bin/time`'s maximum RSS) above the 1-pack run
-/// must stay within twice the manifest's size (beyond the 1-pack step's own run-to-run spread),
+/// must stay within twice the manifest's size (beyond the 1-pack step's own run-to-run spread
+/// and the allocator's granularity),
 /// and grow no faster than the manifest.
 @Suite("The scheduling step's memory")
 struct ScheduleMemoryTests {
@@ -59,8 +60,9 @@ struct ScheduleMemoryTests {
         }
         let base = try measure(1)
         // The runtime's own run-to-run spread (the same 1-pack step varies by a few hundred KiB:
-        // allocator arenas, pages touched by the loader) is no manifest's doing.
-        let spread = base.worst - base.best
+        // allocator arenas, pages touched by the loader) is no manifest's doing, nor is the
+        // allocator's granularity (glibc grows its heap 128 KiB past each request): 256 KiB more.
+        let spread = base.worst - base.best + 256
         var rows: [String] = []
         for count in [100, 1_000, 10_000] {
             let (kib, _, size) = try measure(count)

@@ -80,9 +80,11 @@ public struct Envelope: Codable, Hashable, Sendable {
         let message = Self.pae(payloadType: payloadType, payload: payloadBytes)
         let trusted = Dictionary(keys.map { (ManifestSigningKey.keyID(for: $0), $0) }, uniquingKeysWith: { a, _ in a })
         var sawTrustedKey = false
+        var tried = Set<String>()
         for signature in signatures {
             guard let key = trusted[signature.keyid] else { continue }
             sawTrustedKey = true
+            guard tried.insert(signature.keyid).inserted else { continue }
             guard let sig = Data(base64Encoded: signature.sig), key.isValidSignature(Array(sig), for: message) else { continue }
             do {
                 return try Manifest.decode(payloadBytes)
@@ -110,6 +112,8 @@ public struct EnvelopeError: Error, Hashable, Sendable, CustomStringConvertible 
     public static func untrustedKey(_ ids: [String]) -> EnvelopeError {
         EnvelopeError("the manifest is not signed by a trusted key (signed by: \(ids.joined(separator: ", ").prefix(200)))")
     }
+    /// No memory for the message a signature covers.
+    public static func noMemory(_ bytes: Int) -> EnvelopeError { EnvelopeError("no memory for the \(bytes)-byte signed manifest") }
     /// The signed payload is not valid manifest JSON.
     public static let malformedManifest = EnvelopeError("the signed payload is not a valid manifest")
     /// The signed manifest holds a value no device may use (a pack id that is not a file name, a
@@ -167,7 +171,7 @@ extension Envelope {
             // An escaped payload (`\/`, which this project's signer never writes): the plain way.
             guard let envelope = try? JSONDecoder().decode(Envelope.self, from: data), let payload = Data(base64Encoded: envelope.payload) else { throw .malformed }
             let prefix = paePrefix(payloadType: head.payloadType, count: payload.count)
-            guard let message = PageBuffer(count: prefix.count + payload.count) else { throw .malformed }
+            guard let message = PageBuffer(count: prefix.count + payload.count) else { throw .noMemory(prefix.count + payload.count) }
             message.memory.copyBytes(from: prefix)
             UnsafeMutableRawBufferPointer(rebasing: message.memory[prefix.count...]).copyBytes(from: payload)
             return (head, message, prefix.count)
@@ -176,7 +180,7 @@ extension Envelope {
         let prefix = paePrefix(payloadType: head.payloadType, count: count)
         // The message in pages of its own, so that the text of packs already decoded can be given
         // back while the rest is decoded (``PageBuffer``).
-        guard let message = PageBuffer(count: prefix.count + count) else { throw .malformed }
+        guard let message = PageBuffer(count: prefix.count + count) else { throw .noMemory(prefix.count + count) }
         message.memory.copyBytes(from: prefix)
         guard Base64.decode(encoded, into: UnsafeMutableRawBufferPointer(rebasing: message.memory[prefix.count...])) else { throw .malformed }
         return (head, message, prefix.count)
@@ -190,9 +194,13 @@ extension Envelope {
     private static func verify(_ head: Head, message: PageBuffer, payloadStart: Int, trusting keys: [Ed25519PublicKey]) throws(EnvelopeError) -> Manifest {
         let trusted = Dictionary(keys.map { (ManifestSigningKey.keyID(for: $0), $0) }, uniquingKeysWith: { a, _ in a })
         var sawTrustedKey = false
+        var tried = Set<String>()
         for signature in head.signatures {
             guard let key = trusted[signature.keyid] else { continue }
             sawTrustedKey = true
+            // One verification per trusted key: an envelope repeating a key id with bad
+            // signatures cannot make the device verify a large message again and again.
+            guard tried.insert(signature.keyid).inserted else { continue }
             guard let sig = Data(base64Encoded: signature.sig), key.isValidSignature(Array(sig), for: message.bytes) else { continue }
             do {
                 // Verified: decoded pack by pack, the text before each pack given back.
