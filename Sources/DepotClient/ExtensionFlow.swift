@@ -224,7 +224,7 @@ public struct ExtensionFlow: Sendable {
                         throw error
                     }
                 } else {
-                    copy = try installer.install(entry, from: FileDescriptor.openForReading(path), scratch: FileSystem.temporaryPath(besides: path, suffix: ".plain"), to: store.packPath(entry.id))
+                    copy = try installer.installCopy(entry, from: path, to: store.packPath(entry.id))
                 }
                 try store.withExclusiveControl(app: configuration.app) { state in
                     state.packs[entry.id] = InstalledState.Pack(entry, installedAt: now, copy: copy)

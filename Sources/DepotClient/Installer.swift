@@ -21,6 +21,11 @@ public struct Installer: Sendable {
     /// one the origin hashed when it encrypted it.)
     @discardableResult
     public func install(_ entry: PackEntry, from file: String, to destination: String) throws -> Bool {
+        try installCopy(entry, from: file, to: destination).unpacked
+    }
+
+    /// ``install(_:from:to:)``, returning what was switched in.
+    func installCopy(_ entry: PackEntry, from file: String, to destination: String) throws -> InstalledCopy {
         guard let size = FileSystem.fileSize(file), size == entry.size else {
             throw ClientError.sizeMismatch(entry.id, expected: entry.size, got: FileSystem.fileSize(file) ?? 0)
         }
@@ -29,7 +34,7 @@ public struct Installer: Sendable {
         // A zip's plaintext waits beside the container, named with this process as its owner so
         // that a killed run's is found and removed (``removeLeftovers(in:maximumAge:now:)``).
         let scratch = FileSystem.temporaryPath(besides: file, suffix: ".plain")
-        return try install(entry, from: source, scratch: scratch, to: destination).unpacked
+        return try install(entry, from: source, scratch: scratch, to: destination)
     }
 
     /// Installs from any source of the container's bytes (a download still being written, read

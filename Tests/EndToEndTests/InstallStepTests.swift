@@ -26,6 +26,17 @@ struct InstallStepTests {
             try Processes.run(Processes.depotBinary, ["extension"] + arguments + ["--config", config, "--dest", dest])
         }
 
+        /// The install step started in a process of its own, not waited for.
+        func startInstall() throws -> Process {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: Processes.depotBinary)
+            process.arguments = ["extension", "install", "--config", config, "--dest", dest]
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            return process
+        }
+
         /// What the system does: fetches the manifest, asks the extension, downloads what it
         /// schedules and hands each file to `receive`. Returns the identifiers.
         @discardableResult
@@ -115,12 +126,7 @@ struct InstallStepTests {
             let entries = try JSONDecoder().decode([String: String].self, from: Data(made.stdout.utf8))
             try Self.putZip(origin, pack, work.path + "/v1.zip")
             #expect(try await device.deliver() == ["\(pack)@1"])
-            let first = Process()
-            first.executableURL = URL(fileURLWithPath: Processes.depotBinary)
-            first.arguments = ["extension", "install", "--config", device.config, "--dest", device.dest]
-            first.standardOutput = FileHandle.nullDevice
-            first.standardError = FileHandle.nullDevice
-            try first.run()
+            let first = try device.startInstall()
             // The first step is caught in the middle of unpacking (its staging tree has entries),
             // then held there, as iOS suspends an app.
             let packs = device.dest + "/packs"
@@ -170,12 +176,7 @@ struct InstallStepTests {
             var kills = 0
             var finished = false
             for round in 0..<40 where !finished {
-                let process = Process()
-                process.executableURL = URL(fileURLWithPath: Processes.depotBinary)
-                process.arguments = ["extension", "install", "--config", device.config, "--dest", device.dest]
-                process.standardOutput = FileHandle.nullDevice
-                process.standardError = FileHandle.nullDevice
-                try process.run()
+                let process = try device.startInstall()
                 // Early rounds kill soon after start, later ones later: every phase gets hit.
                 let delay = UInt32.random(in: 0...(20_000 + UInt32(round) * 25_000), using: &generator)
                 usleep(delay)
