@@ -146,6 +146,7 @@ public struct Downloader: Sendable {
         let file = try Self.open(item)
         var offset = try file.size()
         if offset > item.size {
+            follower?.settle(at: 0)
             try file.truncate(to: 0)
             offset = 0
         }
@@ -207,8 +208,8 @@ public struct Downloader: Sendable {
         case 206:
             guard let range = head.header("Content-Range"), let (first, total) = parseContentRange(range), first == offset, total == item.size else {
                 // Not the range asked for: start over on the next attempt.
+                follower?.settle(at: 0)  // first: a reader failing on the cut file then sees the rewind
                 try file.truncate(to: 0)
-                follower?.settle(at: 0)
                 throw Failure(error: ClientError.http(206, item.url.absoluteString, "unexpected Content-Range"), retryable: true)
             }
         case 200:
@@ -216,13 +217,13 @@ public struct Downloader: Sendable {
                 throw Failure(error: .sizeMismatch(item.id, expected: item.size, got: length), retryable: false)
             }
             if offset > 0 {
+                follower?.settle(at: 0)  // first: a reader failing on the cut file then sees the rewind
                 try file.truncate(to: 0)
-                follower?.settle(at: 0)
                 offset = 0
             }
         case 416:
-            try file.truncate(to: 0)
             follower?.settle(at: 0)
+            try file.truncate(to: 0)
             throw Failure(error: ClientError.http(416, item.url.absoluteString, "range not satisfiable"), retryable: true)
         default:
             return .excerpt(limit: 4096)
