@@ -68,7 +68,12 @@ public struct Installer: Sendable {
                 return copy
             }
             let tree = try StagedTree(staged)
-            try ZipPack.extract(plaintext, into: staged)
+            // What the manifest says it unpacks to is all it may write: a hostile archive whose
+            // entries inflate past their declared sizes stops there, not when the disk is full.
+            let declared = entry.installSize
+            try ZipPack.extract(plaintext, into: staged) { written in
+                written > declared ? "it unpacks to more than the manifest's installSize of \(declared) bytes" : nil
+            }
             try FileSystem.syncDirectory(staged)
             let copy = try tree.measured(pack: entry.id)
             try Self.check(copy, against: entry)

@@ -25,6 +25,10 @@ public final class FakeAWSCredentials: Sendable {
 
     private let server: HostileServer
     private let state: Locked<(next: Int, issued: [String])>
+    /// While set, every request is held unanswered until ``releaseAnswers()``.
+    private let gate: Locked<(semaphore: DispatchSemaphore?, held: Int)>
+    /// How many requests were held by ``stallAnswers()`` so far.
+    public var heldRequests: Int { gate.withLock { $0.held } }
     public var url: URL { server.url }
     /// `kind access-key` for every set of keys handed out, in order (kind: sts, container, imds).
     public var issued: [String] { state.withLock { $0.issued } }
@@ -37,7 +41,17 @@ public final class FakeAWSCredentials: Sendable {
     public init(keys: [Keys], lifetime: TimeInterval) throws {
         let state = Locked<(next: Int, issued: [String])>((0, []))
         self.state = state
+        let gate = Locked<(semaphore: DispatchSemaphore?, held: Int)>((nil, 0))
+        self.gate = gate
         server = try HostileServer { connection in
+            // Stalled: the connection is accepted and read, then held without a byte of answer.
+            if let semaphore = gate.withLock({ gate -> DispatchSemaphore? in
+                if gate.semaphore != nil { gate.held += 1 }
+                return gate.semaphore
+            }) {
+                semaphore.wait()
+                semaphore.signal()
+            }
             let head = connection.request.head
             let lines = head.split(separator: "\r\n").map(String.init)
             let requestLine = lines.first ?? ""
@@ -106,5 +120,19 @@ public final class FakeAWSCredentials: Sendable {
         }
     }
 
-    public func stop() { server.stop() }
+    /// From now on, requests are accepted and held unanswered.
+    public func stallAnswers() { gate.withLock { $0.semaphore = DispatchSemaphore(value: 0) } }
+
+    /// Answers every held request, and those to come.
+    public func releaseAnswers() {
+        gate.withLock { gate in
+            gate.semaphore?.signal()
+            gate.semaphore = nil
+        }
+    }
+
+    public func stop() {
+        releaseAnswers()
+        server.stop()
+    }
 }

@@ -41,31 +41,51 @@ public enum ZipPack {
     }
 
     /// Unpacks the archive into `directory` (created if missing; an empty one the caller made
-    /// is used as it is); CRC-32 of every file is checked. On error, what was unpacked so far
-    /// stays for the caller to remove.
-    public static func extract(_ path: String, into directory: String) throws(ZipPackError) {
+    /// is used as it is); CRC-32 of every file is checked. Files are written with mode 0644
+    /// whatever the archive says. `limit`, when given, is asked before each chunk is written with
+    /// the bytes written so far plus the chunk's, and stops the extraction (``ZipPackError/limitReached(_:)``)
+    /// by returning a reason: the bytes an archive really unpacks to are counted as they come,
+    /// whatever its directory declares. On error, what was unpacked so far stays for the caller
+    /// to remove.
+    public static func extract(_ path: String, into directory: String, limit: ((Int64) -> String?)? = nil) throws(ZipPackError) {
         let archive = try open(path)
-        let root = URL(fileURLWithPath: directory, isDirectory: true)
         do {
-            try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+            try FileSystem.createDirectory(directory)
         } catch {
-            throw .io("cannot create \(directory): \(error.localizedDescription)")
+            if error.isNoSpace { throw .noSpace }
+            throw .io("cannot create \(directory): \(error)")
         }
         var layout = Layout()
+        var written: Int64 = 0
         for entry in archive {
             try check(entry)
             try layout.add(entry)
-            let target = root.appendingPathComponent(entry.path)
+            let parts = entry.path.split(separator: "/").map(String.init)
+            guard !parts.isEmpty else { continue }
             do {
-                if entry.type == .directory {
-                    try FileManager.default.createDirectory(at: target, withIntermediateDirectories: true)
-                } else {
-                    _ = try archive.extract(entry, to: target, skipCRC32: false)
+                var folder = directory
+                for part in parts.dropLast() {
+                    folder += "/" + part
+                    if !FileSystem.isDirectory(folder) { try FileSystem.createDirectory(folder) }
                 }
-            } catch let error as POSIXError where error.code == .ENOSPC {
-                throw .noSpace
+                let target = folder + "/" + parts.last!
+                if entry.type == .directory {
+                    if !FileSystem.isDirectory(target) { try FileSystem.createDirectory(target) }
+                    continue
+                }
+                let file = try FileDescriptor(path: target, flags: O_WRONLY | O_CREAT | O_EXCL, mode: 0o644)
+                _ = try archive.extract(entry, skipCRC32: false) { chunk in
+                    written += Int64(chunk.count)
+                    if let refusal = limit?(written) { throw ZipPackError.limitReached(refusal) }
+                    try chunk.withUnsafeBytes { try file.write($0) }
+                }
+                try file.close()
+            } catch let error as ZipPackError {
+                throw error
+            } catch let error as SystemError {
+                if error.isNoSpace { throw .noSpace }
+                throw .io("cannot write entry \(entry.path): \(error)")
             } catch {
-                if (error as NSError).code == NSFileWriteOutOfSpaceError { throw .noSpace }
                 throw .damaged("entry \(entry.path): \(error)")
             }
         }
@@ -144,6 +164,8 @@ public enum ZipPackError: Error, Sendable, Equatable, CustomStringConvertible {
     case damaged(String)
     /// The destination's disk is full.
     case noSpace
+    /// Extraction was stopped by its caller's limit (the reason given).
+    case limitReached(String)
     /// Another file system error.
     case io(String)
 
@@ -153,6 +175,7 @@ public enum ZipPackError: Error, Sendable, Equatable, CustomStringConvertible {
         case .unsafeEntry(let path, let why): "zip entry \"\(path)\" refused: \(why)"
         case .damaged(let what): "the zip archive is damaged: \(what)"
         case .noSpace: "no space left on the device while unpacking the zip archive"
+        case .limitReached(let why): "unpacking the zip archive stopped: \(why)"
         case .io(let what): what
         }
     }

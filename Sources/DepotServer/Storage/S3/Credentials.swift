@@ -1,6 +1,7 @@
 import DepotCore
 import DepotTransport
 import Foundation
+import Synchronization
 
 /// Keys S3 requests are signed with: a static pair, or temporary keys with a session token and
 /// an expiry (from STS, a container endpoint or the instance metadata service).
@@ -62,14 +63,20 @@ public enum CredentialSource: Sendable, Hashable, CustomStringConvertible {
             return .webIdentity(tokenFile: tokenFile, roleARN: role, sessionName: session, sts: url)
         }
         if let relative = value("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI") {
-            guard let url = URL(string: "http://169.254.170.2" + relative) else { throw S3Error(status: 0, description: "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI is not a path: \(relative)") }
+            // The agent's address and a path: the URL is built, then its host checked, so that
+            // no value (`@evil.example/`, `:80@…`, `.evil/`) can move it elsewhere.
+            guard relative.hasPrefix("/"), let url = URL(string: "http://169.254.170.2" + relative), url.scheme == "http",
+                  url.host == "169.254.170.2", url.port == nil, url.user == nil, url.password == nil else {
+                throw S3Error(status: 0, description: "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI must be a path on the container agent (169.254.170.2): \(relative)")
+            }
             return .container(url: url, authorization: value("AWS_CONTAINER_AUTHORIZATION_TOKEN"), authorizationFile: value("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"))
         }
         if let full = value("AWS_CONTAINER_CREDENTIALS_FULL_URI") {
-            // As the SDKs: plain http only to the container agent or this host, anything over https.
-            guard let url = URL(string: full), let host = url.host,
-                  url.scheme == "https" || (url.scheme == "http" && Self.containerHosts(host)) else {
-                throw S3Error(status: 0, description: "AWS_CONTAINER_CREDENTIALS_FULL_URI must be https, or http to loopback or the container agent: \(full)")
+            // As the SDKs: https anywhere; plain http only to a loopback address or the container
+            // agent's (169.254.170.2, 169.254.170.23, fd00:ec2::23), checked on the parsed URL.
+            guard let url = URL(string: full), let host = url.host, !host.isEmpty, url.user == nil, url.password == nil,
+                  url.scheme == "https" || (url.scheme == "http" && Self.isContainerHost(host)) else {
+                throw S3Error(status: 0, description: "AWS_CONTAINER_CREDENTIALS_FULL_URI must be https, or http to a loopback address or the container agent (169.254.170.2, 169.254.170.23, fd00:ec2::23): \(full)")
             }
             return .container(url: url, authorization: value("AWS_CONTAINER_AUTHORIZATION_TOKEN"), authorizationFile: value("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"))
         }
@@ -81,62 +88,166 @@ public enum CredentialSource: Sendable, Hashable, CustomStringConvertible {
         return .instanceMetadata(endpoint: url)
     }
 
-    static func containerHosts(_ host: String) -> Bool {
-        let bare = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
-        return bare == "localhost" || bare.hasPrefix("127.") || bare == "::1" || bare == "169.254.170.2" || bare == "169.254.170.23" || bare.lowercased() == "fd00:ec2::23"
+    /// Whether plain http may go to `host`: an address, parsed (never a name's prefix): IPv4 in
+    /// 127.0.0.0/8, `::1`, or the container agent's 169.254.170.2, 169.254.170.23 and
+    /// fd00:ec2::23; or `localhost`, which resolves to loopback only.
+    static func isContainerHost(_ host: String) -> Bool {
+        let bare = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
+        if bare.lowercased() == "localhost" { return true }
+        var v4 = in_addr()
+        if inet_pton(AF_INET, bare, &v4) == 1 {
+            let octets = withUnsafeBytes(of: v4) { Array($0) }
+            return octets[0] == 127 || octets == [169, 254, 170, 2] || octets == [169, 254, 170, 23]
+        }
+        var v6 = in6_addr()
+        if inet_pton(AF_INET6, bare, &v6) == 1 {
+            let bytes = withUnsafeBytes(of: v6) { Array($0) }
+            return bytes == [UInt8](repeating: 0, count: 15) + [1] || bytes == [0xfd, 0, 0x0e, 0xc2] + [UInt8](repeating: 0, count: 11) + [0x23]
+        }
+        return false
     }
 }
 
-/// The keys to sign with now: fetched from the source when first needed and again before they
-/// expire (inside `refreshWindow`, 5 minutes by default), one fetch at a time. A request is
-/// never signed with keys that expire within `minimumValidity` (a minute): if a refresh fails
-/// and the keys held expire sooner, the request fails with the refresh's error instead.
+/// The keys to sign with now, fetched from the source when first needed and refreshed before
+/// they expire, so that a slow or failing credentials endpoint never stalls a request while the
+/// keys held are still good:
+///
+/// - Keys with more than `refreshWindow` (5 minutes) left are used as they are.
+/// - Inside the window, while they have more than `minimumValidity` (a minute) left, they keep
+///   signing; the first call there starts one refresh in the background, and no other starts
+///   while it runs.
+/// - Without usable keys (none yet, or all but expired) a call waits for the fetch in flight,
+///   or makes one itself: one fetch at a time, whoever asks.
+/// - A failed fetch backs off (1 s, doubling to 60 s): until then no new fetch starts, and a
+///   call that has no usable keys fails at once with the last fetch's error. A request is never
+///   signed with keys that expire within `minimumValidity`.
 public final class CredentialProvider: Sendable {
     public let source: CredentialSource
     let refreshWindow: TimeInterval
     let minimumValidity: TimeInterval
     let timeout: TimeInterval
-    private let held = Locked<Held>(Held())
+    /// Guards `held`; signalled when a fetch ends.
+    private let condition = NSCondition()
+    nonisolated(unsafe) private var held = Held()
+    /// IMDSv2's session token, used only by the one fetch in flight.
+    private let metadataToken = Mutex<(value: String, expires: Date)?>(nil)
 
     private struct Held {
         var credentials: AWSCredentials?
-        var metadataToken: (value: String, expires: Date)?
         var fetches = 0
+        /// A fetch is running (in the background, or for a caller that waits on it).
+        var fetching = false
+        /// After a failure: no new fetch before this, and the failure to report meanwhile.
+        var backOff: (until: Date, error: S3Error)?
+        var failures = 0
     }
 
     public init(_ source: CredentialSource, refreshWindow: TimeInterval = 300, minimumValidity: TimeInterval = 60, timeout: TimeInterval = 5) {
         (self.source, self.refreshWindow, self.minimumValidity, self.timeout) = (source, refreshWindow, minimumValidity, timeout)
-        if case .fixed(let credentials, _) = source { held.withLock { $0.credentials = credentials } }
+        if case .fixed(let credentials, _) = source { held.credentials = credentials }
+    }
+
+    private func locked<T>(_ body: (inout Held) throws -> T) rethrows -> T {
+        condition.lock()
+        defer { condition.unlock() }
+        return try body(&held)
     }
 
     /// How many times keys were fetched from the source (for tests and the log).
-    public var fetches: Int { held.withLock { $0.fetches } }
+    public var fetches: Int { locked { $0.fetches } }
+
+    /// Waits until no fetch is in flight (tests).
+    func waitForRefresh() {
+        condition.lock()
+        while held.fetching { condition.wait() }
+        condition.unlock()
+    }
 
     /// Keys valid for at least `minimumValidity` more seconds.
     public func current(now: Date = Date()) throws -> AWSCredentials {
-        try held.withLock { held in
-            if let credentials = held.credentials, credentials.expiration.map({ $0.timeIntervalSince(now) > refreshWindow }) ?? true {
-                return credentials
+        enum Next { case use(AWSCredentials), refreshInBackground(AWSCredentials), fetchHere }
+        condition.lock()
+        let next: Next
+        while true {
+            let credentials = held.credentials
+            let left = credentials?.expiration.map { $0.timeIntervalSince(now) } ?? .infinity
+            if let credentials, left > refreshWindow {
+                next = .use(credentials)
+                break
             }
-            do {
-                let fresh = try fetch(&held)
-                held.fetches += 1
-                guard let expiration = fresh.expiration, expiration.timeIntervalSince(now) > minimumValidity else {
-                    throw S3Error(status: 0, description: "\(source) handed out keys that expire \(fresh.expiration.map { "at \(Self.iso8601($0))" } ?? "with no date")")
+            let mayStart = !held.fetching && (held.backOff.map { now >= $0.until } ?? true)
+            if let credentials, left > minimumValidity {
+                if mayStart {
+                    held.fetching = true
+                    next = .refreshInBackground(credentials)
+                } else {
+                    next = .use(credentials)
                 }
-                held.credentials = fresh
-                return fresh
-            } catch {
-                // A failed refresh: keys still good for a while serve until the next try.
-                if let credentials = held.credentials, let expiration = credentials.expiration, expiration.timeIntervalSince(now) > minimumValidity {
-                    return credentials
-                }
-                throw error
+                break
             }
+            if held.fetching {
+                condition.wait()
+                continue
+            }
+            if !mayStart, let backOff = held.backOff {
+                condition.unlock()
+                throw backOff.error
+            }
+            held.fetching = true
+            next = .fetchHere
+            break
+        }
+        condition.unlock()
+        switch next {
+        case .use(let credentials):
+            return credentials
+        case .refreshInBackground(let credentials):
+            DispatchQueue.global().async { _ = try? self.refresh(now: now) }
+            return credentials
+        case .fetchHere:
+            return try refresh(now: now)
         }
     }
 
-    private func fetch(_ held: inout Held) throws -> AWSCredentials {
+    /// The one fetch in flight (`fetching` was set by the caller); its outcome is recorded and
+    /// every waiting caller woken.
+    private func refresh(now: Date) throws -> AWSCredentials {
+        let outcome: Result<AWSCredentials, S3Error>
+        do {
+            let fresh = try fetch()
+            guard let expiration = fresh.expiration, expiration.timeIntervalSince(now) > minimumValidity else {
+                throw S3Error(status: 0, description: "\(source) handed out keys that expire \(fresh.expiration.map { "at \(Self.iso8601($0))" } ?? "with no date")")
+            }
+            outcome = .success(fresh)
+        } catch let error as S3Error {
+            outcome = .failure(error)
+        } catch {
+            outcome = .failure(S3Error(status: 0, description: "\(source): \(error)"))
+        }
+        condition.lock()
+        defer {
+            held.fetching = false
+            condition.broadcast()
+            condition.unlock()
+        }
+        switch outcome {
+        case .success(let fresh):
+            held.credentials = fresh
+            held.fetches += 1
+            (held.failures, held.backOff) = (0, nil)
+            return fresh
+        case .failure(let error):
+            held.failures += 1
+            held.backOff = (now.addingTimeInterval(min(60, Double(1 << min(held.failures - 1, 6)))), error)
+            // Keys still good for a while serve until the next try.
+            if let credentials = held.credentials, let expiration = credentials.expiration, expiration.timeIntervalSince(now) > minimumValidity {
+                return credentials
+            }
+            throw error
+        }
+    }
+
+    private func fetch() throws -> AWSCredentials {
         switch source {
         case .fixed(let credentials, _):
             return credentials
@@ -165,21 +276,23 @@ public final class CredentialProvider: Sendable {
             return try Self.json(answer.body, from: "\(source)")
         case .instanceMetadata(let endpoint):
             let now = Date()
-            if held.metadataToken.map({ $0.expires <= now.addingTimeInterval(60) }) ?? true {
+            var session = metadataToken.withLock { $0 }
+            if session.map({ $0.expires <= now.addingTimeInterval(60) }) ?? true {
                 let answer = try request("PUT", endpoint.appendingPathComponent("latest/api/token"), headers: [("X-aws-ec2-metadata-token-ttl-seconds", "21600")])
                 guard answer.status == 200, !answer.text.isEmpty else { throw S3Error(status: answer.status, description: "\(source) gave no session token (HTTP \(answer.status))") }
-                held.metadataToken = (answer.text.trimmingCharacters(in: .whitespacesAndNewlines), now.addingTimeInterval(21600))
+                session = (answer.text.trimmingCharacters(in: .whitespacesAndNewlines), now.addingTimeInterval(21600))
+                metadataToken.withLock { $0 = session }
             }
-            let token = [("X-aws-ec2-metadata-token", held.metadataToken!.value)]
+            let token = [("X-aws-ec2-metadata-token", session!.value)]
             let base = endpoint.appendingPathComponent("latest/meta-data/iam/security-credentials/")
             let roles = try request("GET", base, headers: token)
             guard roles.status == 200, let role = roles.text.split(whereSeparator: \.isNewline).first.map(String.init) else {
-                if roles.status == 401 { held.metadataToken = nil }
+                if roles.status == 401 { metadataToken.withLock { $0 = nil } }
                 throw S3Error(status: roles.status, description: "\(source) names no role for this instance (HTTP \(roles.status))")
             }
             let answer = try request("GET", base.appendingPathComponent(role), headers: token)
             guard answer.status == 200 else {
-                if answer.status == 401 { held.metadataToken = nil }
+                if answer.status == 401 { metadataToken.withLock { $0 = nil } }
                 throw S3Error(status: answer.status, description: "\(source) answered HTTP \(answer.status) for role \(role)")
             }
             return try Self.json(answer.body, from: "\(source) for role \(role)")
