@@ -11,7 +11,7 @@ import Synchronization
 /// server.stop()
 /// ```
 public final class DepotServer: Sendable {
-    private let origin: Origin
+    let origin: Origin
     private let http: HTTPServer
 
     /// Opens the data folder (creating its folders, cleaning what a crash left) and starts listening.

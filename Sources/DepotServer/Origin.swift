@@ -19,7 +19,7 @@ final class Origin: HTTPHandler {
     let patchMaker: PatchMaker?
     let readOnly: Bool
     private let router: Router
-    private let metrics: OriginMetrics
+    let metrics: OriginMetrics
     private let accessLog: AccessLog
     /// The data folder's lock, as a raw descriptor (-1 once released).
     private let folderLock: Mutex<Int32>
@@ -74,8 +74,9 @@ final class Origin: HTTPHandler {
         )
         self.publisher = publisher
         let maker = readOnly ? nil : PatchMaker(
-            releases: releases, blobs: blobs, apps: apps, folder: folder, urls: urls, storing: storing, logger: configuration.logger,
-            depth: configuration.patchDepth, settings: settings
+            releases: releases, blobs: blobs, apps: apps, folder: folder, urls: urls, storing: storing, metrics: metrics, logger: configuration.logger,
+            depth: configuration.patchDepth,
+            limits: configuration.patchLimits ?? PatchLimits(scratchBytes: 4 * max(configuration.maximumPackSize, 1 << 30)), settings: settings
         )
         patchMaker = maker
         afterChange.withLock { $0 = maker }
@@ -99,6 +100,8 @@ final class Origin: HTTPHandler {
         } else {
             _ = try apps.signingKeys()
             try releases.removeUnpublishedReleases()
+            // Patches a stop or a crash left unmade (start-up removed their scratch space).
+            maker?.schedule(apps.list().sorted())
         }
     }
 

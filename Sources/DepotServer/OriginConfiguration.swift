@@ -40,6 +40,9 @@ public struct OriginConfiguration: Sendable {
     public var replicaInterval: TimeInterval = 10
     /// How many earlier revisions of a changed pack get a patch to the new one (0: no patches).
     public var patchDepth = 3
+    /// What one patch may take of the data volume; nil: scratch space of four times the largest
+    /// pack, and a quarter of the volume always left free.
+    public var patchLimits: PatchLimits?
     /// Where the access log and server events go.
     public var logger: Logger
 

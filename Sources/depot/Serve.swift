@@ -81,6 +81,12 @@ struct Serve: ParsableCommand {
     @Option(name: .customLong("patch-depth"), help: "How many earlier revisions of a changed pack get a patch (a delta download) to the new one, made in the background after each release; 0 turns patches off (env DEPOT_PATCH_DEPTH).")
     var patchDepth: Int = Environment.int("DEPOT_PATCH_DEPTH", 3)
 
+    @Option(name: .customLong("patch-scratch-limit"), help: "The most scratch space one patch may use in bytes, unpacked zip trees included; a patch that needs more is skipped and devices download the whole pack (env DEPOT_PATCH_SCRATCH_LIMIT). Default: four times --max-pack-size.")
+    var patchScratchLimit: Int64 = Environment.int("DEPOT_PATCH_SCRATCH_LIMIT", 0)
+
+    @Option(name: .customLong("patch-disk-reserve"), help: "The percentage of the data volume patch making always leaves free, checked before and while a patch is made (env DEPOT_PATCH_DISK_RESERVE).")
+    var patchDiskReserve: Int = Environment.int("DEPOT_PATCH_DISK_RESERVE", 25)
+
     @Option(name: .customLong("metrics-token-file"), help: "A file holding the token a Prometheus scraper sends (Authorization: Bearer) to read /metrics; without it /metrics answers 404, as metrics name every app (env DEPOT_METRICS_TOKEN_FILE).")
     var metricsTokenFile: String = Environment.string("DEPOT_METRICS_TOKEN_FILE", "")
 
@@ -104,6 +110,7 @@ struct Serve: ParsableCommand {
         }
         guard replicaInterval >= 1 else { throw ValidationError("--replica-interval must be at least 1") }
         guard (0...16).contains(patchDepth) else { throw ValidationError("--patch-depth must be 0–16") }
+        guard patchScratchLimit >= 0, (0...90).contains(patchDiskReserve) else { throw ValidationError("--patch-scratch-limit must not be negative, --patch-disk-reserve must be 0–90") }
     }
 
 
@@ -166,6 +173,9 @@ struct Serve: ParsableCommand {
         configuration.readOnly = readOnly
         configuration.replicaInterval = TimeInterval(replicaInterval)
         configuration.patchDepth = patchDepth
+        configuration.patchLimits = PatchLimits(
+            scratchBytes: patchScratchLimit > 0 ? patchScratchLimit : 4 * max(maxPackSize, 1 << 30), reserve: Double(patchDiskReserve) / 100
+        )
         configuration.metricsToken = try metricsToken()
         let server = try DepotServer(configuration: configuration)
         print("AssetDepot listening on \(host.contains(":") ? "[\(host)]" : host):\(server.port), data \(data.data), public URL \(server.publicURL)")

@@ -68,6 +68,11 @@ final class OriginMetrics: Sendable {
         counter("depot_publishes_total", [("app", app), ("result", changed ? "published" : "unchanged")]).increment()
     }
 
+    /// A patch not made or not released: `scratch_limit`, `disk_reserve` or `allowance`.
+    func patchSkipped(app: String, reason: String) {
+        counter("depot_patches_skipped_total", [("app", app), ("reason", reason)]).increment()
+    }
+
     func uploaded(bytes: Int64) {
         counter("depot_upload_plaintext_bytes_total", []).increment(by: Int(bytes))
     }

@@ -14,6 +14,13 @@ import Synchronization
 /// A zip pack, which a device keeps unpacked, gets a tree patch (DepotCore's ``TreePatch``): its
 /// entries taken from the installed tree, patched, or sent whole. Not patched: managed apps'
 /// archives (the system downloads those), and a patch that would not save a tenth of the pack.
+///
+/// Bounded and fair (``PatchLimits``): one patch never takes more scratch space than the limit,
+/// nor the data volume below its reserve (checked before starting and while unpacking: a zip
+/// that inflates past either stops there); a patch that would is skipped with a log line and
+/// `depot_patches_skipped_total`, and devices download the whole pack. Apps take turns, one
+/// pack each: one app's backlog never holds another's patches back by more than one pack.
+/// A patch release passes the same allowance guard as any release.
 final class PatchMaker: Sendable {
     private let releases: ReleaseStore
     private let blobs: any BlobStore
@@ -21,79 +28,163 @@ final class PatchMaker: Sendable {
     private let folder: DataFolder
     private let urls: PublicURL
     private let storing: BlobsInFlight
+    private let metrics: OriginMetrics
     private let logger: Logger
     private let settings: @Sendable (String) -> AppSettings?
     /// How many earlier revisions of a pack get a patch to the new one.
     let depth: Int
+    let limits: PatchLimits
     private let queue = DispatchQueue(label: "assetdepot.patches")
-    private let scheduled = Mutex<Set<String>>([])
-    /// `app/pack@revision` already tried in this process (made, or not worth making).
+    private let work = Mutex(Work())
+    /// `channel app/pack@revision:sha256` already tried in this process (made, reused, skipped
+    /// or not worth making): a channel's live release is tried once per pack it names.
     private let tried = Mutex<Set<String>>([])
+
+    /// Apps waiting for their turn, and the patches made for each channel's live release that
+    /// are not released yet (with the blobs they hold against removal).
+    private struct Work {
+        var turns: [String] = []
+        var running = false
+        var made: [String: [String: [String: Made]]] = [:]
+    }
+
+    private struct Made {
+        var entry: PackEntry
+        var patches: [PackPatch]
+    }
 
     init(
         releases: ReleaseStore, blobs: any BlobStore, apps: AppStore, folder: DataFolder, urls: PublicURL, storing: BlobsInFlight,
-        logger: Logger, depth: Int, settings: @escaping @Sendable (String) -> AppSettings?
+        metrics: OriginMetrics, logger: Logger, depth: Int, limits: PatchLimits, settings: @escaping @Sendable (String) -> AppSettings?
     ) {
         (self.releases, self.blobs, self.apps, self.folder, self.urls, self.storing) = (releases, blobs, apps, folder, urls, storing)
-        (self.logger, self.depth, self.settings) = (logger, depth, settings)
+        (self.metrics, self.logger, self.depth, self.limits, self.settings) = (metrics, logger, depth, limits, settings)
     }
 
-    /// Makes `app`'s missing patches soon, off the caller's thread (coalesced).
-    func schedule(_ app: String) {
-        guard depth > 0, scheduled.withLock({ $0.insert(app).inserted }) else { return }
-        queue.async { [self] in
-            scheduled.withLock { _ = $0.remove(app) }
+    /// Makes `app`'s missing patches soon, off the caller's thread: the app joins the turns
+    /// (once, however often it is scheduled).
+    func schedule(_ app: String) { schedule([app]) }
+
+    /// Every app in `apps` joins the turns, in that order, before any turn runs (start-up: the
+    /// patches a crash or a stop left unmade).
+    func schedule(_ apps: [String]) {
+        guard depth > 0, !apps.isEmpty else { return }
+        let start = work.withLock { work -> Bool in
+            for app in apps where !work.turns.contains(app) { work.turns.append(app) }
+            guard !work.running else { return false }
+            work.running = true
+            return true
+        }
+        if start { queue.async { [self] in run() } }
+    }
+
+    /// Waits until every patch scheduled so far is made and released (tests, a stopping server).
+    func waitUntilIdle() { queue.sync {} }
+
+    /// Turns until no app has work: each turn makes one pack's patches (or releases a channel's),
+    /// then the app goes to the back of the line if it has more.
+    private func run() {
+        while let app = work.withLock({ work -> String? in
+            guard !work.turns.isEmpty else {
+                work.running = false
+                return nil
+            }
+            return work.turns.removeFirst()
+        }) {
+            let more: Bool
             do {
-                try make(app)
+                more = try turn(app)
             } catch {
                 logger.warning("could not make patches", metadata: ["app": .string(app), "error": .string("\(error)")])
+                more = false
             }
+            if more { work.withLock { if !$0.turns.contains(app) { $0.turns.append(app) } } }
         }
     }
 
-    /// Waits until every patch scheduled so far is made (tests, and a stopping server).
-    func waitUntilIdle() { queue.sync {} }
-
-    /// Every channel of `app`: the patches its live release lacks, then a release naming them.
-    func make(_ app: String) throws {
-        guard let settings = settings(app), !settings.isManaged else { return }
+    /// One turn of `app`: the first pack of a channel's live release still to try gets its
+    /// patches; with none left, the channel's patches made so far are released. Returns whether
+    /// the app may have more to do.
+    private func turn(_ app: String) throws -> Bool {
+        guard let settings = settings(app), !settings.isManaged else { return false }
         let history = try releases.list(app)
         for channel in releases.channels(app).keys.sorted() {
             guard let live = try releases.current(app, channel: channel) else { continue }
-            var made: [String: [PackPatch]] = [:]
-            var holding: [String] = []
-            defer { for sha256 in holding { storing.end(sha256) } }
             for entry in live.manifest.packs where entry.patches == nil && !entry.keyID.isEmpty {
-                let key = "\(app)/\(entry.id)@\(entry.revision)"
+                let key = "\(channel) \(app)/\(entry.id)@\(entry.revision):\(entry.sha256)"
                 guard tried.withLock({ $0.insert(key).inserted }) else { continue }
                 let earlier = Self.earlierRevisions(of: entry, in: history, depth: depth)
                 guard !earlier.isEmpty else { continue }
-                let started = ContinuousClock.now
-                let patches = try patches(for: entry, from: earlier, app: app, holding: &holding)
-                logger.info("made patches", metadata: [
-                    "app": .string(app), "pack": .string(entry.id), "revision": .stringConvertible(entry.revision),
-                    "from": .string(patches.map { "\($0.fromRevision):\($0.size)" }.joined(separator: ",")),
-                    "seconds": .stringConvertible((ContinuousClock.now - started).components.seconds),
-                ])
-                if !patches.isEmpty { made[entry.id] = patches }
+                do {
+                    let patches = try Self.reusable(entry, in: history, blobs: blobs) ?? make(entry, from: earlier, app: app)
+                    if !patches.isEmpty { work.withLock { $0.made[app, default: [:]][channel, default: [:]][entry.id] = Made(entry: entry, patches: patches) } }
+                } catch {
+                    logger.warning("could not make patches", metadata: [
+                        "app": .string(app), "channel": .string(channel), "pack": .string(entry.id), "error": .string("\(error)"),
+                    ])
+                }
+                return true
             }
-            guard !made.isEmpty else { continue }
-            let version = live.version
-            _ = try releases.publish(app, channel: channel, change: { packs in
-                // Only onto the revisions the patches were made for; a publish that came first wins.
+            if let made = work.withLock({ $0.made[app]?.removeValue(forKey: channel) }), !made.isEmpty {
+                defer { for item in made.values { for patch in item.patches { storing.end(patch.sha256) } } }
+                try release(made, app: app, channel: channel, settings: settings)
+                return true
+            }
+        }
+        return false
+    }
+
+    /// Publishes `channel`'s packs again naming their patches, as the next release: only onto
+    /// the revisions they were made for (a publish that came first wins), and only if the
+    /// allowance guard passes.
+    private func release(_ made: [String: Made], app: String, channel: String, settings: AppSettings) throws {
+        let version = try releases.current(app, channel: channel)?.version
+        do {
+            let published = try releases.publish(app, channel: channel, change: { packs in
                 var changed = false
                 let updated = packs.map { pack -> PackEntry in
-                    guard pack.patches == nil, let patches = made[pack.id], let madeFor = live.manifest[pack: pack.id],
-                          madeFor.sha256 == pack.sha256, madeFor.revision == pack.revision else { return pack }
+                    guard pack.patches == nil, let made = made[pack.id], made.entry.sha256 == pack.sha256, made.entry.revision == pack.revision else { return pack }
                     var pack = pack
-                    pack.patches = patches
+                    pack.patches = made.patches
                     changed = true
                     return pack
                 }
                 return changed ? updated : nil
-            })
-            logger.info("released patches", metadata: ["app": .string(app), "channel": .string(channel), "after": .stringConvertible(version)])
+            }, check: Publisher.allowanceGuard(settings: settings, channel: channel, urls: urls))
+            if let published {
+                logger.info("released patches", metadata: [
+                    "app": .string(app), "channel": .string(channel), "after": .stringConvertible(version ?? 0), "release": .stringConvertible(published.version),
+                ])
+            }
+        } catch let error as DepotError where error.code == "allowance_exceeded" {
+            metrics.patchSkipped(app: app, reason: "allowance")
+            logger.warning("patches not released: the release naming them would exceed the allowances shipped builds have; devices download whole packs", metadata: [
+                "app": .string(app), "channel": .string(channel), "packs": .string(made.keys.sorted().joined(separator: ",")), "error": .string(error.message),
+            ])
         }
+    }
+
+    /// Patches another release already names for this very container and revision, all still
+    /// stored (a channel promoted to a release whose patches another channel's release carries).
+    static func reusable(_ entry: PackEntry, in history: [Manifest], blobs: any BlobStore) -> [PackPatch]? {
+        for manifest in history.sorted(by: { $0.version > $1.version }) {
+            guard let other = manifest[pack: entry.id], other.sha256 == entry.sha256, other.revision == entry.revision,
+                  let patches = other.patches, !patches.isEmpty, patches.allSatisfy({ blobs.contains($0.sha256) }) else { continue }
+            return patches
+        }
+        return nil
+    }
+
+    /// The patches to `entry` from each earlier revision that fits the limits, logged.
+    private func make(_ entry: PackEntry, from earlier: [PackEntry], app: String) throws -> [PackPatch] {
+        let started = ContinuousClock.now
+        let patches = try patches(for: entry, from: earlier, app: app)
+        logger.info("made patches", metadata: [
+            "app": .string(app), "pack": .string(entry.id), "revision": .stringConvertible(entry.revision),
+            "from": .string(patches.map { "\($0.fromRevision):\($0.size)" }.joined(separator: ",")),
+            "seconds": .stringConvertible((ContinuousClock.now - started).components.seconds),
+        ])
+        return patches
     }
 
     /// The pack's earlier revisions any release named, newest first, at most `depth`.
@@ -111,24 +202,42 @@ final class PatchMaker: Sendable {
     }
 
     /// Decrypts the new revision once, then for each earlier one: decrypt, delta, encrypt, store.
-    private func patches(for entry: PackEntry, from earlier: [PackEntry], app: String, holding: inout [String]) throws -> [PackPatch] {
+    /// Each step is checked against the limits first (what it may write at most); unpacking a
+    /// zip also while it runs. Stored patch blobs are held against removal until released.
+    private func patches(for entry: PackEntry, from earlier: [PackEntry], app: String) throws -> [PackPatch] {
         let keys = try apps.packKeys(app)
-        let scratch = folder.uploads + "/patch-" + Hex.encode(SecureRandom.bytes(8))
+        let scratch = folder.uploads + "/" + PatchLimits.scratchPrefix + Hex.encode(SecureRandom.bytes(8))
         let zip = ZipPack.isZip(contentType: entry.contentType)
         defer {
             for suffix in [".new", ".old", ".delta", ".container"] { FileSystem.remove(scratch + suffix) }
             for suffix in [".new-tree", ".old-tree"] { try? FileManager.default.removeItem(atPath: scratch + suffix) }
         }
+        // At most: each plaintext (no larger than its container), each tree (the manifest's
+        // installSize), the delta and its container (no larger than the new tree or plaintext).
+        let largestDelta = zip ? max(entry.installSize, entry.size) : entry.size
+        let newPart = entry.size + (zip ? entry.installSize : 0)
+        var budget = ScratchBudget(limits: limits, volume: folder.uploads)
+        if let refusal = budget.refusal(toWrite: newPart + 2 * largestDelta + (earlier.map { $0.size + (zip ? $0.installSize : 0) }.min() ?? 0)) {
+            skip(entry, app: app, refusal)
+            return []
+        }
         guard try decrypt(entry, to: scratch + ".new", keys: keys.ring) else { return [] }
-        if zip { try ZipPack.extract(scratch + ".new", into: scratch + ".new-tree") }
+        if zip, try !extract(scratch + ".new", into: scratch + ".new-tree", budget: &budget, entry: entry, app: app) { return [] }
+        budget.used = newPart
         var out: [PackPatch] = []
         for old in earlier {
+            if let refusal = budget.refusal(toWrite: old.size + (zip ? old.installSize : 0) + 2 * largestDelta) {
+                skip(entry, app: app, refusal, from: old.revision)
+                continue
+            }
             guard try decrypt(old, to: scratch + ".old", keys: keys.ring) else { continue }
             let size: Int64
             if zip {
                 // A device keeps a zip unpacked: the patch is made between the two trees.
                 try? FileManager.default.removeItem(atPath: scratch + ".old-tree")
-                try ZipPack.extract(scratch + ".old", into: scratch + ".old-tree")
+                var oldBudget = budget
+                oldBudget.used += old.size
+                guard try extract(scratch + ".old", into: scratch + ".old-tree", budget: &oldBudget, entry: entry, app: app, from: old.revision) else { continue }
                 size = try TreePatch.make(base: scratch + ".old-tree", target: scratch + ".new-tree", to: scratch + ".delta").size
             } else {
                 // The plaintexts' SHA-256 are the manifest's: their containers' hashes and every
@@ -142,14 +251,41 @@ final class PatchMaker: Sendable {
             guard size * 10 < entry.size * 9 else { continue }
             let container = try encrypt(scratch + ".delta", to: scratch + ".container", keys: keys)
             storing.begin(container.sha256)
-            holding.append(container.sha256)
-            try blobs.put(temporaryFile: scratch + ".container", sha256: container.sha256)
+            do {
+                try blobs.put(temporaryFile: scratch + ".container", sha256: container.sha256)
+            } catch {
+                storing.end(container.sha256)
+                throw error
+            }
             out.append(PackPatch(
                 fromRevision: old.revision, fromPlaintextSHA256: old.plaintextSHA256, url: urls.blob(app, container.sha256), size: container.size,
                 sha256: container.sha256
             ))
         }
         return out
+    }
+
+    /// Unpacks a revision's zip within the budget; false (the patch skipped, logged, what was
+    /// unpacked removed) when a limit stopped it.
+    private func extract(_ zip: String, into tree: String, budget: inout ScratchBudget, entry: PackEntry, app: String, from revision: Int? = nil) throws -> Bool {
+        let limit = budget.extractionLimit()
+        do {
+            try ZipPack.extract(zip, into: tree, limit: limit)
+            return true
+        } catch .limitReached(let why) {
+            try? FileManager.default.removeItem(atPath: tree)
+            skip(entry, app: app, why, from: revision)
+            return false
+        }
+    }
+
+    /// Logs and counts a patch not made for want of space.
+    private func skip(_ entry: PackEntry, app: String, _ why: String, from revision: Int? = nil) {
+        metrics.patchSkipped(app: app, reason: why.contains("reserve") ? "disk_reserve" : "scratch_limit")
+        logger.warning("patch skipped: devices download the whole pack", metadata: [
+            "app": .string(app), "pack": .string(entry.id), "revision": .stringConvertible(entry.revision),
+            "from": .string(revision.map(String.init) ?? "any"), "reason": .string(why),
+        ])
     }
 
     /// A revision's plaintext, from its blob; false if the blob is gone.

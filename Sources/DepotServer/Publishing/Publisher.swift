@@ -124,7 +124,8 @@ final class Publisher: Sendable {
         )
         removeUnneeded(unused, storingItself: storingItself)
         metrics.published(app: app, changed: release != nil)
-        let live = try releases.current(app, channel: channel)
+        // The release this publish made (a patch release may follow at once), else the live one.
+        let live = try release ?? releases.current(app, channel: channel)
         return PublishResult(
             app: app, pack: pack.flatMap { live?.manifest[pack: $0] }, release: live?.version, staged: false, changed: release != nil,
             channel: channel, manifestURL: urls.manifest(app, channel: channel)
@@ -151,9 +152,12 @@ final class Publisher: Sendable {
 
     /// Refuses a release whose Info.plist keys exceed the allowances recorded for shipped builds.
     func allowanceGuard(_ app: String, channel: String) -> (Manifest, Int64) throws -> Void {
-        let settings = settings(app)
+        Self.allowanceGuard(settings: settings(app), channel: channel, urls: urls)
+    }
+
+    /// The guard for an app with `settings`: every release passes it, patch releases included.
+    static func allowanceGuard(settings: AppSettings?, channel: String, urls: PublicURL) -> (Manifest, Int64) throws -> Void {
         let allowances = settings?.allowances
-        let urls = urls
         return { manifest, envelopeSize in
             guard let allowances else { return }
             let keys = BackgroundAssetsKeys(release: manifest, envelopeSize: envelopeSize, app: settings, channel: channel, urls: urls)
@@ -244,7 +248,7 @@ final class Publisher: Sendable {
         let allowances = force ? nil : allowanceGuard(app, channel: channel)
         let managed = settings(app)?.isManaged ?? false
         let (releases, blobs) = (releases, blobs)
-        let changed = try releases.promote(app, channel: channel, to: version, check: { target, size in
+        let changed = try releases.promote(app, channel: channel, to: version, isStored: { blobs.contains($0) }, check: { target, size in
             // Under the publish lock, which garbage collection takes too: what is checked here
             // stays stored until the channel names it.
             try Self.requireStored(target, version: version, in: blobs)

@@ -94,9 +94,11 @@ public struct DataFolder: Sendable {
     @discardableResult
     public func cleanTemporaryFiles() -> Int {
         var removed = FileSystem.removeTemporaryFiles(in: root) + FileSystem.removeTemporaryFiles(in: keys)
-        // Resumable uploads (`*.tus`) survive; ResumableUploads.repair() checks them.
+        // Resumable uploads (`*.tus`) survive; ResumableUploads.repair() checks them. Everything
+        // else goes, folders too: a patch's unpacked trees (`patch-*.new-tree`) a crash left.
         for name in FileSystem.contents(of: uploads) where !name.hasSuffix(".tus") {
-            FileSystem.remove(uploads + "/" + name)
+            let path = uploads + "/" + name
+            if FileSystem.isDirectory(path) { try? FileManager.default.removeItem(atPath: path) } else { FileSystem.remove(path) }
             removed += 1
         }
         for prefix in FileSystem.contents(of: blobs) { removed += FileSystem.removeTemporaryFiles(in: blobs + "/" + prefix) }

@@ -88,10 +88,12 @@ public final class ReleaseStore: Sendable {
     /// the same packs and version signed again naming `channel`, written before any pointer names
     /// it (a promotion; or, once, a release signed before manifests named their channel). Call
     /// under the publish lock.
-    func signed(_ release: LiveManifest, for channel: String, app: String, now: Date = Date()) throws -> LiveManifest {
-        guard release.manifest.channel != channel else { return release }
+    /// `packs`, when given, replace the release's (its packs without swept patches).
+    func signed(_ release: LiveManifest, for channel: String, app: String, packs: [PackEntry]? = nil, now: Date = Date()) throws -> LiveManifest {
+        guard release.manifest.channel != channel || packs != nil else { return release }
         var manifest = release.manifest
         manifest.channel = channel
+        if let packs { manifest.packs = packs }
         manifest.expiresAt = now.addingTimeInterval(manifestLifetime)
         let envelope = try Envelope.sign(manifest, with: apps.signingKeys()).encoded()
         try FileSystem.createDirectory(folder.signedCopies(app, channel: channel))
@@ -148,7 +150,14 @@ public final class ReleaseStore: Sendable {
     /// Points `channel` at an existing release (creating the channel). Channels only move to a
     /// higher number: going back is a rollback, which publishes a new release. `check` sees
     /// the release first (the allowance guard). Returns whether the pointer moved.
-    func promote(_ app: String, channel: String, to version: Int, check: ((Manifest, Int64) throws -> Void)?) throws -> Bool {
+    ///
+    /// `isStored` says which blobs are still stored: a patch whose blob garbage collection swept
+    /// (its release served by no channel for longer than the retention) is left out of the copy
+    /// signed for `channel`, never served as a URL that answers 404; the patch maker then makes
+    /// it again for this channel.
+    func promote(
+        _ app: String, channel: String, to version: Int, isStored: (String) -> Bool = { _ in true }, check: ((Manifest, Int64) throws -> Void)?
+    ) throws -> Bool {
         let moved = try publishLock.withLock { _ -> Bool in
             guard version <= head(app), FileSystem.exists(folder.release(app, version)) else {
                 throw DepotError.notFound("release \(version) of app \(app)")
@@ -160,8 +169,17 @@ public final class ReleaseStore: Sendable {
             }
             let release = try load(app, version)
             try check?(release.manifest, Int64(release.envelope.count))
+            var packs = release.manifest.packs
+            var swept = false
+            for index in packs.indices {
+                guard let patches = packs[index].patches else { continue }
+                let kept = patches.filter { isStored($0.sha256) }
+                guard kept.count != patches.count else { continue }
+                packs[index].patches = kept.isEmpty ? nil : kept
+                swept = true
+            }
             // Signed for the channel it now serves: devices check the channel a manifest names.
-            let served = try signed(release, for: channel, app: app)
+            let served = try signed(release, for: channel, app: app, packs: swept ? packs : nil)
             try FileSystem.createDirectory(folder.channels(app))
             try FileSystem.writeAtomically(Array("\(version)\n".utf8), to: pointerPath(app, channel))
             live.withLock { $0[app + "\u{0}" + channel] = served }
@@ -210,7 +228,8 @@ public final class ReleaseStore: Sendable {
     private func saveStaging(_ app: String, _ staging: Staging) throws { try drafts.save(app, staging) }
 
     /// Publishes the staged changes as the next release and empties the draft. `base`, when
-    /// given, must be the live version: a publisher that raced another gets ``DepotError`` 409.
+    /// given, must be the live version, or an earlier one with the same content (the origin
+    /// published patches or re-signed since): a publisher that raced another gets ``DepotError`` 409.
     /// Returns the new release and the blobs that ended up unused, or nil if nothing changed.
     /// `adding` changes the draft first, in the same lock hold: an upload with `?release=true`
     /// is staged and published in one step, or (on a conflict) not staged at all.
@@ -235,9 +254,23 @@ public final class ReleaseStore: Sendable {
         return (release, unused)
     }
 
+    /// Whether two pack lists hold the same content: the same packs, containers and revisions,
+    /// whatever patches they name.
+    static func sameContent(_ a: [PackEntry], _ b: [PackEntry]) -> Bool {
+        func content(_ packs: [PackEntry]) -> [PackEntry] {
+            packs.map { pack in
+                var pack = pack
+                pack.patches = nil
+                return pack
+            }.sorted { $0.id < $1.id }
+        }
+        return content(a) == content(b)
+    }
+
     /// Publishes the next release on `channel`: `change` edits the channel's pack list (a new
     /// channel starts from production's); returns nil if it changed nothing. With `base`, the
-    /// channel's version must equal it (409 otherwise), checked under the lock. `check` sees the
+    /// channel's version must equal it, or be a later release with the same content (patches
+    /// aside), which the origin made on its own; 409 otherwise, checked under the lock. `check` sees the
     /// signed manifest and its envelope size before anything is written, and may refuse it (the
     /// allowance guard).
     func publish(
@@ -248,7 +281,12 @@ public final class ReleaseStore: Sendable {
             let channelRelease = try current(app, channel: channel)
             let base = try channelRelease ?? current(app)
             if let expected, expected != (channelRelease?.version ?? 0) {
-                throw DepotError.conflict("conflict", "channel \(channel) serves release \(channelRelease?.version ?? 0), not \(expected): another publish came first; nothing was published")
+                // A release the origin made on its own since (patches named, a manifest re-signed
+                // before expiry) holds the same content: the publisher's base is still current.
+                guard let channelRelease, expected < channelRelease.version, let based = try release(app, expected),
+                      Self.sameContent(based.manifest.packs, channelRelease.manifest.packs) else {
+                    throw DepotError.conflict("conflict", "channel \(channel) serves release \(channelRelease?.version ?? 0), not \(expected): another publish came first; nothing was published")
+                }
             }
             guard let edited = try change(base?.manifest.packs ?? []) else {
                 try then?()

@@ -1,0 +1,74 @@
+import DepotCore
+import Foundation
+
+/// What making one patch may take of the data volume (``PatchMaker``).
+public struct PatchLimits: Sendable, Equatable {
+    /// Scratch files and folders in `uploads/` start with this; start-up removes them all.
+    static let scratchPrefix = "patch-"
+
+    /// The most scratch space one patch may use: the decrypted revisions, their unpacked trees
+    /// (zip packs), the delta and its encrypted container.
+    public var scratchBytes: Int64
+    /// The share of the data volume (the one holding `uploads/`) that patch making always
+    /// leaves free for uploads and everything else, 0–0.9.
+    public var reserve: Double
+
+    public init(scratchBytes: Int64, reserve: Double = 0.25) {
+        (self.scratchBytes, self.reserve) = (scratchBytes, reserve)
+    }
+}
+
+/// One patch's use of scratch space, against its ``PatchLimits`` and the volume's free space.
+struct ScratchBudget {
+    let limits: PatchLimits
+    /// A path on the volume scratch files go to.
+    let volume: String
+    /// Bytes the patch holds in scratch files now.
+    var used: Int64 = 0
+
+    init(limits: PatchLimits, volume: String) {
+        (self.limits, self.volume) = (limits, volume)
+    }
+
+    /// Free and total bytes of the volume (as an unprivileged writer sees them), if it can be read.
+    static func space(of path: String) -> (free: Int64, total: Int64)? {
+        var status = statvfs()
+        guard statvfs(path, &status) == 0 else { return nil }
+        let unit = Int64(status.f_frsize)
+        return (Int64(status.f_bavail) * unit, Int64(status.f_blocks) * unit)
+    }
+
+    /// Why `bytes` more may not be written, or nil if they may: over the scratch limit, or
+    /// taking the volume below its reserve.
+    func refusal(toWrite bytes: Int64) -> String? {
+        if used + bytes > limits.scratchBytes {
+            return "needs up to \(used + bytes) bytes of scratch space, over the limit of \(limits.scratchBytes) (--patch-scratch-limit)"
+        }
+        guard let space = Self.space(of: volume) else { return nil }
+        let reserve = Int64(Double(space.total) * limits.reserve)
+        if space.free - bytes < reserve {
+            return "would leave the data volume \(max(0, space.free - bytes)) bytes free, under its reserve of \(reserve) (--patch-disk-reserve \(Int(limits.reserve * 100))%)"
+        }
+        return nil
+    }
+
+    /// The limit an extraction checks as it writes: the scratch limit at every chunk, the
+    /// volume's reserve every 4 MiB (and at the first chunk).
+    func extractionLimit() -> (Int64) -> String? {
+        let start = self
+        var checkedAt: Int64 = -1
+        return { written in
+            var now = start
+            now.used += written
+            if now.used > now.limits.scratchBytes {
+                return "unpacked past the scratch limit of \(now.limits.scratchBytes) bytes (--patch-scratch-limit)"
+            }
+            guard checkedAt < 0 || written - checkedAt >= 4 << 20 else { return nil }
+            checkedAt = written
+            guard let space = Self.space(of: now.volume) else { return nil }
+            let reserve = Int64(Double(space.total) * now.limits.reserve)
+            // Stopped before the next 4 MiB could cross the reserve, not after.
+            return space.free - (4 << 20) < reserve ? "unpacking took the data volume to \(space.free) bytes free, under its reserve of \(reserve) (--patch-disk-reserve \(Int(now.limits.reserve * 100))%)" : nil
+        }
+    }
+}
