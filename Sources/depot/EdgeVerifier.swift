@@ -10,7 +10,7 @@ import Foundation
 /// manifest's by one byte; this finds such an edge before devices do.
 struct EdgeVerifier {
     /// One thing a device would trip on.
-    struct Problem: CustomStringConvertible {
+    struct Problem: Sendable, CustomStringConvertible {
         var subject: String
         var what: String
         var description: String { "\(subject): \(what)" }
@@ -28,20 +28,49 @@ struct EdgeVerifier {
     /// The Info.plist keys the app ships with (nil: the origin's computed ones).
     let rules: BackgroundAssetsRules?
     let allowHTTP: Bool
+    /// Follow an unsigned manifest's URLs on other hosts than the edge's (without credentials).
+    /// Without it, and without `configuration`, only the edge's own scheme, host and port are
+    /// fetched: an unsigned manifest is whatever the edge says, and must not send the checker
+    /// (and its credentials) to internal addresses or plain http elsewhere.
+    var anyHost = false
+    /// The whole check's deadline: past it, what is in flight is cancelled and the report says so.
+    var deadline: Duration = .seconds(3600)
 
     /// What a device sends: URLSession asks for compressed bodies, which is how a CDN that
     /// compresses `application/octet-stream` ends up changing a pack's size.
     static let acceptEncoding = "gzip, deflate, br"
 
-    struct Report {
+    struct Report: Sendable {
         var manifests = 0
         var downloads = 0
         var bytes: Int64 = 0
         var problems: [Problem] = []
     }
 
-    /// Checks `channels` (nil: every channel the edge lists).
+    /// Checks `channels` (nil: every channel the edge lists), within the deadline.
     func run(channels requested: [String]?) async -> Report {
+        let deadline = deadline
+        return await withTaskGroup(of: Report?.self) { group in
+            group.addTask { await checkAll(channels: requested) }
+            group.addTask {
+                try? await Task.sleep(for: deadline)
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            if let first { return first }
+            let seconds = deadline.components.seconds
+            return Report(problems: [Problem(subject: "the check", what: "stopped at its deadline of \(seconds) s (--deadline): what was in flight was cancelled and the rest not checked")])
+        }
+    }
+
+    /// Whether `url` is on the edge itself: the same scheme, host and port.
+    func isOnEdge(_ url: URL) -> Bool {
+        func port(_ url: URL) -> Int? { url.port ?? (url.scheme?.lowercased() == "https" ? 443 : url.scheme?.lowercased() == "http" ? 80 : nil) }
+        return url.scheme?.lowercased() == server.scheme?.lowercased() && url.host?.lowercased() == server.host?.lowercased() && port(url) == port(server)
+    }
+
+    private func checkAll(channels requested: [String]?) async -> Report {
         var report = Report()
         let channels: [String]
         if let requested { channels = requested } else {
@@ -112,7 +141,13 @@ struct EdgeVerifier {
                 }
                 let subject = "\(download.subject) (\(download.url))"
                 if let refusal = rules?.refusal(for: url) { report.problems.append(Problem(subject: subject, what: "a device refuses it: \(refusal)")) }
-                let found = await check(url, size: download.size, sha256: download.sha256, keyID: pack.keyID)
+                let onEdge = isOnEdge(url)
+                if !onEdge && configuration == nil && !anyHost {
+                    report.problems.append(Problem(subject: subject, what: "not fetched: it is not on the edge (\(server.absoluteString)), and the manifest's signature was not checked; give --config to check it (then every URL it signs is followed), or --any-host"))
+                    continue
+                }
+                // Credentials go to the edge, and to the URLs a signed manifest names; never elsewhere.
+                let found = await check(url, size: download.size, sha256: download.sha256, keyID: pack.keyID, credentials: onEdge || configuration != nil)
                 report.downloads += 1
                 report.bytes += found.bytes
                 report.problems += found.problems.map { Problem(subject: subject, what: $0) }
@@ -121,11 +156,11 @@ struct EdgeVerifier {
     }
 
     /// The checks of one download: what a device would see, in sentences.
-    private func check(_ url: URL, size: Int64, sha256: String, keyID: String) async -> (bytes: Int64, problems: [String]) {
+    private func check(_ url: URL, size: Int64, sha256: String, keyID: String, credentials: Bool) async -> (bytes: Int64, problems: [String]) {
         var problems: [String] = []
         let head: HTTPTransport.Response
         let body = BodyDigest()
-        let fields = headers.merging(["Accept-Encoding": Self.acceptEncoding]) { $1 }.map { ($0.key, $0.value) }
+        let fields = (credentials ? headers : [:]).merging(["Accept-Encoding": Self.acceptEncoding]) { $1 }.map { ($0.key, $0.value) }
         do {
             let request = HTTPTransport.Request(method: sample == nil ? "GET" : "HEAD", url: url, headers: fields, largeResponse: true)
             head = try await transport.exchange(request) { _ in .stream(limit: size + (1 << 20), into: body.update) }
@@ -151,7 +186,7 @@ struct EdgeVerifier {
             }
         }
         problems += Self.cachingProblems(head)
-        if let sample, problems.isEmpty { problems += await sampled(url, size: size, records: sample, keyID: keyID) }
+        if let sample, problems.isEmpty { problems += await sampled(url, size: size, records: sample, keyID: keyID, credentials: credentials) }
         return (bytes, problems)
     }
 
@@ -180,10 +215,10 @@ struct EdgeVerifier {
     /// and others spread between), fetched by `Range`, with the app's key ring: a cut, a
     /// transform or damage in those bytes fails. It cannot tell another genuine container of the
     /// same size (an old blob) from the manifest's: only the whole body's SHA-256 can.
-    private func sampled(_ url: URL, size: Int64, records: Int, keyID: String) async -> [String] {
+    private func sampled(_ url: URL, size: Int64, records: Int, keyID: String, credentials: Bool) async -> [String] {
         do {
             guard let keyRing = try configuration?.keyRing() else { return ["not sampled: --sample needs --config (the key ring)"] }
-            let first = try await range(url, from: 0, count: min(size, Int64(PackHeader.minimumSize + 255)))
+            let first = try await range(url, from: 0, count: min(size, Int64(PackHeader.minimumSize + 255)), credentials: credentials)
             let (header, headerSize) = try PackHeader.parse(first)
             let headerBytes = Array(first[0..<headerSize])
             guard let master = keyRing[header.keyID] else { return ["record check: the key ring has no key \(header.keyID)"] }
@@ -195,7 +230,7 @@ struct EdgeVerifier {
             for k in 0..<spread { picks.insert((k + 1) * segments / (spread + 1)) }
             for index in picks.sorted() {
                 let start = Int64(headerSize) + index * recordSize
-                let sealed = try await range(url, from: start, count: min(recordSize, size - start))
+                let sealed = try await range(url, from: start, count: min(recordSize, size - start), credentials: credentials)
                 var plain = [UInt8](repeating: 0, count: max(0, sealed.count - AES256GCM.tagSize))
                 do {
                     try sealed.withUnsafeBytes { bytes in
@@ -214,9 +249,9 @@ struct EdgeVerifier {
     }
 
     /// Exactly `count` bytes from `offset`, by `Range` (206 with the matching `Content-Range`).
-    private func range(_ url: URL, from offset: Int64, count: Int64) async throws -> [UInt8] {
+    private func range(_ url: URL, from offset: Int64, count: Int64, credentials: Bool) async throws -> [UInt8] {
         let last = offset + count - 1
-        let answer = try await transport.get(url, headers: headers.merging(["Range": "bytes=\(offset)-\(last)"]) { $1 }, limit: Int(count) + 1)
+        let answer = try await transport.get(url, headers: (credentials ? headers : [:]).merging(["Range": "bytes=\(offset)-\(last)"]) { $1 }, limit: Int(count) + 1)
         guard answer.status == 206, answer.header("Content-Range")?.hasPrefix("bytes \(offset)-\(last)/") == true, answer.body.count == Int(count) else {
             throw ClientError.http(answer.status, url.absoluteString, "bytes \(offset)-\(last) asked, \(answer.body.count) bytes and Content-Range \(answer.header("Content-Range") ?? "none") answered")
         }

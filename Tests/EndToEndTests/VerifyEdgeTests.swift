@@ -107,4 +107,62 @@ struct VerifyEdgeTests {
             _ = stale
         }
     }
+
+    @Test("Without --config, an unsigned manifest's URLs on another host are not fetched (an internal address here), with --any-host they are but without credentials, with --config (signed) with them")
+    func unsignedManifestStaysOnTheEdge() async throws {
+        let inside = try HostileServer { connection in
+            connection.send("HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        }
+        defer { inside.stop() }
+        let work = TemporaryDirectory("depot-verify-hosts")
+        defer { work.remove() }
+        // The manifest names the internal service's address for every pack.
+        try await withServer(configure: { $0.publicURL = "http://localhost:\(inside.port)" }) { origin in
+            try put(origin, "core", bytes(10_000, seed: 1))
+            let edge = ["--server", "http://127.0.0.1:\(origin.port)", "--app", origin.app, "--allow-http", "--channel", "production", "--credentials", "user:secret"]
+            let refused = try Processes.run(Processes.depotBinary, ["verify-edge"] + edge)
+            #expect(refused.status == 1 && refused.stdout.contains("not fetched: it is not on the edge"), "\(refused.stdout)\(refused.stderr)")
+            #expect(inside.requests.isEmpty, "nothing went to the other host")
+
+            let followed = try Processes.run(Processes.depotBinary, ["verify-edge", "--any-host"] + edge)
+            #expect(followed.status == 1 && followed.stdout.contains("HTTP 404"), "\(followed.stdout)")
+            #expect(inside.requests.count == 1 && inside.requests.allSatisfy { !$0.head.lowercased().contains("authorization:") }, "no credentials to another host")
+
+            let config = work.path + "/client.json"
+            try FileSystem.writeAtomically(origin.clientConfiguration().encoded(), to: config)
+            let signed = try Processes.run(Processes.depotBinary, ["verify-edge", "--config", config] + edge)
+            #expect(signed.status == 1 && signed.stdout.contains("HTTP 404"), "\(signed.stdout)")
+            #expect(inside.requests.count == 2 && inside.requests.last?.head.lowercased().contains("authorization: basic") == true, "a signed manifest's URLs get the credentials")
+        }
+    }
+
+    @Test("An edge that accepts a pack's request and never answers: the check stops at --deadline, cancels it and says so")
+    func deadline() async throws {
+        let manifest = Locked<[UInt8]>([])
+        let hold = DispatchSemaphore(value: 0)
+        let edge = try HostileServer { connection in
+            if connection.request.head.contains("/manifest ") {
+                let body = manifest.withLock { $0 }
+                connection.send(Array("HTTP/1.1 200 OK\r\nContent-Length: \(body.count)\r\nConnection: close\r\n\r\n".utf8) + body)
+            } else if connection.request.head.contains("/blobs/") {
+                hold.wait()
+                hold.signal()
+            } else {
+                connection.send("HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            }
+        }
+        defer {
+            hold.signal()
+            edge.stop()
+        }
+        try await withServer(configure: { $0.publicURL = edge.url.absoluteString }) { origin in
+            try put(origin, "core", bytes(10_000, seed: 1))
+            manifest.withLock { $0 = (try? ChannelBindingTests.envelope(origin, "/v1/apps/\(origin.app)/manifest")) ?? [] }
+            let checked = try Processes.run(Processes.depotBinary, [
+                "verify-edge", "--server", edge.url.absoluteString, "--app", origin.app, "--allow-http", "--channel", "production", "--deadline", "2",
+            ])
+            #expect(checked.status == 1 && checked.stdout.contains("stopped at its deadline of 2 s"), "\(checked.stdout)\(checked.stderr)")
+            #expect(edge.requests.contains { $0.head.contains("/blobs/") }, "the pack's request was made, and held")
+        }
+    }
 }
