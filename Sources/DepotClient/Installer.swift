@@ -71,7 +71,7 @@ public struct Installer: Sendable {
             // What the manifest says it unpacks to is all it may write: a hostile archive whose
             // entries inflate past their declared sizes stops there, not when the disk is full.
             let declared = entry.installSize
-            try ZipPack.extract(plaintext, into: staged) { written in
+            try ZipPack.extract(plaintext, into: staged) { written, _ in
                 written > declared ? "it unpacks to more than the manifest's installSize of \(declared) bytes" : nil
             }
             try FileSystem.syncDirectory(staged)

@@ -276,6 +276,15 @@ final class SessionDelegate: NSObject, URLSessionDataDelegate, Sendable {
         completionHandler(exchange.receive(head) ? .allow : .cancel)
     }
 
+    /// Redirects are never followed, as over the socket engine: a 3xx is the answer, for the
+    /// caller to judge. (Followed, one could take a request and its credentials to another host.)
+    func urlSession(
+        _ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse, newRequest request: URLRequest,
+        completionHandler: @escaping @Sendable (URLRequest?) -> Void
+    ) {
+        completionHandler(nil)
+    }
+
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
         guard let exchange = exchange(dataTask) else { return }
         if !exchange.receive(data) { dataTask.cancel() }

@@ -47,20 +47,39 @@ struct EdgeVerifier {
         var problems: [Problem] = []
     }
 
-    /// Checks `channels` (nil: every channel the edge lists), within the deadline.
+    /// Checks `channels` (nil: every channel the edge lists), within the deadline: at the
+    /// deadline the check is cancelled and what was found so far is returned with a problem
+    /// saying so, without waiting for a call that does not heed the cancellation (a connect).
     func run(channels requested: [String]?) async -> Report {
-        let deadline = deadline
-        return await withTaskGroup(of: Report?.self) { group in
-            group.addTask { await checkAll(channels: requested) }
-            group.addTask {
-                try? await Task.sleep(for: deadline)
-                return nil
+        let progress = Locked(Report())
+        // The first of the two to finish answers.
+        let answered = Locked(false)
+        let first: @Sendable () -> Bool = {
+            answered.withLock { done in
+                defer { done = true }
+                return !done
             }
-            let first = await group.next() ?? nil
-            group.cancelAll()
-            if let first { return first }
-            let seconds = deadline.components.seconds
-            return Report(problems: [Problem(subject: "the check", what: "stopped at its deadline of \(seconds) s (--deadline): what was in flight was cancelled and the rest not checked")])
+        }
+        let deadline = deadline
+        return await withCheckedContinuation { (continuation: CheckedContinuation<Report, Never>) in
+            let work = Locked<Task<Void, Never>?>(nil)
+            let timer = Task {
+                try? await Task.sleep(for: deadline)
+                guard first() else { return }
+                work.withLock { $0 }?.cancel()
+                var partial = progress.withLock { $0 }
+                partial.problems.append(Problem(
+                    subject: "the check", what: "stopped at its deadline of \(deadline.components.seconds) s (--deadline): what was in flight was cancelled and the rest not checked"
+                ))
+                continuation.resume(returning: partial)
+            }
+            let checking = Task {
+                let report = await checkAll(channels: requested, progress: progress)
+                guard first() else { return }
+                timer.cancel()
+                continuation.resume(returning: report)
+            }
+            work.withLock { $0 = checking }
         }
     }
 
@@ -70,7 +89,7 @@ struct EdgeVerifier {
         return url.scheme?.lowercased() == server.scheme?.lowercased() && url.host?.lowercased() == server.host?.lowercased() && port(url) == port(server)
     }
 
-    private func checkAll(channels requested: [String]?) async -> Report {
+    private func checkAll(channels requested: [String]?, progress: Locked<Report>) async -> Report {
         var report = Report()
         let channels: [String]
         if let requested { channels = requested } else {
@@ -90,8 +109,8 @@ struct EdgeVerifier {
             }
         }
         if allowHTTP { rules?.requiresHTTPS = false }
-        for channel in channels {
-            await check(channel: channel, rules: rules, into: &report)
+        for channel in channels where !Task.isCancelled {
+            await check(channel: channel, rules: rules, into: &report, progress: progress)
         }
         return report
     }
@@ -109,7 +128,9 @@ struct EdgeVerifier {
         return names.isEmpty ? [ManifestSource.production] : names
     }
 
-    private func check(channel: String, rules: BackgroundAssetsRules?, into report: inout Report) async {
+    /// One channel's checks; `progress` keeps what was found so far, for a check stopped at its deadline.
+    private func check(channel: String, rules: BackgroundAssetsRules?, into report: inout Report, progress: Locked<Report>) async {
+        defer { progress.withLock { [report] in $0 = report } }
         let manifestURL = ManifestSource.url(server: server, app: app, channel: channel)
         let subject = "channel \(channel), the manifest (\(manifestURL.absoluteString))"
         if let refusal = rules?.refusal(for: manifestURL) { report.problems.append(Problem(subject: subject, what: "a device refuses it: \(refusal)")) }
@@ -134,7 +155,8 @@ struct EdgeVerifier {
             for patch in pack.patches ?? [] {
                 downloads.append(("channel \(channel), pack \(pack.id)'s patch from revision \(patch.fromRevision)", patch.url, patch.size, patch.sha256))
             }
-            for download in downloads {
+            for download in downloads where !Task.isCancelled {
+                progress.withLock { [report] in $0 = report }
                 guard let url = URL(string: download.url) else {
                     report.problems.append(Problem(subject: download.subject, what: "the manifest's URL \(download.url) is not a URL"))
                     continue

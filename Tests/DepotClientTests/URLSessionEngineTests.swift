@@ -121,6 +121,24 @@ struct URLSessionEngineTests {
         #expect(server.requests.count == before + 1, "only the later call reached the server")
     }
 
+    @Test("A redirect is never followed (as over the socket engine): the 302 is the answer, and the other host sees nothing, nor the credentials")
+    func redirectsNotFollowed() async throws {
+        let elsewhere = try HostileServer { connection in
+            connection.send("HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nsecret")
+        }
+        defer { elsewhere.stop() }
+        let server = try HostileServer { connection in
+            connection.send("HTTP/1.1 302 Found\r\nLocation: \(elsewhere.url.absoluteString)/internal\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        }
+        defer { server.stop() }
+        let engine = URLSessionEngine(timeout: 10)
+        let answer = try await engine.exchange(
+            HTTPTransport.Request(method: "GET", url: server.url.appendingPathComponent("pack"), headers: [("Authorization", "Basic dXNlcjpzZWNyZXQ=")]), progress: nil
+        ) { _ in .collect(limit: 1024) }
+        #expect(answer.status == 302 && answer.body.isEmpty)
+        #expect(elsewhere.requests.isEmpty)
+    }
+
     @Test("A streamed body over its limit fails as it arrives, undeclared: the sink never sees more than the limit")
     func streamedLimit() async throws {
         let server = try HostileServer { connection in

@@ -16,8 +16,8 @@ struct PatchLimitTests {
 
     /// Two zips (tagged one and two) of `entries` GiB of zeros each (about 1 MiB per GiB
     /// compressed); `declare`: the size their headers state per entry, when they lie.
-    static func zipBombs(_ prefix: String, entries: Int, declare: Int? = nil) throws -> [[UInt8]] {
-        let made = try Processes.run("/usr/bin/python3", [bomb, String(entries), String(1 << 30)] + (declare.map { ["--declare", String($0)] } ?? [])
+    static func zipBombs(_ prefix: String, entries: Int, size: Int = 1 << 30, declare: Int? = nil) throws -> [[UInt8]] {
+        let made = try Processes.run("/usr/bin/python3", [bomb, String(entries), String(size)] + (declare.map { ["--declare", String($0)] } ?? [])
             + ["\(prefix)-one.zip:one", "\(prefix)-two.zip:two"])
         #expect(made.status == 0, "\(made.stderr)")
         return try ["one", "two"].map { try FileSystem.readFile("\(prefix)-\($0).zip", limit: 64 << 20) }
@@ -51,7 +51,7 @@ struct PatchLimitTests {
         return try #require(try RawHTTP.send(port: port, "GET \(path) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first).status
     }
 
-    @Test("Zip bombs published twice to a 512 MiB data volume (10 GiB of zeros in 10 MiB; and one whose directory claims 10 MiB): both patches are skipped, logged and counted, the volume keeps its reserve, and another app's 20 MiB uploads succeed while and after")
+    @Test("Zip bombs published twice to a 512 MiB data volume (10 GiB of zeros in 10 MiB; and one whose directory claims 10 MiB): each patch is skipped, logged and counted, the volume keeps its reserve, and another app's 20 MiB uploads succeed while and after")
     func zipBombs() throws {
         let work = TemporaryDirectory("depot-patch-bomb")
         defer { work.remove() }
@@ -87,14 +87,16 @@ struct PatchLimitTests {
         #expect(skipped("honest").first?.contains("reserve") == true, "\(skipped("honest"))")
         try victimPublishes()
 
-        // A lying bomb: its directory says 10 MiB, its streams inflate to 10 GiB; unpacking stops at the reserve.
+        // A lying bomb: its directory says 10 MiB, its streams inflate to 10 GiB; unpacking stops
+        // at the installSize the manifest took from that directory (a device refuses more too).
         for zip in try Self.zipBombs(work.path + "/liar", entries: 10, declare: 1 << 20) {
             let answer = try Self.upload(port, app: bomber, token: bomberToken, "liar", zip, type: "application/zip")
             #expect(answer.status == 201, "\(answer.bodyText)")
         }
         try victimPublishes()
         #expect(Eventually.wait { !skipped("liar").isEmpty })
-        #expect(skipped("liar").first?.contains("unpacking took the data volume") == true, "\(skipped("liar"))")
+        #expect(skipped("liar").first?.contains("more than its manifest's installSize") == true, "\(skipped("liar"))")
+
         server.waitForPatches()
         try victimPublishes()
 
@@ -103,12 +105,40 @@ struct PatchLimitTests {
         let space = try #require(ScratchBudget.space(of: data))
         #expect(space.free > space.total / 4, "the reserve is kept: \(space.free) of \(space.total) free")
         let rendered = String(decoding: server.origin.metrics.render(inFlightRequests: 0), as: UTF8.self)
-        #expect(rendered.contains("depot_patches_skipped_total{app=\"\(bomber)\",reason=\"disk_reserve\"} 2"), "\(rendered.split(separator: "\n").filter { $0.contains("skipped") })")
+        #expect(rendered.contains("depot_patches_skipped_total{app=\"\(bomber)\",reason=\"disk_reserve\"} 1"), "\(rendered.split(separator: "\n").filter { $0.contains("skipped") })")
+        #expect(rendered.contains("depot_patches_skipped_total{app=\"\(bomber)\",reason=\"oversized_zip\"} 1"))
         let keys = try AppStore(folder: DataFolder(data)).clientConfiguration(victim).trustedKeys()
         let live = try Self.manifest(port, app: victim, keys: keys)
         let level = try #require(live[pack: "level"])
         #expect(level.size > 20 << 20)
         #expect(try Self.status(port, level.url) == 200)
+    }
+
+    @Test("60,000 empty files published twice to a 128 MiB data volume: no bytes to count, but a block and an inode each; unpacking stops before the reserve, nothing is left, and an upload still fits")
+    func manyEmptyFiles() throws {
+        let work = TemporaryDirectory("depot-patch-many")
+        defer { work.remove() }
+        let data = work.path + "/data"
+        try FileSystem.createDirectory(data)
+        let mount = try Processes.run("/bin/mount", ["-t", "tmpfs", "-o", "size=128m", "tmpfs", data])
+        #expect(mount.status == 0, "mounting a tmpfs needs root: \(mount.stderr)")
+        defer { _ = try? Processes.run("/bin/umount", ["-l", data]) }
+        let app = "com.example.many"
+        let token = try prepareDataFolder(data, app: app)
+        let log = CapturedLog()
+        let server = try Self.start(data, log: log)
+        defer { server.stop() }
+        for zip in try Self.zipBombs(work.path + "/many", entries: 60_000, size: 0) {
+            let answer = try Self.upload(server.port, app: app, token: token, "many", zip, type: "application/zip")
+            #expect(answer.status == 201, "\(answer.bodyText)")
+        }
+        server.waitForPatches()
+        let skipped = log.all.filter { $0.hasPrefix("patch skipped") && $0.contains("pack=many") }
+        #expect(skipped.count == 1 && skipped.first?.contains("unpacking took the data volume") == true, "\(skipped)")
+        #expect(FileSystem.contents(of: data + "/uploads").filter { $0.hasPrefix("patch-") }.isEmpty)
+        let space = try #require(ScratchBudget.space(of: data))
+        #expect(space.free > space.total / 4)
+        #expect(try Self.upload(server.port, app: app, token: token, "after", bytes(16 << 20, seed: 3)).status == 201)
     }
 
     @Test("Unpacking stops at its limit, counted on the bytes really inflated (a directory that claims 4 KiB for 64 MiB): at most one chunk past it, and the reason given")
@@ -121,7 +151,7 @@ struct PatchLimitTests {
         let limit: Int64 = 8 << 20
         var asked: Int64 = 0
         #expect {
-            try ZipPack.extract(work.path + "/liar.zip", into: work.path + "/tree") { written in
+            try ZipPack.extract(work.path + "/liar.zip", into: work.path + "/tree") { written, _ in
                 asked = written
                 return written > limit ? "over \(limit)" : nil
             }
@@ -134,6 +164,38 @@ struct PatchLimitTests {
         }
         #expect(bytes(under: work.path + "/tree") <= limit, "the chunk that crossed the limit was not written")
         #expect(asked > limit && asked < limit + (1 << 20))
+    }
+
+    @Test("An entry whose bytes do not match its CRC-32 is refused as damaged (server and device unpack alike); a `./` path is refused before anything is written")
+    func crcAndDotPaths() throws {
+        let work = TemporaryDirectory("depot-zip-crc")
+        defer { work.remove() }
+        let script = """
+            import struct, sys, zipfile
+            d = sys.argv[1]
+            with zipfile.ZipFile(d + "/good.zip", "w", zipfile.ZIP_DEFLATED) as z:
+                z.writestr("level/a.bin", b"x" * 100000)
+            data = bytearray(open(d + "/good.zip", "rb").read())
+            local = data.index(b"PK\\x03\\x04")
+            central = data.index(b"PK\\x01\\x02")
+            for at in (local + 14, central + 16):
+                data[at] ^= 0xFF
+            open(d + "/bad-crc.zip", "wb").write(bytes(data))
+            with zipfile.ZipFile(d + "/dot.zip", "w") as z:
+                z.writestr("./a.bin", b"a")
+                z.writestr("a.bin", b"b")
+            """
+        let made = try Processes.run("/usr/bin/python3", ["-c", script, work.path])
+        #expect(made.status == 0, "\(made.stderr)")
+        try ZipPack.extract(work.path + "/good.zip", into: work.path + "/good")
+        #expect(FileSystem.fileSize(work.path + "/good/level/a.bin") == 100_000)
+        #expect {
+            try ZipPack.extract(work.path + "/bad-crc.zip", into: work.path + "/bad")
+        } throws: { "\($0)".contains("CRC-32") }
+        #expect {
+            try ZipPack.extract(work.path + "/dot.zip", into: work.path + "/dot")
+        } throws: { "\($0)".contains(". component") }
+        #expect(FileSystem.contents(of: work.path + "/dot").isEmpty)
     }
 
     @Test("A patch over the scratch limit is skipped before anything is written; one within it is made")
@@ -221,6 +283,10 @@ struct PatchLimitTests {
             #expect(log.all.contains { $0.hasPrefix("patches not released") && $0.contains("BAEssentialDownloadAllowance") }, "\(log.all.filter { $0.contains("patch") })")
             let rendered = String(decoding: origin.server.origin.metrics.render(inFlightRequests: 0), as: UTF8.self)
             #expect(rendered.contains("depot_patches_skipped_total{app=\"\(origin.app)\",reason=\"allowance\"} 1"))
+            // The unreleased patch's blob is no longer held: the collector takes it with release 1's pack.
+            _ = try origin.server.collectGarbage(retention: 0, grace: 0, dryRun: false)
+            let stored = FileSystem.contents(of: origin.data.path + "/blobs").flatMap { FileSystem.contents(of: origin.data.path + "/blobs/" + $0) }
+            #expect(stored == [after[pack: "level"]?.sha256 ?? "?"], "\(stored)")
         }
     }
 

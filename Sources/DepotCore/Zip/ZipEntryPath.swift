@@ -1,4 +1,4 @@
-/// The rule for a zip entry's path before it is unpacked: relative, no `..` component, no
+/// The rule for a zip entry's path before it is unpacked: relative, no `..` or `.` component, no
 /// backslash or NUL, not a link, so that every entry lands inside the pack's folder. On its own
 /// (no ZIPFoundation) so that `Deploy/fuzz` can attack it.
 ///
@@ -13,8 +13,13 @@ enum ZipEntryPath {
         if bytes.isEmpty || bytes[0] == UInt8(ascii: "/") || bytes.contains(UInt8(ascii: "\\")) || bytes.contains(0) {
             return "the path must be relative"
         }
-        if bytes.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false).contains(where: { $0.elementsEqual("..".utf8) }) {
+        let parts = bytes.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false)
+        if parts.contains(where: { $0.elementsEqual("..".utf8) }) {
             return "the path leaves the pack's folder"
+        }
+        // `./x` is `x` on disk: two entries would land on one file, and a device would refuse the pack.
+        if parts.contains(where: { $0.elementsEqual(".".utf8) }) {
+            return "the path has a . component"
         }
         return nil
     }

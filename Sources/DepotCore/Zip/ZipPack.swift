@@ -41,13 +41,14 @@ public enum ZipPack {
     }
 
     /// Unpacks the archive into `directory` (created if missing; an empty one the caller made
-    /// is used as it is); CRC-32 of every file is checked. Files are written with mode 0644
-    /// whatever the archive says. `limit`, when given, is asked before each chunk is written with
-    /// the bytes written so far plus the chunk's, and stops the extraction (``ZipPackError/limitReached(_:)``)
-    /// by returning a reason: the bytes an archive really unpacks to are counted as they come,
-    /// whatever its directory declares. On error, what was unpacked so far stays for the caller
-    /// to remove.
-    public static func extract(_ path: String, into directory: String, limit: ((Int64) -> String?)? = nil) throws(ZipPackError) {
+    /// is used as it is); the CRC-32 of every file is checked. Files are written with mode 0644
+    /// and folders 0755 whatever the archive says. `limit`, when given, is asked before each
+    /// entry and before each chunk is written, with the bytes written so far (the chunk's
+    /// included) and the entries begun so far, and stops the extraction
+    /// (``ZipPackError/limitReached(_:)``) by returning a reason: the bytes an archive really
+    /// unpacks to are counted as they come, whatever its directory declares. On error, what was
+    /// unpacked so far stays for the caller to remove.
+    public static func extract(_ path: String, into directory: String, limit: ((_ written: Int64, _ entries: Int) -> String?)? = nil) throws(ZipPackError) {
         let archive = try open(path)
         do {
             try FileSystem.createDirectory(directory)
@@ -57,29 +58,32 @@ public enum ZipPack {
         }
         var layout = Layout()
         var written: Int64 = 0
+        var entries = 0
         for entry in archive {
             try check(entry)
             try layout.add(entry)
-            let parts = entry.path.split(separator: "/").map(String.init)
+            entries += 1
+            if let refusal = limit?(written, entries) { throw .limitReached(refusal) }
+            // Split as the file system does, by bytes: `/` and a combining mark are one Character.
+            let parts = entry.path.utf8.split(separator: UInt8(ascii: "/")).map { String(decoding: $0, as: UTF8.self) }
             guard !parts.isEmpty else { continue }
             do {
                 var folder = directory
-                for part in parts.dropLast() {
+                for part in entry.type == .directory ? parts : parts.dropLast() {
                     folder += "/" + part
-                    if !FileSystem.isDirectory(folder) { try FileSystem.createDirectory(folder) }
+                    // One mkdir: the parent was made just before, or exists.
+                    if !System.makeFolder(folder) && System.errno != EEXIST { throw SystemError(call: "mkdir", errno: System.errno, path: folder) }
                 }
+                guard entry.type == .file else { continue }
                 let target = folder + "/" + parts.last!
-                if entry.type == .directory {
-                    if !FileSystem.isDirectory(target) { try FileSystem.createDirectory(target) }
-                    continue
-                }
                 let file = try FileDescriptor(path: target, flags: O_WRONLY | O_CREAT | O_EXCL, mode: 0o644)
-                _ = try archive.extract(entry, skipCRC32: false) { chunk in
+                let crc = try archive.extract(entry, bufferSize: 256 << 10, skipCRC32: false) { chunk in
                     written += Int64(chunk.count)
-                    if let refusal = limit?(written) { throw ZipPackError.limitReached(refusal) }
+                    if let refusal = limit?(written, entries) { throw ZipPackError.limitReached(refusal) }
                     try chunk.withUnsafeBytes { try file.write($0) }
                 }
                 try file.close()
+                guard crc == entry.checksum else { throw ZipPackError.damaged("entry \(entry.path): its CRC-32 does not match the archive's") }
             } catch let error as ZipPackError {
                 throw error
             } catch let error as SystemError {

@@ -5,6 +5,18 @@ import Foundation
 public struct PatchLimits: Sendable, Equatable {
     /// Scratch files and folders in `uploads/` start with this; start-up removes them all.
     static let scratchPrefix = "patch-"
+    /// A zip with more entries than this is not patched (its trees would cost inodes and memory
+    /// out of proportion; devices still install it whole).
+    static let maximumEntries = 1_000_000
+
+    /// What an unpacked tree costs: its bytes, and a block for each entry (a file or folder of a
+    /// few bytes still takes one, and an inode).
+    static func charge(written: Int64, entries: Int) -> Int64 { written + Int64(entries) * 4096 }
+
+    /// The most a delta (of a target of `target` bytes, or tree charge) and its encrypted
+    /// container may take: a delta sends at most the whole target with its framing, and the
+    /// container adds 16 bytes per MiB segment and a header.
+    static func deltaAndContainer(upTo target: Int64) -> Int64 { 2 * (target + target / 256 + (1 << 20)) }
 
     /// The most scratch space one patch may use: the decrypted revisions, their unpacked trees
     /// (zip packs), the delta and its encrypted container.
@@ -30,12 +42,13 @@ struct ScratchBudget {
         (self.limits, self.volume) = (limits, volume)
     }
 
-    /// Free and total bytes of the volume (as an unprivileged writer sees them), if it can be read.
-    static func space(of path: String) -> (free: Int64, total: Int64)? {
+    /// Free and total bytes and inodes of the volume (as an unprivileged writer sees them), if
+    /// it can be read.
+    static func space(of path: String) -> (free: Int64, total: Int64, freeInodes: Int64, inodes: Int64)? {
         var status = statvfs()
         guard statvfs(path, &status) == 0 else { return nil }
         let unit = Int64(status.f_frsize)
-        return (Int64(status.f_bavail) * unit, Int64(status.f_blocks) * unit)
+        return (Int64(status.f_bavail) * unit, Int64(status.f_blocks) * unit, Int64(status.f_favail), Int64(status.f_files))
     }
 
     /// Why `bytes` more may not be written, or nil if they may: over the scratch limit, or
@@ -52,23 +65,33 @@ struct ScratchBudget {
         return nil
     }
 
-    /// The limit an extraction checks as it writes: the scratch limit at every chunk, the
-    /// volume's reserve every 4 MiB (and at the first chunk).
+    /// The limit an extraction checks as it writes, given what it charged so far
+    /// (``PatchLimits/charge(written:entries:)``): the scratch limit at every entry and chunk,
+    /// the volume's reserve of bytes and of inodes every 4 MiB charged (and at the first).
     func extractionLimit() -> (Int64) -> String? {
         let start = self
         var checkedAt: Int64 = -1
-        return { written in
+        var freeAtStart: Int64?
+        return { charged in
             var now = start
-            now.used += written
+            now.used += charged
             if now.used > now.limits.scratchBytes {
                 return "unpacked past the scratch limit of \(now.limits.scratchBytes) bytes (--patch-scratch-limit)"
             }
-            guard checkedAt < 0 || written - checkedAt >= 4 << 20 else { return nil }
-            checkedAt = written
+            guard checkedAt < 0 || charged - checkedAt >= 4 << 20 else { return nil }
+            checkedAt = charged
             guard let space = Self.space(of: now.volume) else { return nil }
             let reserve = Int64(Double(space.total) * now.limits.reserve)
-            // Stopped before the next 4 MiB could cross the reserve, not after.
-            return space.free - (4 << 20) < reserve ? "unpacking took the data volume to \(space.free) bytes free, under its reserve of \(reserve) (--patch-disk-reserve \(Int(now.limits.reserve * 100))%)" : nil
+            if space.inodes > 0, space.freeInodes - 1024 < Int64(Double(space.inodes) * now.limits.reserve) {
+                return "unpacking took the data volume to \(space.freeInodes) free inodes, under its reserve of \(Int(now.limits.reserve * 100))% (--patch-disk-reserve)"
+            }
+            // What is charged counts as used even where the file system shows less (empty
+            // files, a volume that compresses). Stopped before the next 4 MiB could cross the
+            // reserve, not after.
+            let startFree = freeAtStart ?? space.free + charged
+            freeAtStart = startFree
+            let free = min(space.free, startFree - charged)
+            return free - (4 << 20) < reserve ? "unpacking took the data volume to \(max(0, free)) bytes free, under its reserve of \(reserve) (--patch-disk-reserve \(Int(now.limits.reserve * 100))%)" : nil
         }
     }
 }

@@ -36,8 +36,10 @@ final class PatchMaker: Sendable {
     let limits: PatchLimits
     private let queue = DispatchQueue(label: "assetdepot.patches")
     private let work = Mutex(Work())
-    /// `channel app/pack@revision:sha256` already tried in this process (made, reused, skipped
-    /// or not worth making): a channel's live release is tried once per pack it names.
+    /// `channel app/pack@revision:sha256` tried in this process without a patch to show (not
+    /// worth it, skipped, failed, or refused at release): not tried again on that channel. A
+    /// patch made is found again through the releases that name it (``reusable(_:in:blobs:)``),
+    /// so one swept since is made again.
     private let tried = Mutex<Set<String>>([])
 
     /// Apps waiting for their turn, and the patches made for each channel's live release that
@@ -96,6 +98,7 @@ final class PatchMaker: Sendable {
                 more = try turn(app)
             } catch {
                 logger.warning("could not make patches", metadata: ["app": .string(app), "error": .string("\(error)")])
+                discard(app)
                 more = false
             }
             if more { work.withLock { if !$0.turns.contains(app) { $0.turns.append(app) } } }
@@ -106,46 +109,104 @@ final class PatchMaker: Sendable {
     /// patches; with none left, the channel's patches made so far are released. Returns whether
     /// the app may have more to do.
     private func turn(_ app: String) throws -> Bool {
-        guard let settings = settings(app), !settings.isManaged else { return false }
+        guard let settings = settings(app), !settings.isManaged else {
+            discard(app)
+            return false
+        }
         let history = try releases.list(app)
-        for channel in releases.channels(app).keys.sorted() {
+        let channels = releases.channels(app)
+        discard(app, keeping: Set(channels.keys))
+        for channel in channels.keys.sorted() {
             guard let live = try releases.current(app, channel: channel) else { continue }
+            let pending = work.withLock { $0.made[app]?[channel] ?? [:] }
             for entry in live.manifest.packs where entry.patches == nil && !entry.keyID.isEmpty {
-                let key = "\(channel) \(app)/\(entry.id)@\(entry.revision):\(entry.sha256)"
-                guard tried.withLock({ $0.insert(key).inserted }) else { continue }
+                if let held = pending[entry.id], held.entry.sha256 == entry.sha256, held.entry.revision == entry.revision { continue }
+                let key = Self.key(app, channel, entry)
+                guard !tried.withLock({ $0.contains(key) }) else { continue }
                 let earlier = Self.earlierRevisions(of: entry, in: history, depth: depth)
-                guard !earlier.isEmpty else { continue }
-                do {
-                    let patches = try Self.reusable(entry, in: history, blobs: blobs) ?? make(entry, from: earlier, app: app)
-                    if !patches.isEmpty { work.withLock { $0.made[app, default: [:]][channel, default: [:]][entry.id] = Made(entry: entry, patches: patches) } }
-                } catch {
-                    logger.warning("could not make patches", metadata: [
-                        "app": .string(app), "channel": .string(channel), "pack": .string(entry.id), "error": .string("\(error)"),
-                    ])
+                var patches: [PackPatch] = []
+                if !earlier.isEmpty {
+                    if let reused = Self.reusable(entry, in: history, blobs: blobs) {
+                        // Held from now until released, like the patches made here.
+                        for patch in reused { storing.begin(patch.sha256) }
+                        patches = reused
+                    } else {
+                        do {
+                            patches = try make(entry, from: earlier, app: app)
+                        } catch {
+                            logger.warning("could not make patches", metadata: [
+                                "app": .string(app), "channel": .string(channel), "pack": .string(entry.id), "error": .string("\(error)"),
+                            ])
+                        }
+                    }
+                }
+                if patches.isEmpty {
+                    tried.withLock { _ = $0.insert(key) }
+                    if earlier.isEmpty { continue }
+                } else {
+                    keep(Made(entry: entry, patches: patches), app: app, channel: channel)
                 }
                 return true
             }
             if let made = work.withLock({ $0.made[app]?.removeValue(forKey: channel) }), !made.isEmpty {
-                defer { for item in made.values { for patch in item.patches { storing.end(patch.sha256) } } }
-                try release(made, app: app, channel: channel, settings: settings)
+                defer { end(made) }
+                var released = false
+                do {
+                    released = try release(made, app: app, channel: channel, settings: settings)
+                } catch {
+                    logger.warning("could not release patches", metadata: ["app": .string(app), "channel": .string(channel), "error": .string("\(error)")])
+                }
+                if !released { tried.withLock { for item in made.values { $0.insert(Self.key(app, channel, item.entry)) } } }
                 return true
             }
         }
         return false
     }
 
+    private static func key(_ app: String, _ channel: String, _ entry: PackEntry) -> String {
+        "\(channel) \(app)/\(entry.id)@\(entry.revision):\(entry.sha256)"
+    }
+
+    /// Keeps patches made for a channel's live release until it is released (ending the hold
+    /// of any it replaces: made for a revision no longer live).
+    private func keep(_ made: Made, app: String, channel: String) {
+        let replaced = work.withLock { $0.made[app, default: [:]][channel, default: [:]].updateValue(made, forKey: made.entry.id) }
+        if let replaced { end([replaced.entry.id: replaced]) }
+    }
+
+    /// Drops what was made for `app` and not released (all of it, or for channels not in
+    /// `keeping`: removed since), ending its holds; garbage collection takes the blobs later.
+    private func discard(_ app: String, keeping: Set<String>? = nil) {
+        let dropped = work.withLock { work -> [[String: Made]] in
+            guard let channels = work.made[app] else { return [] }
+            let gone = channels.keys.filter { keeping?.contains($0) != true }
+            return gone.compactMap { work.made[app]?.removeValue(forKey: $0) }
+        }
+        for made in dropped { end(made) }
+    }
+
+    private func end(_ made: [String: Made]) {
+        for item in made.values { for patch in item.patches { storing.end(patch.sha256) } }
+    }
+
     /// Publishes `channel`'s packs again naming their patches, as the next release: only onto
     /// the revisions they were made for (a publish that came first wins), and only if the
     /// allowance guard passes.
-    private func release(_ made: [String: Made], app: String, channel: String, settings: AppSettings) throws {
+    /// Returns false when the allowance guard refused it (logged and counted).
+    private func release(_ made: [String: Made], app: String, channel: String, settings: AppSettings) throws -> Bool {
         let version = try releases.current(app, channel: channel)?.version
+        let blobs = blobs
         do {
             let published = try releases.publish(app, channel: channel, change: { packs in
                 var changed = false
                 let updated = packs.map { pack -> PackEntry in
                     guard pack.patches == nil, let made = made[pack.id], made.entry.sha256 == pack.sha256, made.entry.revision == pack.revision else { return pack }
+                    // Under the publish lock, which garbage collection takes too: a patch found
+                    // stored here stays stored (it is held) until the release names it.
+                    let stored = made.patches.filter { blobs.contains($0.sha256) }
+                    guard !stored.isEmpty else { return pack }
                     var pack = pack
-                    pack.patches = made.patches
+                    pack.patches = stored
                     changed = true
                     return pack
                 }
@@ -156,11 +217,13 @@ final class PatchMaker: Sendable {
                     "app": .string(app), "channel": .string(channel), "after": .stringConvertible(version ?? 0), "release": .stringConvertible(published.version),
                 ])
             }
+            return true
         } catch let error as DepotError where error.code == "allowance_exceeded" {
             metrics.patchSkipped(app: app, reason: "allowance")
             logger.warning("patches not released: the release naming them would exceed the allowances shipped builds have; devices download whole packs", metadata: [
                 "app": .string(app), "channel": .string(channel), "packs": .string(made.keys.sorted().joined(separator: ",")), "error": .string(error.message),
             ])
+            return false
         }
     }
 
@@ -202,86 +265,121 @@ final class PatchMaker: Sendable {
     }
 
     /// Decrypts the new revision once, then for each earlier one: decrypt, delta, encrypt, store.
-    /// Each step is checked against the limits first (what it may write at most); unpacking a
-    /// zip also while it runs. Stored patch blobs are held against removal until released.
+    /// Each step is checked against the limits first, with what it may write at most (a tree:
+    /// its manifest's `installSize`, which unpacking enforces; a delta and its container: the
+    /// new tree or plaintext, and a margin); unpacking also while it runs. Stored patch blobs
+    /// are held against removal until released. A failure with one earlier revision skips it.
     private func patches(for entry: PackEntry, from earlier: [PackEntry], app: String) throws -> [PackPatch] {
         let keys = try apps.packKeys(app)
         let scratch = folder.uploads + "/" + PatchLimits.scratchPrefix + Hex.encode(SecureRandom.bytes(8))
         let zip = ZipPack.isZip(contentType: entry.contentType)
-        defer {
-            for suffix in [".new", ".old", ".delta", ".container"] { FileSystem.remove(scratch + suffix) }
-            for suffix in [".new-tree", ".old-tree"] { try? FileManager.default.removeItem(atPath: scratch + suffix) }
+        func clear(_ suffixes: [String]) {
+            for suffix in suffixes {
+                if suffix.hasSuffix("-tree") { try? FileManager.default.removeItem(atPath: scratch + suffix) } else { FileSystem.remove(scratch + suffix) }
+            }
         }
-        // At most: each plaintext (no larger than its container), each tree (the manifest's
-        // installSize), the delta and its container (no larger than the new tree or plaintext).
-        let largestDelta = zip ? max(entry.installSize, entry.size) : entry.size
-        let newPart = entry.size + (zip ? entry.installSize : 0)
+        defer { clear([".new", ".old", ".delta", ".container", ".new-tree", ".old-tree"]) }
         var budget = ScratchBudget(limits: limits, volume: folder.uploads)
-        if let refusal = budget.refusal(toWrite: newPart + 2 * largestDelta + (earlier.map { $0.size + (zip ? $0.installSize : 0) }.min() ?? 0)) {
+        let oldest = earlier.map { $0.size + (zip ? $0.installSize : 0) }.min() ?? 0
+        let declaredTree = zip ? entry.installSize : 0
+        if let refusal = budget.refusal(toWrite: entry.size + declaredTree + oldest + PatchLimits.deltaAndContainer(upTo: max(entry.size, declaredTree))) {
             skip(entry, app: app, refusal)
             return []
         }
         guard try decrypt(entry, to: scratch + ".new", keys: keys.ring) else { return [] }
-        if zip, try !extract(scratch + ".new", into: scratch + ".new-tree", budget: &budget, entry: entry, app: app) { return [] }
-        budget.used = newPart
+        budget.used = entry.size
+        var target = entry.size
+        if zip {
+            guard let tree = try extract(scratch + ".new", into: scratch + ".new-tree", budget: budget, declared: entry.installSize, entry: entry, app: app) else { return [] }
+            budget.used += tree
+            target = max(target, tree)
+        }
         var out: [PackPatch] = []
         for old in earlier {
-            if let refusal = budget.refusal(toWrite: old.size + (zip ? old.installSize : 0) + 2 * largestDelta) {
+            clear([".old", ".delta", ".container", ".old-tree"])
+            if let refusal = budget.refusal(toWrite: old.size + (zip ? old.installSize : 0) + PatchLimits.deltaAndContainer(upTo: target)) {
                 skip(entry, app: app, refusal, from: old.revision)
                 continue
             }
-            guard try decrypt(old, to: scratch + ".old", keys: keys.ring) else { continue }
-            let size: Int64
-            if zip {
-                // A device keeps a zip unpacked: the patch is made between the two trees.
-                try? FileManager.default.removeItem(atPath: scratch + ".old-tree")
-                var oldBudget = budget
-                oldBudget.used += old.size
-                guard try extract(scratch + ".old", into: scratch + ".old-tree", budget: &oldBudget, entry: entry, app: app, from: old.revision) else { continue }
-                size = try TreePatch.make(base: scratch + ".old-tree", target: scratch + ".new-tree", to: scratch + ".delta").size
-            } else {
-                // The plaintexts' SHA-256 are the manifest's: their containers' hashes and every
-                // segment's authentication were checked as they were decrypted.
-                guard let oldDigest = Hex.decode(old.plaintextSHA256), let newDigest = Hex.decode(entry.plaintextSHA256) else { continue }
-                size = try DeltaEncoder.encode(
-                    base: scratch + ".old", target: scratch + ".new", to: scratch + ".delta", baseSHA256: oldDigest, targetSHA256: newDigest
-                ).size
-            }
-            // Worth it only if it saves a tenth of the pack.
-            guard size * 10 < entry.size * 9 else { continue }
-            let container = try encrypt(scratch + ".delta", to: scratch + ".container", keys: keys)
-            storing.begin(container.sha256)
             do {
-                try blobs.put(temporaryFile: scratch + ".container", sha256: container.sha256)
+                guard let patch = try patch(to: entry, from: old, zip: zip, scratch: scratch, budget: budget, keys: keys, app: app) else { continue }
+                out.append(patch)
             } catch {
-                storing.end(container.sha256)
-                throw error
+                logger.warning("could not make a patch", metadata: [
+                    "app": .string(app), "pack": .string(entry.id), "revision": .stringConvertible(entry.revision), "from": .stringConvertible(old.revision),
+                    "error": .string("\(error)"),
+                ])
             }
-            out.append(PackPatch(
-                fromRevision: old.revision, fromPlaintextSHA256: old.plaintextSHA256, url: urls.blob(app, container.sha256), size: container.size,
-                sha256: container.sha256
-            ))
         }
         return out
     }
 
-    /// Unpacks a revision's zip within the budget; false (the patch skipped, logged, what was
-    /// unpacked removed) when a limit stopped it.
-    private func extract(_ zip: String, into tree: String, budget: inout ScratchBudget, entry: PackEntry, app: String, from revision: Int? = nil) throws -> Bool {
-        let limit = budget.extractionLimit()
+    /// One patch, from `old` to the new revision already in `scratch.new` (and `.new-tree`),
+    /// stored and held; nil when it is not worth it or `old` is gone or too large.
+    private func patch(
+        to entry: PackEntry, from old: PackEntry, zip: Bool, scratch: String, budget: ScratchBudget, keys: (ring: KeyRing, current: String), app: String
+    ) throws -> PackPatch? {
+        guard try decrypt(old, to: scratch + ".old", keys: keys.ring) else { return nil }
+        let size: Int64
+        if zip {
+            // A device keeps a zip unpacked: the patch is made between the two trees.
+            var oldBudget = budget
+            oldBudget.used += old.size
+            guard try extract(scratch + ".old", into: scratch + ".old-tree", budget: oldBudget, declared: old.installSize, entry: entry, app: app, from: old.revision) != nil else {
+                return nil
+            }
+            size = try TreePatch.make(base: scratch + ".old-tree", target: scratch + ".new-tree", to: scratch + ".delta").size
+        } else {
+            // The plaintexts' SHA-256 are the manifest's: their containers' hashes and every
+            // segment's authentication were checked as they were decrypted.
+            guard let oldDigest = Hex.decode(old.plaintextSHA256), let newDigest = Hex.decode(entry.plaintextSHA256) else { return nil }
+            size = try DeltaEncoder.encode(
+                base: scratch + ".old", target: scratch + ".new", to: scratch + ".delta", baseSHA256: oldDigest, targetSHA256: newDigest
+            ).size
+        }
+        // Worth it only if it saves a tenth of the pack.
+        guard size * 10 < entry.size * 9 else { return nil }
+        let container = try encrypt(scratch + ".delta", to: scratch + ".container", keys: keys)
+        storing.begin(container.sha256)
         do {
-            try ZipPack.extract(zip, into: tree, limit: limit)
-            return true
+            try blobs.put(temporaryFile: scratch + ".container", sha256: container.sha256)
+        } catch {
+            storing.end(container.sha256)
+            throw error
+        }
+        return PackPatch(
+            fromRevision: old.revision, fromPlaintextSHA256: old.plaintextSHA256, url: urls.blob(app, container.sha256), size: container.size,
+            sha256: container.sha256
+        )
+    }
+
+    /// Unpacks a revision's zip within the budget and no further than its manifest's
+    /// `installSize` (a device refuses more); returns what it charged (bytes, and a block per
+    /// entry), or nil (the patch skipped, logged, what was unpacked removed) when a limit stopped it.
+    private func extract(
+        _ zip: String, into tree: String, budget: ScratchBudget, declared: Int64, entry: PackEntry, app: String, from revision: Int? = nil
+    ) throws -> Int64? {
+        let check = budget.extractionLimit()
+        var charged: Int64 = 0
+        do {
+            try ZipPack.extract(zip, into: tree) { written, entries in
+                if written > declared { return "it unpacks to more than its manifest's installSize of \(declared) bytes (a device refuses it too)" }
+                if entries > PatchLimits.maximumEntries { return "it has more than \(PatchLimits.maximumEntries) entries" }
+                charged = PatchLimits.charge(written: written, entries: entries)
+                return check(charged)
+            }
+            return charged
         } catch .limitReached(let why) {
             try? FileManager.default.removeItem(atPath: tree)
             skip(entry, app: app, why, from: revision)
-            return false
+            return nil
         }
     }
 
-    /// Logs and counts a patch not made for want of space.
+    /// Logs and counts a patch not made for want of space (or a zip that lies about its size).
     private func skip(_ entry: PackEntry, app: String, _ why: String, from revision: Int? = nil) {
-        metrics.patchSkipped(app: app, reason: why.contains("reserve") ? "disk_reserve" : "scratch_limit")
+        let reason = why.contains("reserve") ? "disk_reserve" : why.contains("installSize") ? "oversized_zip" : "scratch_limit"
+        metrics.patchSkipped(app: app, reason: reason)
         logger.warning("patch skipped: devices download the whole pack", metadata: [
             "app": .string(app), "pack": .string(entry.id), "revision": .stringConvertible(entry.revision),
             "from": .string(revision.map(String.init) ?? "any"), "reason": .string(why),

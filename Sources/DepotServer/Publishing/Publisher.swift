@@ -248,7 +248,7 @@ final class Publisher: Sendable {
         let allowances = force ? nil : allowanceGuard(app, channel: channel)
         let managed = settings(app)?.isManaged ?? false
         let (releases, blobs) = (releases, blobs)
-        let changed = try releases.promote(app, channel: channel, to: version, isStored: { blobs.contains($0) }, check: { target, size in
+        let changed = try releases.promote(app, channel: channel, to: version, isStored: { !blobs.isMissing($0) }, check: { target, size in
             // Under the publish lock, which garbage collection takes too: what is checked here
             // stays stored until the channel names it.
             try Self.requireStored(target, version: version, in: blobs)

@@ -32,8 +32,10 @@ protocol BlobStore: Sendable {
     func put(temporaryFile path: String, sha256: String) throws
     /// Opens a blob for reading, or nil if there is none.
     func open(_ sha256: String) throws -> StoredBlob?
-    /// Whether a blob exists.
+    /// Whether a blob exists (false also when the store cannot say).
     func contains(_ sha256: String) -> Bool
+    /// Whether a blob is known to be absent (false when the store cannot say).
+    func isMissing(_ sha256: String) -> Bool
     /// Every blob.
     func enumerate() -> [BlobInfo]
     /// Removes a blob.
@@ -54,4 +56,8 @@ struct BlobInfo: Sendable, Hashable {
     let size: Int64
     /// When it was stored.
     let modified: Date
+}
+
+extension BlobStore {
+    func isMissing(_ sha256: String) -> Bool { !contains(sha256) }
 }

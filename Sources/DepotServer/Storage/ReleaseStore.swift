@@ -151,7 +151,7 @@ public final class ReleaseStore: Sendable {
     /// higher number: going back is a rollback, which publishes a new release. `check` sees
     /// the release first (the allowance guard). Returns whether the pointer moved.
     ///
-    /// `isStored` says which blobs are still stored: a patch whose blob garbage collection swept
+    /// `isStored` says which blobs may still be stored (false only when known to be gone): a patch whose blob garbage collection swept
     /// (its release served by no channel for longer than the retention) is left out of the copy
     /// signed for `channel`, never served as a URL that answers 404; the patch maker then makes
     /// it again for this channel.

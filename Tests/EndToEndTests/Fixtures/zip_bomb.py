@@ -6,7 +6,7 @@ usage: zip_bomb.py ENTRIES SIZE [--declare BYTES] OUT:TAG [OUT:TAG ...]
 
 --declare: the uncompressed size the headers state for each entry (default: the true size). A
 smaller figure makes a lying archive: its directory sums to little, its streams inflate to much.
-Each OUT gets a small extra entry holding TAG, so that the archives differ; the stream is
+At most 65,534 entries (no zip64). Each OUT gets a small extra entry holding TAG, so that the archives differ; the stream is
 deflated once for all of them.
 """
 import struct
@@ -44,18 +44,19 @@ def main():
 
 
 def write(out, files):
-    central = b""
+    central = []
     offset = 0
     with open(out, "wb") as f:
         for name, data, crc32, uncompressed, method in files:
             encoded = name.encode()
             local = struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, method, 0, 0x21, crc32, len(data), uncompressed, len(encoded), 0)
             f.write(local + encoded + data)
-            central += struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 0x0314, 20, 0, method, 0, 0x21, crc32, len(data), uncompressed,
-                                   len(encoded), 0, 0, 0, 0, 0o100644 << 16, offset) + encoded
+            central.append(struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 0x0314, 20, 0, method, 0, 0x21, crc32, len(data), uncompressed,
+                                   len(encoded), 0, 0, 0, 0, 0o100644 << 16, offset) + encoded)
             offset += len(local) + len(encoded) + len(data)
-        f.write(central)
-        f.write(struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(files), len(files), len(central), offset, 0))
+        directory = b"".join(central)
+        f.write(directory)
+        f.write(struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(files), len(files), len(directory), offset, 0))
 
 
 if __name__ == "__main__":

@@ -238,7 +238,8 @@ public final class CredentialProvider: Sendable {
             return fresh
         case .failure(let error):
             held.failures += 1
-            held.backOff = (now.addingTimeInterval(min(60, Double(1 << min(held.failures - 1, 6)))), error)
+            // From when the fetch ended (it may have waited out its timeout), not when it began.
+            held.backOff = (max(now, Date()).addingTimeInterval(min(60, Double(1 << min(held.failures - 1, 6)))), error)
             // Keys still good for a while serve until the next try.
             if let credentials = held.credentials, let expiration = credentials.expiration, expiration.timeIntervalSince(now) > minimumValidity {
                 return credentials

@@ -146,6 +146,12 @@ final class S3BlobStore: BlobStore {
         return (try? client.call("HEAD", key: Self.key(sha256)).status) == 200
     }
 
+    /// Only a 404 says so: a store that is down or a credential refresh failing says nothing.
+    func isMissing(_ sha256: String) -> Bool {
+        guard Hex.isSHA256(sha256) else { return true }
+        return (try? client.call("HEAD", key: Self.key(sha256)).status) == 404
+    }
+
     func enumerate() -> [BlobInfo] {
         (try? list(prefix: "blobs/").compactMap { object -> BlobInfo? in
             let name = String(object.key.dropFirst("blobs/".count))
