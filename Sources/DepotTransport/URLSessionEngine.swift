@@ -276,8 +276,8 @@ final class SessionDelegate: NSObject, URLSessionDataDelegate, Sendable {
         completionHandler(exchange.receive(head) ? .allow : .cancel)
     }
 
-    /// Redirects are never followed, as over the socket engine: a 3xx is the answer, for the
-    /// caller to judge. (Followed, one could take a request and its credentials to another host.)
+    /// Redirects are never followed, as over the socket engine: a 3xx with a `Location` is the
+    /// answer, for the caller to judge. (Followed, one could take a request and its credentials to another host.)
     func urlSession(
         _ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse, newRequest request: URLRequest,
         completionHandler: @escaping @Sendable (URLRequest?) -> Void

@@ -62,24 +62,25 @@ struct EdgeVerifier {
         }
         let deadline = deadline
         return await withCheckedContinuation { (continuation: CheckedContinuation<Report, Never>) in
-            let work = Locked<Task<Void, Never>?>(nil)
-            let timer = Task {
-                try? await Task.sleep(for: deadline)
-                guard first() else { return }
-                work.withLock { $0 }?.cancel()
-                var partial = progress.withLock { $0 }
-                partial.problems.append(Problem(
-                    subject: "the check", what: "stopped at its deadline of \(deadline.components.seconds) s (--deadline): what was in flight was cancelled and the rest not checked"
-                ))
-                continuation.resume(returning: partial)
-            }
+            let timer = Locked<Task<Void, Never>?>(nil)
             let checking = Task {
                 let report = await checkAll(channels: requested, progress: progress)
                 guard first() else { return }
-                timer.cancel()
+                timer.withLock { $0 }?.cancel()
                 continuation.resume(returning: report)
             }
-            work.withLock { $0 = checking }
+            timer.withLock {
+                $0 = Task {
+                    try? await Task.sleep(for: deadline)
+                    guard first() else { return }
+                    checking.cancel()
+                    var partial = progress.withLock { $0 }
+                    partial.problems.append(Problem(
+                        subject: "the check", what: "stopped at its deadline of \(deadline.components.seconds) s (--deadline): what was in flight was cancelled and the rest not checked"
+                    ))
+                    continuation.resume(returning: partial)
+                }
+            }
         }
     }
 

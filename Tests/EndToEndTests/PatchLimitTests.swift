@@ -196,6 +196,20 @@ struct PatchLimitTests {
             try ZipPack.extract(work.path + "/dot.zip", into: work.path + "/dot")
         } throws: { "\($0)".contains(". component") }
         #expect(FileSystem.contents(of: work.path + "/dot").isEmpty)
+
+        // One entry 300 folders deep: each folder made is counted, not the one entry.
+        let deep = try Processes.run("/usr/bin/python3", ["-c", """
+            import sys, zipfile
+            with zipfile.ZipFile(sys.argv[1] + "/deep.zip", "w") as z:
+                z.writestr("/".join(["d"] * 300) + "/f.bin", b"f")
+            """, work.path])
+        #expect(deep.status == 0, "\(deep.stderr)")
+        var counted = 0
+        try ZipPack.extract(work.path + "/deep.zip", into: work.path + "/deep") { _, entries in
+            counted = max(counted, entries)
+            return nil
+        }
+        #expect(counted == 301, "300 folders and a file: \(counted)")
     }
 
     @Test("A patch over the scratch limit is skipped before anything is written; one within it is made")

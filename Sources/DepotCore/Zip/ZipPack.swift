@@ -42,9 +42,9 @@ public enum ZipPack {
 
     /// Unpacks the archive into `directory` (created if missing; an empty one the caller made
     /// is used as it is); the CRC-32 of every file is checked. Files are written with mode 0644
-    /// and folders 0755 whatever the archive says. `limit`, when given, is asked before each
-    /// entry and before each chunk is written, with the bytes written so far (the chunk's
-    /// included) and the entries begun so far, and stops the extraction
+    /// and folders 0755 whatever the archive says. `limit`, when given, is asked after each
+    /// entry's folders are made and before each chunk is written, with the bytes written so far
+    /// (the chunk's included) and the files and folders made so far, and stops the extraction
     /// (``ZipPackError/limitReached(_:)``) by returning a reason: the bytes an archive really
     /// unpacks to are counted as they come, whatever its directory declares. On error, what was
     /// unpacked so far stays for the caller to remove.
@@ -62,8 +62,6 @@ public enum ZipPack {
         for entry in archive {
             try check(entry)
             try layout.add(entry)
-            entries += 1
-            if let refusal = limit?(written, entries) { throw .limitReached(refusal) }
             // Split as the file system does, by bytes: `/` and a combining mark are one Character.
             let parts = entry.path.utf8.split(separator: UInt8(ascii: "/")).map { String(decoding: $0, as: UTF8.self) }
             guard !parts.isEmpty else { continue }
@@ -71,9 +69,16 @@ public enum ZipPack {
                 var folder = directory
                 for part in entry.type == .directory ? parts : parts.dropLast() {
                     folder += "/" + part
-                    // One mkdir: the parent was made just before, or exists.
-                    if !System.makeFolder(folder) && System.errno != EEXIST { throw SystemError(call: "mkdir", errno: System.errno, path: folder) }
+                    // One mkdir: the parent was made just before, or exists. Each folder made counts
+                    // as an entry (a deep path makes many from one entry).
+                    if System.makeFolder(folder) {
+                        entries += 1
+                    } else if System.errno != EEXIST {
+                        throw SystemError(call: "mkdir", errno: System.errno, path: folder)
+                    }
                 }
+                if entry.type == .file { entries += 1 }
+                if let refusal = limit?(written, entries) { throw ZipPackError.limitReached(refusal) }
                 guard entry.type == .file else { continue }
                 let target = folder + "/" + parts.last!
                 let file = try FileDescriptor(path: target, flags: O_WRONLY | O_CREAT | O_EXCL, mode: 0o644)
@@ -139,7 +144,8 @@ public enum ZipPack {
         var folders = Set<String>()
 
         mutating func add(_ entry: Entry) throws(ZipPackError) {
-            let parts = entry.path.lowercased().split(separator: "/").map(String.init)
+            // By bytes, as the file system and `extract` split: `/` and a combining mark are one Character.
+            let parts = entry.path.lowercased().utf8.split(separator: UInt8(ascii: "/")).map { String(decoding: $0, as: UTF8.self) }
             guard !parts.isEmpty else { return }
             for depth in 1..<max(1, parts.count) {
                 let folder = parts[0..<depth].joined(separator: "/")

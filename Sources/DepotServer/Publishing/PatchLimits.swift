@@ -47,8 +47,12 @@ struct ScratchBudget {
     static func space(of path: String) -> (free: Int64, total: Int64, freeInodes: Int64, inodes: Int64)? {
         var status = statvfs()
         guard statvfs(path, &status) == 0 else { return nil }
-        let unit = Int64(status.f_frsize)
-        return (Int64(status.f_bavail) * unit, Int64(status.f_blocks) * unit, Int64(status.f_favail), Int64(status.f_files))
+        let unit = Int64(clamping: status.f_frsize)
+        func bytes(_ blocks: some BinaryInteger) -> Int64 {
+            let (product, overflow) = Int64(clamping: blocks).multipliedReportingOverflow(by: unit)
+            return overflow ? .max : product
+        }
+        return (bytes(status.f_bavail), bytes(status.f_blocks), Int64(clamping: status.f_favail), Int64(clamping: status.f_files))
     }
 
     /// Why `bytes` more may not be written, or nil if they may: over the scratch limit, or

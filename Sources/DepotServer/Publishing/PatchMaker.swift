@@ -192,7 +192,8 @@ final class PatchMaker: Sendable {
     /// Publishes `channel`'s packs again naming their patches, as the next release: only onto
     /// the revisions they were made for (a publish that came first wins), and only if the
     /// allowance guard passes.
-    /// Returns false when the allowance guard refused it (logged and counted).
+    /// Returns false when nothing was released: the allowance guard refused it (logged and
+    /// counted), or no pack it was made for is live and unpatched any more.
     private func release(_ made: [String: Made], app: String, channel: String, settings: AppSettings) throws -> Bool {
         let version = try releases.current(app, channel: channel)?.version
         let blobs = blobs
@@ -201,9 +202,9 @@ final class PatchMaker: Sendable {
                 var changed = false
                 let updated = packs.map { pack -> PackEntry in
                     guard pack.patches == nil, let made = made[pack.id], made.entry.sha256 == pack.sha256, made.entry.revision == pack.revision else { return pack }
-                    // Under the publish lock, which garbage collection takes too: a patch found
-                    // stored here stays stored (it is held) until the release names it.
-                    let stored = made.patches.filter { blobs.contains($0.sha256) }
+                    // Under the publish lock, which garbage collection takes too: a held patch
+                    // stays stored; one known to be gone (swept before it was held) is left out.
+                    let stored = made.patches.filter { !blobs.isMissing($0.sha256) }
                     guard !stored.isEmpty else { return pack }
                     var pack = pack
                     pack.patches = stored
@@ -217,7 +218,7 @@ final class PatchMaker: Sendable {
                     "app": .string(app), "channel": .string(channel), "after": .stringConvertible(version ?? 0), "release": .stringConvertible(published.version),
                 ])
             }
-            return true
+            return published != nil
         } catch let error as DepotError where error.code == "allowance_exceeded" {
             metrics.patchSkipped(app: app, reason: "allowance")
             logger.warning("patches not released: the release naming them would exceed the allowances shipped builds have; devices download whole packs", metadata: [
@@ -302,7 +303,7 @@ final class PatchMaker: Sendable {
                 continue
             }
             do {
-                guard let patch = try patch(to: entry, from: old, zip: zip, scratch: scratch, budget: budget, keys: keys, app: app) else { continue }
+                guard let patch = try patch(to: entry, from: old, zip: zip, scratch: scratch, budget: budget, target: target, keys: keys, app: app) else { continue }
                 out.append(patch)
             } catch {
                 logger.warning("could not make a patch", metadata: [
@@ -317,7 +318,8 @@ final class PatchMaker: Sendable {
     /// One patch, from `old` to the new revision already in `scratch.new` (and `.new-tree`),
     /// stored and held; nil when it is not worth it or `old` is gone or too large.
     private func patch(
-        to entry: PackEntry, from old: PackEntry, zip: Bool, scratch: String, budget: ScratchBudget, keys: (ring: KeyRing, current: String), app: String
+        to entry: PackEntry, from old: PackEntry, zip: Bool, scratch: String, budget: ScratchBudget, target: Int64, keys: (ring: KeyRing, current: String),
+        app: String
     ) throws -> PackPatch? {
         guard try decrypt(old, to: scratch + ".old", keys: keys.ring) else { return nil }
         let size: Int64
@@ -325,7 +327,13 @@ final class PatchMaker: Sendable {
             // A device keeps a zip unpacked: the patch is made between the two trees.
             var oldBudget = budget
             oldBudget.used += old.size
-            guard try extract(scratch + ".old", into: scratch + ".old-tree", budget: oldBudget, declared: old.installSize, entry: entry, app: app, from: old.revision) != nil else {
+            guard let tree = try extract(scratch + ".old", into: scratch + ".old-tree", budget: oldBudget, declared: old.installSize, entry: entry, app: app, from: old.revision) else {
+                return nil
+            }
+            // What the old tree really took, before the delta and its container are written.
+            oldBudget.used += tree
+            if let refusal = oldBudget.refusal(toWrite: PatchLimits.deltaAndContainer(upTo: target)) {
+                skip(entry, app: app, refusal, from: old.revision)
                 return nil
             }
             size = try TreePatch.make(base: scratch + ".old-tree", target: scratch + ".new-tree", to: scratch + ".delta").size
@@ -359,6 +367,11 @@ final class PatchMaker: Sendable {
     private func extract(
         _ zip: String, into tree: String, budget: ScratchBudget, declared: Int64, entry: PackEntry, app: String, from revision: Int? = nil
     ) throws -> Int64? {
+        // Counted in the archive's directory first: a tree of a million entries is not unpacked at all.
+        if let files = try? ZipPack.inspect(zip).files, files > PatchLimits.maximumEntries {
+            skip(entry, app: app, "it has \(files) files, more than the \(PatchLimits.maximumEntries) entries a patch is made for", from: revision)
+            return nil
+        }
         let check = budget.extractionLimit()
         var charged: Int64 = 0
         do {
@@ -378,7 +391,7 @@ final class PatchMaker: Sendable {
 
     /// Logs and counts a patch not made for want of space (or a zip that lies about its size).
     private func skip(_ entry: PackEntry, app: String, _ why: String, from revision: Int? = nil) {
-        let reason = why.contains("reserve") ? "disk_reserve" : why.contains("installSize") ? "oversized_zip" : "scratch_limit"
+        let reason = why.contains("reserve") ? "disk_reserve" : why.contains("installSize") ? "oversized_zip" : why.contains("entries") ? "too_many_entries" : "scratch_limit"
         metrics.patchSkipped(app: app, reason: reason)
         logger.warning("patch skipped: devices download the whole pack", metadata: [
             "app": .string(app), "pack": .string(entry.id), "revision": .stringConvertible(entry.revision),
