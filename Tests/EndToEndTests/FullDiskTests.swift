@@ -10,11 +10,9 @@ struct FullDiskTests {
     func fullDataFolder() async throws {
         let work = TemporaryDirectory("depot-full-disk")
         defer { work.remove() }
-        let data = work.path + "/data"
-        try FileSystem.createDirectory(data)
-        let mount = try Processes.run("/bin/mount", ["-t", "tmpfs", "-o", "size=24m", "tmpfs", data])
-        #expect(mount.status == 0, "mounting a tmpfs needs root: \(mount.stderr)")
-        defer { _ = try? Processes.run("/bin/umount", ["-l", data]) }
+        let volume = try SmallVolume(in: work, size: "24m")
+        defer { volume.unmount() }
+        let data = volume.path
         let app = "com.example.full"
         let token = try prepareDataFolder(data, app: app)
         let log = CapturedLog()

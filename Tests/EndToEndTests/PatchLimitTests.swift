@@ -55,11 +55,9 @@ struct PatchLimitTests {
     func zipBombs() throws {
         let work = TemporaryDirectory("depot-patch-bomb")
         defer { work.remove() }
-        let data = work.path + "/data"
-        try FileSystem.createDirectory(data)
-        let mount = try Processes.run("/bin/mount", ["-t", "tmpfs", "-o", "size=512m", "tmpfs", data])
-        #expect(mount.status == 0, "mounting a tmpfs needs root: \(mount.stderr)")
-        defer { _ = try? Processes.run("/bin/umount", ["-l", data]) }
+        let volume = try SmallVolume(in: work, size: "512m")
+        defer { volume.unmount() }
+        let data = volume.path
         let (bomber, victim) = ("com.example.bomber", "com.example.victim")
         let bomberToken = try prepareDataFolder(data, app: bomber)
         let victimToken = try prepareDataFolder(data, app: victim)
@@ -118,11 +116,9 @@ struct PatchLimitTests {
     func manyEmptyFiles() throws {
         let work = TemporaryDirectory("depot-patch-many")
         defer { work.remove() }
-        let data = work.path + "/data"
-        try FileSystem.createDirectory(data)
-        let mount = try Processes.run("/bin/mount", ["-t", "tmpfs", "-o", "size=128m", "tmpfs", data])
-        #expect(mount.status == 0, "mounting a tmpfs needs root: \(mount.stderr)")
-        defer { _ = try? Processes.run("/bin/umount", ["-l", data]) }
+        let volume = try SmallVolume(in: work, size: "128m")
+        defer { volume.unmount() }
+        let data = volume.path
         let app = "com.example.many"
         let token = try prepareDataFolder(data, app: app)
         let log = CapturedLog()
