@@ -36,6 +36,19 @@ extension ReleaseStore {
         }
     }
 
+    /// Whether two pack lists hold the same content: the same packs, containers and revisions,
+    /// whatever patches they name.
+    static func sameContent(_ a: [PackEntry], _ b: [PackEntry]) -> Bool {
+        func content(_ packs: [PackEntry]) -> [PackEntry] {
+            packs.map { pack in
+                var pack = pack
+                pack.patches = nil
+                return pack
+            }.sorted { $0.id < $1.id }
+        }
+        return content(a) == content(b)
+    }
+
     /// Whether a release of `app` (one made visible: at or below `head`) names blob `sha256`:
     /// what `GET /v1/apps/{app}/blobs/{sha256}` answers for. A draft's blob is not served.
     func releaseNames(_ sha256: String, app: String) throws -> Bool {

@@ -254,19 +254,6 @@ public final class ReleaseStore: Sendable {
         return (release, unused)
     }
 
-    /// Whether two pack lists hold the same content: the same packs, containers and revisions,
-    /// whatever patches they name.
-    static func sameContent(_ a: [PackEntry], _ b: [PackEntry]) -> Bool {
-        func content(_ packs: [PackEntry]) -> [PackEntry] {
-            packs.map { pack in
-                var pack = pack
-                pack.patches = nil
-                return pack
-            }.sorted { $0.id < $1.id }
-        }
-        return content(a) == content(b)
-    }
-
     /// Publishes the next release on `channel`: `change` edits the channel's pack list (a new
     /// channel starts from production's); returns nil if it changed nothing. With `base`, the
     /// channel's version must equal it, or be a later release with the same content (patches
