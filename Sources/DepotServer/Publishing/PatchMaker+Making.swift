@@ -27,7 +27,7 @@ extension PatchMaker {
         let zip = ZipPack.isZip(contentType: entry.contentType)
         func clear(_ suffixes: [String]) {
             for suffix in suffixes {
-                if suffix.hasSuffix("-tree") { try? FileManager.default.removeItem(atPath: scratch + suffix) } else { FileSystem.remove(scratch + suffix) }
+                try? FileManager.default.removeItem(atPath: scratch + suffix)
             }
         }
         defer { clear([".new", ".old", ".delta", ".container", ".new-tree", ".old-tree"]) }

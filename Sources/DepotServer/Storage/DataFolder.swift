@@ -97,8 +97,7 @@ public struct DataFolder: Sendable {
         // Resumable uploads (`*.tus`) survive; ResumableUploads.repair() checks them. Everything
         // else goes, folders too: a patch's unpacked trees (`patch-*.new-tree`) a crash left.
         for name in FileSystem.contents(of: uploads) where !name.hasSuffix(".tus") {
-            let path = uploads + "/" + name
-            if FileSystem.isDirectory(path) { try? FileManager.default.removeItem(atPath: path) } else { FileSystem.remove(path) }
+            try? FileManager.default.removeItem(atPath: uploads + "/" + name)
             removed += 1
         }
         for prefix in FileSystem.contents(of: blobs) { removed += FileSystem.removeTemporaryFiles(in: blobs + "/" + prefix) }
