@@ -96,7 +96,8 @@ public struct DepotSync: Sendable {
             (envelope, etag) = (try FileSystem.readFile(cached, limit: ManifestSource.sizeLimit), knownETag)
             notModified = true
         }
-        let manifest = try source.verify(envelope, floor: before.floor(channel: channel), now: now)
+        // With a rollout, the device's own choice: the candidate's entries, or the current ones.
+        let manifest = try source.verify(envelope, floor: before.floor(channel: channel), now: now).resolved(installID: store.installID(app: app))
         // A managed app's packs are Apple Archives for the system to fetch: no key to decrypt them with.
         if let archive = manifest.packs.first(where: { $0.keyID.isEmpty }) {
             throw ClientError.manifest("pack \(archive.id) is an Apple Archive of a managed app: the system downloads it from the download manifest (depot sync --managed simulates a device)")
@@ -143,6 +144,14 @@ public struct DepotSync: Sendable {
                 return true
             }
         }
+        // What a report of this step says per pack (``SyncReport/deviceReport``).
+        var results: [String: DeviceReport.PackResult] = [:]
+        for download in plan.deferred {
+            results[download.entry.id] = DeviceReport.PackResult(id: download.entry.id, revision: download.entry.revision, outcome: .deferred)
+        }
+        for id in report.failed.keys where results[id] == nil {
+            if let entry = manifest[pack: id] { results[id] = DeviceReport.PackResult(id: id, revision: entry.revision, outcome: .failed, error: "manifest") }
+        }
         // Essential downloads that fail go round once more as non-essential ones.
         var round = 0
         while !queue.isEmpty && round < 2 {
@@ -154,11 +163,13 @@ public struct DepotSync: Sendable {
             for (download, outcome) in zip(queue, outcomes) {
                 let id = download.entry.id
                 switch outcome {
-                case .success:
+                case .success(let transferred):
                     report.installed.append(id)
                     report.failed[id] = nil
+                    results[id] = DeviceReport.PackResult(id: id, revision: download.entry.revision, outcome: .installed, bytes: transferred)
                 case .failure(let error):
                     report.failed[id] = error.description
+                    results[id] = DeviceReport.PackResult(id: id, revision: download.entry.revision, outcome: .failed, error: "\(error.kind)")
                     if download.essential && round == 0 && error.kind != .cancelled {
                         again.append(download.removingEssential())
                         report.rescheduled.append(id)
@@ -169,6 +180,10 @@ public struct DepotSync: Sendable {
             round += 1
         }
         report.installed.sort()
+        for id in report.patched where results[id]?.outcome == .installed { results[id]?.outcome = .patched }
+        if !results.isEmpty {
+            report.deviceReport = DeviceReport(channel: channel, release: manifest.version, packs: Array(results.values.prefix(DeviceReport.maximumPacks)))
+        }
 
         try replaceLanguages(plan, manifest: manifest, store: store, report: &report)
 

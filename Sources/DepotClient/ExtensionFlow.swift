@@ -46,6 +46,10 @@ public struct ArrivedReport: Sendable, Equatable {
     /// Localized packs removed: the device's language changed and their group's pack for the
     /// new one is installed.
     public var removed: [String] = []
+    /// What the app may send about this step (``DeviceReporter``, from the app, never the
+    /// extension): each delivery installed, patched or failed, with its revision; nil when none
+    /// was. It names no device.
+    public var deviceReport: DeviceReport?
 }
 
 /// What a Background Assets extension and its app do with this module, in three calls:
@@ -120,6 +124,8 @@ public struct ExtensionFlow: Sendable {
         copy: String, cached: String, kind: RequestKind, allowance: Int?, essentialAllowance: Int?, scheduled: Set<String>, languages: [String], now: Date
     ) throws -> Plan {
         let source = try source()
+        // Made (once) before the state's lock is taken: it takes that lock itself.
+        let installID = try store.installID(app: configuration.app)
         let floor = try store.read(app: configuration.app).floor(channel: channel)
         let verified = try source.verify(file: copy, floor: floor, now: now)
         let (manifest, state) = try store.withExclusiveControl(app: configuration.app) { state in
@@ -129,7 +135,8 @@ public struct ExtensionFlow: Sendable {
             }
             state.raiseFloor(channel: channel, to: verified.version)
             try FileSystem.durableRename(copy, to: cached)
-            return (verified, state)
+            // With a rollout, this device's choice (the same in the install step: one install id).
+            return (verified.resolved(installID: installID), state)
         }
         var request = Planner.Request(
             kind: kind, allowance: allowance.map(Int64.init), essentialAllowance: essentialAllowance.map(Int64.init),
@@ -143,9 +150,11 @@ public struct ExtensionFlow: Sendable {
     /// ``schedule(manifestFile:kind:allowance:essentialAllowance:scheduled:languages:now:)``),
     /// verified again as the extension verified it: signature, app, channel, expiry and a version
     /// not below the channel's floor. What the app plans with in the foreground.
+    /// With a rollout, the entries this device takes (``DepotCore/Manifest/resolved(installID:)``).
     public func acceptedManifest(now: Date = Date()) throws -> Manifest {
+        let installID = try store.installID(app: configuration.app)
         let floor = try store.read(app: configuration.app).floor(channel: channel)
-        return try source().verify(file: store.cachedEnvelope(channel: channel), floor: floor, now: now)
+        return try source().verify(file: store.cachedEnvelope(channel: channel), floor: floor, now: now).resolved(installID: installID)
     }
 
     /// The deliveries waiting for ``installArrived(languages:now:)``, by identifier.
@@ -194,6 +203,7 @@ public struct ExtensionFlow: Sendable {
         guard !identifiers.isEmpty || FileSystem.exists(store.cachedEnvelope(channel: channel)) else { return report }
         let manifest = try acceptedManifest(now: now)
         let installer = Installer(keyRing: try configuration.keyRing())
+        var results: [DeviceReport.PackResult] = []
         for identifier in identifiers {
             // Cancelled (the app's background time ran out): stop between packs; what is left
             // waits for the next run.
@@ -229,15 +239,21 @@ public struct ExtensionFlow: Sendable {
                 try store.withExclusiveControl(app: configuration.app) { state in
                     state.packs[entry.id] = InstalledState.Pack(entry, installedAt: now, copy: copy)
                 }
+                let delivered = base.flatMap { base in entry.patches?.first { $0.fromRevision == base } }?.size ?? entry.size
                 FileSystem.remove(path)
                 report.installed.append(entry.id)
+                results.append(DeviceReport.PackResult(id: id, revision: revision, outcome: base == nil ? .installed : .patched, bytes: delivered))
             } catch let error as ClientError where error.kind == .noSpace || error.kind == .state || error.kind == .install && FileSystem.exists(path) {
                 // The delivery is fine; the device is not (yet): try again at the next run.
                 report.kept[identifier] = error.description
             } catch let error as ClientError {
                 report.discarded[identifier] = error.description
                 FileSystem.remove(path)
+                results.append(DeviceReport.PackResult(id: id, revision: revision, outcome: .failed, error: "\(error.kind)"))
             }
+        }
+        if !results.isEmpty {
+            report.deviceReport = DeviceReport(channel: channel, release: manifest.version, packs: Array(results.prefix(DeviceReport.maximumPacks)))
         }
         report.removed = try removeReplacedLanguages(manifest: manifest, languages: languages)
         return report

@@ -70,6 +70,10 @@ public struct InstalledState: Codable, Hashable, Sendable {
     public var manifestETags: [String: String]
     /// Installed packs by id; each lives at `DEST/packs/<id>`.
     public var packs: [String: Pack]
+    /// 128 random bits (hex), made once by ``StateStore/installID(app:)``: where this device
+    /// falls in a rollout's sample (`Rollout`). It never leaves the device: no report, request
+    /// or log carries it.
+    public var installID: String?
 
     public init(app: String, manifestVersion: Int = 0, packs: [String: Pack] = [:]) {
         self.app = app
@@ -86,6 +90,7 @@ public struct InstalledState: Codable, Hashable, Sendable {
         channelFloors = try c.decodeIfPresent([String: Int].self, forKey: .channelFloors) ?? [:]
         manifestETags = try c.decodeIfPresent([String: String].self, forKey: .manifestETags) ?? [:]
         packs = try c.decode([String: Pack].self, forKey: .packs)
+        installID = try c.decodeIfPresent(String.self, forKey: .installID)
     }
 
     /// The highest version accepted on a channel: nothing lower is accepted again.

@@ -93,6 +93,19 @@ public final class StateStore: Sendable {
         try load(app: app)
     }
 
+    /// This folder's install id (``InstalledState/installID``): read without a lock once it
+    /// exists; made under the exclusive lock the first time, so that the app and its extension,
+    /// asking at once, end up with the same one.
+    public func installID(app: String) throws -> String {
+        if let known = try read(app: app).installID { return known }
+        return try withExclusiveControl(app: app) { state in
+            if let known = state.installID { return known }
+            let made = Rollout.newInstallID()
+            state.installID = made
+            return made
+        }
+    }
+
     /// Takes the folder's sync lock for a whole sync; released when the descriptor goes.
     func syncLock(timeout: TimeInterval) throws -> FileDescriptor {
         try Self.lock(metadata + "/sync.lock", timeout: timeout, what: "\(destination) (another sync is running)")

@@ -1,3 +1,5 @@
+import DepotCore
+
 /// What a sync did.
 public struct SyncReport: Hashable, Sendable {
     /// The manifest version the destination now follows.
@@ -29,6 +31,10 @@ public struct SyncReport: Hashable, Sendable {
     public var patchFallbacks: [String: String] = [:]
     /// Localized packs of languages this device does not take.
     public var otherLanguages: [String] = []
+    /// What an app that opts in may send about this step (``DeviceReporter``): each pack the
+    /// step installed, patched, failed or deferred for the allowance, with its revision; nil
+    /// when the step did nothing to report. It names no device.
+    public var deviceReport: DeviceReport?
 
     /// A one-line summary.
     public var summary: String {

@@ -32,6 +32,10 @@ public final class DepotServer: Sendable {
     /// The base URL manifests point at.
     public var publicURL: String { origin.urls.base }
 
+    /// Writes the device reports counted so far now (the origin does it every second), and
+    /// runs the rollout guard on them.
+    public func flushReports() { origin.reports.flush() }
+
     /// Waits until the patches scheduled so far are made and released.
     public func waitForPatches() { origin.patchMaker?.waitUntilIdle() }
 
@@ -49,6 +53,7 @@ public final class DepotServer: Sendable {
     public func stop() {
         refresher.stop()
         http.stop()
+        origin.flushReports()
         origin.releaseFolderLock()
     }
 
@@ -58,6 +63,7 @@ public final class DepotServer: Sendable {
     public func shutdown(gracePeriod: Duration) -> Int {
         refresher.stop()
         let cut = http.shutdown(gracePeriod: gracePeriod)
+        origin.flushReports()
         origin.releaseFolderLock()
         return cut
     }

@@ -18,6 +18,10 @@ final class Origin: HTTPHandler {
     /// Patch downloads, made in the background after each release (the writer only).
     let patchMaker: PatchMaker?
     let readOnly: Bool
+    /// Device reports, counted (written every second) and the rollouts they guard.
+    let reports: ReportBook
+    let rollouts: Rollouts
+    private let reportWriter: ReportWriter
     private let router: Router
     let metrics: OriginMetrics
     private let accessLog: AccessLog
@@ -85,12 +89,27 @@ final class Origin: HTTPHandler {
         operations = OperationsHandlers(
             metrics: metrics, staticFiles: configuration.publicDirectory.map(StaticFiles.init(root:)), metricsToken: configuration.metricsToken
         )
+        reports = try ReportBook(folder: folder, releases: releases, mirror: mirror, logger: configuration.logger)
+        let rollouts = Rollouts(publisher: publisher, reports: reports)
+        self.rollouts = rollouts
+        // The writer's guard looks at the figures each time some were written here, and (with a
+        // bucket, where replicas write theirs) every five seconds.
+        let readOnly = readOnly
+        if !readOnly { reports.onFlushed { apps in rollouts.evaluate(apps) } }
+        let (book, shared, appStore) = (reports, mirror != nil, apps)
+        reportWriter = ReportWriter { tick in
+            book.flush()
+            if shared && !readOnly && tick % 5 == 0 { rollouts.evaluate(appStore.list()) }
+        }
         router = Router(
             routes: Router.originRoutes(
                 reads: ReadHandlers(releases: releases, blobs: blobs, urls: urls, manifestMaxAge: configuration.manifestMaxAge, settings: settings),
                 publishing: PublishHandlers(publisher: publisher),
                 resumable: ResumableHandlers(uploads: uploads, publisher: publisher, expiry: configuration.uploadExpiry),
-                operations: operations, dashboard: DashboardHandlers(apps: apps)
+                operations: operations, dashboard: DashboardHandlers(apps: apps),
+                rollouts: RolloutHandlers(
+                    rollouts: rollouts, limiter: ReportRateLimiter(perAddress: configuration.reportRatePerAddress, total: configuration.reportRateTotal)
+                )
             ),
             authenticator: Authenticator(tokens: TokenStore(folder: folder)), settings: settings, readOnly: readOnly
         )
@@ -103,6 +122,12 @@ final class Origin: HTTPHandler {
             // Patches a stop or a crash left unmade (start-up removed their scratch space).
             maker?.schedule(apps.list().sorted())
         }
+    }
+
+    /// Stops the report timer and writes what it holds (at stop).
+    func flushReports() {
+        reportWriter.stop()
+        reports.flush()
     }
 
     /// Releases the data folder for another process (at stop).

@@ -43,6 +43,11 @@ public struct OriginConfiguration: Sendable {
     /// What one patch may take of the data volume; nil: scratch space of four times the largest
     /// pack, and a quarter of the volume always left free.
     public var patchLimits: PatchLimits?
+    /// Device reports (`POST …/reports`) accepted per second from one client address (with a
+    /// burst of twice as many): generous, since an edge or a carrier's NAT speaks for many devices.
+    public var reportRatePerAddress: Double = 200
+    /// Device reports accepted per second in all (burst: twice as many).
+    public var reportRateTotal: Double = 2000
     /// Where the access log and server events go.
     public var logger: Logger
 

@@ -10,7 +10,7 @@ struct Depot: AsyncParsableCommand {
             Server-side admin commands (apps, tokens, keys) work on the data folder directly;
             publish and sync talk HTTP. A failing command prints one line to stderr and exits non-zero.
             """,
-        subcommands: [Serve.self, Apps.self, Tokens.self, Keys.self, Publish.self, Release.self, Releases.self, Rollback.self, Channels.self, Plist.self, GC.self, Sync.self, ExtensionCommand.self, DeltaCommand.self, Fetch.self, Inspect.self, Storage.self, VerifyEdge.self]
+        subcommands: [Serve.self, Apps.self, Tokens.self, Keys.self, Publish.self, Release.self, Releases.self, Rollback.self, Channels.self, RolloutCommand.self, Fleet.self, Plist.self, GC.self, Sync.self, ExtensionCommand.self, DeltaCommand.self, Fetch.self, Inspect.self, Storage.self, VerifyEdge.self]
     )
 
     /// Runs the command; a failure is one line on stderr (a usage error points at `depot help`),
@@ -34,7 +34,7 @@ struct Depot: AsyncParsableCommand {
             if !line.hasPrefix("Error: ") { line = "Error: " + line }
             if message.contains("Usage:") {
                 let words = CommandLine.arguments.dropFirst().prefix { !$0.hasPrefix("-") }
-                let known = words.prefix { word in configuration.subcommands.contains { $0._commandName == word } || ["create", "list", "revoke", "export", "rotate", "rotate-signing", "allowances", "credentials", "promote", "remove", "migrate", "schedule", "receive", "install", "make", "apply"].contains(word) }
+                let known = words.prefix { word in configuration.subcommands.contains { $0._commandName == word } || ["create", "list", "revoke", "export", "rotate", "rotate-signing", "allowances", "credentials", "promote", "remove", "migrate", "schedule", "receive", "install", "make", "apply", "start", "advance", "halt", "complete", "status"].contains(word) }
                 line += " (see `depot help\(known.isEmpty ? "" : " " + known.joined(separator: " "))`)"
             }
             FileHandle.standardError.write(Data((line + "\n").utf8))

@@ -41,6 +41,8 @@ struct Sync: AsyncParsableCommand {
     @Flag(name: .customLong("allow-http"), help: "With --event: accept http:// manifest and pack URLs (a development run; a device refuses them).")
     var allowHTTP = false
     @Flag(help: "Print no progress.") var quiet = false
+    @Flag(help: "Send the origin a report of this step (no identifier: the release, and each pack's revision and outcome), as an app that opts in does.")
+    var report = false
 
     var languageList: [String] { languages.map { $0.split(separator: ",").map(String.init) } ?? Locale.preferredLanguages }
 
@@ -56,6 +58,7 @@ struct Sync: AsyncParsableCommand {
             throw ValidationError("give --config (the JSON from `depot keys export`), or --managed for a managed app")
         }
         if infoPlist != nil && event == nil { throw ValidationError("--info-plist goes with --event") }
+        if report && managed { throw ValidationError("--report goes without --managed (a managed app's system downloads report nothing to the app's origin)") }
         if allowHTTP && event == nil { throw ValidationError("--allow-http goes with --event") }
         guard (1...32).contains(concurrency) else { throw ValidationError("--concurrency must be 1–32") }
         if let manifestURL, URL(string: manifestURL)?.scheme == nil { throw ValidationError("--manifest-url must be a URL") }
@@ -137,6 +140,17 @@ struct Sync: AsyncParsableCommand {
         }
         for (id, reason) in report.failed.sorted(by: { $0.key < $1.key }) {
             FileHandle.standardError.write(Data("failed: \(id): \(reason)\n".utf8))
+        }
+        if self.report, let deviceReport = report.deviceReport {
+            var reporter = DeviceReporter(server: origin.url, app: configuration.app)
+            reporter.headers = credentials.headers
+            reporter.transport = origin.connection.options
+            do {
+                let status = try await reporter.send(deviceReport)
+                FileHandle.standardError.write(Data((status == 202 ? "reported \(deviceReport.packs.count) packs\n" : "report not counted: HTTP \(status)\n").utf8))
+            } catch {
+                FileHandle.standardError.write(Data("report not sent: \(error)\n".utf8))
+            }
         }
         let on = channel.channel == "production" ? "" : " (\(channel.channel))"
         print("synced \(origin.app)\(on) \(report.summary)")

@@ -34,20 +34,22 @@ public struct BackgroundAssetsKeys: Hashable, Sendable {
         // packs that are not localized plus what the device of the language that needs the most
         // takes (Apple's rule for the App Store's figure). Tried: a device of each language the
         // release has, and one of none of them (the primary language's packs).
-        let languages = LanguageSelection.languages(manifest.packs)
-        let devices: [[LanguageTag]] = languages.map { [$0] } + [[]]
+        // With a rollout, a device takes the candidate or not: both are tried, each key the larger.
+        let choices = manifest.rollout == nil ? [manifest] : [manifest.choosing(candidate: false), manifest.choosing(candidate: true)]
+        let languages = LanguageSelection.languages(choices.flatMap(\.packs))
+        let devices: [(choice: Manifest, languages: [LanguageTag])] = choices.flatMap { choice in (languages.map { [$0] } + [[]]).map { (choice, $0) } }
         var sums: [Int64] = [0, 0, 0, 0]
         var sizedBy: [String: String] = [:]
-        for device in devices {
-            let packs = LanguageSelection.packs(manifest.packs, preferred: device, primary: manifest.primaryLanguageTag)
+        for (index, (choice, device)) in devices.enumerated() {
+            let packs = LanguageSelection.packs(choice.packs, preferred: device, primary: manifest.primaryLanguageTag)
             let essential = packs.filter { $0.policy == .essential }
             let prefetch = packs.filter { $0.policy == .prefetch }
             let values = [
                 essential.reduce(0) { $0 + $1.size }, prefetch.reduce(0) { $0 + $1.size },
                 essential.reduce(0) { $0 + $1.installSize }, prefetch.reduce(0) { $0 + $1.installSize },
             ]
-            for (index, key) in Self.sizedKeys.enumerated() where values[index] > sums[index] || device == devices.first {
-                sums[index] = values[index]
+            for (key, (slot, value)) in zip(Self.sizedKeys, values.enumerated()) where value > sums[slot] || index == 0 {
+                sums[slot] = value
                 if !languages.isEmpty { sizedBy[key] = device.first?.description ?? "none of them" }
             }
         }
@@ -57,7 +59,7 @@ public struct BackgroundAssetsKeys: Hashable, Sendable {
         maxInstallSize = sums[3]
         self.sizedBy = sizedBy
         var hosts: [String] = []
-        for url in [manifestURL] + manifest.packs.map(\.url) {
+        for url in [manifestURL] + manifest.allEntries.map(\.url) {
             if let host = Self.host(of: url), !hosts.contains(host) { hosts.append(host) }
         }
         domainAllowList = hosts

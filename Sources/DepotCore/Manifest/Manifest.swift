@@ -25,9 +25,17 @@ public struct Manifest: Codable, Hashable, Sendable {
     /// The app's primary language (a ``LanguageTag``): what a device whose languages none of a
     /// group of localized packs speaks takes instead. Absent when no pack is localized.
     public var primaryLanguage: String?
+    /// A release offered to a fraction of the channel's devices first: its entries beside the
+    /// current ones, each device choosing (``resolved(installID:)``, <doc:Rollouts>). Absent
+    /// when none runs; a client that predates rollouts ignores it and follows ``packs``.
+    public var rollout: Rollout?
 
-    public init(app: String, version: Int, publishedAt: Date, expiresAt: Date, packs: [PackEntry], channel: String? = nil, primaryLanguage: String? = nil) {
+    public init(
+        app: String, version: Int, publishedAt: Date, expiresAt: Date, packs: [PackEntry], channel: String? = nil, primaryLanguage: String? = nil,
+        rollout: Rollout? = nil
+    ) {
         self.schemaVersion = Self.currentSchemaVersion
+        self.rollout = rollout
         self.channel = channel
         self.primaryLanguage = primaryLanguage
         self.app = app
@@ -110,18 +118,30 @@ public struct Manifest: Codable, Hashable, Sendable {
         guard Identifier.isValidApp(app) else { return "the app id \"\(app.prefix(140))\" is not valid" }
         var seen = Set<String>()
         for pack in packs {
-            guard Identifier.isValidPack(pack.id) else { return "the pack id \"\(pack.id.prefix(80))\" is not valid" }
+            if let problem = Self.problem(of: pack) { return problem }
             guard seen.insert(pack.id).inserted else { return "pack \(pack.id) is listed twice" }
-            guard pack.revision >= 0, (0...Self.sizeLimit).contains(pack.size), (0...Self.sizeLimit).contains(pack.installSize) else {
-                return "pack \(pack.id) has a negative revision, or a size that is negative or over 1 TiB"
+        }
+        if let rollout {
+            if let problem = rollout.problem { return problem }
+            for pack in rollout.packs {
+                if let problem = Self.problem(of: pack) { return "the rollout's " + problem }
             }
-            guard Self.isDownloadURL(pack.url) else { return "pack \(pack.id) has a URL that is not http(s)" }
-            guard Self.isDigest(pack.sha256), Self.isDigest(pack.plaintextSHA256) else { return "pack \(pack.id) has a SHA-256 that is not 64 lower-case hex digits" }
-            for patch in pack.patches ?? [] {
-                guard patch.fromRevision >= 0, patch.fromRevision < pack.revision, (0...Self.sizeLimit).contains(patch.size), Self.isDownloadURL(patch.url),
-                      Self.isDigest(patch.sha256), Self.isDigest(patch.fromPlaintextSHA256) else {
-                    return "pack \(pack.id) has a patch from revision \(patch.fromRevision) that is not valid"
-                }
+        }
+        return nil
+    }
+
+    /// What makes one entry unusable, or nil.
+    static func problem(of pack: PackEntry) -> String? {
+        guard Identifier.isValidPack(pack.id) else { return "the pack id \"\(pack.id.prefix(80))\" is not valid" }
+        guard pack.revision >= 0, (0...Self.sizeLimit).contains(pack.size), (0...Self.sizeLimit).contains(pack.installSize) else {
+            return "pack \(pack.id) has a negative revision, or a size that is negative or over 1 TiB"
+        }
+        guard Self.isDownloadURL(pack.url) else { return "pack \(pack.id) has a URL that is not http(s)" }
+        guard Self.isDigest(pack.sha256), Self.isDigest(pack.plaintextSHA256) else { return "pack \(pack.id) has a SHA-256 that is not 64 lower-case hex digits" }
+        for patch in pack.patches ?? [] {
+            guard patch.fromRevision >= 0, patch.fromRevision < pack.revision, (0...Self.sizeLimit).contains(patch.size), Self.isDownloadURL(patch.url),
+                  Self.isDigest(patch.sha256), Self.isDigest(patch.fromPlaintextSHA256) else {
+                return "pack \(pack.id) has a patch from revision \(patch.fromRevision) that is not valid"
             }
         }
         return nil

@@ -51,6 +51,37 @@ final class ManifestRefresher: Sendable {
     }
 }
 
+/// Writes the device reports counted every second, on a thread of its own, until stopped.
+final class ReportWriter: Sendable {
+    private let stopped = Mutex(false)
+    private let wake = DispatchSemaphore(value: 0)
+    private let done = DispatchSemaphore(value: 0)
+
+    /// `pass` gets the number of the pass (1, 2, …).
+    init(_ pass: @escaping @Sendable (Int) -> Void) {
+        Thread.detachNewThread { [self] in
+            var tick = 0
+            while wake.wait(timeout: .now() + 1) == .timedOut && !stopped.withLock({ $0 }) {
+                tick += 1
+                pass(tick)
+            }
+            done.signal()
+        }
+    }
+
+    /// Stops the thread and waits for a pass in progress.
+    func stop() {
+        let wasRunning = stopped.withLock { value -> Bool in
+            defer { value = true }
+            return !value
+        }
+        if wasRunning {
+            wake.signal()
+            done.wait()
+        }
+    }
+}
+
 /// Maintenance of a data folder that no server is using (it holds the folder's lock meanwhile).
 public struct OfflineMaintenance {
     private let lock: FileDescriptor

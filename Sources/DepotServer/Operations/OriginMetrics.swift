@@ -73,6 +73,16 @@ final class OriginMetrics: Sendable {
         counter("depot_patches_skipped_total", [("app", app), ("reason", reason)]).increment()
     }
 
+    /// A rollout halted: `by` is `automatic` (its failure rate crossed the threshold) or `hand`.
+    func rolloutHalted(app: String, channel: String, by: String) {
+        counter("depot_rollouts_halted_total", [("app", app), ("channel", channel), ("by", by)]).increment()
+    }
+
+    /// A device report: `counted`, or why it was refused (`rate_limited`, `invalid`, `unknown_revision`, `too_large`).
+    func report(app: String, result: String) {
+        counter("depot_reports_total", [("app", app), ("result", result)]).increment()
+    }
+
     func uploaded(bytes: Int64) {
         counter("depot_upload_plaintext_bytes_total", []).increment(by: Int(bytes))
     }

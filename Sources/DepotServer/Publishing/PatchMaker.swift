@@ -197,7 +197,7 @@ final class PatchMaker: Sendable {
         let version = try releases.current(app, channel: channel)?.version
         let blobs = blobs
         do {
-            let published = try releases.publish(app, channel: channel, change: { packs in
+            let published = try releases.publish(app, channel: channel, rolloutChange: .keep, change: { packs in
                 var changed = false
                 let updated = packs.map { pack -> PackEntry in
                     guard pack.patches == nil, let made = made[pack.id], made.entry.sha256 == pack.sha256, made.entry.revision == pack.revision else { return pack }

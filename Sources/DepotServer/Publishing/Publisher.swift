@@ -208,7 +208,7 @@ final class Publisher: Sendable {
         let managed = settings(app)?.isManaged ?? false
         var removed: [String] = []
         let blobs = blobs
-        let published = try releases.publish(app, channel: channel, change: { live in
+        let published = try releases.publish(app, channel: channel, rolloutChange: .content, change: { live in
             try Self.requireStored(old.manifest, version: target, in: blobs)
             removed = live.map(\.id).filter { id in !old.manifest.packs.contains { $0.id == id } }
             if managed && !removed.isEmpty && !confirmRemoval { throw Self.removalRefused(removed, app: app) }

@@ -3,7 +3,7 @@
 extension Router {
     static func originRoutes(
         reads: ReadHandlers, publishing: PublishHandlers, resumable: ResumableHandlers, operations: OperationsHandlers,
-        dashboard: DashboardHandlers
+        dashboard: DashboardHandlers, rollouts: RolloutHandlers
     ) -> [Route] {
         let app = "/v1/apps/:app"
         return [
@@ -31,6 +31,14 @@ extension Router {
             Route("POST", app + "/rollback", label: "rollback", access: .admin, publishing.rollback),
             Route("POST", app + "/channels/:channel", label: "channels", access: .publisher, publishing.promote),
             Route("DELETE", app + "/channels/:channel", label: "channels", access: .admin, publishing.removeChannel),
+
+            Route("GET", app + "/rollouts/:channel", label: "rollouts", access: .publisher, rollouts.status),
+            Route("POST", app + "/rollouts/:channel/start", label: "rollouts", access: .publisher, rollouts.start),
+            Route("POST", app + "/rollouts/:channel/advance", label: "rollouts", access: .publisher, rollouts.advance),
+            Route("POST", app + "/rollouts/:channel/halt", label: "rollouts", access: .publisher, rollouts.halt),
+            Route("POST", app + "/rollouts/:channel/complete", label: "rollouts", access: .publisher, rollouts.complete),
+            Route("GET", app + "/fleet", label: "fleet", access: .publisher, rollouts.fleet),
+            Route("POST", app + "/reports", label: "reports", access: .download, receiving: rollouts.report),
 
             Route("OPTIONS", app + "/uploads", label: "upload", access: .open, resumable.options).adding(ResumableHandlers.protocolHeaders),
             Route("POST", app + "/uploads", label: "upload", access: .publisher, resumable.create).adding(ResumableHandlers.protocolHeaders),

@@ -40,6 +40,12 @@ public struct DataFolder: Sendable {
     func signedCopies(_ id: String, channel: String) -> String { app(id) + "/signed/" + channel }
     /// The draft's first format, one file, converted on first read (``DraftStore``).
     func staging(_ id: String) -> String { app(id) + "/staging.json" }
+    /// A channel's rollout record (``RolloutRecord``).
+    func rollout(_ id: String, channel: String) -> String { app(id) + "/rollouts/" + channel + ".json" }
+    /// This origin's daily aggregates of device reports (``ReportBook``).
+    func reports(_ id: String) -> String { app(id) + "/reports" }
+    /// This origin's id among the origins of one bucket (its reports' key prefix there).
+    var originID: String { root + "/origin-id" }
     func packKeys(_ id: String) -> String { keys + "/" + id + ".json" }
     /// `blobs/ab/abcdef…`, in one allocation (every blob GET makes one).
     func blob(_ sha256: String) -> String {
@@ -106,6 +112,8 @@ public struct DataFolder: Sendable {
             removed += FileSystem.removeTemporaryFiles(in: releases(app))
             removed += FileSystem.removeTemporaryFiles(in: channels(app))
             removed += FileSystem.removeTemporaryFiles(in: self.app(app) + "/staging")
+            removed += FileSystem.removeTemporaryFiles(in: self.app(app) + "/rollouts")
+            removed += FileSystem.removeTemporaryFiles(in: reports(app))
         }
         return removed
     }

@@ -22,13 +22,20 @@ extension ReleaseStore {
     /// `base` has gets a revision above any it ever had in any release of the app (so a device
     /// moving between channels, or reinstalling a pack that was dropped, sees it rise); an
     /// unchanged one keeps its revision. Call under the publish lock.
-    func raisingRevisions(_ packs: [PackEntry], over base: [PackEntry], app: String) throws -> [PackEntry] {
+    ///
+    /// `candidates`: a rollout's entries on the channel; a pack with a candidate's container
+    /// keeps the candidate's revision (completing a rollout changes nothing for the devices that
+    /// took it).
+    func raisingRevisions(_ packs: [PackEntry], over base: [PackEntry], candidates: [PackEntry] = [], app: String) throws -> [PackEntry] {
         let highest = try index(app).highestRevisions
         let before = Dictionary(base.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+        let offered = Dictionary(candidates.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
         return packs.map { pack in
             var pack = pack
             if let old = before[pack.id], old.sha256 == pack.sha256 {
                 pack.revision = old.revision
+            } else if let candidate = offered[pack.id], candidate.sha256 == pack.sha256 {
+                pack.revision = candidate.revision
             } else if let top = highest[pack.id], pack.revision <= top {
                 pack.revision = top + 1
             }
@@ -66,7 +73,7 @@ extension ReleaseStore {
             // the lock; one a crash left is removed at start-up, or made visible by a replica pull).
             let head = head(app)
             for version in Self.versions(in: folder.releases(app)) where version > head {
-                if try load(app, version).manifest.packs.contains(where: { $0.blobs.contains(sha256) }) { return true }
+                if try load(app, version).manifest.allEntries.contains(where: { $0.blobs.contains(sha256) }) { return true }
             }
         }
         return false
@@ -86,7 +93,7 @@ extension ReleaseStore {
         var index = ReleaseIndex()
         let head = head(app)
         for version in Self.versions(in: folder.releases(app)) where version <= head {
-            index.add(try load(app, version).manifest.packs)
+            index.add(try load(app, version).manifest.allEntries)
         }
         return indexes.withLock { indexes in
             if let kept = indexes.byApp[app] { return kept }

@@ -42,7 +42,7 @@ extension ReleaseStore {
         let inForce = Set(try apps.signingKeys(now: now).map { ManifestSigningKey.keyID(for: $0.publicKey) })
         guard live.manifest.expiresAt.timeIntervalSince(now) < manifestLifetime / 3 || signers != inForce else { return relabelled }
         let version = live.version
-        return try publish(app, channel: channel, change: { packs in
+        return try publish(app, channel: channel, rolloutChange: .keep, change: { packs in
             try self.current(app, channel: channel)?.version == version ? packs : nil
         }) != nil
     }
@@ -53,14 +53,14 @@ extension ReleaseStore {
         var needed = Set<String>()
         for app in FileSystem.contents(of: folder.apps) where FileSystem.isDirectory(folder.releases(app)) {
             for (channel, version) in channels(app) {
-                for pack in try current(app, channel: channel)?.manifest.packs ?? [] { needed.formUnion(pack.blobs) }
+                for pack in try current(app, channel: channel)?.manifest.allEntries ?? [] { needed.formUnion(pack.blobs) }
                 // And the release the pointer on disk names (what the channel serves after a
                 // restart), should the cached one ever differ from it.
-                if let pointed = try? load(app, version) { for pack in pointed.manifest.packs { needed.formUnion(pack.blobs) } }
+                if let pointed = try? load(app, version) { for pack in pointed.manifest.allEntries { needed.formUnion(pack.blobs) } }
             }
             for version in Self.versions(in: folder.releases(app)) {
                 let manifest = try load(app, version).manifest
-                if manifest.publishedAt >= now.addingTimeInterval(-retention) { for pack in manifest.packs { needed.formUnion(pack.blobs) } }
+                if manifest.publishedAt >= now.addingTimeInterval(-retention) { for pack in manifest.allEntries { needed.formUnion(pack.blobs) } }
             }
             for pack in try staging(app).upserts.values { needed.insert(pack.sha256) }
         }

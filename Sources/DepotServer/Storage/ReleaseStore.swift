@@ -2,6 +2,18 @@ import DepotCore
 import Foundation
 import Synchronization
 
+/// What a publish does to a rollout on its channel.
+enum RolloutChange {
+    /// A change of content (a publish of the draft, a rollback): refused while a rollout runs
+    /// (its candidate was chosen against the current packs); a halted one is dropped.
+    case content
+    /// The same content named again (patches, a re-signing): the rollout carries on.
+    case keep
+    /// A rollout step: the rollout the new release carries, from the channel's live release
+    /// (nil before it has one), computed under the publish lock.
+    case compute((LiveManifest?) throws -> Rollout?)
+}
+
 /// A live release as served: the envelope's bytes and its ETag.
 struct LiveManifest: Sendable {
     let version: Int
@@ -89,11 +101,14 @@ public final class ReleaseStore: Sendable {
     /// it (a promotion; or, once, a release signed before manifests named their channel). Call
     /// under the publish lock.
     /// `packs`, when given, replace the release's (its packs without swept patches).
-    func signed(_ release: LiveManifest, for channel: String, app: String, packs: [PackEntry]? = nil, now: Date = Date()) throws -> LiveManifest {
-        guard release.manifest.channel != channel || packs != nil else { return release }
+    /// `withoutRollout`: the copy leaves out the release's rollout (a rollout step promoted to
+    /// another channel: that channel gets the packs every device of the first one had).
+    func signed(_ release: LiveManifest, for channel: String, app: String, packs: [PackEntry]? = nil, withoutRollout: Bool = false, now: Date = Date()) throws -> LiveManifest {
+        guard release.manifest.channel != channel || packs != nil || withoutRollout && release.manifest.rollout != nil else { return release }
         var manifest = release.manifest
         manifest.channel = channel
         if let packs { manifest.packs = packs }
+        if withoutRollout { manifest.rollout = nil }
         manifest.expiresAt = now.addingTimeInterval(manifestLifetime)
         let envelope = try Envelope.sign(manifest, with: apps.signingKeys()).encoded()
         try FileSystem.createDirectory(folder.signedCopies(app, channel: channel))
@@ -162,8 +177,10 @@ public final class ReleaseStore: Sendable {
             guard version <= head(app), FileSystem.exists(folder.release(app, version)) else {
                 throw DepotError.notFound("release \(version) of app \(app)")
             }
-            let now = try current(app, channel: channel)?.version
+            let serving = try current(app, channel: channel)
+            let now = serving?.version
             if now == version { return false }
+            if let rollout = serving?.manifest.rollout, rollout.fraction > 0 { throw Self.rolloutRunning(rollout, channel: channel) }
             if let now, now > version {
                 throw DepotError.conflict("channel_backwards", "channel \(channel) serves release \(now); it only moves forward. To go back, roll back (a new release with release \(version)'s packs)")
             }
@@ -179,7 +196,7 @@ public final class ReleaseStore: Sendable {
                 swept = true
             }
             // Signed for the channel it now serves: devices check the channel a manifest names.
-            let served = try signed(release, for: channel, app: app, packs: swept ? packs : nil)
+            let served = try signed(release, for: channel, app: app, packs: swept ? packs : nil, withoutRollout: true)
             try FileSystem.createDirectory(folder.channels(app))
             try FileSystem.writeAtomically(Array("\(version)\n".utf8), to: pointerPath(app, channel))
             live.withLock { $0[app + "\u{0}" + channel] = served }
@@ -191,6 +208,11 @@ public final class ReleaseStore: Sendable {
             changed(app)
         }
         return moved
+    }
+
+    /// What a content change meets on a channel whose rollout runs.
+    static func rolloutRunning(_ rollout: Rollout, channel: String) -> DepotError {
+        DepotError.conflict("rollout_running", "a rollout of release \(rollout.release) runs on channel \(channel) (\(RolloutRecord.percent(rollout.fraction)) of devices): halt or complete it first (depot rollout halt|complete); nothing changed")
     }
 
     /// Removes a channel other than production; its manifest URL then answers 404.
@@ -238,7 +260,7 @@ public final class ReleaseStore: Sendable {
         check: ((Manifest, Int64) throws -> Void)? = nil
     ) throws -> (release: LiveManifest?, unusedBlobs: [String]) {
         var unused: [String] = []
-        let release = try publish(app, channel: channel, base: base, change: { live in
+        let release = try publish(app, channel: channel, base: base, rolloutChange: .content, change: { live in
             var staging = try self.staging(app)
             try adding?(&staging, live)
             guard !staging.isEmpty else { throw DepotError.conflict("nothing_staged", "nothing is staged for app \(app)") }
@@ -260,13 +282,27 @@ public final class ReleaseStore: Sendable {
     /// aside), which the origin made on its own; 409 otherwise, checked under the lock. `check` sees the
     /// signed manifest and its envelope size before anything is written, and may refuse it (the
     /// allowance guard).
+    ///
+    /// `rolloutChange` says what becomes of a rollout on the channel (``RolloutChange``).
     func publish(
-        _ app: String, channel: String = ReleaseStore.production, base expected: Int? = nil, change: ([PackEntry]) throws -> [PackEntry]?,
+        _ app: String, channel: String = ReleaseStore.production, base expected: Int? = nil, rolloutChange: RolloutChange,
+        change: ([PackEntry]) throws -> [PackEntry]?,
         check: ((Manifest, Int64) throws -> Void)? = nil, then: (() throws -> Void)? = nil
     ) throws -> LiveManifest? {
         try publishLock.withLock { _ in
             let channelRelease = try current(app, channel: channel)
             let base = try channelRelease ?? current(app)
+            let liveRollout = channelRelease?.manifest.rollout
+            let rollout: Rollout?
+            switch rolloutChange {
+            case .content:
+                if let liveRollout, liveRollout.fraction > 0 { throw Self.rolloutRunning(liveRollout, channel: channel) }
+                rollout = nil
+            case .keep:
+                rollout = liveRollout
+            case .compute(let compute):
+                rollout = try compute(channelRelease)
+            }
             if let expected, expected != (channelRelease?.version ?? 0) {
                 // A release the origin made on its own since (patches named, a manifest re-signed
                 // before expiry) holds the same content: the publisher's base is still current.
@@ -279,7 +315,7 @@ public final class ReleaseStore: Sendable {
                 try then?()
                 return nil
             }
-            let packs = try raisingRevisions(edited, over: base?.manifest.packs ?? [], app: app)
+            let packs = try raisingRevisions(edited, over: base?.manifest.packs ?? [], candidates: liveRollout?.packs ?? [], app: app)
             // Start-up removed any release a crash left unpublished, so the next number is free;
             // the files still count, so that a number is never written twice.
             let version = max(head(app), Self.versions(in: folder.releases(app)).last ?? 0) + 1
@@ -298,7 +334,7 @@ public final class ReleaseStore: Sendable {
             }
             let manifest = Manifest(
                 app: app, version: version, publishedAt: now, expiresAt: now.addingTimeInterval(manifestLifetime), packs: packs, channel: channel,
-                primaryLanguage: primary
+                primaryLanguage: primary, rollout: rollout
             )
             let envelope = try Envelope.sign(manifest, with: apps.signingKeys()).encoded()
             try check?(manifest, Int64(envelope.count))
@@ -306,7 +342,7 @@ public final class ReleaseStore: Sendable {
             // `head` first: a crash before the pointer leaves a release that no channel serves
             // yet, listed and promotable; a crash before `head` leaves a file start-up removes.
             try FileSystem.writeAtomically(Array("\(version)\n".utf8), to: folder.head(app))
-            try noteReleased(packs, app: app)
+            try noteReleased(manifest.allEntries, app: app)
             if channel != Self.production { try FileSystem.createDirectory(folder.channels(app)) }
             try FileSystem.writeAtomically(Array("\(version)\n".utf8), to: pointerPath(app, channel))
             let published = LiveManifest(

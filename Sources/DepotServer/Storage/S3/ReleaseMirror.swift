@@ -97,6 +97,28 @@ final class ReleaseMirror: Sendable {
         return Int(String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
     }
 
+    // MARK: device reports (every origin, writer and replicas)
+
+    static func reportKey(_ app: String, origin: String, day: String) -> String { "apps/\(app)/reports/\(origin)/\(day).json" }
+
+    /// Writes this origin's figures of one day (its own object: origins never write each other's).
+    func putReports(_ app: String, origin: String, day: String, bytes: [UInt8]) throws {
+        try put(bytes, Self.reportKey(app, origin: origin, day: day))
+    }
+
+    /// The other origins' figures of `days`, each object's bytes with its day.
+    func reportObjects(_ app: String, days: Set<String>, excluding origin: String) throws -> [(day: String, bytes: [UInt8])] {
+        var out: [(day: String, bytes: [UInt8])] = []
+        for object in try bucket.list(prefix: "apps/\(app)/reports/") {
+            let parts = object.key.split(separator: "/")
+            guard parts.count == 5, parts[3] != origin, parts[4].hasSuffix(".json") else { continue }
+            let day = String(parts[4].dropLast(5))
+            guard days.contains(day) else { continue }
+            out.append((day, try S3Client.check(client.call("GET", key: object.key, limit: 8 << 20), "reading \(object.key)").body))
+        }
+        return out
+    }
+
     // MARK: replica
 
     /// A replica's pass: every app's settings and missing releases from the bucket into the

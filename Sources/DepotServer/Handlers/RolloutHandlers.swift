@@ -1,0 +1,194 @@
+import DepotCore
+import DepotHTTP
+import Foundation
+import Synchronization
+
+/// Rollouts (publisher tokens; halting also admin ones, which every publisher route accepts),
+/// fleet figures, and the devices' reports (`POST …/reports`, with the app's download access).
+struct RolloutHandlers: Sendable {
+    let rollouts: Rollouts
+    let limiter: ReportRateLimiter
+
+    private func by(_ context: RequestContext) -> String { context.token.map { "token " + $0.id } ?? "unknown" }
+
+    private static func fraction(_ context: RequestContext) throws -> Double {
+        guard let text = context.query("fraction"), let value = Double(text) else {
+            throw DepotError.badRequest("name the share of devices: ?fraction=F (0.1 is 10 %)")
+        }
+        return value
+    }
+
+    /// `GET …/rollouts/{channel}`: the state, the fraction, the candidate's report figures.
+    func status(_ context: RequestContext) throws -> HTTPResponse {
+        try Self.private(rollouts.status(context.app, channel: context["channel"]))
+    }
+
+    /// `POST …/rollouts/{channel}/start?release=N&fraction=F[&haltOnFailureRate=R&minReports=M][&force=true]`.
+    func start(_ context: RequestContext) throws -> HTTPResponse {
+        guard let release = context.query("release").flatMap(ReleaseNumber.parse) else {
+            throw DepotError.badRequest("name the release to roll out: ?release=N")
+        }
+        let rate = try context.query("haltOnFailureRate").map { text -> Double in
+            guard let value = Double(text) else { throw DepotError.badRequest("haltOnFailureRate is a number: 0.05 halts above 5 % failures") }
+            return value
+        }
+        let minimum = try context.query("minReports").map { text -> Int in
+            guard let value = Int(text) else { throw DepotError.badRequest("minReports is a whole number") }
+            return value
+        }
+        let status = try rollouts.start(
+            context.app, channel: context["channel"], release: release, fraction: Self.fraction(context), haltOnFailureRate: rate, minReports: minimum,
+            force: context.flag("force"), by: by(context)
+        )
+        return try Self.private(status, status: 201)
+    }
+
+    /// `POST …/rollouts/{channel}/advance?fraction=F`.
+    func advance(_ context: RequestContext) throws -> HTTPResponse {
+        try Self.private(rollouts.advance(context.app, channel: context["channel"], fraction: Self.fraction(context), by: by(context)), status: 201)
+    }
+
+    /// `POST …/rollouts/{channel}/halt`.
+    func halt(_ context: RequestContext) throws -> HTTPResponse {
+        let status = try rollouts.halt(context.app, channel: context["channel"], by: by(context))
+        rollouts.publisher.metrics.rolloutHalted(app: context.app, channel: context["channel"], by: "hand")
+        return try Self.private(status, status: 201)
+    }
+
+    /// `POST …/rollouts/{channel}/complete`.
+    func complete(_ context: RequestContext) throws -> HTTPResponse {
+        try Self.private(rollouts.complete(context.app, channel: context["channel"], by: by(context)), status: 201)
+    }
+
+    /// `GET …/fleet[?channel=C][&days=D]`: per pack revision, what devices reported each day.
+    func fleet(_ context: RequestContext) throws -> HTTPResponse {
+        let channel = try UploadParameters.channel(context.query("channel"))
+        var days = 14
+        if let text = context.query("days") {
+            guard let value = Int(text), (1...ReportBook.retentionDays).contains(value) else {
+                throw DepotError.badRequest("days is 1 to \(ReportBook.retentionDays)")
+            }
+            days = value
+        }
+        return try Self.private(rollouts.fleet(context.app, channel: channel, days: days))
+    }
+
+    /// `POST …/reports`: one device report (JSON, at most 32 KiB), counted or refused; rate-limited
+    /// per client address and in all before its body is read. No address is stored.
+    func report(_ context: RequestContext) throws -> HTTPDisposition {
+        let app = context.app
+        let metrics = rollouts.publisher.metrics
+        if let length = context.request.contentLength, length > Int64(DeviceReport.maximumBytes) {
+            metrics.report(app: app, result: "too_large")
+            throw DepotError.tooLarge(Int64(DeviceReport.maximumBytes))
+        }
+        if let wait = limiter.take(address: context.request.clientAddress ?? "") {
+            metrics.report(app: app, result: "rate_limited")
+            throw HTTPFailure(status: 429, code: "rate_limited", message: "too many reports; try again in \(wait) s", headers: [("Retry-After", "\(wait)")])
+        }
+        return .receiveBody(ReportReceiver(app: app, book: rollouts.reports, metrics: metrics))
+    }
+
+    static func `private`(_ value: some Encodable, status: Int = 200) throws -> HTTPResponse {
+        var response = try JSONResponse.make(value, status: status)
+        response.headers.add("Cache-Control", "private, no-store")
+        return response
+    }
+}
+
+/// Reads one report body (bounded) and counts it.
+final class ReportReceiver: HTTPBodyReceiver {
+    private let app: String
+    private let book: ReportBook
+    private let metrics: OriginMetrics
+    private var body: [UInt8] = []
+    private var failed = false
+
+    init(app: String, book: ReportBook, metrics: OriginMetrics) {
+        (self.app, self.book, self.metrics) = (app, book, metrics)
+    }
+
+    func receive(_ chunk: UnsafeRawBufferPointer) -> HTTPResponse? {
+        guard body.count + chunk.count <= DeviceReport.maximumBytes else {
+            failed = true
+            body = []
+            metrics.report(app: app, result: "too_large")
+            return ErrorResponse.response(for: DepotError.tooLarge(Int64(DeviceReport.maximumBytes)))
+        }
+        body += chunk
+        return nil
+    }
+
+    func finish() -> HTTPResponse {
+        do {
+            let report: DeviceReport
+            do {
+                report = try DeviceReport.decode(body)
+            } catch let error as ManifestError {
+                metrics.report(app: app, result: "invalid")
+                throw DepotError.badRequest(error.description + "; the report was not counted")
+            }
+            do {
+                try book.accept(report, app: app)
+            } catch {
+                metrics.report(app: app, result: "unknown_revision")
+                throw error
+            }
+            metrics.report(app: app, result: "counted")
+            var response = HTTPResponse.bytes(Array("{\"counted\":true}\n".utf8), status: 202, contentType: "application/json")
+            response.headers.add("Cache-Control", "no-store")
+            return response
+        } catch {
+            return ErrorResponse.response(for: error)
+        }
+    }
+
+    func abort() { body = [] }
+}
+
+/// Token buckets for reports: one per client address and one for all. An edge or a carrier's
+/// NAT sends many devices' reports from one address, so the defaults are generous (200 a second
+/// per address, 2,000 in all, each with a burst of twice that); the buckets bound what a flood
+/// costs, not what a fleet sends. Idle addresses are forgotten.
+final class ReportRateLimiter: Sendable {
+    struct Bucket {
+        var tokens: Double
+        var at: ContinuousClock.Instant
+    }
+
+    let perAddress: Double
+    let total: Double
+    private let state: Mutex<(all: Bucket, byAddress: [String: Bucket])>
+
+    init(perAddress: Double, total: Double) {
+        (self.perAddress, self.total) = (perAddress, total)
+        let now = ContinuousClock.now
+        state = Mutex((Bucket(tokens: total * 2, at: now), [:]))
+    }
+
+    /// Takes one report from both buckets; nil when allowed, else the seconds to wait.
+    func take(address: String, now: ContinuousClock.Instant = .now) -> Int? {
+        state.withLock { state in
+            func refill(_ bucket: inout Bucket, rate: Double) {
+                let elapsed = Double((now - bucket.at).components.seconds) + Double((now - bucket.at).components.attoseconds) / 1e18
+                bucket.tokens = min(rate * 2, bucket.tokens + max(0, elapsed) * rate)
+                bucket.at = now
+            }
+            refill(&state.all, rate: total)
+            var mine = state.byAddress[address] ?? Bucket(tokens: perAddress * 2, at: now)
+            refill(&mine, rate: perAddress)
+            guard mine.tokens >= 1, state.all.tokens >= 1 else {
+                state.byAddress[address] = mine
+                return 1
+            }
+            mine.tokens -= 1
+            state.all.tokens -= 1
+            if state.byAddress.count >= 10_000 {
+                // Forget the addresses whose bucket is full again (idle for two seconds or more).
+                state.byAddress = state.byAddress.filter { now - $0.value.at < .seconds(2) }
+            }
+            state.byAddress[address] = mine
+            return nil
+        }
+    }
+}

@@ -1,0 +1,251 @@
+import DepotCore
+import Foundation
+import Logging
+import Synchronization
+
+/// One day's counts of device reports for one app, as kept on disk
+/// (`apps/<app>/reports/<day>.json`) and in the bucket (`apps/<app>/reports/<origin>/<day>.json`):
+/// per channel the number of reports, and per channel, release, pack revision, outcome and
+/// error kind a count and the bytes. Nothing names a device or an address.
+struct DayFigures: Codable, Hashable, Sendable {
+    /// What one count is about.
+    struct Key: Codable, Hashable, Sendable {
+        var channel: String
+        var release: Int
+        var pack: String
+        var revision: Int
+        var outcome: DeviceReport.Outcome
+        var error: String?
+    }
+
+    /// One count.
+    struct Row: Codable, Hashable, Sendable {
+        var channel: String
+        var release: Int
+        var pack: String
+        var revision: Int
+        var outcome: DeviceReport.Outcome
+        var error: String?
+        var count: Int64
+        var bytes: Int64
+
+        var key: Key { Key(channel: channel, release: release, pack: pack, revision: revision, outcome: outcome, error: error) }
+    }
+
+    /// `YYYY-MM-DD`, UTC.
+    var day: String
+    /// Reports per channel.
+    var reports: [String: Int64] = [:]
+    var rows: [Row] = []
+
+    /// The counts by key (memory's form).
+    var byKey: [Key: (count: Int64, bytes: Int64)] {
+        var out: [Key: (count: Int64, bytes: Int64)] = [:]
+        for row in rows {
+            let before = out[row.key] ?? (0, 0)
+            out[row.key] = (before.count + row.count, before.bytes + row.bytes)
+        }
+        return out
+    }
+
+    init(day: String) { self.day = day }
+
+    init(day: String, reports: [String: Int64], counts: [Key: (count: Int64, bytes: Int64)]) {
+        self.day = day
+        self.reports = reports
+        rows = counts.map { key, value in
+            Row(channel: key.channel, release: key.release, pack: key.pack, revision: key.revision, outcome: key.outcome, error: key.error, count: value.count, bytes: value.bytes)
+        }.sorted { ($0.channel, $0.release, $0.pack, $0.revision, $0.outcome.rawValue, $0.error ?? "") < ($1.channel, $1.release, $1.pack, $1.revision, $1.outcome.rawValue, $1.error ?? "") }
+    }
+
+    /// The sum of several origins' figures for the same day.
+    static func sum(_ parts: [DayFigures], day: String) -> DayFigures {
+        var reports: [String: Int64] = [:]
+        var counts: [Key: (count: Int64, bytes: Int64)] = [:]
+        for part in parts {
+            reports.merge(part.reports, uniquingKeysWith: +)
+            for (key, value) in part.byKey {
+                let before = counts[key] ?? (0, 0)
+                counts[key] = (before.count + value.count, before.bytes + value.bytes)
+            }
+        }
+        return DayFigures(day: day, reports: reports, counts: counts)
+    }
+
+    static func day(of date: Date) -> String {
+        let parts = Calendar(identifier: .gregorian).dateComponents(in: TimeZone(identifier: "UTC")!, from: date)
+        return String(format: "%04d-%02d-%02d", parts.year ?? 0, parts.month ?? 0, parts.day ?? 0)
+    }
+
+    static func isDay(_ text: String) -> Bool {
+        text.utf8.count == 10 && text.utf8.enumerated().allSatisfy { index, c in index == 4 || index == 7 ? c == UInt8(ascii: "-") : (48...57).contains(c) }
+    }
+}
+
+/// Device reports, counted: each accepted report is added to today's figures of its app in
+/// memory, written (whole, atomically) to the data folder within a second, and — with object
+/// storage — to this origin's own object in the bucket, so that replicas accept reports and the
+/// writer sums every origin's. Days older than ``retentionDays`` are removed.
+///
+/// A report counts only when it is about what the app released: its channel exists, its
+/// release is one the origin made visible, and every pack revision it names is listed in that
+/// release (or its rollout). The number of distinct counts is therefore bounded by what the
+/// publishers released; a day holds at most ``maximumRows`` (more is refused with 429).
+final class ReportBook: Sendable {
+    static let retentionDays = 90
+    static let maximumRows = 50_000
+
+    let folder: DataFolder
+    let releases: ReleaseStore
+    let mirror: ReleaseMirror?
+    let originID: String
+    let logger: Logger
+    /// Per app and day: the counts not yet superseded on disk, and whether they changed since the last write.
+    private struct Book {
+        var days: [String: [String: (reports: [String: Int64], counts: [DayFigures.Key: (count: Int64, bytes: Int64)], dirty: Bool)]] = [:]
+    }
+    private let book = Mutex(Book())
+    /// Per app and release, the `pack@revision`s the release lists (releases never change).
+    private let listed = Mutex<[String: Set<String>]>([:])
+    /// Told the apps whose figures were just written (the rollout guard).
+    private let flushed: Mutex<(@Sendable ([String]) -> Void)?> = Mutex(nil)
+    private let writes = Mutex(())
+
+    init(folder: DataFolder, releases: ReleaseStore, mirror: ReleaseMirror?, logger: Logger) throws {
+        (self.folder, self.releases, self.mirror, self.logger) = (folder, releases, mirror, logger)
+        if let id = (try? FileSystem.readFile(folder.originID, limit: 64)).map({ String(decoding: $0, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines) }),
+           id.utf8.count == 32, Hex.decode(id) != nil {
+            originID = id
+        } else {
+            originID = Hex.encode(SecureRandom.bytes(16))
+            try FileSystem.writeAtomically(Array((originID + "\n").utf8), to: folder.originID)
+        }
+    }
+
+    /// Sets who is told after each write.
+    func onFlushed(_ body: @escaping @Sendable ([String]) -> Void) { flushed.withLock { $0 = body } }
+
+    /// Checks `report` against what `app` released and counts it; throws ``DepotError`` (422) otherwise.
+    func accept(_ report: DeviceReport, app: String, now: Date = Date()) throws {
+        guard releases.channels(app)[report.channel] != nil else {
+            throw DepotError(.unprocessable, "unknown_channel", "app \(app) has no channel \(report.channel); the report was not counted")
+        }
+        let listed = try listing(app, release: report.release)
+        for pack in report.packs where !listed.contains("\(pack.id)@\(pack.revision)") {
+            throw DepotError(.unprocessable, "unknown_revision", "release \(report.release) of app \(app) does not list revision \(pack.revision) of pack \(pack.id); the report was not counted")
+        }
+        let day = DayFigures.day(of: now)
+        let loaded = loadedDay(app, day)
+        try book.withLock { book in
+            var entry = book.days[app]?[day] ?? (loaded.reports, loaded.byKey, false)
+            let fresh = report.packs.filter { pack in entry.counts[key(report, pack)] == nil }.count
+            guard entry.counts.count + fresh <= Self.maximumRows else {
+                throw HTTPFailure(status: 429, code: "reports_full", message: "app \(app) has \(Self.maximumRows) distinct counts today; the report was not counted", headers: [("Retry-After", "3600")])
+            }
+            entry.reports[report.channel, default: 0] += 1
+            for pack in report.packs {
+                let k = key(report, pack)
+                let before = entry.counts[k] ?? (0, 0)
+                entry.counts[k] = (before.count + 1, before.bytes + pack.bytes)
+            }
+            entry.dirty = true
+            book.days[app, default: [:]][day] = entry
+        }
+    }
+
+    private func key(_ report: DeviceReport, _ pack: DeviceReport.PackResult) -> DayFigures.Key {
+        DayFigures.Key(
+            channel: report.channel, release: report.release, pack: pack.id, revision: pack.revision, outcome: pack.outcome,
+            error: pack.outcome == .failed ? (pack.error ?? "other") : nil
+        )
+    }
+
+    /// The `pack@revision`s release `release` of `app` lists (its packs and its rollout's candidates).
+    private func listing(_ app: String, release: Int) throws -> Set<String> {
+        let cacheKey = app + "\u{0}\(release)"
+        if let known = listed.withLock({ $0[cacheKey] }) { return known }
+        guard let manifest = try releases.release(app, release)?.manifest else {
+            throw DepotError(.unprocessable, "unknown_release", "app \(app) has no release \(release); the report was not counted")
+        }
+        let set = Set(manifest.allEntries.map { "\($0.id)@\($0.revision)" })
+        listed.withLock { cache in
+            if cache.count >= 512 { cache.removeAll() }
+            cache[cacheKey] = set
+        }
+        return set
+    }
+
+    private func path(_ app: String, _ day: String) -> String { folder.reports(app) + "/" + day + ".json" }
+
+    /// A day as this origin last wrote it (empty when it has none).
+    private func loadedDay(_ app: String, _ day: String) -> DayFigures {
+        if book.withLock({ $0.days[app]?[day] != nil }) { return DayFigures(day: day) }
+        return (try? StoredJSON.read(DayFigures.self, from: path(app, day))) ?? DayFigures(day: day)
+    }
+
+    /// This origin's figures for a day: memory first, else its file.
+    private func own(_ app: String, _ day: String) -> DayFigures {
+        if let entry = book.withLock({ $0.days[app]?[day] }) {
+            return DayFigures(day: day, reports: entry.reports, counts: entry.counts)
+        }
+        return (try? StoredJSON.read(DayFigures.self, from: path(app, day))) ?? DayFigures(day: day)
+    }
+
+    /// Every origin's figures for `app`, one per day from `days - 1` days ago to today, oldest
+    /// first: this origin's, plus (with object storage) every other origin's object in the bucket.
+    func figures(_ app: String, days: Int, now: Date = Date()) -> [DayFigures] {
+        let wanted = (0..<max(1, min(days, Self.retentionDays))).reversed().map { DayFigures.day(of: now.addingTimeInterval(-86_400 * Double($0))) }
+        var others: [String: [DayFigures]] = [:]
+        if let mirror {
+            do {
+                for (day, bytes) in try mirror.reportObjects(app, days: Set(wanted), excluding: originID) {
+                    if let figures = try? StoredJSON.decoder.decode(DayFigures.self, from: Data(bytes)) { others[day, default: []].append(figures) }
+                }
+            } catch {
+                logger.warning("could not read other origins' reports from the object store", metadata: ["app": .string(app), "error": .string("\(error)")])
+            }
+        }
+        return wanted.map { day in DayFigures.sum([own(app, day)] + (others[day] ?? []), day: day) }
+    }
+
+    /// Writes every day that changed (to its file, then to the bucket), removes days past the
+    /// retention, and tells the listener which apps were written.
+    func flush(now: Date = Date()) {
+        writes.withLock { _ in
+            let dirty: [(app: String, day: String, figures: DayFigures)] = book.withLock { book in
+                var out: [(String, String, DayFigures)] = []
+                for (app, days) in book.days {
+                    for (day, entry) in days where entry.dirty {
+                        out.append((app, day, DayFigures(day: day, reports: entry.reports, counts: entry.counts)))
+                        book.days[app]?[day]?.dirty = false
+                    }
+                    // Only today stays in memory once written.
+                    let today = DayFigures.day(of: now)
+                    for day in days.keys where day != today && book.days[app]?[day]?.dirty == false { book.days[app]?[day] = nil }
+                }
+                return out
+            }
+            guard !dirty.isEmpty else { return }
+            var apps = Set<String>()
+            for item in dirty {
+                do {
+                    try FileSystem.createDirectory(folder.reports(item.app))
+                    try StoredJSON.write(item.figures, to: path(item.app, item.day))
+                    try mirror?.putReports(item.app, origin: originID, day: item.day, bytes: Array(StoredJSON.encoder.encode(item.figures)))
+                    apps.insert(item.app)
+                } catch {
+                    // Still in memory: marked again so that the next pass retries.
+                    book.withLock { $0.days[item.app]?[item.day]?.dirty = true }
+                    logger.warning("could not write device reports", metadata: ["app": .string(item.app), "day": .string(item.day), "error": .string("\(error)")])
+                }
+            }
+            let oldest = DayFigures.day(of: now.addingTimeInterval(-86_400 * Double(Self.retentionDays)))
+            for app in apps {
+                for name in FileSystem.contents(of: folder.reports(app)) where name.hasSuffix(".json") && String(name.dropLast(5)) < oldest {
+                    FileSystem.remove(folder.reports(app) + "/" + name)
+                }
+            }
+            if let tell = flushed.withLock({ $0 }) { tell(apps.sorted()) }
+        }
+    }
+}

@@ -1,0 +1,165 @@
+import DepotCore
+import Foundation
+
+/// A channel's rollout as the origin keeps it (`apps/<app>/rollouts/<channel>.json`): what the
+/// signed manifest carries (release, fraction, salt) plus what only the origin needs — its
+/// state, its guard, who halted it and why, each step.
+struct RolloutRecord: Codable, Hashable, Sendable {
+    enum State: String, Codable, Sendable {
+        case running, halted, completed
+    }
+
+    /// One step: `start`, `advance`, `halt`, `complete`; `manifest` is the release it published.
+    struct Step: Codable, Hashable, Sendable {
+        var at: Date
+        var action: String
+        var fraction: Double
+        var manifest: Int
+        /// `automatic` or the token id that asked.
+        var by: String
+    }
+
+    /// The figures that made the origin halt a rollout itself.
+    struct Trigger: Codable, Hashable, Sendable {
+        var reports: Int64
+        var failures: Int64
+        var failureRate: Double
+        var at: Date
+    }
+
+    /// A pack revision the candidate brings.
+    struct Candidate: Codable, Hashable, Sendable {
+        var pack: String
+        var revision: Int
+    }
+
+    var app: String
+    var channel: String
+    /// The candidate release.
+    var release: Int
+    /// The release the channel served when the rollout started.
+    var baseRelease: Int
+    var state: State
+    var fraction: Double
+    var salt: String
+    var candidates: [Candidate]
+    var removed: [String]
+    /// The guard: halt when, with at least `minReports` reports about the candidate, more than
+    /// `haltOnFailureRate` of them are failures.
+    var haltOnFailureRate: Double?
+    var minReports: Int?
+    /// `automatic` (the guard) or the id of the token that halted it.
+    var haltedBy: String?
+    var trigger: Trigger?
+    var steps: [Step]
+
+    /// The first manifest the rollout published: reports about the candidate count from it on.
+    var firstManifest: Int { steps.first?.manifest ?? 0 }
+    var startedAt: Date { steps.first?.at ?? Date() }
+
+    static func percent(_ fraction: Double) -> String {
+        let value = fraction * 100
+        return value == value.rounded() ? "\(Int(value)) %" : String(format: "%.2f %%", value)
+    }
+
+    /// The candidate's reports among `days`: from its first manifest on, on its channel, about
+    /// its pack revisions (deferred ones aside): how many, how many failed, and by kind.
+    func candidateFigures(_ days: [DayFigures]) -> (reports: Int64, failures: Int64, byKind: [String: Int64]) {
+        let wanted = Set(candidates.map { "\($0.pack)@\($0.revision)" })
+        var (reports, failures) = (Int64(0), Int64(0))
+        var byKind: [String: Int64] = [:]
+        for day in days {
+            for row in day.rows where row.channel == channel && row.release >= firstManifest && row.outcome != .deferred && wanted.contains("\(row.pack)@\(row.revision)") {
+                reports += row.count
+                if row.outcome == .failed {
+                    failures += row.count
+                    byKind[row.error ?? "other", default: 0] += row.count
+                }
+            }
+        }
+        return (reports, failures, byKind)
+    }
+}
+
+/// What `GET …/rollouts/{channel}` and each step answer.
+struct RolloutStatus: Encodable, Sendable {
+    var app: String
+    var channel: String
+    var state: RolloutRecord.State
+    var release: Int
+    var baseRelease: Int
+    var fraction: Double
+    /// The release the channel serves now (the manifest version devices see).
+    var manifest: Int
+    var candidates: [RolloutRecord.Candidate]
+    var removed: [String]
+    var haltOnFailureRate: Double?
+    var minReports: Int?
+    var haltedBy: String?
+    var trigger: RolloutRecord.Trigger?
+    var steps: [RolloutRecord.Step]
+    /// Reports about the candidate since the rollout started, failures among them, by kind.
+    var reports: Int64
+    var failures: Int64
+    var failureRate: Double?
+    var failuresByKind: [String: Int64]
+    var manifestURL: String
+}
+
+/// What `GET …/fleet` answers: per pack revision, what devices on a channel reported each day.
+struct FleetFigures: Encodable, Sendable {
+    struct Revision: Encodable, Sendable {
+        var pack: String
+        var revision: Int
+        var installed: Int64
+        var patched: Int64
+        var failed: Int64
+        var deferred: Int64
+        var bytes: Int64
+        var failuresByKind: [String: Int64]
+        /// Installs (whole or patched) per day, oldest first, one per day of ``FleetFigures/days``.
+        var daily: [Int64]
+    }
+
+    var app: String
+    var channel: String
+    var days: [String]
+    /// Reports per day.
+    var reports: [Int64]
+    var revisions: [Revision]
+    var failuresByKind: [String: Int64]
+    var rollout: RolloutStatus?
+
+    init(app: String, channel: String, figures: [DayFigures], rollout: RolloutStatus?) {
+        self.app = app
+        self.channel = channel
+        self.rollout = rollout
+        days = figures.map(\.day)
+        reports = figures.map { $0.reports[channel] ?? 0 }
+        var byRevision: [String: Revision] = [:]
+        var kinds: [String: Int64] = [:]
+        for (index, day) in figures.enumerated() {
+            for row in day.rows where row.channel == channel {
+                let key = "\(row.pack)@\(row.revision)"
+                var revision = byRevision[key] ?? Revision(
+                    pack: row.pack, revision: row.revision, installed: 0, patched: 0, failed: 0, deferred: 0, bytes: 0, failuresByKind: [:],
+                    daily: Array(repeating: 0, count: figures.count)
+                )
+                revision.bytes += row.bytes
+                switch row.outcome {
+                case .installed: revision.installed += row.count
+                case .patched: revision.patched += row.count
+                case .deferred: revision.deferred += row.count
+                case .failed:
+                    revision.failed += row.count
+                    revision.failuresByKind[row.error ?? "other", default: 0] += row.count
+                    kinds[row.error ?? "other", default: 0] += row.count
+                }
+                if row.outcome == .installed || row.outcome == .patched { revision.daily[index] += row.count }
+                byRevision[key] = revision
+            }
+        }
+        revisions = byRevision.values.sorted { ($0.pack, $0.revision) < ($1.pack, $1.revision) }
+        failuresByKind = kinds
+    }
+}

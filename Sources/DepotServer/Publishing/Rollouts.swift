@@ -1,0 +1,231 @@
+import DepotCore
+import Foundation
+import Logging
+import Synchronization
+
+/// Guarded rollouts, in domain terms: a release offered to a fraction of a channel's devices
+/// first. Each step publishes the channel's next release (versions only go up) whose signed
+/// manifest carries the current packs and the candidate's entries with the fraction and the
+/// salt (``DepotCore/Rollout``); every device chooses for itself. The origin keeps a record per
+/// channel (``RolloutRecord``) and halts a guarded rollout itself when the candidate's failure
+/// rate crosses its threshold.
+///
+/// Managed apps refuse rollouts: the system, not the app, chooses what a device downloads from
+/// the one download manifest, so a device cannot take a candidate.
+final class Rollouts: Sendable {
+    let publisher: Publisher
+    let reports: ReportBook
+    private var releases: ReleaseStore { publisher.releases }
+    private var folder: DataFolder { publisher.folder }
+    /// One step at a time per origin (the record and the release it publishes go together).
+    private let steps = Mutex(())
+
+    init(publisher: Publisher, reports: ReportBook) {
+        (self.publisher, self.reports) = (publisher, reports)
+    }
+
+    /// The record of a channel's latest rollout, or nil.
+    func record(_ app: String, channel: String) -> RolloutRecord? {
+        try? StoredJSON.read(RolloutRecord.self, from: folder.rollout(app, channel: channel))
+    }
+
+    private func save(_ record: RolloutRecord) throws {
+        try FileSystem.createDirectory(folder.app(record.app) + "/rollouts")
+        try StoredJSON.write(record, to: folder.rollout(record.app, channel: record.channel))
+    }
+
+    static func checkFraction(_ fraction: Double) throws {
+        guard fraction.isFinite, fraction > 0, fraction <= 1 else {
+            throw DepotError.badRequest("a rollout's fraction is above 0 and at most 1 (0.1 is 10 % of devices)")
+        }
+    }
+
+    /// Starts offering release `release` to `fraction` of `channel`'s devices.
+    func start(
+        _ app: String, channel: String, release: Int, fraction: Double, haltOnFailureRate: Double?, minReports: Int?, force: Bool, by: String
+    ) throws -> RolloutStatus {
+        try Self.checkFraction(fraction)
+        if let rate = haltOnFailureRate, !(rate.isFinite && rate >= 0 && rate < 1) {
+            throw DepotError.badRequest("haltOnFailureRate is a share of failures from 0 up to (not including) 1: 0.05 halts above 5 %")
+        }
+        if let minReports, minReports < 1 { throw DepotError.badRequest("minReports is at least 1") }
+        if haltOnFailureRate == nil && minReports != nil { throw DepotError.badRequest("minReports goes with haltOnFailureRate") }
+        guard let settings = publisher.appSettings(app) else { throw DepotError.notFound("app \(app)") }
+        if settings.isManaged {
+            throw DepotError.conflict("rollout_managed", "app \(app) is managed: the system chooses what every device downloads from the one download manifest, so a device cannot take a candidate; publish the release on a channel (beta) instead. Nothing changed")
+        }
+        return try steps.withLock { _ in
+            var made: Rollout?
+            var base = 0
+            let published = try releases.publish(app, channel: channel, rolloutChange: .compute({ [releases, publisher] live in
+                guard let live else { throw DepotError.notFound("a release on channel \(channel) of app \(app)") }
+                if let running = live.manifest.rollout, running.fraction > 0 { throw ReleaseStore.rolloutRunning(running, channel: channel) }
+                guard release != live.version else {
+                    throw DepotError.conflict("release_live", "channel \(channel) serves release \(release) already: a rollout offers a release the channel does not serve yet. Nothing changed")
+                }
+                guard let target = try releases.release(app, release) else { throw DepotError.notFound("release \(release) of app \(app)") }
+                try Publisher.requireStored(target.manifest, version: release, in: publisher.blobs)
+                let rollout = Self.candidate(target.manifest, over: live.manifest, release: release, fraction: fraction)
+                guard !rollout.packs.isEmpty || !rollout.removed.isEmpty else {
+                    throw DepotError.conflict("nothing_to_roll_out", "release \(release) has the packs channel \(channel) serves: there is nothing to roll out. Nothing changed")
+                }
+                base = live.version
+                made = rollout
+                return rollout
+            }), change: { $0 }, check: force ? nil : publisher.allowanceGuard(app, channel: channel))
+            guard let published, let made else { throw DepotError.conflict("nothing_to_roll_out", "nothing changed") }
+            let record = RolloutRecord(
+                app: app, channel: channel, release: release, baseRelease: base, state: .running, fraction: fraction, salt: made.salt,
+                candidates: made.packs.map { RolloutRecord.Candidate(pack: $0.id, revision: $0.revision) }, removed: made.removed,
+                haltOnFailureRate: haltOnFailureRate, minReports: haltOnFailureRate == nil ? nil : (minReports ?? 20), haltedBy: nil, trigger: nil,
+                steps: [RolloutRecord.Step(at: Date(), action: "start", fraction: fraction, manifest: published.version, by: by)]
+            )
+            try save(record)
+            publisher.logger.notice("rollout started", metadata: [
+                "app": .string(app), "channel": .string(channel), "release": .stringConvertible(release), "fraction": .stringConvertible(fraction),
+                "manifest": .stringConvertible(published.version),
+            ])
+            return status(record)
+        }
+    }
+
+    /// The candidate's entries: the packs of `target` whose container differs from the live one's
+    /// (or that it adds), each with a revision above the live one; and the packs it drops.
+    static func candidate(_ target: Manifest, over live: Manifest, release: Int, fraction: Double) -> Rollout {
+        let current = Dictionary(live.packs.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+        var packs: [PackEntry] = []
+        for var pack in target.packs where current[pack.id]?.sha256 != pack.sha256 {
+            if let now = current[pack.id], pack.revision <= now.revision { pack.revision = now.revision + 1 }
+            packs.append(pack)
+        }
+        let kept = Set(target.packs.map(\.id))
+        return Rollout(release: release, fraction: fraction, salt: Rollout.newSalt(), packs: packs, removed: live.packs.map(\.id).filter { !kept.contains($0) })
+    }
+
+    /// One step on a channel's rollout: the release it publishes carries `next(rollout)`, or,
+    /// for `complete`, the candidate's packs and no rollout.
+    private func step(
+        _ app: String, channel: String, action: String, by: String, complete: Bool = false, trigger: RolloutRecord.Trigger? = nil,
+        _ next: @escaping (Rollout, RolloutRecord) throws -> Rollout
+    ) throws -> RolloutStatus {
+        try steps.withLock { _ in
+            guard var record = record(app, channel: channel), record.state != .completed else {
+                throw DepotError.notFound("a rollout on channel \(channel) of app \(app)")
+            }
+            var fraction = 0.0
+            let published = try releases.publish(app, channel: channel, rolloutChange: .compute({ live in
+                guard let rollout = live?.manifest.rollout, rollout.salt == record.salt else {
+                    throw DepotError.conflict("rollout_gone", "channel \(channel) no longer carries the rollout of release \(record.release) (a publish replaced it after a halt). Nothing changed")
+                }
+                if complete { return nil }
+                let changed = try next(rollout, record)
+                fraction = changed.fraction
+                return changed
+            }), change: { packs in
+                guard complete, let live = try self.releases.current(app, channel: channel)?.manifest else { return packs }
+                return live.choosing(candidate: true).packs
+            }, check: complete ? publisher.allowanceGuard(app, channel: channel) : nil)
+            guard let published else { throw DepotError.conflict("unchanged", "nothing changed") }
+            record.steps.append(RolloutRecord.Step(at: Date(), action: action, fraction: complete ? 1 : fraction, manifest: published.version, by: by))
+            switch action {
+            case "complete":
+                record.state = .completed
+                record.fraction = 1
+            case "halt":
+                record.state = .halted
+                record.fraction = 0
+                record.haltedBy = by
+                record.trigger = trigger
+            default:
+                record.state = .running
+                record.fraction = fraction
+                record.haltedBy = nil
+            }
+            try save(record)
+            publisher.logger.notice("rollout \(action)", metadata: [
+                "app": .string(app), "channel": .string(channel), "release": .stringConvertible(record.release), "fraction": .stringConvertible(record.fraction),
+                "manifest": .stringConvertible(published.version), "by": .string(by),
+            ])
+            return status(record)
+        }
+    }
+
+    /// Raises the fraction (every device that was in stays in); resumes a halted rollout.
+    func advance(_ app: String, channel: String, fraction: Double, by: String) throws -> RolloutStatus {
+        try Self.checkFraction(fraction)
+        return try step(app, channel: channel, action: "advance", by: by) { rollout, _ in
+            guard fraction > rollout.fraction else {
+                throw DepotError.conflict("fraction_not_raised", "the rollout reaches \(RolloutRecord.percent(rollout.fraction)) of devices; advancing only raises it (to take devices back, halt it). Nothing changed")
+            }
+            var next = rollout
+            next.fraction = fraction
+            return next
+        }
+    }
+
+    /// Fraction 0: devices that took the candidate go back to the current release at their next event.
+    func halt(_ app: String, channel: String, by: String, trigger: RolloutRecord.Trigger? = nil) throws -> RolloutStatus {
+        try step(app, channel: channel, action: "halt", by: by, trigger: trigger) { rollout, record in
+            guard rollout.fraction > 0 else {
+                throw DepotError.conflict("rollout_halted", "the rollout of release \(record.release) on channel \(channel) is halted already. Nothing changed")
+            }
+            var next = rollout
+            next.fraction = 0
+            return next
+        }
+    }
+
+    /// The candidate becomes the channel's release, for every device.
+    func complete(_ app: String, channel: String, by: String) throws -> RolloutStatus {
+        try step(app, channel: channel, action: "complete", by: by, complete: true) { rollout, _ in rollout }
+    }
+
+    /// The record with its figures, or 404.
+    func status(_ app: String, channel: String) throws -> RolloutStatus {
+        guard let record = record(app, channel: channel) else { throw DepotError.notFound("a rollout on channel \(channel) of app \(app)") }
+        return status(record)
+    }
+
+    private func status(_ record: RolloutRecord) -> RolloutStatus {
+        let days = Int(Date().timeIntervalSince(record.startedAt) / 86_400) + 2
+        let (reports, failures, byKind) = record.candidateFigures(self.reports.figures(record.app, days: days))
+        return RolloutStatus(
+            app: record.app, channel: record.channel, state: record.state, release: record.release, baseRelease: record.baseRelease, fraction: record.fraction,
+            manifest: (try? releases.current(record.app, channel: record.channel)?.version) ?? 0, candidates: record.candidates, removed: record.removed,
+            haltOnFailureRate: record.haltOnFailureRate, minReports: record.minReports, haltedBy: record.haltedBy, trigger: record.trigger, steps: record.steps,
+            reports: reports, failures: failures, failureRate: reports > 0 ? Double(failures) / Double(reports) : nil, failuresByKind: byKind,
+            manifestURL: publisher.urls.manifest(record.app, channel: record.channel)
+        )
+    }
+
+    /// The guard: halts each running guarded rollout of `apps` whose candidate has at least
+    /// `minReports` reports with a failure share above `haltOnFailureRate`.
+    func evaluate(_ apps: [String]) {
+        for app in apps {
+            for name in FileSystem.contents(of: folder.app(app) + "/rollouts") where name.hasSuffix(".json") {
+                let channel = String(name.dropLast(5))
+                guard Identifier.isValidChannel(channel), let record = record(app, channel: channel), record.state == .running,
+                      let rate = record.haltOnFailureRate, let minimum = record.minReports else { continue }
+                let days = Int(Date().timeIntervalSince(record.startedAt) / 86_400) + 2
+                let (reports, failures, _) = record.candidateFigures(self.reports.figures(app, days: days))
+                guard reports >= Int64(minimum), Double(failures) > rate * Double(reports) else { continue }
+                let trigger = RolloutRecord.Trigger(reports: reports, failures: failures, failureRate: Double(failures) / Double(reports), at: Date())
+                do {
+                    _ = try halt(app, channel: channel, by: "automatic", trigger: trigger)
+                    publisher.metrics.rolloutHalted(app: app, channel: channel, by: "automatic")
+                    publisher.logger.warning("rollout halted automatically: the candidate's failure rate crossed the threshold", metadata: [
+                        "app": .string(app), "channel": .string(channel), "release": .stringConvertible(record.release),
+                        "reports": .stringConvertible(reports), "failures": .stringConvertible(failures), "threshold": .stringConvertible(rate),
+                    ])
+                } catch {
+                    publisher.logger.error("could not halt a failing rollout", metadata: ["app": .string(app), "channel": .string(channel), "error": .string("\(error)")])
+                }
+            }
+        }
+    }
+
+    /// Fleet figures of a channel over `days` days, with its rollout's status.
+    func fleet(_ app: String, channel: String, days: Int) -> FleetFigures {
+        FleetFigures(app: app, channel: channel, figures: reports.figures(app, days: days), rollout: record(app, channel: channel).map(status))
+    }
+}

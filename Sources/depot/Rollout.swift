@@ -1,0 +1,178 @@
+import ArgumentParser
+import DepotClient
+import Foundation
+
+/// What the origin answers about a rollout (`GET|POST …/rollouts/{channel}[/step]`).
+struct RolloutAnswer: Decodable {
+    struct Candidate: Decodable { var pack: String; var revision: Int }
+    struct Trigger: Decodable { var reports: Int64; var failures: Int64; var failureRate: Double }
+    var channel: String
+    var state: String
+    var release: Int
+    var baseRelease: Int
+    var fraction: Double
+    var manifest: Int
+    var candidates: [Candidate]
+    var removed: [String]
+    var haltOnFailureRate: Double?
+    var minReports: Int?
+    var haltedBy: String?
+    var trigger: Trigger?
+    var reports: Int64
+    var failures: Int64
+    var failureRate: Double?
+    var failuresByKind: [String: Int64]
+
+    static func percent(_ value: Double) -> String {
+        let scaled = value * 100
+        return scaled == scaled.rounded() ? "\(Int(scaled)) %" : String(format: "%.2f %%", scaled)
+    }
+
+    /// The lines `depot rollout` prints.
+    var lines: [String] {
+        var lines = [
+            "rollout of release \(release) on \(channel): \(state), \(Self.percent(fraction)) of devices (manifest \(manifest); current release \(baseRelease))",
+            "candidate: " + (candidates.map { "\($0.pack) revision \($0.revision)" } + removed.map { "\($0) removed" }).joined(separator: ", "),
+            "reports about the candidate: \(reports), failures \(failures)" + (failureRate.map { " (\(Self.percent($0)))" } ?? ""),
+        ]
+        if !failuresByKind.isEmpty { lines.append("failures by kind: " + failuresByKind.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")) }
+        if let rate = haltOnFailureRate, let minimum = minReports {
+            lines.append("guard: halts itself above \(Self.percent(rate)) failures once \(minimum) reports are in")
+        }
+        if let haltedBy {
+            lines.append("halted by \(haltedBy)" + (trigger.map { ": \($0.failures) failures in \($0.reports) reports (\(Self.percent($0.failureRate)))" } ?? ""))
+        }
+        return lines
+    }
+}
+
+struct RolloutCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "rollout",
+        abstract: "Offer a release to a fraction of a channel's devices first; advance, halt or complete it.",
+        discussion: """
+            The channel's signed manifest then carries the current packs and the candidate's, with the \
+            fraction and a salt; each device decides from an install id it keeps and never sends. Every step \
+            publishes the channel's next release (versions only go up). Managed apps refuse rollouts (the \
+            system chooses their downloads). See the README's "Guarded rollouts".
+            """,
+        subcommands: [Start.self, Advance.self, Halt.self, Complete.self, Status.self],
+        defaultSubcommand: Status.self
+    )
+
+    static func call(_ origin: ServerOptions, _ token: TokenOption, _ channel: String, _ step: String?, _ query: [URLQueryItem] = []) async throws {
+        let url = origin.endpoint("rollouts/\(channel)" + (step.map { "/" + $0 } ?? ""), query)
+        let response = step == nil
+            ? try await origin.transport().get(url, headers: token.headers())
+            : try await origin.transport().send(method: "POST", to: url, headers: token.headers())
+        guard (200..<300).contains(response.status) else {
+            throw CLIError("rollout \(step ?? "status") failed: HTTP \(response.status): \(Publish.message(response.body))")
+        }
+        for line in try JSONDecoder().decode(RolloutAnswer.self, from: Data(response.body)).lines { print(line) }
+    }
+
+    struct Start: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Start offering release N (one the channel does not serve yet, e.g. published with --channel beta) to a fraction of devices."
+        )
+        @OptionGroup var origin: ServerOptions
+        @OptionGroup var token: TokenOption
+        @OptionGroup var channel: ChannelOption
+        @Option(help: "The candidate release.") var release: Int
+        @Option(help: "The share of devices that take it: 0.1 is 10 %.") var fraction: Double
+        @Option(name: .customLong("halt-on-failure-rate"), help: "Halt by itself when more than this share of the candidate's reports are failures (0.05: 5 %).")
+        var haltOnFailureRate: Double?
+        @Option(name: .customLong("min-reports"), help: "With --halt-on-failure-rate: the reports needed before it may halt (default 20).") var minReports: Int?
+        @Flag(help: "Start even past the allowances recorded for shipped builds.") var force = false
+
+        func run() async throws {
+            var query = [URLQueryItem(name: "release", value: String(release)), URLQueryItem(name: "fraction", value: String(fraction))]
+            if let haltOnFailureRate { query.append(URLQueryItem(name: "haltOnFailureRate", value: String(haltOnFailureRate))) }
+            if let minReports { query.append(URLQueryItem(name: "minReports", value: String(minReports))) }
+            if force { query.append(URLQueryItem(name: "force", value: "true")) }
+            try await RolloutCommand.call(origin, token, channel.channel, "start", query)
+        }
+    }
+
+    struct Advance: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Raise the fraction (every device that had the candidate keeps it); resumes a halted rollout.")
+        @OptionGroup var origin: ServerOptions
+        @OptionGroup var token: TokenOption
+        @OptionGroup var channel: ChannelOption
+        @Option(help: "The new share of devices (above the current one).") var fraction: Double
+
+        func run() async throws {
+            try await RolloutCommand.call(origin, token, channel.channel, "advance", [URLQueryItem(name: "fraction", value: String(fraction))])
+        }
+    }
+
+    struct Halt: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Fraction 0: devices that took the candidate go back to the current release at their next event.")
+        @OptionGroup var origin: ServerOptions
+        @OptionGroup var token: TokenOption
+        @OptionGroup var channel: ChannelOption
+
+        func run() async throws { try await RolloutCommand.call(origin, token, channel.channel, "halt") }
+    }
+
+    struct Complete: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Make the candidate the channel's release, for every device.")
+        @OptionGroup var origin: ServerOptions
+        @OptionGroup var token: TokenOption
+        @OptionGroup var channel: ChannelOption
+
+        func run() async throws { try await RolloutCommand.call(origin, token, channel.channel, "complete") }
+    }
+
+    struct Status: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Print the rollout's state (running, halted or completed), its fraction and the report figures.")
+        @OptionGroup var origin: ServerOptions
+        @OptionGroup var token: TokenOption
+        @OptionGroup var channel: ChannelOption
+
+        func run() async throws { try await RolloutCommand.call(origin, token, channel.channel, nil) }
+    }
+}
+
+struct Fleet: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print what devices reported: adoption per pack revision and failures by kind.",
+        discussion: "Counts of the reports apps send (depot sync --report, DeviceReporter), per day, summed over every origin of a bucket."
+    )
+    @OptionGroup var origin: ServerOptions
+    @OptionGroup var token: TokenOption
+    @OptionGroup var channel: ChannelOption
+    @Option(help: "Days back, today included (1–90).") var days: Int = 14
+
+    struct Answer: Decodable {
+        struct Revision: Decodable {
+            var pack: String
+            var revision: Int
+            var installed: Int64
+            var patched: Int64
+            var failed: Int64
+            var deferred: Int64
+            var bytes: Int64
+            var failuresByKind: [String: Int64]
+        }
+        var days: [String]
+        var reports: [Int64]
+        var revisions: [Revision]
+        var failuresByKind: [String: Int64]
+        var rollout: RolloutAnswer?
+    }
+
+    func run() async throws {
+        let query = channel.query + [URLQueryItem(name: "days", value: String(days))]
+        let response = try await origin.transport().get(origin.endpoint("fleet", query), headers: try token.headers())
+        guard response.status == 200 else { throw CLIError("fleet failed: HTTP \(response.status): \(Publish.message(response.body))") }
+        let answer = try JSONDecoder().decode(Answer.self, from: Data(response.body))
+        print("\(origin.app) on \(channel.channel): \(answer.reports.reduce(0, +)) reports in \(answer.days.count) days (\(answer.days.first ?? "") to \(answer.days.last ?? ""))")
+        print("pack\trevision\tinstalled\tpatched\tfailed\tdeferred\tbytes")
+        for revision in answer.revisions {
+            print("\(revision.pack)\t\(revision.revision)\t\(revision.installed)\t\(revision.patched)\t\(revision.failed)\t\(revision.deferred)\t\(revision.bytes)")
+        }
+        print("failures by kind: " + (answer.failuresByKind.isEmpty ? "none" : answer.failuresByKind.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")))
+        if let rollout = answer.rollout { for line in rollout.lines { print(line) } }
+    }
+}
