@@ -80,8 +80,10 @@ public struct HTTPTransport: Sendable {
     /// One session for this transport (and its copies), invalidated when the last copy goes.
     private let session: URLSessionEngine
     #if os(Linux)
-    /// The TLS trust of the Linux engine, made once (a CA file that cannot be read fails each https call).
-    private let trust: Result<TLSClientContext, TLSError>
+    /// The TLS trust of the Linux engine, made at the first https call and kept (a CA file that
+    /// cannot be read fails each https call). Not before: loading the system's store parses
+    /// every CA certificate, which a transport that only speaks http never needs.
+    private let trust: LazyTrust
     #endif
 
     /// One transport for callers that do not make their own (`ManifestSource`'s default): one
@@ -93,7 +95,7 @@ public struct HTTPTransport: Sendable {
         self.options = options
         session = URLSessionEngine(timeout: timeout, deadline: options.responseDeadline)
         #if os(Linux)
-        trust = Result { () throws(TLSError) in try TLSClientContext(caFile: options.caFile) }
+        trust = LazyTrust(caFile: options.caFile)
         #endif
     }
 
@@ -174,12 +176,12 @@ public struct HTTPTransport: Sendable {
     private func plain(
         _ request: Request, progress: (@Sendable (Int64) -> Void)?, handling: @escaping @Sendable (Response) throws -> BodyHandling
     ) async throws -> Response {
-        let trust: TLSClientContext?
-        switch self.trust {
-        case .success(let context): trust = context
-        case .failure(let error):
-            if request.url.scheme == "https" { throw ClientError.tls(request.url.absoluteString, error.description) }
-            trust = nil
+        var trust: TLSClientContext?
+        if request.url.scheme == "https" {
+            switch self.trust.context() {
+            case .success(let context): trust = context
+            case .failure(let error): throw ClientError.tls(request.url.absoluteString, error.description)
+            }
         }
         let connection = try HTTPConnection(url: request.url, timeout: timeout, trust: trust, options: options)
         return try await BlockingCall.run(onCancel: connection.cancel) {
@@ -239,3 +241,22 @@ public struct HTTPTransport: Sendable {
 
     private static func fields(_ headers: [String: String]) -> [(String, String)] { headers.map { ($0.key, $0.value) } }
 }
+
+#if os(Linux)
+/// A `TLSClientContext` made on first use and shared by the copies of one transport.
+final class LazyTrust: Sendable {
+    let caFile: String?
+    private let made = Locked<Result<TLSClientContext, TLSError>?>(nil)
+
+    init(caFile: String?) { self.caFile = caFile }
+
+    func context() -> Result<TLSClientContext, TLSError> {
+        made.withLock { made in
+            if let made { return made }
+            let result = Result { () throws(TLSError) in try TLSClientContext(caFile: caFile) }
+            made = result
+            return result
+        }
+    }
+}
+#endif

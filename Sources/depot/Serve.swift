@@ -77,6 +77,10 @@ struct Serve: ParsableCommand {
 
     @Option(name: .customLong("replica-interval"), help: "With --read-only: seconds between looks for new releases in the bucket (env DEPOT_REPLICA_INTERVAL).")
     var replicaInterval: Int = Environment.int("DEPOT_REPLICA_INTERVAL", 10)
+    @Option(name: .customLong("report-rate-per-address"), help: "Device reports accepted per second from one client address, burst twice that (env DEPOT_REPORT_RATE_PER_ADDRESS; an edge or a NAT speaks for many devices).")
+    var reportRatePerAddress: Int = Environment.int("DEPOT_REPORT_RATE_PER_ADDRESS", 200)
+    @Option(name: .customLong("report-rate-total"), help: "Device reports accepted per second in all, burst twice that (env DEPOT_REPORT_RATE_TOTAL).")
+    var reportRateTotal: Int = Environment.int("DEPOT_REPORT_RATE_TOTAL", 2000)
 
     @Option(name: .customLong("patch-depth"), help: "How many earlier revisions of a changed pack get a patch (a delta download) to the new one, made in the background after each release; 0 turns patches off (env DEPOT_PATCH_DEPTH).")
     var patchDepth: Int = Environment.int("DEPOT_PATCH_DEPTH", 3)
@@ -109,6 +113,7 @@ struct Serve: ParsableCommand {
             throw ValidationError("--read-only reads unsigned app settings from the bucket: give an https:// --s3-endpoint (http only on loopback)")
         }
         guard replicaInterval >= 1 else { throw ValidationError("--replica-interval must be at least 1") }
+        guard reportRatePerAddress >= 1, reportRateTotal >= 1 else { throw ValidationError("--report-rate-per-address and --report-rate-total must be at least 1") }
         guard (0...16).contains(patchDepth) else { throw ValidationError("--patch-depth must be 0–16") }
         guard patchScratchLimit >= 0, (0...90).contains(patchDiskReserve) else { throw ValidationError("--patch-scratch-limit must not be negative, --patch-disk-reserve must be 0–90") }
     }
@@ -172,6 +177,8 @@ struct Serve: ParsableCommand {
         configuration.objectStore = try store.objectStore()
         configuration.readOnly = readOnly
         configuration.replicaInterval = TimeInterval(replicaInterval)
+        configuration.reportRatePerAddress = Double(reportRatePerAddress)
+        configuration.reportRateTotal = Double(reportRateTotal)
         configuration.patchDepth = patchDepth
         configuration.patchLimits = PatchLimits(
             scratchBytes: patchScratchLimit > 0 ? patchScratchLimit : 4 * max(maxPackSize, 1 << 30), reserve: Double(patchDiskReserve) / 100
