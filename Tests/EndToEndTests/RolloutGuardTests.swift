@@ -1,0 +1,230 @@
+import DepotClient
+import DepotCore
+import DepotServer
+import DepotTestSupport
+import Foundation
+import Testing
+
+@Suite("Guarded rollouts: the extension flow, the guard that halts a failing rollout, hostile reports, what is refused")
+struct RolloutGuardTests {
+    @Test("Through the extension flow (schedule / receive / installArrived), a sample of devices each takes its own choice, reports it from the app, and goes back after a halt")
+    func extensionFlow() async throws {
+        try await withServer { origin in
+            let work = TemporaryDirectory("depot-rollout-extension")
+            defer { work.remove() }
+            let (v1, v2) = (bytes(5_000, seed: 4), bytes(5_500, seed: 5))
+            try put(origin, "level", v1)
+            try put(origin, "level", v2, query: "&channel=beta")
+            let fleet = try RolloutFleet(origin: origin, root: work.path, count: 24)
+            let configuration = fleet.configuration
+            #expect(try call(origin, "POST", "/v1/apps/\(origin.app)/rollouts/production/start?release=2&fraction=0.5").status == 201)
+
+            /// One event on one device, as the system runs it: the manifest fetched to a file, the
+            /// extension schedules, the system downloads, the extension receives, the app installs.
+            func event(_ device: Int, kind: RequestKind) throws -> (scheduled: [String], report: ArrivedReport) {
+                let flow = try ExtensionFlow(configuration: configuration, destination: fleet.destination(device))
+                let envelope = try call(origin, "GET", "/v1/apps/\(origin.app)/manifest", token: "").body
+                let file = work.path + "/manifest-\(device).json"
+                try FileSystem.writeAtomically(envelope, to: file)
+                let downloads = try flow.schedule(manifestFile: file, kind: kind, languages: ["en"])
+                for download in downloads {
+                    let response = try call(origin, "GET", download.url.path, token: "")
+                    #expect(response.status == 200 && response.body.count == download.fileSize)
+                    let delivered = work.path + "/delivered-\(device)"
+                    try FileSystem.writeAtomically(response.body, to: delivered)
+                    try flow.receive(identifier: download.identifier, file: delivered)
+                }
+                return (downloads.map(\.identifier), try flow.installArrived(languages: ["en"]))
+            }
+            let manifest = try fleet.manifest()
+            let candidate = try #require(manifest.rollout?.packs.first { $0.id == "level" })
+            var taken = 0
+            for device in 0..<fleet.count {
+                let (scheduled, report) = try event(device, kind: .install)
+                let installID = try fleet.installID(device)
+                let chosen = try #require(manifest.resolved(installID: installID)[pack: "level"])
+                #expect(scheduled == ["level@\(chosen.revision)"])
+                #expect(report.installed == ["level"] && report.deviceReport?.packs.map(\.revision) == [chosen.revision])
+                #expect(try FileSystem.readFile(fleet.destination(device) + "/packs/level") == (chosen.sha256 == candidate.sha256 ? v2 : v1))
+                // The app sends it (never the extension).
+                let status = try await DeviceReporter(server: origin.baseURL, app: origin.app).send(try #require(report.deviceReport))
+                #expect(status == 202)
+                if chosen.sha256 == candidate.sha256 { taken += 1 }
+            }
+            #expect(taken > 0 && taken < fleet.count, "\(taken) of \(fleet.count) at 50 %")
+            origin.server.flushReports()
+            #expect(try rolloutStatus(origin).reports == Int64(taken))
+
+            #expect(try call(origin, "POST", "/v1/apps/\(origin.app)/rollouts/production/halt").status == 201)
+            for device in 0..<fleet.count {
+                let before = try #require(try fleet.installed(device, "level"))
+                let (scheduled, report) = try event(device, kind: .periodic)
+                if before.sha256 == candidate.sha256 {
+                    #expect(scheduled == ["level@1"] && report.installed == ["level"])
+                } else {
+                    #expect(scheduled.isEmpty)
+                }
+                #expect(try FileSystem.readFile(fleet.destination(device) + "/packs/level") == v1)
+            }
+        }
+    }
+
+    @Test("Devices whose candidate install fails report it; the rollout halts itself once the failure rate crosses the threshold, not before --min-reports; with no failures it never halts")
+    func guardHalts() async throws {
+        let log = CapturedLog()
+        try await withServer(configure: { $0.logger = log.logger() }) { origin in
+            let work = TemporaryDirectory("depot-rollout-guard")
+            defer { work.remove() }
+            let (v1, v2) = (bytes(5_000, seed: 6), bytes(5_000, seed: 7))
+            try put(origin, "level", v1)
+            try put(origin, "level", v2, query: "&channel=beta")
+            let fleet = try RolloutFleet(origin: origin, root: work.path, count: 120)
+            let candidateSHA = try #require(try fleet.manifest(channel: "beta")[pack: "level"]).sha256
+            // The injected failure: the candidate's stored container damaged (same size), so every
+            // device that takes it fails its check.
+            let blob = origin.data.path + "/blobs/" + candidateSHA.prefix(2) + "/" + candidateSHA
+            let good = try FileSystem.readFile(blob)
+            var bad = good
+            bad[2_000] ^= 0xff
+            try FileSystem.writeAtomically(bad, to: blob)
+            #expect(try call(origin, "POST", "/v1/apps/\(origin.app)/rollouts/production/start?release=2&fraction=0.5&haltOnFailureRate=0.2&minReports=8").status == 201)
+
+            var failures = 0
+            var device = 0
+            while device < fleet.count {
+                let report = try await fleet.sync(device, report: true)
+                device += 1
+                origin.server.flushReports()
+                let status = try rolloutStatus(origin)
+                if let failed = report.deviceReport?.packs.first(where: { $0.outcome == .failed }) {
+                    #expect(failed.error == "integrity")
+                    failures += 1
+                }
+                if failures < 8 {
+                    #expect(status.state == "running", "halted after \(failures) failures, before the 8 reports it needs")
+                } else {
+                    #expect(status.state == "halted" && status.haltedBy == "automatic" && status.trigger?.reports == 8 && status.trigger?.failures == 8)
+                    break
+                }
+            }
+            #expect(failures == 8, "the guard halted at the 8th report about the candidate")
+            #expect(log.all.contains { $0.contains("rollout halted automatically") })
+            // Every device is on the current revision at its next sync (the failing ones never left it).
+            for index in 0..<device {
+                try await fleet.sync(index)
+                #expect(try fleet.installed(index, "level")?.revision == 1)
+            }
+
+            // Repaired, the same candidate rolled out to everyone: no failures, never halted.
+            try FileSystem.writeAtomically(good, to: blob)
+            #expect(try call(origin, "POST", "/v1/apps/\(origin.app)/rollouts/production/start?release=2&fraction=1&haltOnFailureRate=0.2&minReports=8").status == 201)
+            for index in 0..<40 {
+                let report = try await fleet.sync(index, report: true)
+                #expect(report.failed.isEmpty)
+                origin.server.flushReports()
+            }
+            let status = try rolloutStatus(origin)
+            #expect(status.state == "running" && status.reports >= 40 && status.failures == 0)
+        }
+    }
+
+    @Test("Hostile reports — oversized, malformed, of unknown revisions, releases, channels or error kinds, a flood from one address — are refused and leave the stored figures bounded")
+    func hostileReports() async throws {
+        try await withServer(configure: { $0.reportRatePerAddress = 2 }) { origin in
+            let work = TemporaryDirectory("depot-rollout-hostile")
+            defer { work.remove() }
+            try put(origin, "level", bytes(3_000, seed: 8))
+            let path = "/v1/apps/\(origin.app)/reports"
+            func send(_ body: [UInt8], headers: String = "") throws -> RawHTTP.Response {
+                try call(origin, "POST", path, token: "", body: body, headers: "Content-Type: application/json\r\n" + headers)
+            }
+            let good = DeviceReport(channel: "production", release: 1, packs: [.init(id: "level", revision: 1, outcome: .installed, bytes: 3_075)])
+            #expect(try send(good.encoded()).status == 202)
+            var refusals: [(String, [UInt8], Int)] = [
+                ("oversized", Array(repeating: 32, count: 40_000), 413),
+                ("not JSON", Array("{\"channel\":".utf8), 400),
+                ("another shape", Array("{\"a\":[1,2,3]}".utf8), 400),
+                ("no pack", DeviceReport(channel: "production", release: 1, packs: []).encoded(), 400),
+            ]
+            var kind = good
+            kind.packs[0].outcome = .failed
+            kind.packs[0].error = "<script>"
+            refusals.append(("unknown error kind", kind.encoded(), 400))
+            for (what, report) in [
+                ("unknown revision", DeviceReport(channel: "production", release: 1, packs: [.init(id: "level", revision: 9, outcome: .installed)])),
+                ("unknown pack", DeviceReport(channel: "production", release: 1, packs: [.init(id: "nope", revision: 1, outcome: .installed)])),
+                ("unknown release", DeviceReport(channel: "production", release: 99, packs: [.init(id: "level", revision: 1, outcome: .installed)])),
+                ("unknown channel", DeviceReport(channel: "staging", release: 1, packs: [.init(id: "level", revision: 1, outcome: .installed)])),
+            ] {
+                refusals.append((what, report.encoded(), 422))
+            }
+            for (what, body, status) in refusals {
+                let response = try send(body)
+                #expect(response.status == status, "\(what): \(response.status) \(response.bodyText)")
+            }
+            let declared = try call(origin, "POST", path, token: "", headers: "Content-Length: 999999999\r\n")
+            #expect(declared.status == 413 || declared.status == 400)
+            #expect(try call(origin, "POST", "/v1/apps/com.example.none/reports", token: "", body: good.encoded()).status == 404)
+
+            // A flood from one address: the bucket (2 a second, burst 4) answers 429 with Retry-After.
+            var (accepted, limited) = (1, 0)
+            for _ in 0..<150 {
+                let response = try send(good.encoded())
+                if response.status == 202 { accepted += 1 } else if response.status == 429 {
+                    limited += 1
+                    #expect(response.header("Retry-After") == "1")
+                }
+            }
+            #expect(limited > 0 && accepted < 151)
+            origin.server.flushReports()
+            let day = FileSystem.contents(of: origin.data.path + "/apps/\(origin.app)/reports").filter { $0.hasSuffix(".json") }
+            #expect(day.count == 1)
+            let stored = try JSONSerialization.jsonObject(with: Data(FileSystem.readFile(origin.data.path + "/apps/\(origin.app)/reports/" + day[0]))) as? [String: Any]
+            let rows = try #require(stored?["rows"] as? [[String: Any]])
+            #expect(rows.count == 1 && (rows[0]["count"] as? Int) == accepted, "only what was counted is stored: \(rows)")
+            #expect((stored?["reports"] as? [String: Int])?["production"] == accepted)
+            let text = try String(decoding: FileSystem.readFile(origin.data.path + "/apps/\(origin.app)/reports/" + day[0]), as: UTF8.self)
+            #expect(!text.contains("127.0.0.1"), "no address is stored")
+        }
+    }
+
+    @Test("What a rollout refuses: a managed app, a content publish or promotion while it runs, a lower fraction, the live release, a bad fraction, no token; after a halt a publish drops it")
+    func refusals() async throws {
+        try await withServer { origin in
+            try put(origin, "level", bytes(2_000, seed: 9))
+            try put(origin, "level", bytes(2_100, seed: 10), query: "&channel=beta")
+            let rollouts = "/v1/apps/\(origin.app)/rollouts/production"
+            func expect(_ method: String, _ path: String, _ status: Int, _ code: String? = nil, token: String? = nil) throws {
+                let response = try call(origin, method, path, token: token)
+                #expect(response.status == status, "\(path): \(response.status) \(response.bodyText)")
+                if let code { #expect(response.bodyText.contains("\"\(code)\""), "\(response.bodyText)") }
+            }
+            try expect("POST", rollouts + "/start?release=2&fraction=0.1", 401, token: "")
+            try expect("POST", rollouts + "/start?release=2&fraction=0", 400)
+            try expect("POST", rollouts + "/start?release=2&fraction=1.5", 400)
+            try expect("POST", rollouts + "/start?release=1&fraction=0.1", 409, "release_live")
+            try expect("POST", rollouts + "/start?release=7&fraction=0.1", 404)
+            try expect("POST", rollouts + "/halt", 404)
+            try expect("POST", rollouts + "/start?release=2&fraction=0.2", 201)
+            try expect("POST", rollouts + "/start?release=2&fraction=0.3", 409, "rollout_running")
+            try expect("POST", rollouts + "/advance?fraction=0.1", 409, "fraction_not_raised")
+            let publish = try put(origin, "other", bytes(100, seed: 11), expecting: 409)
+            #expect(publish.bodyText.contains("rollout_running"))
+            try expect("POST", "/v1/apps/\(origin.app)/channels/production?release=2", 409, "rollout_running")
+            try expect("POST", rollouts + "/halt", 201)
+            try expect("POST", rollouts + "/halt", 409, "rollout_halted")
+            // After a halt a publish goes through and drops the halted rollout.
+            try put(origin, "other", bytes(100, seed: 11))
+            let fleet = try RolloutFleet(origin: origin, root: "/tmp", count: 0)
+            #expect(try fleet.manifest().rollout == nil)
+            try expect("POST", rollouts + "/advance?fraction=0.5", 409, "rollout_gone")
+
+            // A managed app: the system chooses its downloads; refused with a clear error.
+            let managed = "com.example.managed"
+            _ = try AppStore(folder: DataFolder(origin.data.path)).create(managed, mode: .managed, appGroup: "group.com.example.managed")
+            let token = try TokenStore(folder: DataFolder(origin.data.path)).create(app: managed, role: .publisher).token
+            let refused = try call(origin, "POST", "/v1/apps/\(managed)/rollouts/production/start?release=1&fraction=0.1", token: token)
+            #expect(refused.status == 409 && refused.bodyText.contains("rollout_managed") && refused.bodyText.contains("the system chooses"), "\(refused.bodyText)")
+        }
+    }
+}
