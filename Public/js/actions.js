@@ -6,7 +6,7 @@ import { alertError, clearAlert, confirmAction, notify } from "./ui.js";
 import { human, exact } from "./format.js";
 
 /** Runs a write; on a refusal the origin lets a person override, offers that as a second step. */
-async function perform(path, query, method, describe, reload) {
+export async function perform(path, query, method, describe, reload) {
   clearAlert();
   try {
     const result = await call(path, { method, query });

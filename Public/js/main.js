@@ -1,11 +1,13 @@
 // The dashboard: sign in with a token, then one app at a time — its live releases, the draft,
-// uploads, history and comparisons, Info.plist keys and (admins) the app configuration.
+// uploads, history and comparisons, a channel's rollout and its figures, Info.plist keys and
+// (admins) the app configuration.
 
 import { call, appPath, release, sessions, currentSession, selectApp, signIn, forget, OriginError } from "./api.js";
 import { $, el, button, alertError, clearAlert, notify, copy } from "./ui.js";
 import { renderApp, renderChannels, renderLivePacks, renderDraft, renderHistory, renderComparison } from "./views.js";
 import { publish, promote, rollback, removeLive } from "./actions.js";
 import { setUpUpload, resetUpload } from "./upload-view.js";
+import { setUpRollout, showRollout } from "./rollout-view.js";
 
 const state = { list: null, staging: null, channel: "production", config: null };
 
@@ -69,11 +71,16 @@ async function load() {
     ]);
     renderDraft(staging);
     $("plist-channel").replaceChildren(...(channels.length ? channels : ["production"]).map((c) => el("option", { value: c }, c)));
+    // Managed apps refuse rollouts: the system chooses what every device downloads.
+    $("rollout-section").hidden = summary.mode === "managed";
+    const rolloutChannel = $("rollout-channel").value;
+    $("rollout-channel").replaceChildren(...(channels.length ? channels : ["production"]).map((c) => el("option", { value: c }, c)));
+    $("rollout-channel").value = channels.includes(rolloutChannel) ? rolloutChannel : channels.includes("production") ? "production" : channels[0] ?? "production";
     $("plist-channel").value = state.channel;
     $("config-section").hidden = session.role !== "admin";
     $("config").hidden = true;
     $("config-copy").hidden = true;
-    await Promise.all([showLive(), showPlist()]);
+    await Promise.all([showLive(), showPlist(), summary.mode === "managed" ? null : showRollout(session.app, $("rollout-channel").value || "production")]);
   } catch (error) {
     if (error instanceof OriginError && error.status === 401) {
       forget(session.app);
@@ -161,6 +168,7 @@ function wire() {
   });
   $("config-copy").addEventListener("click", () => copy(state.config ?? "", "App configuration"));
   setUpUpload(currentSession, load);
+  setUpRollout(() => currentSession().app, () => $("rollout-channel").value || "production", load);
 }
 
 wire();

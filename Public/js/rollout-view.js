@@ -1,0 +1,148 @@
+// The rollout of one channel: its state and figures, its controls (each step confirmed, each
+// refusal shown as the origin wrote it), and two charts drawn here as SVG — installs per
+// revision over the days, failures by kind — from the fleet figures (GET …/fleet).
+
+import { call, appPath } from "./api.js";
+import { $, el, alertError, confirmAction } from "./ui.js";
+import { perform } from "./actions.js";
+
+const SVG = "http://www.w3.org/2000/svg";
+const COLORS = ["#0a58ca", "#b3261e", "#1a7f37", "#8a4baf", "#b35c00", "#00798c", "#57575c"];
+
+function svg(tag, attributes = {}, ...children) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [key, value] of Object.entries(attributes)) node.setAttribute(key, String(value));
+  for (const child of children) node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  return node;
+}
+
+const percent = (fraction) => `${Math.round(fraction * 10000) / 100} %`;
+
+/** Cumulative installs per pack revision, one line each, over the days. */
+export function adoptionChart(fleet) {
+  const width = 480, height = 220, left = 40, bottom = 30, top = 10, right = 110;
+  const series = fleet.revisions.filter((r) => r.daily.some((n) => n > 0)).map((r) => {
+    let total = 0;
+    return { name: `${r.pack} r${r.revision}`, points: r.daily.map((n) => (total += n)) };
+  });
+  const root = svg("svg", { viewBox: `0 0 ${width} ${height}`, "data-series": series.length });
+  if (!series.length) {
+    root.append(svg("text", { x: width / 2, y: height / 2, "text-anchor": "middle", class: "empty" }, "No reports yet"));
+    return root;
+  }
+  const max = Math.max(1, ...series.flatMap((s) => s.points));
+  const days = fleet.days.length;
+  const x = (i) => left + (days === 1 ? (width - left - right) / 2 : (i * (width - left - right)) / (days - 1));
+  const y = (v) => height - bottom - (v * (height - bottom - top)) / max;
+  root.append(svg("line", { x1: left, y1: height - bottom, x2: width - right, y2: height - bottom, class: "axis" }));
+  root.append(svg("line", { x1: left, y1: top, x2: left, y2: height - bottom, class: "axis" }));
+  root.append(svg("text", { x: left - 4, y: top + 8, "text-anchor": "end" }, max));
+  root.append(svg("text", { x: left - 4, y: height - bottom, "text-anchor": "end" }, 0));
+  root.append(svg("text", { x: left, y: height - 8 }, fleet.days[0]));
+  if (days > 1) root.append(svg("text", { x: width - right, y: height - 8, "text-anchor": "end" }, fleet.days[days - 1]));
+  series.forEach((s, index) => {
+    const color = COLORS[index % COLORS.length];
+    const points = s.points.map((v, i) => `${x(i)},${y(v)}`).join(" ");
+    const line = svg("polyline", { points, fill: "none", stroke: color, "stroke-width": 2, "data-name": s.name, "data-total": s.points[s.points.length - 1] });
+    line.append(svg("title", {}, `${s.name}: ${s.points[s.points.length - 1]} installs`));
+    root.append(line);
+    for (const [i, v] of s.points.entries()) root.append(svg("circle", { cx: x(i), cy: y(v), r: 3, fill: color }));
+    root.append(svg("text", { x: width - right + 6, y: 16 + index * 16, fill: color }, `${s.name}: ${s.points[s.points.length - 1]}`));
+  });
+  return root;
+}
+
+/** One bar per failure kind. */
+export function failureChart(fleet) {
+  const kinds = Object.entries(fleet.failuresByKind ?? {}).sort((a, b) => b[1] - a[1]);
+  const width = 480, row = 24, left = 90;
+  const height = Math.max(60, 12 + kinds.length * row);
+  const root = svg("svg", { viewBox: `0 0 ${width} ${height}`, "data-kinds": kinds.length });
+  if (!kinds.length) {
+    root.append(svg("text", { x: width / 2, y: height / 2, "text-anchor": "middle", class: "empty" }, "No failures reported"));
+    return root;
+  }
+  const max = Math.max(...kinds.map(([, n]) => n));
+  kinds.forEach(([kind, count], i) => {
+    const y = 6 + i * row;
+    const bar = svg("rect", { x: left, y, width: Math.max(2, ((width - left - 60) * count) / max), height: row - 8, fill: "#b3261e", "data-kind": kind, "data-count": count });
+    bar.append(svg("title", {}, `${kind}: ${count}`));
+    root.append(svg("text", { x: left - 6, y: y + row / 2, "text-anchor": "end" }, kind), bar,
+      svg("text", { x: left + Math.max(2, ((width - left - 60) * count) / max) + 6, y: y + row / 2 }, count));
+  });
+  return root;
+}
+
+function facts(status) {
+  const rows = [
+    ["Candidate", `release ${status.release}: ` + [...status.candidates.map((c) => `${c.pack} revision ${c.revision}`), ...status.removed.map((p) => `${p} removed`)].join(", ")],
+    ["Current release", `${status.baseRelease} (manifest version now ${status.manifest})`],
+    ["Reports about the candidate", `${status.reports}, failures ${status.failures}` + (status.failureRate !== undefined && status.failureRate !== null ? ` (${percent(status.failureRate)})` : "")],
+  ];
+  if (status.haltOnFailureRate !== undefined && status.haltOnFailureRate !== null) {
+    rows.push(["Guard", `halts itself above ${percent(status.haltOnFailureRate)} failures once ${status.minReports} reports are in`]);
+  }
+  if (status.haltedBy) {
+    rows.push(["Halted by", status.haltedBy + (status.trigger ? `: ${status.trigger.failures} failures in ${status.trigger.reports} reports (${percent(status.trigger.failureRate)})` : "")]);
+  }
+  return rows.flatMap(([term, value]) => [el("dt", {}, term), el("dd", {}, value)]);
+}
+
+/** Shows the channel's rollout and figures. */
+export async function showRollout(app, channel) {
+  let fleet;
+  try {
+    fleet = await call(appPath(app, "/fleet"), { query: { channel, days: 14 } });
+  } catch (error) {
+    alertError(error);
+    return;
+  }
+  const status = fleet.rollout;
+  const node = $("rollout-state");
+  node.dataset.state = status?.state ?? "none";
+  node.textContent = status
+    ? `Rollout of release ${status.release} on ${channel}: ${status.state}, ${percent(status.fraction)} of devices.`
+    : `No rollout on ${channel}. Publish a release on another channel (beta), then start one here.`;
+  $("rollout-facts").replaceChildren(...(status ? facts(status) : []));
+  const live = status && status.state !== "completed";
+  $("rollout-controls").hidden = !live;
+  $("rollout-halt").disabled = status?.state !== "running";
+  $("rollout-start-form").hidden = status?.state === "running";
+  $("adoption-chart").replaceChildren(adoptionChart(fleet));
+  $("failure-chart").replaceChildren(failureChart(fleet));
+}
+
+function fraction(text) {
+  const value = Number(String(text).replace(",", "."));
+  return Number.isFinite(value) ? value / 100 : NaN;
+}
+
+export function setUpRollout(currentApp, channel, reload) {
+  const path = (step) => appPath(currentApp(), `/rollouts/${encodeURIComponent(channel())}/${step}`);
+  $("rollout-channel").addEventListener("change", reload);
+  $("rollout-start-form").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const release = $("rollout-release").value.trim();
+    const share = fraction($("rollout-percent").value);
+    const rate = $("rollout-rate").value.trim() ? fraction($("rollout-rate").value) : null;
+    const min = $("rollout-min").value.trim();
+    const guard = rate === null ? "" : ` It halts itself if more than ${percent(rate)} of the candidate's reports are failures, once ${min || 20} are in.`;
+    if (!(await confirmAction("Start a rollout", `Offer release ${release} to ${percent(share)} of ${channel()}'s devices? Each device decides from its own install id; the rest keep the current release.${guard}`, "Start"))) return;
+    await perform(path("start"), { release, fraction: share, haltOnFailureRate: rate ?? undefined, minReports: rate === null ? undefined : min || undefined }, "POST",
+      (s) => `Rollout of release ${s.release} started: ${percent(s.fraction)} of ${s.channel}'s devices (manifest version ${s.manifest}).`, reload);
+  });
+  $("rollout-controls").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const share = fraction($("rollout-advance-to").value);
+    if (!(await confirmAction("Advance the rollout", `Offer the candidate to ${percent(share)} of ${channel()}'s devices? Every device that has it keeps it.`, "Advance"))) return;
+    await perform(path("advance"), { fraction: share }, "POST", (s) => `The rollout now reaches ${percent(s.fraction)} of devices.`, reload);
+  });
+  $("rollout-halt").addEventListener("click", async () => {
+    if (!(await confirmAction("Halt the rollout", `Devices on ${channel()} that took the candidate go back to the current release at their next event. Halt?`, "Halt"))) return;
+    await perform(path("halt"), {}, "POST", (s) => `The rollout of release ${s.release} is halted.`, reload);
+  });
+  $("rollout-complete").addEventListener("click", async () => {
+    if (!(await confirmAction("Complete the rollout", `The candidate becomes ${channel()}'s release for every device. Complete?`, "Complete"))) return;
+    await perform(path("complete"), {}, "POST", (s) => `Completed: ${s.channel} serves the candidate's packs to every device (manifest version ${s.manifest}).`, reload);
+  });
+}
