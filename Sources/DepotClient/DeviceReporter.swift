@@ -1,7 +1,7 @@
 import DepotCore
 import Foundation
 
-/// Sends a ``DepotCore/DeviceReport`` (``SyncReport/deviceReport``, ``ArrivedReport/deviceReport``)
+/// Sends a `DeviceReport` (``SyncReport/deviceReport``, ``ArrivedReport/deviceReport``)
 /// to the origin's `POST /v1/apps/{app}/reports`, for an app that opts in.
 ///
 /// Call it from the app, after its install step, never from the Background Assets extension:

@@ -150,7 +150,7 @@ public struct ExtensionFlow: Sendable {
     /// ``schedule(manifestFile:kind:allowance:essentialAllowance:scheduled:languages:now:)``),
     /// verified again as the extension verified it: signature, app, channel, expiry and a version
     /// not below the channel's floor. What the app plans with in the foreground.
-    /// With a rollout, the entries this device takes (``DepotCore/Manifest/resolved(installID:)``).
+    /// With a rollout, the entries this device takes (`Manifest.resolved(installID:)`).
     public func acceptedManifest(now: Date = Date()) throws -> Manifest {
         let installID = try store.installID(app: configuration.app)
         let floor = try store.read(app: configuration.app).floor(channel: channel)

@@ -6,7 +6,7 @@ import Synchronization
 /// Guarded rollouts, in domain terms: a release offered to a fraction of a channel's devices
 /// first. Each step publishes the channel's next release (versions only go up) whose signed
 /// manifest carries the current packs and the candidate's entries with the fraction and the
-/// salt (``DepotCore/Rollout``); every device chooses for itself. The origin keeps a record per
+/// salt (`Rollout`); every device chooses for itself. The origin keeps a record per
 /// channel (``RolloutRecord``) and halts a guarded rollout itself when the candidate's failure
 /// rate crosses its threshold.
 ///
