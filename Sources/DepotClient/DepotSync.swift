@@ -97,7 +97,8 @@ public struct DepotSync: Sendable {
             notModified = true
         }
         // With a rollout, the device's own choice: the candidate's entries, or the current ones.
-        let manifest = try source.verify(envelope, floor: before.floor(channel: channel), now: now).resolved(installID: store.installID(app: app))
+        var manifest = try source.verify(envelope, floor: before.floor(channel: channel), now: now)
+        try manifest.resolve { try store.installID(app: app) }
         // A managed app's packs are Apple Archives for the system to fetch: no key to decrypt them with.
         if let archive = manifest.packs.first(where: { $0.keyID.isEmpty }) {
             throw ClientError.manifest("pack \(archive.id) is an Apple Archive of a managed app: the system downloads it from the download manifest (depot sync --managed simulates a device)")
@@ -169,7 +170,9 @@ public struct DepotSync: Sendable {
                     results[id] = DeviceReport.PackResult(id: id, revision: download.entry.revision, outcome: .installed, bytes: transferred)
                 case .failure(let error):
                     report.failed[id] = error.description
-                    results[id] = DeviceReport.PackResult(id: id, revision: download.entry.revision, outcome: .failed, error: "\(error.kind)")
+                    // A full disk or a cancelled step is the device's condition, not the pack's.
+                    results[id] = DeviceReport.isDeviceCondition("\(error.kind)") ? nil
+                        : DeviceReport.PackResult(id: id, revision: download.entry.revision, outcome: .failed, error: DeviceReport.errorKind("\(error.kind)"))
                     if download.essential && round == 0 && error.kind != .cancelled {
                         again.append(download.removingEssential())
                         report.rescheduled.append(id)

@@ -124,20 +124,22 @@ public struct ExtensionFlow: Sendable {
         copy: String, cached: String, kind: RequestKind, allowance: Int?, essentialAllowance: Int?, scheduled: Set<String>, languages: [String], now: Date
     ) throws -> Plan {
         let source = try source()
-        // Made (once) before the state's lock is taken: it takes that lock itself.
-        let installID = try store.installID(app: configuration.app)
         let floor = try store.read(app: configuration.app).floor(channel: channel)
         let verified = try source.verify(file: copy, floor: floor, now: now)
-        let (manifest, state) = try store.withExclusiveControl(app: configuration.app) { state in
+        let state: InstalledState
+        var manifest: Manifest
+        (manifest, state) = try store.withExclusiveControl(app: configuration.app) { state in
             // Another process may have accepted a newer one meanwhile: the floor is checked again.
             guard verified.version >= state.floor(channel: channel) else {
                 throw ClientError.rollback(offered: verified.version, floor: state.floor(channel: channel))
             }
             state.raiseFloor(channel: channel, to: verified.version)
             try FileSystem.durableRename(copy, to: cached)
-            // With a rollout, this device's choice (the same in the install step: one install id).
-            return (verified.resolved(installID: installID), state)
+            return (verified, state)
         }
+        // With a rollout, this device's choice (the same in the install step: one install id),
+        // resolved once the lock is released (the id takes it, the first time, by itself).
+        try manifest.resolve { try store.installID(app: configuration.app) }
         var request = Planner.Request(
             kind: kind, allowance: allowance.map(Int64.init), essentialAllowance: essentialAllowance.map(Int64.init),
             scheduled: scheduled
@@ -151,10 +153,13 @@ public struct ExtensionFlow: Sendable {
     /// verified again as the extension verified it: signature, app, channel, expiry and a version
     /// not below the channel's floor. What the app plans with in the foreground.
     /// With a rollout, the entries this device takes (`Manifest.resolved(installID:)`).
+    /// The first time a rollout is met, the device's install id is made (a short write under the
+    /// state's lock): call it off the main thread.
     public func acceptedManifest(now: Date = Date()) throws -> Manifest {
-        let installID = try store.installID(app: configuration.app)
         let floor = try store.read(app: configuration.app).floor(channel: channel)
-        return try source().verify(file: store.cachedEnvelope(channel: channel), floor: floor, now: now).resolved(installID: installID)
+        var manifest = try source().verify(file: store.cachedEnvelope(channel: channel), floor: floor, now: now)
+        try manifest.resolve { try store.installID(app: configuration.app) }
+        return manifest
     }
 
     /// The deliveries waiting for ``installArrived(languages:now:)``, by identifier.
@@ -203,7 +208,9 @@ public struct ExtensionFlow: Sendable {
         guard !identifiers.isEmpty || FileSystem.exists(store.cachedEnvelope(channel: channel)) else { return report }
         let manifest = try acceptedManifest(now: now)
         let installer = Installer(keyRing: try configuration.keyRing())
-        var results: [DeviceReport.PackResult] = []
+        // One result per pack (a whole pack and a patch of it may both have arrived), starting
+        // with the downloads the system failed (``downloadFailed(identifier:error:)``).
+        var results = takeFailedDownloads(manifest)
         for identifier in identifiers {
             // Cancelled (the app's background time ran out): stop between packs; what is left
             // waits for the next run.
@@ -242,18 +249,21 @@ public struct ExtensionFlow: Sendable {
                 let delivered = base.flatMap { base in entry.patches?.first { $0.fromRevision == base } }?.size ?? entry.size
                 FileSystem.remove(path)
                 report.installed.append(entry.id)
-                results.append(DeviceReport.PackResult(id: id, revision: revision, outcome: base == nil ? .installed : .patched, bytes: delivered))
+                results[id] = DeviceReport.PackResult(id: id, revision: revision, outcome: base == nil ? .installed : .patched, bytes: delivered)
             } catch let error as ClientError where error.kind == .noSpace || error.kind == .state || error.kind == .install && FileSystem.exists(path) {
                 // The delivery is fine; the device is not (yet): try again at the next run.
                 report.kept[identifier] = error.description
             } catch let error as ClientError {
                 report.discarded[identifier] = error.description
                 FileSystem.remove(path)
-                results.append(DeviceReport.PackResult(id: id, revision: revision, outcome: .failed, error: "\(error.kind)"))
+                // A patch overtaken by the whole pack is no failure of the pack.
+                if results[id]?.outcome != .installed {
+                    results[id] = DeviceReport.PackResult(id: id, revision: revision, outcome: .failed, error: DeviceReport.errorKind("\(error.kind)"))
+                }
             }
         }
         if !results.isEmpty {
-            report.deviceReport = DeviceReport(channel: channel, release: manifest.version, packs: Array(results.prefix(DeviceReport.maximumPacks)))
+            report.deviceReport = DeviceReport(channel: channel, release: manifest.version, packs: Array(results.values.prefix(DeviceReport.maximumPacks)))
         }
         report.removed = try removeReplacedLanguages(manifest: manifest, languages: languages)
         return report
@@ -283,6 +293,47 @@ public struct ExtensionFlow: Sendable {
             }
             return removed
         }
+    }
+
+    /// Where the extension notes downloads the system failed, for the next install step's report.
+    var failedDownloads: String { store.metadata + "/failed" }
+
+    /// A download the system failed (`backgroundDownload(_:failedWithError:)`): noted in one
+    /// small file (no lock, constant time), so that the next install step's report says so —
+    /// a candidate that answers 404 or fails TLS is what a rollout's guard must see. Only the
+    /// kind of failure is kept (`http`, `tls` or `transport`).
+    public func downloadFailed(identifier: String, error: any Error) {
+        guard Self.isIdentifier(identifier) else { return }
+        var kind = "transport"
+        if let error = error as? URLError {
+            switch error.code {
+            case .secureConnectionFailed, .serverCertificateHasBadDate, .serverCertificateUntrusted, .serverCertificateHasUnknownRoot,
+                 .serverCertificateNotYetValid, .clientCertificateRejected, .clientCertificateRequired:
+                kind = "tls"
+            case .badServerResponse, .fileDoesNotExist, .noPermissionsToReadFile, .userAuthenticationRequired:
+                kind = "http"
+            default:
+                break
+            }
+        } else if let error = error as? ClientError {
+            kind = DeviceReport.errorKind("\(error.kind)")
+        }
+        try? FileSystem.createDirectory(failedDownloads)
+        try? FileSystem.writeAtomically(Array(kind.utf8), to: failedDownloads + "/" + identifier)
+    }
+
+    /// The failed downloads noted since the last install step, of revisions the manifest still
+    /// lists, as report results; the notes are removed.
+    private func takeFailedDownloads(_ manifest: Manifest) -> [String: DeviceReport.PackResult] {
+        var results: [String: DeviceReport.PackResult] = [:]
+        for name in FileSystem.contents(of: failedDownloads) {
+            defer { FileSystem.remove(failedDownloads + "/" + name) }
+            guard Self.isIdentifier(name) else { continue }
+            let (id, revision, _) = Self.parse(name)
+            guard manifest[pack: id]?.revision == revision, let kind = try? FileSystem.readFile(failedDownloads + "/" + name, limit: 32) else { continue }
+            results[id] = DeviceReport.PackResult(id: id, revision: revision, outcome: .failed, error: DeviceReport.errorKind(String(decoding: kind, as: UTF8.self)))
+        }
+        return results
     }
 
     /// `pack@revision` or `pack@revision-from-base`, with a valid pack id and revision numbers.

@@ -72,8 +72,8 @@ public struct InstalledState: Codable, Hashable, Sendable {
     public var packs: [String: Pack]
     /// 128 random bits (hex), made once by ``StateStore/installID(app:)``: where this device
     /// falls in a rollout's sample (`Rollout`). It never leaves the device: no report, request
-    /// or log carries it.
-    public var installID: String?
+    /// or log carries it (so it is not public: an app that dumps its state does not leak it).
+    package var installID: String?
 
     public init(app: String, manifestVersion: Int = 0, packs: [String: Pack] = [:]) {
         self.app = app

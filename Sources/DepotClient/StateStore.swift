@@ -96,6 +96,10 @@ public final class StateStore: Sendable {
     /// This folder's install id (``InstalledState/installID``): read without a lock once it
     /// exists; made under the exclusive lock the first time, so that the app and its extension,
     /// asking at once, end up with the same one.
+    ///
+    /// It lives in `state.json`, so it goes when the folder does: a purge of `Library/Caches`
+    /// (which also takes the packs, all downloaded again) or a reinstall makes a new one, and the
+    /// device may fall on the other side of a running rollout.
     public func installID(app: String) throws -> String {
         if let known = try read(app: app).installID { return known }
         return try withExclusiveControl(app: app) { state in

@@ -66,6 +66,14 @@ struct RolloutGuardTests {
                 }
                 #expect(try FileSystem.readFile(fleet.destination(device) + "/packs/level") == v1)
             }
+
+            // A download the system failed, noted by the extension, is in the app's next report.
+            let flow = try ExtensionFlow(configuration: configuration, destination: fleet.destination(0))
+            flow.downloadFailed(identifier: "level@1", error: URLError(.badServerResponse))
+            flow.downloadFailed(identifier: "../../etc@1", error: URLError(.badServerResponse))
+            let noted = try flow.installArrived(languages: ["en"])
+            #expect(noted.deviceReport?.packs == [DeviceReport.PackResult(id: "level", revision: 1, outcome: .failed, error: "http")])
+            #expect(try flow.installArrived(languages: ["en"]).deviceReport == nil, "noted once")
         }
     }
 
@@ -109,6 +117,20 @@ struct RolloutGuardTests {
             }
             #expect(failures == 8, "the guard halted at the 8th report about the candidate")
             #expect(log.all.contains { $0.contains("rollout halted automatically") })
+            // Resumed by a person, it counts from the resumption: the old failures do not halt it
+            // again; eight new ones do.
+            #expect(try call(origin, "POST", "/v1/apps/\(origin.app)/rollouts/production/advance?fraction=0.5").status == 201)
+            origin.server.flushReports()
+            #expect(try rolloutStatus(origin).state == "running")
+            var again = 0
+            while device < fleet.count, try rolloutStatus(origin).state == "running" {
+                let report = try await fleet.sync(device, report: true)
+                device += 1
+                if report.deviceReport?.packs.contains(where: { $0.outcome == .failed }) == true { again += 1 }
+                origin.server.flushReports()
+            }
+            let trigger = try rolloutStatus(origin).trigger
+            #expect(again == 8 && trigger?.reports == 8, "\(again)")
             // Every device is on the current revision at its next sync (the failing ones never left it).
             for index in 0..<device {
                 try await fleet.sync(index)
@@ -130,16 +152,23 @@ struct RolloutGuardTests {
 
     @Test("Hostile reports — oversized, malformed, of unknown revisions, releases, channels or error kinds, a flood from one address — are refused and leave the stored figures bounded")
     func hostileReports() async throws {
-        try await withServer(configure: { $0.reportRatePerAddress = 2 }) { origin in
-            let work = TemporaryDirectory("depot-rollout-hostile")
-            defer { work.remove() }
+        /// The one day's counts an origin stored: its rows and its reports.
+        func stored(_ origin: TestOrigin) throws -> (rows: [[String: Any]], reports: Int?, text: String) {
+            origin.server.flushReports()
+            let days = FileSystem.contents(of: origin.data.path + "/apps/\(origin.app)/reports").filter { $0.hasSuffix(".json") }
+            #expect(days.count == 1)
+            let bytes = try FileSystem.readFile(origin.data.path + "/apps/\(origin.app)/reports/" + days[0])
+            let object = try JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any]
+            return (try #require(object?["rows"] as? [[String: Any]]), (object?["reports"] as? [String: Int])?["production"], String(decoding: bytes, as: UTF8.self))
+        }
+        func send(_ origin: TestOrigin, _ body: [UInt8], headers: String = "") throws -> RawHTTP.Response {
+            try call(origin, "POST", "/v1/apps/\(origin.app)/reports", token: "", body: body, headers: "Content-Type: application/json\r\n" + headers)
+        }
+        let good = DeviceReport(channel: "production", release: 1, packs: [.init(id: "level", revision: 1, outcome: .installed, bytes: 3_075)])
+        let log = CapturedLog()
+        try await withServer(configure: { $0.logger = log.logger() }) { origin in
             try put(origin, "level", bytes(3_000, seed: 8))
-            let path = "/v1/apps/\(origin.app)/reports"
-            func send(_ body: [UInt8], headers: String = "") throws -> RawHTTP.Response {
-                try call(origin, "POST", path, token: "", body: body, headers: "Content-Type: application/json\r\n" + headers)
-            }
-            let good = DeviceReport(channel: "production", release: 1, packs: [.init(id: "level", revision: 1, outcome: .installed, bytes: 3_075)])
-            #expect(try send(good.encoded()).status == 202)
+            #expect(try send(origin, good.encoded()).status == 202)
             var refusals: [(String, [UInt8], Int)] = [
                 ("oversized", Array(repeating: 32, count: 40_000), 413),
                 ("not JSON", Array("{\"channel\":".utf8), 400),
@@ -150,41 +179,61 @@ struct RolloutGuardTests {
             kind.packs[0].outcome = .failed
             kind.packs[0].error = "<script>"
             refusals.append(("unknown error kind", kind.encoded(), 400))
+            var huge = good
+            huge.packs[0].bytes = 1 << 40
             for (what, report) in [
                 ("unknown revision", DeviceReport(channel: "production", release: 1, packs: [.init(id: "level", revision: 9, outcome: .installed)])),
                 ("unknown pack", DeviceReport(channel: "production", release: 1, packs: [.init(id: "nope", revision: 1, outcome: .installed)])),
                 ("unknown release", DeviceReport(channel: "production", release: 99, packs: [.init(id: "level", revision: 1, outcome: .installed)])),
                 ("unknown channel", DeviceReport(channel: "staging", release: 1, packs: [.init(id: "level", revision: 1, outcome: .installed)])),
+                ("more bytes than the pack has", huge),
             ] {
                 refusals.append((what, report.encoded(), 422))
             }
             for (what, body, status) in refusals {
-                let response = try send(body)
+                let response = try send(origin, body)
                 #expect(response.status == status, "\(what): \(response.status) \(response.bodyText)")
             }
-            let declared = try call(origin, "POST", path, token: "", headers: "Content-Length: 999999999\r\n")
+            let declared = try call(origin, "POST", "/v1/apps/\(origin.app)/reports", token: "", headers: "Content-Length: 999999999\r\n")
             #expect(declared.status == 413 || declared.status == 400)
             #expect(try call(origin, "POST", "/v1/apps/com.example.none/reports", token: "", body: good.encoded()).status == 404)
-
-            // A flood from one address: the bucket (2 a second, burst 4) answers 429 with Retry-After.
-            var (accepted, limited) = (1, 0)
+            let (rows, reports, text) = try stored(origin)
+            #expect(rows.count == 1 && (rows[0]["count"] as? Int) == 1 && reports == 1, "only the one report counted is stored: \(rows)")
+            #expect(!text.contains("127.0.0.1"), "no address is stored")
+            #expect(!log.all.contains { $0.contains("/reports") && $0.contains("127.0.0.1") }, "no report, counted or refused, is logged with its address")
+            #expect(log.all.filter { $0.contains("/reports") }.count >= refusals.count)
+        }
+        // Counts near the largest number stop there: no report can make the origin trap (and
+        // then again at every restart, from the file).
+        try await withServer { origin in
+            try put(origin, "level", bytes(3_000, seed: 8))
+            let today = ISO8601DateFormatter().string(from: Date()).prefix(10)
+            let folder = origin.data.path + "/apps/\(origin.app)/reports"
+            try FileSystem.createDirectory(folder)
+            let full = Int64.max - 2
+            try FileSystem.writeAtomically(Array("""
+                {"day":"\(today)","reports":{"production":\(full)},"rows":[{"bytes":\(full),"channel":"production","count":\(full),"outcome":"installed","pack":"level","release":1,"revision":1}]}
+                """.utf8), to: folder + "/\(today).json")
+            for _ in 0..<5 { #expect(try send(origin, good.encoded()).status == 202) }
+            let (rows, reports, _) = try stored(origin)
+            #expect((rows[0]["count"] as? Int) == Int.max && reports == Int.max)
+            #expect(try call(origin, "GET", "/v1/apps/\(origin.app)/fleet").status == 200)
+        }
+        // A flood from one address: the bucket (2 a second, burst 4) answers 429 with Retry-After,
+        // and only what it let through is counted.
+        try await withServer(configure: { $0.reportRatePerAddress = 2 }) { origin in
+            try put(origin, "level", bytes(3_000, seed: 8))
+            var (accepted, limited) = (0, 0)
             for _ in 0..<150 {
-                let response = try send(good.encoded())
+                let response = try send(origin, good.encoded())
                 if response.status == 202 { accepted += 1 } else if response.status == 429 {
                     limited += 1
                     #expect(response.header("Retry-After") == "1")
                 }
             }
-            #expect(limited > 0 && accepted < 151)
-            origin.server.flushReports()
-            let day = FileSystem.contents(of: origin.data.path + "/apps/\(origin.app)/reports").filter { $0.hasSuffix(".json") }
-            #expect(day.count == 1)
-            let stored = try JSONSerialization.jsonObject(with: Data(FileSystem.readFile(origin.data.path + "/apps/\(origin.app)/reports/" + day[0]))) as? [String: Any]
-            let rows = try #require(stored?["rows"] as? [[String: Any]])
-            #expect(rows.count == 1 && (rows[0]["count"] as? Int) == accepted, "only what was counted is stored: \(rows)")
-            #expect((stored?["reports"] as? [String: Int])?["production"] == accepted)
-            let text = try String(decoding: FileSystem.readFile(origin.data.path + "/apps/\(origin.app)/reports/" + day[0]), as: UTF8.self)
-            #expect(!text.contains("127.0.0.1"), "no address is stored")
+            #expect(limited > 0 && accepted > 0 && accepted + limited == 150)
+            let (rows, reports, _) = try stored(origin)
+            #expect(rows.count == 1 && (rows[0]["count"] as? Int) == accepted && reports == accepted, "\(rows)")
         }
     }
 
@@ -218,6 +267,15 @@ struct RolloutGuardTests {
             let fleet = try RolloutFleet(origin: origin, root: "/tmp", count: 0)
             #expect(try fleet.manifest().rollout == nil)
             try expect("POST", rollouts + "/advance?fraction=0.5", 409, "rollout_gone")
+
+            // A crash between a step's release and its record: the manifest is the truth, and the
+            // record is taken up again from it.
+            try expect("POST", rollouts + "/start?release=2&fraction=0.3", 201)
+            FileSystem.remove(origin.data.path + "/apps/\(origin.app)/rollouts/production.json")
+            let recovered = try rolloutStatus(origin)
+            #expect(recovered.state == "running" && recovered.fraction == 0.3)
+            try expect("POST", rollouts + "/halt", 201)
+            try expect("POST", rollouts + "/complete", 201)
 
             // A managed app: the system chooses its downloads; refused with a clear error.
             let managed = "com.example.managed"

@@ -56,6 +56,14 @@ public struct DeviceReport: Codable, Hashable, Sendable {
         "wrongChannel", "tls", "other",
     ]
 
+    /// `name` if it is one of ``errorKinds``, else `other`: what a client reports for an error
+    /// kind an older origin may not know.
+    public static func errorKind(_ name: String) -> String { errorKinds.contains(name) ? name : "other" }
+
+    /// Failures of the device rather than of what was published (cancelled, a full disk, an
+    /// unusable state folder): not reported, so that a rollout's figures show the content's.
+    public static func isDeviceCondition(_ name: String) -> Bool { ["cancelled", "noSpace", "state"].contains(name) }
+
     /// What makes the report unusable, or nil (the origin answers 400 with it).
     public var problem: String? {
         guard Identifier.isValidChannel(channel) else { return "the channel is not valid" }

@@ -73,6 +73,18 @@ extension Manifest {
         return choosing(candidate: rollout.takesCandidate(installID: installID))
     }
 
+    /// ``resolved(installID:)`` in place (a manifest of thousands of packs is not copied): what an
+    /// extension, with its few MiB, calls. `installID` is asked only when there is a rollout.
+    public mutating func resolve(installID: () throws -> String) rethrows {
+        guard let rollout else { return }
+        self.rollout = nil
+        guard rollout.takesCandidate(installID: try installID()) else { return }
+        let replaced = Set(rollout.packs.map(\.id)).union(rollout.removed)
+        packs.removeAll { replaced.contains($0.id) }
+        packs.append(contentsOf: rollout.packs)
+        packs.sort { $0.id < $1.id }
+    }
+
     /// The manifest a device follows when it takes the candidate (`true`) or not; without a
     /// rollout, itself either way. What the allowance guard and the Info.plist keys check both of.
     public func choosing(candidate: Bool) -> Manifest {

@@ -82,7 +82,7 @@ struct RolloutHandlers: Sendable {
             metrics.report(app: app, result: "too_large")
             throw DepotError.tooLarge(Int64(DeviceReport.maximumBytes))
         }
-        if let wait = limiter.take(address: context.request.clientAddress ?? "") {
+        if let wait = limiter.take(address: ReportRateLimiter.key(context.request.clientAddress ?? "")) {
             metrics.report(app: app, result: "rate_limited")
             throw HTTPFailure(status: 429, code: "rate_limited", message: "too many reports; try again in \(wait) s", headers: [("Retry-After", "\(wait)")])
         }
@@ -158,6 +158,16 @@ final class ReportRateLimiter: Sendable {
 
     let perAddress: Double
     let total: Double
+
+    /// What one bucket is kept for: an IPv4 address, or an IPv6 address's /64 (one subscriber's
+    /// prefix: its 2⁶⁴ addresses are one sender).
+    static func key(_ address: String) -> String {
+        guard address.contains(":") else { return address }
+        var bytes = [UInt8](repeating: 0, count: 16)
+        guard inet_pton(AF_INET6, address, &bytes) == 1 else { return address }
+        if bytes.prefix(12) == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff] { return bytes.suffix(4).map(String.init).joined(separator: ".") }
+        return bytes.prefix(8).map { String($0, radix: 16) }.joined(separator: ":") + "::/64"
+    }
     private let state: Mutex<(all: Bucket, byAddress: [String: Bucket])>
 
     init(perAddress: Double, total: Double) {
@@ -166,7 +176,10 @@ final class ReportRateLimiter: Sendable {
         state = Mutex((Bucket(tokens: total * 2, at: now), [:]))
     }
 
-    /// Takes one report from both buckets; nil when allowed, else the seconds to wait.
+    /// Takes one report from both buckets; nil when allowed, else the seconds to wait. An
+    /// address is remembered only once the bucket of all let its report through, and forgotten
+    /// two seconds after its last one (when its bucket is full again), so the map holds at most
+    /// about what the bucket of all lets through in two seconds.
     func take(address: String, now: ContinuousClock.Instant = .now) -> Int? {
         state.withLock { state in
             func refill(_ bucket: inout Bucket, rate: Double) {
@@ -175,16 +188,16 @@ final class ReportRateLimiter: Sendable {
                 bucket.at = now
             }
             refill(&state.all, rate: total)
+            guard state.all.tokens >= 1 else { return 1 }
             var mine = state.byAddress[address] ?? Bucket(tokens: perAddress * 2, at: now)
             refill(&mine, rate: perAddress)
-            guard mine.tokens >= 1, state.all.tokens >= 1 else {
+            guard mine.tokens >= 1 else {
                 state.byAddress[address] = mine
                 return 1
             }
             mine.tokens -= 1
             state.all.tokens -= 1
-            if state.byAddress.count >= 10_000 {
-                // Forget the addresses whose bucket is full again (idle for two seconds or more).
+            if state.byAddress.count >= 4_096 {
                 state.byAddress = state.byAddress.filter { now - $0.value.at < .seconds(2) }
             }
             state.byAddress[address] = mine

@@ -43,7 +43,7 @@ struct DayFigures: Codable, Hashable, Sendable {
         var out: [Key: (count: Int64, bytes: Int64)] = [:]
         for row in rows {
             let before = out[row.key] ?? (0, 0)
-            out[row.key] = (before.count + row.count, before.bytes + row.bytes)
+            out[row.key] = (ReportBook.adding(before.count, row.count), ReportBook.adding(before.bytes, row.bytes))
         }
         return out
     }
@@ -63,10 +63,10 @@ struct DayFigures: Codable, Hashable, Sendable {
         var reports: [String: Int64] = [:]
         var counts: [Key: (count: Int64, bytes: Int64)] = [:]
         for part in parts {
-            reports.merge(part.reports, uniquingKeysWith: +)
+            reports.merge(part.reports, uniquingKeysWith: ReportBook.adding)
             for (key, value) in part.byKey {
                 let before = counts[key] ?? (0, 0)
-                counts[key] = (before.count + value.count, before.bytes + value.bytes)
+                counts[key] = (ReportBook.adding(before.count, value.count), ReportBook.adding(before.bytes, value.bytes))
             }
         }
         return DayFigures(day: day, reports: reports, counts: counts)
@@ -101,12 +101,22 @@ final class ReportBook: Sendable {
     let originID: String
     let logger: Logger
     /// Per app and day: the counts not yet superseded on disk, and whether they changed since the last write.
+    private struct Day {
+        var reports: [String: Int64]
+        var counts: [DayFigures.Key: (count: Int64, bytes: Int64)]
+        /// Bumped by every report; a write that began at another value leaves the day dirty.
+        var version = 0
+        var written = 0
+        var dirty: Bool { version != written }
+    }
     private struct Book {
-        var days: [String: [String: (reports: [String: Int64], counts: [DayFigures.Key: (count: Int64, bytes: Int64)], dirty: Bool)]] = [:]
+        var days: [String: [String: Day]] = [:]
     }
     private let book = Mutex(Book())
-    /// Per app and release, the `pack@revision`s the release lists (releases never change).
-    private let listed = Mutex<[String: Set<String>]>([:])
+    /// Per app and release, the `pack@revision`s the release lists with the most bytes a device
+    /// can download for each (releases never change); at most ``listingLimit`` entries in all.
+    private let listed = Mutex<(entries: Int, byRelease: [String: [String: Int64]])>((0, [:]))
+    static let listingLimit = 200_000
     /// Told the apps whose figures were just written (the rollout guard).
     private let flushed: Mutex<(@Sendable ([String]) -> Void)?> = Mutex(nil)
     private let writes = Mutex(())
@@ -127,30 +137,48 @@ final class ReportBook: Sendable {
 
     /// Checks `report` against what `app` released and counts it; throws ``DepotError`` (422) otherwise.
     func accept(_ report: DeviceReport, app: String, now: Date = Date()) throws {
-        guard releases.channels(app)[report.channel] != nil else {
+        let channels = releases.channels(app)
+        guard channels[report.channel] != nil else {
             throw DepotError(.unprocessable, "unknown_channel", "app \(app) has no channel \(report.channel); the report was not counted")
         }
         let listed = try listing(app, release: report.release)
-        for pack in report.packs where !listed.contains("\(pack.id)@\(pack.revision)") {
-            throw DepotError(.unprocessable, "unknown_revision", "release \(report.release) of app \(app) does not list revision \(pack.revision) of pack \(pack.id); the report was not counted")
+        for pack in report.packs {
+            guard let most = listed["\(pack.id)@\(pack.revision)"] else {
+                throw DepotError(.unprocessable, "unknown_revision", "release \(report.release) of app \(app) does not list revision \(pack.revision) of pack \(pack.id); the report was not counted")
+            }
+            guard pack.bytes <= most else {
+                throw DepotError(.unprocessable, "impossible_bytes", "pack \(pack.id) revision \(pack.revision) is \(most) bytes at most; the report was not counted")
+            }
         }
         let day = DayFigures.day(of: now)
-        let loaded = loadedDay(app, day)
+        // The releases channels serve now: their reports are counted even on a day already
+        // holding ``maximumRows`` counts (old releases' keys cannot crowd out the live ones').
+        let live = Set(channels.values)
         try book.withLock { book in
-            var entry = book.days[app]?[day] ?? (loaded.reports, loaded.byKey, false)
+            // Loaded under the lock: a write of the day running meanwhile cannot be overtaken.
+            var entry = book.days[app]?[day] ?? {
+                let stored = (try? StoredJSON.read(DayFigures.self, from: path(app, day))) ?? DayFigures(day: day)
+                return Day(reports: stored.reports, counts: stored.byKey)
+            }()
             let fresh = report.packs.filter { pack in entry.counts[key(report, pack)] == nil }.count
-            guard entry.counts.count + fresh <= Self.maximumRows else {
+            guard entry.counts.count + fresh <= Self.maximumRows || live.contains(report.release) && entry.counts.count + fresh <= 2 * Self.maximumRows else {
                 throw HTTPFailure(status: 429, code: "reports_full", message: "app \(app) has \(Self.maximumRows) distinct counts today; the report was not counted", headers: [("Retry-After", "3600")])
             }
-            entry.reports[report.channel, default: 0] += 1
+            entry.reports[report.channel] = Self.adding(entry.reports[report.channel] ?? 0, 1)
             for pack in report.packs {
                 let k = key(report, pack)
                 let before = entry.counts[k] ?? (0, 0)
-                entry.counts[k] = (before.count + 1, before.bytes + pack.bytes)
+                entry.counts[k] = (Self.adding(before.count, 1), Self.adding(before.bytes, pack.bytes))
             }
-            entry.dirty = true
+            entry.version += 1
             book.days[app, default: [:]][day] = entry
         }
+    }
+
+    /// A sum that stops at `Int64.max` rather than trapping: counts fed by strangers.
+    static func adding(_ a: Int64, _ b: Int64) -> Int64 {
+        let (sum, overflow) = a.addingReportingOverflow(b)
+        return overflow ? .max : sum
     }
 
     private func key(_ report: DeviceReport, _ pack: DeviceReport.PackResult) -> DayFigures.Key {
@@ -160,28 +188,28 @@ final class ReportBook: Sendable {
         )
     }
 
-    /// The `pack@revision`s release `release` of `app` lists (its packs and its rollout's candidates).
-    private func listing(_ app: String, release: Int) throws -> Set<String> {
+    /// The `pack@revision`s release `release` of `app` lists (its packs and its rollout's
+    /// candidates), each with the most bytes a device downloads for it (the container, or a
+    /// larger patch).
+    private func listing(_ app: String, release: Int) throws -> [String: Int64] {
         let cacheKey = app + "\u{0}\(release)"
-        if let known = listed.withLock({ $0[cacheKey] }) { return known }
+        if let known = listed.withLock({ $0.byRelease[cacheKey] }) { return known }
         guard let manifest = try releases.release(app, release)?.manifest else {
             throw DepotError(.unprocessable, "unknown_release", "app \(app) has no release \(release); the report was not counted")
         }
-        let set = Set(manifest.allEntries.map { "\($0.id)@\($0.revision)" })
-        listed.withLock { cache in
-            if cache.count >= 512 { cache.removeAll() }
-            cache[cacheKey] = set
+        var sizes: [String: Int64] = [:]
+        for entry in manifest.allEntries {
+            sizes["\(entry.id)@\(entry.revision)"] = max(entry.size, (entry.patches ?? []).map(\.size).max() ?? 0)
         }
-        return set
+        listed.withLock { cache in
+            if cache.entries + sizes.count > Self.listingLimit { cache = (0, [:]) }
+            cache.byRelease[cacheKey] = sizes
+            cache.entries += sizes.count
+        }
+        return sizes
     }
 
     private func path(_ app: String, _ day: String) -> String { folder.reports(app) + "/" + day + ".json" }
-
-    /// A day as this origin last wrote it (empty when it has none).
-    private func loadedDay(_ app: String, _ day: String) -> DayFigures {
-        if book.withLock({ $0.days[app]?[day] != nil }) { return DayFigures(day: day) }
-        return (try? StoredJSON.read(DayFigures.self, from: path(app, day))) ?? DayFigures(day: day)
-    }
 
     /// This origin's figures for a day: memory first, else its file.
     private func own(_ app: String, _ day: String) -> DayFigures {
@@ -209,40 +237,44 @@ final class ReportBook: Sendable {
     }
 
     /// Writes every day that changed (to its file, then to the bucket), removes days past the
-    /// retention, and tells the listener which apps were written.
+    /// retention (here and this origin's objects in the bucket), and tells the listener which
+    /// apps were written. A day stays in memory until a write of its latest counts succeeded.
     func flush(now: Date = Date()) {
         writes.withLock { _ in
-            let dirty: [(app: String, day: String, figures: DayFigures)] = book.withLock { book in
-                var out: [(String, String, DayFigures)] = []
+            let today = DayFigures.day(of: now)
+            let dirty: [(app: String, day: String, version: Int, figures: DayFigures)] = book.withLock { book in
+                var out: [(String, String, Int, DayFigures)] = []
                 for (app, days) in book.days {
                     for (day, entry) in days where entry.dirty {
-                        out.append((app, day, DayFigures(day: day, reports: entry.reports, counts: entry.counts)))
-                        book.days[app]?[day]?.dirty = false
+                        out.append((app, day, entry.version, DayFigures(day: day, reports: entry.reports, counts: entry.counts)))
                     }
-                    // Only today stays in memory once written.
-                    let today = DayFigures.day(of: now)
-                    for day in days.keys where day != today && book.days[app]?[day]?.dirty == false { book.days[app]?[day] = nil }
                 }
                 return out
             }
-            guard !dirty.isEmpty else { return }
             var apps = Set<String>()
             for item in dirty {
                 do {
                     try FileSystem.createDirectory(folder.reports(item.app))
                     try StoredJSON.write(item.figures, to: path(item.app, item.day))
-                    try mirror?.putReports(item.app, origin: originID, day: item.day, bytes: Array(StoredJSON.encoder.encode(item.figures)))
+                    // Compact in the bucket: other origins read every object of the window.
+                    try mirror?.putReports(item.app, origin: originID, day: item.day, bytes: Array(StoredJSON.compact.encode(item.figures)))
                     apps.insert(item.app)
+                    book.withLock { book in
+                        guard var entry = book.days[item.app]?[item.day] else { return }
+                        entry.written = item.version
+                        // Only today stays in memory once written.
+                        book.days[item.app]?[item.day] = entry.dirty || item.day == today ? entry : nil
+                    }
                 } catch {
-                    // Still in memory: marked again so that the next pass retries.
-                    book.withLock { $0.days[item.app]?[item.day]?.dirty = true }
                     logger.warning("could not write device reports", metadata: ["app": .string(item.app), "day": .string(item.day), "error": .string("\(error)")])
                 }
             }
+            guard !apps.isEmpty else { return }
             let oldest = DayFigures.day(of: now.addingTimeInterval(-86_400 * Double(Self.retentionDays)))
             for app in apps {
                 for name in FileSystem.contents(of: folder.reports(app)) where name.hasSuffix(".json") && String(name.dropLast(5)) < oldest {
                     FileSystem.remove(folder.reports(app) + "/" + name)
+                    try? mirror?.deleteReports(app, origin: originID, day: String(name.dropLast(5)))
                 }
             }
             if let tell = flushed.withLock({ $0 }) { tell(apps.sorted()) }

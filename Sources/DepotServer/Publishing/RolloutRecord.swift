@@ -53,8 +53,18 @@ struct RolloutRecord: Codable, Hashable, Sendable {
     var trigger: Trigger?
     var steps: [Step]
 
-    /// The first manifest the rollout published: reports about the candidate count from it on.
-    var firstManifest: Int { steps.first?.manifest ?? 0 }
+    /// Where the guard's count starts: the manifest of the rollout's start, or of its last
+    /// resumption after a halt (a person who resumes a halted rollout has dealt with what
+    /// halted it; the failures before do not halt it again).
+    var countingFrom: Int {
+        var from = steps.first?.manifest ?? 0
+        var halted = false
+        for step in steps {
+            if step.action == "start" || halted && step.fraction > 0 { from = step.manifest }
+            halted = step.fraction == 0
+        }
+        return from
+    }
     var startedAt: Date { steps.first?.at ?? Date() }
 
     static func percent(_ fraction: Double) -> String {
@@ -62,18 +72,18 @@ struct RolloutRecord: Codable, Hashable, Sendable {
         return value == value.rounded() ? "\(Int(value)) %" : String(format: "%.2f %%", value)
     }
 
-    /// The candidate's reports among `days`: from its first manifest on, on its channel, about
+    /// The candidate's reports among `days`: from ``countingFrom`` on, on its channel, about
     /// its pack revisions (deferred ones aside): how many, how many failed, and by kind.
     func candidateFigures(_ days: [DayFigures]) -> (reports: Int64, failures: Int64, byKind: [String: Int64]) {
         let wanted = Set(candidates.map { "\($0.pack)@\($0.revision)" })
         var (reports, failures) = (Int64(0), Int64(0))
         var byKind: [String: Int64] = [:]
         for day in days {
-            for row in day.rows where row.channel == channel && row.release >= firstManifest && row.outcome != .deferred && wanted.contains("\(row.pack)@\(row.revision)") {
-                reports += row.count
+            for row in day.rows where row.channel == channel && row.release >= countingFrom && row.outcome != .deferred && wanted.contains("\(row.pack)@\(row.revision)") {
+                reports.saturatingAdd(row.count)
                 if row.outcome == .failed {
-                    failures += row.count
-                    byKind[row.error ?? "other", default: 0] += row.count
+                    failures.saturatingAdd(row.count)
+                    byKind[row.error ?? "other", default: 0].saturatingAdd(row.count)
                 }
             }
         }
@@ -145,21 +155,26 @@ struct FleetFigures: Encodable, Sendable {
                     pack: row.pack, revision: row.revision, installed: 0, patched: 0, failed: 0, deferred: 0, bytes: 0, failuresByKind: [:],
                     daily: Array(repeating: 0, count: figures.count)
                 )
-                revision.bytes += row.bytes
+                revision.bytes.saturatingAdd(row.bytes)
                 switch row.outcome {
-                case .installed: revision.installed += row.count
-                case .patched: revision.patched += row.count
-                case .deferred: revision.deferred += row.count
+                case .installed: revision.installed.saturatingAdd(row.count)
+                case .patched: revision.patched.saturatingAdd(row.count)
+                case .deferred: revision.deferred.saturatingAdd(row.count)
                 case .failed:
-                    revision.failed += row.count
-                    revision.failuresByKind[row.error ?? "other", default: 0] += row.count
-                    kinds[row.error ?? "other", default: 0] += row.count
+                    revision.failed.saturatingAdd(row.count)
+                    revision.failuresByKind[row.error ?? "other", default: 0].saturatingAdd(row.count)
+                    kinds[row.error ?? "other", default: 0].saturatingAdd(row.count)
                 }
-                if row.outcome == .installed || row.outcome == .patched { revision.daily[index] += row.count }
+                if row.outcome == .installed || row.outcome == .patched { revision.daily[index].saturatingAdd(row.count) }
                 byRevision[key] = revision
             }
         }
         revisions = byRevision.values.sorted { ($0.pack, $0.revision) < ($1.pack, $1.revision) }
         failuresByKind = kinds
     }
+}
+
+extension Int64 {
+    /// Adds, stopping at `Int64.max` instead of trapping (counts that strangers' reports feed).
+    mutating func saturatingAdd(_ other: Int64) { self = ReportBook.adding(self, other) }
 }

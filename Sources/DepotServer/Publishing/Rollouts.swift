@@ -29,6 +29,38 @@ final class Rollouts: Sendable {
         try? StoredJSON.read(RolloutRecord.self, from: folder.rollout(app, channel: channel))
     }
 
+    /// The record, made to agree with what the channel serves first: the signed manifest is the
+    /// truth, and a crash between a step's release and its record (or a failed write) leaves
+    /// them apart. A rollout in the manifest that the record does not know is taken up
+    /// (`recovered`); a running one the manifest no longer carries was completed. Call under `steps`.
+    private func reconciled(_ app: String, channel: String) throws -> RolloutRecord? {
+        var record = record(app, channel: channel)
+        let live = try releases.current(app, channel: channel)
+        if let live, let rollout = live.manifest.rollout {
+            let state: RolloutRecord.State = rollout.fraction > 0 ? .running : .halted
+            if var known = record, known.salt == rollout.salt, known.state != .completed {
+                guard known.fraction != rollout.fraction || known.state != state else { return known }
+                (known.fraction, known.state) = (rollout.fraction, state)
+                known.steps.append(RolloutRecord.Step(at: live.manifest.publishedAt, action: "recovered", fraction: rollout.fraction, manifest: live.version, by: "origin"))
+                record = known
+            } else {
+                record = RolloutRecord(
+                    app: app, channel: channel, release: rollout.release, baseRelease: 0, state: state, fraction: rollout.fraction, salt: rollout.salt,
+                    candidates: rollout.packs.map { RolloutRecord.Candidate(pack: $0.id, revision: $0.revision) }, removed: rollout.removed,
+                    haltOnFailureRate: nil, minReports: nil, haltedBy: state == .halted ? "unknown (recovered)" : nil, trigger: nil,
+                    steps: [RolloutRecord.Step(at: live.manifest.publishedAt, action: "recovered", fraction: rollout.fraction, manifest: live.version, by: "origin")]
+                )
+            }
+            try save(record!)
+        } else if var known = record, known.state == .running {
+            known.state = .completed
+            known.fraction = 1
+            try save(known)
+            record = known
+        }
+        return record
+    }
+
     private func save(_ record: RolloutRecord) throws {
         try FileSystem.createDirectory(folder.app(record.app) + "/rollouts")
         try StoredJSON.write(record, to: folder.rollout(record.app, channel: record.channel))
@@ -65,7 +97,11 @@ final class Rollouts: Sendable {
                 }
                 guard let target = try releases.release(app, release) else { throw DepotError.notFound("release \(release) of app \(app)") }
                 try Publisher.requireStored(target.manifest, version: release, in: publisher.blobs)
-                let rollout = Self.candidate(target.manifest, over: live.manifest, release: release, fraction: fraction)
+                let blobs = publisher.blobs
+                let rollout = Self.candidate(
+                    target.manifest, over: live.manifest, release: release, fraction: fraction, highest: try releases.index(app).highestRevisions,
+                    isMissing: { blobs.isMissing($0) }
+                )
                 guard !rollout.packs.isEmpty || !rollout.removed.isEmpty else {
                     throw DepotError.conflict("nothing_to_roll_out", "release \(release) has the packs channel \(channel) serves: there is nothing to roll out. Nothing changed")
                 }
@@ -89,13 +125,30 @@ final class Rollouts: Sendable {
         }
     }
 
-    /// The candidate's entries: the packs of `target` whose container differs from the live one's
-    /// (or that it adds), each with a revision above the live one; and the packs it drops.
-    static func candidate(_ target: Manifest, over live: Manifest, release: Int, fraction: Double) -> Rollout {
+    /// The candidate's entries: the packs of `target` that differ from the live ones in anything
+    /// but their patches (or that it adds) — a changed container with a revision above any the
+    /// pack ever had when its own is not above the live one, the same container with the live
+    /// revision (its policy or tags changed: nothing to download) — and the packs it drops.
+    /// Patches whose blobs are known to be gone are left out (never a URL that answers 404).
+    static func candidate(
+        _ target: Manifest, over live: Manifest, release: Int, fraction: Double, highest: [String: Int], isMissing: (String) -> Bool
+    ) -> Rollout {
         let current = Dictionary(live.packs.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
         var packs: [PackEntry] = []
-        for var pack in target.packs where current[pack.id]?.sha256 != pack.sha256 {
-            if let now = current[pack.id], pack.revision <= now.revision { pack.revision = now.revision + 1 }
+        for var pack in target.packs {
+            let now = current[pack.id]
+            if let now, now.sha256 == pack.sha256 {
+                var same = pack
+                (same.revision, same.patches) = (now.revision, now.patches)
+                guard same != now else { continue }
+                pack.revision = now.revision
+            } else if let now, pack.revision <= now.revision {
+                pack.revision = max(highest[pack.id] ?? 0, now.revision) + 1
+            }
+            if let patches = pack.patches {
+                let kept = patches.filter { !isMissing($0.sha256) && $0.fromRevision < pack.revision }
+                pack.patches = kept.isEmpty ? nil : kept
+            }
             packs.append(pack)
         }
         let kept = Set(target.packs.map(\.id))
@@ -109,7 +162,7 @@ final class Rollouts: Sendable {
         _ next: @escaping (Rollout, RolloutRecord) throws -> Rollout
     ) throws -> RolloutStatus {
         try steps.withLock { _ in
-            guard var record = record(app, channel: channel), record.state != .completed else {
+            guard var record = try reconciled(app, channel: channel), record.state != .completed else {
                 throw DepotError.notFound("a rollout on channel \(channel) of app \(app)")
             }
             var fraction = 0.0
@@ -164,8 +217,12 @@ final class Rollouts: Sendable {
     }
 
     /// Fraction 0: devices that took the candidate go back to the current release at their next event.
-    func halt(_ app: String, channel: String, by: String, trigger: RolloutRecord.Trigger? = nil) throws -> RolloutStatus {
+    /// `salt`, when given: only the rollout with this salt (the guard halts the one it measured).
+    func halt(_ app: String, channel: String, by: String, trigger: RolloutRecord.Trigger? = nil, salt: String? = nil) throws -> RolloutStatus {
         try step(app, channel: channel, action: "halt", by: by, trigger: trigger) { rollout, record in
+            if let salt, salt != rollout.salt {
+                throw DepotError.conflict("rollout_replaced", "another rollout runs on channel \(channel) now. Nothing changed")
+            }
             guard rollout.fraction > 0 else {
                 throw DepotError.conflict("rollout_halted", "the rollout of release \(record.release) on channel \(channel) is halted already. Nothing changed")
             }
@@ -182,7 +239,7 @@ final class Rollouts: Sendable {
 
     /// The record with its figures, or 404.
     func status(_ app: String, channel: String) throws -> RolloutStatus {
-        guard let record = record(app, channel: channel) else { throw DepotError.notFound("a rollout on channel \(channel) of app \(app)") }
+        guard let record = try steps.withLock({ _ in try reconciled(app, channel: channel) }) else { throw DepotError.notFound("a rollout on channel \(channel) of app \(app)") }
         return status(record)
     }
 
@@ -204,14 +261,14 @@ final class Rollouts: Sendable {
         for app in apps {
             for name in FileSystem.contents(of: folder.app(app) + "/rollouts") where name.hasSuffix(".json") {
                 let channel = String(name.dropLast(5))
-                guard Identifier.isValidChannel(channel), let record = record(app, channel: channel), record.state == .running,
+                guard Identifier.isValidChannel(channel), let record = try? steps.withLock({ _ in try reconciled(app, channel: channel) }), record.state == .running,
                       let rate = record.haltOnFailureRate, let minimum = record.minReports else { continue }
                 let days = Int(Date().timeIntervalSince(record.startedAt) / 86_400) + 2
                 let (reports, failures, _) = record.candidateFigures(self.reports.figures(app, days: days))
                 guard reports >= Int64(minimum), Double(failures) > rate * Double(reports) else { continue }
                 let trigger = RolloutRecord.Trigger(reports: reports, failures: failures, failureRate: Double(failures) / Double(reports), at: Date())
                 do {
-                    _ = try halt(app, channel: channel, by: "automatic", trigger: trigger)
+                    _ = try halt(app, channel: channel, by: "automatic", trigger: trigger, salt: record.salt)
                     publisher.metrics.rolloutHalted(app: app, channel: channel, by: "automatic")
                     publisher.logger.warning("rollout halted automatically: the candidate's failure rate crossed the threshold", metadata: [
                         "app": .string(app), "channel": .string(channel), "release": .stringConvertible(record.release),
@@ -226,6 +283,7 @@ final class Rollouts: Sendable {
 
     /// Fleet figures of a channel over `days` days, with its rollout's status.
     func fleet(_ app: String, channel: String, days: Int) -> FleetFigures {
-        FleetFigures(app: app, channel: channel, figures: reports.figures(app, days: days), rollout: record(app, channel: channel).map(status))
+        let record = try? steps.withLock { _ in try reconciled(app, channel: channel) }
+        return FleetFigures(app: app, channel: channel, figures: reports.figures(app, days: days), rollout: record.flatMap { $0 }.map(status))
     }
 }

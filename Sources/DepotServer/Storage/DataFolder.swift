@@ -128,6 +128,14 @@ enum StoredJSON {
         return encoder
     }()
 
+    /// Sorted keys, no whitespace (what goes to the bucket in bulk).
+    static let compact: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        encoder.dateEncodingStrategy = .iso8601
+        return encoder
+    }()
+
     static let decoder: JSONDecoder = {
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .iso8601

@@ -185,7 +185,10 @@ public final class ReleaseStore: Sendable {
                 throw DepotError.conflict("channel_backwards", "channel \(channel) serves release \(now); it only moves forward. To go back, roll back (a new release with release \(version)'s packs)")
             }
             let release = try load(app, version)
-            try check?(release.manifest, Int64(release.envelope.count))
+            // Checked as the channel will serve it: without the release's rollout.
+            var target = release.manifest
+            target.rollout = nil
+            try check?(target, Int64(release.envelope.count))
             var packs = release.manifest.packs
             var swept = false
             for index in packs.indices {

@@ -106,7 +106,13 @@ final class ReleaseMirror: Sendable {
         try put(bytes, Self.reportKey(app, origin: origin, day: day))
     }
 
-    /// The other origins' figures of `days`, each object's bytes with its day.
+    /// Removes one of this origin's day objects (past the retention).
+    func deleteReports(_ app: String, origin: String, day: String) throws {
+        _ = try client.call("DELETE", key: Self.reportKey(app, origin: origin, day: day))
+    }
+
+    /// The other origins' figures of `days`, each object's bytes with its day. An object that
+    /// cannot be read is skipped (and logged), not the others with it.
     func reportObjects(_ app: String, days: Set<String>, excluding origin: String) throws -> [(day: String, bytes: [UInt8])] {
         var out: [(day: String, bytes: [UInt8])] = []
         for object in try bucket.list(prefix: "apps/\(app)/reports/") {
@@ -114,7 +120,11 @@ final class ReleaseMirror: Sendable {
             guard parts.count == 5, parts[3] != origin, parts[4].hasSuffix(".json") else { continue }
             let day = String(parts[4].dropLast(5))
             guard days.contains(day) else { continue }
-            out.append((day, try S3Client.check(client.call("GET", key: object.key, limit: 8 << 20), "reading \(object.key)").body))
+            do {
+                out.append((day, try S3Client.check(client.call("GET", key: object.key, limit: 32 << 20), "reading \(object.key)").body))
+            } catch {
+                logger.warning("could not read another origin's reports", metadata: ["key": .string(object.key), "error": .string("\(error)")])
+            }
         }
         return out
     }
