@@ -69,12 +69,12 @@ case "${1:-}" in
     done
     # Then the suites that load the whole machine or time themselves, alone (in the parallel run
     # they would make others' timing flaky, or be made flaky).
-    DEPOT_HEAVY_TESTS=1 swift test --disable-xctest --skip-build --filter 'LoadTests|HostileHTTPTests|TokenTimingTests|ConcurrentUploadTests|InstallStepTests|LargePatchTests'
+    DEPOT_HEAVY_TESTS=1 swift test --disable-xctest --skip-build --filter 'LoadTests|HostileHTTPTests|TokenTimingTests|ConcurrentUploadTests|InstallStepTests|LargePatchTests|RolloutEndToEndTests'
     # The suites that run the client again with the engine apps use, URLSession (FoundationNetworking
     # here): downloads, resumes, faulty proxies, the extension's flow, resumable publishing, edges.
     # (Not the TLS edge suite: FoundationNetworking takes no CA file and no --resolve.)
     DEPOT_CLIENT_ENGINE=urlsession swift test --disable-xctest --skip-build --filter \
-      'DepotClientTests\.(DownloaderTests|DownloadFollowerTests|URLSessionEngineTests)|EndToEndTests\.(ClientEndToEndTests|EndToEndTests|FaultySyncTests|ExtensionFlowTests|ResumableUploadEndToEndTests|ManagedDeviceTests|ManagedDeviceHostileTests|NginxEdgeTests|ChannelBindingTests|FullDiskTests|PublishingCLITests)'
+      'DepotClientTests\.(DownloaderTests|DownloadFollowerTests|URLSessionEngineTests)|EndToEndTests\.(ClientEndToEndTests|EndToEndTests|FaultySyncTests|ExtensionFlowTests|ResumableUploadEndToEndTests|ManagedDeviceTests|ManagedDeviceHostileTests|NginxEdgeTests|ChannelBindingTests|FullDiskTests|PublishingCLITests|RolloutGuardTests)'
     # The dashboard in real Chromium (screenshots in .build/artifacts/dashboard).
     DEPOT_BROWSER_TESTS=1 swift test --disable-xctest --skip-build --filter DashboardTests
     # Last, the suites that start a real S3 engine (OpenStack Swift), one engine at a time per suite.

@@ -2,18 +2,6 @@ import DepotCore
 import Foundation
 import Synchronization
 
-/// What a publish does to a rollout on its channel.
-enum RolloutChange {
-    /// A change of content (a publish of the draft, a rollback): refused while a rollout runs
-    /// (its candidate was chosen against the current packs); a halted one is dropped.
-    case content
-    /// The same content named again (patches, a re-signing): the rollout carries on.
-    case keep
-    /// A rollout step: the rollout the new release carries, from the channel's live release
-    /// (nil before it has one), computed under the publish lock.
-    case compute((LiveManifest?) throws -> Rollout?)
-}
-
 /// A live release as served: the envelope's bytes and its ETag.
 struct LiveManifest: Sendable {
     let version: Int
@@ -35,8 +23,8 @@ public final class ReleaseStore: Sendable {
     public static let production = "production"
     let folder: DataFolder
     let apps: AppStore
-    private let publishLock = Mutex(())
-    private let live = Mutex<[String: LiveManifest]>([:])
+    let publishLock = Mutex(())
+    let live = Mutex<[String: LiveManifest]>([:])
     private let drafts: DraftStore
     /// Per app, what its releases hold (the highest revision of each pack id, every blob they
     /// name): loaded once, kept up to date by every publish.
@@ -160,74 +148,6 @@ public final class ReleaseStore: Sendable {
         FileSystem.contents(of: folder).compactMap { name -> Int? in
             name.hasSuffix(".json") && !name.hasPrefix(".") ? Int(name.dropLast(5)) : nil
         }.sorted()
-    }
-
-    /// Points `channel` at an existing release (creating the channel). Channels only move to a
-    /// higher number: going back is a rollback, which publishes a new release. `check` sees
-    /// the release first (the allowance guard). Returns whether the pointer moved.
-    ///
-    /// `isStored` says which blobs may still be stored (false only when known to be gone): a patch whose blob garbage collection swept
-    /// (its release served by no channel for longer than the retention) is left out of the copy
-    /// signed for `channel`, never served as a URL that answers 404; the patch maker then makes
-    /// it again for this channel.
-    func promote(
-        _ app: String, channel: String, to version: Int, isStored: (String) -> Bool = { _ in true }, check: ((Manifest, Int64) throws -> Void)?
-    ) throws -> Bool {
-        let moved = try publishLock.withLock { _ -> Bool in
-            guard version <= head(app), FileSystem.exists(folder.release(app, version)) else {
-                throw DepotError.notFound("release \(version) of app \(app)")
-            }
-            let serving = try current(app, channel: channel)
-            let now = serving?.version
-            if now == version { return false }
-            if let rollout = serving?.manifest.rollout, rollout.fraction > 0 { throw Self.rolloutRunning(rollout, channel: channel) }
-            if let now, now > version {
-                throw DepotError.conflict("channel_backwards", "channel \(channel) serves release \(now); it only moves forward. To go back, roll back (a new release with release \(version)'s packs)")
-            }
-            let release = try load(app, version)
-            // Checked as the channel will serve it: without the release's rollout.
-            var target = release.manifest
-            target.rollout = nil
-            try check?(target, Int64(release.envelope.count))
-            var packs = release.manifest.packs
-            var swept = false
-            for index in packs.indices {
-                guard let patches = packs[index].patches else { continue }
-                let kept = patches.filter { isStored($0.sha256) }
-                guard kept.count != patches.count else { continue }
-                packs[index].patches = kept.isEmpty ? nil : kept
-                swept = true
-            }
-            // Signed for the channel it now serves: devices check the channel a manifest names.
-            let served = try signed(release, for: channel, app: app, packs: swept ? packs : nil, withoutRollout: true)
-            try FileSystem.createDirectory(folder.channels(app))
-            try FileSystem.writeAtomically(Array("\(version)\n".utf8), to: pointerPath(app, channel))
-            live.withLock { $0[app + "\u{0}" + channel] = served }
-            return true
-        }
-        // An old release may be close to expiry, or signed by a retired key.
-        if moved {
-            try refresh(app, channel: channel)
-            changed(app)
-        }
-        return moved
-    }
-
-    /// What a content change meets on a channel whose rollout runs.
-    static func rolloutRunning(_ rollout: Rollout, channel: String) -> DepotError {
-        DepotError.conflict("rollout_running", "a rollout of release \(rollout.release) runs on channel \(channel) (\(RolloutRecord.percent(rollout.fraction)) of devices): halt or complete it first (depot rollout halt|complete); nothing changed")
-    }
-
-    /// Removes a channel other than production; its manifest URL then answers 404.
-    func removeChannel(_ app: String, channel: String) throws {
-        try publishLock.withLock { _ in
-            guard channel != Self.production else { throw DepotError.conflict("production_channel", "the production channel cannot be removed") }
-            guard FileSystem.exists(pointerPath(app, channel)) else { throw DepotError.notFound("channel \(channel) of app \(app)") }
-            FileSystem.remove(pointerPath(app, channel))
-            try FileSystem.syncDirectory(folder.channels(app))
-            live.withLock { $0[app + "\u{0}" + channel] = nil }
-        }
-        changed(app)
     }
 
     /// Runs `body` under the publish lock: no publish, promotion or rollback runs meanwhile.
