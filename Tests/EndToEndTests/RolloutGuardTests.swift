@@ -254,6 +254,12 @@ struct RolloutGuardTests {
             try expect("POST", rollouts + "/start?release=1&fraction=0.1", 409, "release_live")
             try expect("POST", rollouts + "/start?release=7&fraction=0.1", 404)
             try expect("POST", rollouts + "/halt", 404)
+            // Builds that allow only what the current release needs: the candidate (100 bytes
+            // more) would not fit a device that takes it.
+            let apps = AppStore(folder: DataFolder(origin.data.path))
+            try apps.setAllowances(origin.app, BuildAllowances(downloadAllowance: 2_100))
+            try expect("POST", rollouts + "/start?release=2&fraction=0.2", 409, "allowance_exceeded")
+            try apps.setAllowances(origin.app, nil)
             try expect("POST", rollouts + "/start?release=2&fraction=0.2", 201)
             try expect("POST", rollouts + "/start?release=2&fraction=0.3", 409, "rollout_running")
             try expect("POST", rollouts + "/advance?fraction=0.1", 409, "fraction_not_raised")
