@@ -9,12 +9,9 @@ publisher's narrower view, keyboard use; screenshots at 1280×800 and 390×844; 
     dashboard_test.py --depot .build/debug/depot --public Public --artifacts DIR --archive FILE
 """
 
-import argparse
 import base64
 import json
 import os
-import sys
-import tempfile
 import time
 
 from selenium.webdriver.common.action_chains import ActionChains
@@ -22,7 +19,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select
 
-from harness import Browser, Origin, choose_file, live_version, progress, sha256_hex, sign_in
+from harness import main, choose_file, live_version, progress, sha256_hex, sign_in
 
 MIB = 1024 * 1024
 DEV, MANAGED = "com.example.dev", "com.example.managed"
@@ -31,34 +28,6 @@ NETWORK = r"Failed to load resource|net::ERR_"
 
 def step(name):
     print(f"dashboard: {name}", flush=True)
-
-
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--depot", required=True)
-    parser.add_argument("--public", required=True)
-    parser.add_argument("--artifacts", required=True)
-    parser.add_argument("--archive", required=True, help="an Apple Archive to publish to a managed app")
-    args = parser.parse_args()
-    os.makedirs(args.artifacts, exist_ok=True)
-    work = tempfile.mkdtemp(prefix="depot-dashboard-")
-    origin = Origin(args.depot, os.path.join(work, "data"), os.path.abspath(args.public), work).start()
-    browser = None
-    try:
-        browser = Browser(args.artifacts)
-        run(origin, browser, work, args)
-    except Exception:
-        if browser:
-            browser.driver.save_screenshot(os.path.join(args.artifacts, "failure.png"))
-            with open(os.path.join(args.artifacts, "failure.html"), "w") as f:
-                f.write(browser.driver.page_source)
-        print(origin.log()[-4000:], file=sys.stderr)
-        raise
-    finally:
-        if browser:
-            browser.quit()
-        origin.stop()
-    print(f"dashboard: passed; screenshots in {args.artifacts}", flush=True)
 
 
 def run(origin, b, work, args):
@@ -362,4 +331,4 @@ def accessible(b):
 
 
 if __name__ == "__main__":
-    main()
+    main("dashboard", run, [("--archive", "an Apple Archive to publish to a managed app")])

@@ -2,12 +2,15 @@
 restarted on the same port and data folder), real Chromium through chromedriver, the browser's
 console, and screenshots at the two sizes the dashboard is laid out for."""
 
+import argparse
 import hashlib
 import os
 import re
 import signal
 import socket
 import subprocess
+import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -20,6 +23,39 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 SIZES = {"desktop": (1280, 800, False), "phone": (390, 844, True)}
+
+
+def main(name, run, extra_arguments=()):
+    """Parses --depot, --public, --artifacts (and `extra_arguments`, (flag, help) pairs), starts
+    the origin and Chromium, runs `run(origin, browser, work, args)`, and on a failure keeps a
+    screenshot, the page and the origin's log; prints "NAME: passed" at the end."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--depot", required=True)
+    parser.add_argument("--public", required=True)
+    parser.add_argument("--artifacts", required=True)
+    for flag, text in extra_arguments:
+        parser.add_argument(flag, required=True, help=text)
+    args = parser.parse_args()
+    os.makedirs(args.artifacts, exist_ok=True)
+    work = tempfile.mkdtemp(prefix=f"depot-{name}-")
+    origin = Origin(args.depot, os.path.join(work, "data"), os.path.abspath(args.public), work).start()
+    browser = None
+    try:
+        browser = Browser(args.artifacts)
+        run(origin, browser, work, args)
+    except Exception:
+        if browser:
+            failure = "failure" if name == "dashboard" else f"{name}-failure"
+            browser.driver.save_screenshot(os.path.join(args.artifacts, f"{failure}.png"))
+            with open(os.path.join(args.artifacts, f"{failure}.html"), "w") as f:
+                f.write(browser.driver.page_source)
+        print(origin.log()[-4000:], file=sys.stderr)
+        raise
+    finally:
+        if browser:
+            browser.quit()
+        origin.stop()
+    print(f"{name}: passed; screenshots in {args.artifacts}", flush=True)
 
 
 def free_port():

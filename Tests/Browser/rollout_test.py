@@ -7,48 +7,18 @@ screenshots at 1280×800 and 390×844; no console error.
     rollout_test.py --depot .build/debug/depot --public Public --artifacts DIR
 """
 
-import argparse
 import os
 import subprocess
-import sys
-import tempfile
 
 from selenium.webdriver.common.by import By
 
-from harness import Browser, Origin, sign_in
+from harness import main, sign_in
 
 DEV = "com.example.dev"
 
 
 def step(name):
     print(f"rollout: {name}", flush=True)
-
-
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--depot", required=True)
-    parser.add_argument("--public", required=True)
-    parser.add_argument("--artifacts", required=True)
-    args = parser.parse_args()
-    os.makedirs(args.artifacts, exist_ok=True)
-    work = tempfile.mkdtemp(prefix="depot-rollout-")
-    origin = Origin(args.depot, os.path.join(work, "data"), os.path.abspath(args.public), work).start()
-    browser = None
-    try:
-        browser = Browser(args.artifacts)
-        run(origin, browser, work, args)
-    except Exception:
-        if browser:
-            browser.driver.save_screenshot(os.path.join(args.artifacts, "rollout-failure.png"))
-            with open(os.path.join(args.artifacts, "rollout-failure.html"), "w") as f:
-                f.write(browser.driver.page_source)
-        print(origin.log()[-4000:], file=sys.stderr)
-        raise
-    finally:
-        if browser:
-            browser.quit()
-        origin.stop()
-    print(f"rollout: passed; screenshots in {args.artifacts}", flush=True)
 
 
 def publish(origin, token, pack, body, channel):
@@ -132,4 +102,4 @@ def run(origin, b, work, args):
 
 
 if __name__ == "__main__":
-    main()
+    main("rollout", run, ())

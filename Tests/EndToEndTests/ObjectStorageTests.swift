@@ -15,6 +15,22 @@ struct ObjectStorageTests {
         try S3Client.check(store.client.call("PUT", key: nil), "creating the bucket")
         return store
     }
+
+    /// What `depot serve` needs to keep its blobs and releases in `engine`'s bucket `bucket`.
+    static func environment(_ engine: S3Engine, bucket: String) -> [String: String] {
+        [
+            "DEPOT_STORAGE": "s3", "DEPOT_S3_ENDPOINT": engine.endpoint.absoluteString, "DEPOT_S3_BUCKET": bucket,
+            "AWS_ACCESS_KEY_ID": engine.accessKey, "AWS_SECRET_ACCESS_KEY": engine.secretKey,
+        ]
+    }
+
+    /// A read-only replica of the bucket on 127.0.0.2, on the writer's port and behind its
+    /// public name (as behind one CDN), looking for new releases every second.
+    static func replica(_ s3: [String: String], data: String, port: UInt16, publicURL: String) throws -> ServeProcess {
+        try ServeProcess(data: data, environment: s3.merging([
+            "DEPOT_READ_ONLY": "1", "DEPOT_REPLICA_INTERVAL": "1", "DEPOT_LISTEN": "127.0.0.2:\(port)", "DEPOT_PUBLIC_URL": publicURL,
+        ]) { $1 }, bootstrap: false)
+    }
     @Test("Packs published through the origin land in the bucket (a 70 MiB one in parts), none on its disk; a sync is byte-identical; with the store down reads get 503 and publishes fail clearly, and both recover")
     func publishSyncOutage() throws {
         let engine = try S3Engine()
@@ -149,10 +165,7 @@ struct ObjectStorageTests {
         let store = try Self.bucket(engine, "shared")
         let work = TemporaryDirectory("depot-s3-replica")
         defer { work.remove() }
-        let s3: [String: String] = [
-            "DEPOT_STORAGE": "s3", "DEPOT_S3_ENDPOINT": engine.endpoint.absoluteString, "DEPOT_S3_BUCKET": "shared",
-            "AWS_ACCESS_KEY_ID": engine.accessKey, "AWS_SECRET_ACCESS_KEY": engine.secretKey,
-        ]
+        let s3 = Self.environment(engine, bucket: "shared")
         // Writer and replica on one port of two loopback addresses, behind one public name (as
         // behind a CDN): a device reaches either with --resolve.
         let port = try NginxEdge.freePort()
@@ -167,9 +180,7 @@ struct ObjectStorageTests {
         // The writer pushes the release to the bucket just after the publish.
         Eventually.wait { (try? store.list(prefix: "apps/com.example.dev/channels/").isEmpty == false) ?? false }
 
-        let replica = try ServeProcess(data: work.path + "/replica", environment: s3.merging([
-            "DEPOT_READ_ONLY": "1", "DEPOT_REPLICA_INTERVAL": "1", "DEPOT_LISTEN": "127.0.0.2:\(port)", "DEPOT_PUBLIC_URL": publicURL,
-        ]) { $1 }, bootstrap: false)
+        let replica = try Self.replica(s3, data: work.path + "/replica", port: port, publicURL: publicURL)
         defer { replica.process.terminate(); replica.process.waitUntilExit() }
         guard replica.banner.contains("read-only replica") else {
             replica.process.terminate()
@@ -335,10 +346,7 @@ struct ObjectStorageTests {
         let store = try Self.bucket(engine, "reports")
         let work = TemporaryDirectory("depot-s3-reports")
         defer { work.remove() }
-        let s3: [String: String] = [
-            "DEPOT_STORAGE": "s3", "DEPOT_S3_ENDPOINT": engine.endpoint.absoluteString, "DEPOT_S3_BUCKET": "reports",
-            "AWS_ACCESS_KEY_ID": engine.accessKey, "AWS_SECRET_ACCESS_KEY": engine.secretKey,
-        ]
+        let s3 = Self.environment(engine, bucket: "reports")
         let port = try NginxEdge.freePort()
         let publicURL = "http://assets.test:\(port)"
         let writer = try ServeProcess(data: work.path + "/writer", environment: s3.merging(["DEPOT_LISTEN": "127.0.0.1:\(port)", "DEPOT_PUBLIC_URL": publicURL]) { $1 })
@@ -353,9 +361,7 @@ struct ObjectStorageTests {
         let started = try Processes.run(depot, ["rollout", "start", "--release", "2", "--fraction", "0.5"] + common, environment: environment)
         #expect(started.status == 0, "\(started.stdout)\(started.stderr)")
         Eventually.wait { (try? store.list(prefix: "apps/com.example.dev/channels/").isEmpty == false) ?? false }
-        let replica = try ServeProcess(data: work.path + "/replica", environment: s3.merging([
-            "DEPOT_READ_ONLY": "1", "DEPOT_REPLICA_INTERVAL": "1", "DEPOT_LISTEN": "127.0.0.2:\(port)", "DEPOT_PUBLIC_URL": publicURL,
-        ]) { $1 }, bootstrap: false)
+        let replica = try Self.replica(s3, data: work.path + "/replica", port: port, publicURL: publicURL)
         defer { replica.process.terminate(); replica.process.waitUntilExit() }
         #expect(replica.banner.contains("read-only replica"), "\(replica.banner)")
         // The replica serves the rollout's manifest (the version the writer published last).
