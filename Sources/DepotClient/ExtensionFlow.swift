@@ -203,6 +203,7 @@ public struct ExtensionFlow: Sendable {
         Installer.removeLeftovers(in: store.packs)
         Installer.removeLeftovers(in: store.arrived)
         Installer.removeLeftovers(in: store.metadata)
+        Installer.removeLeftovers(in: failedDownloads)
         var report = ArrivedReport()
         let identifiers = arrivedIdentifiers().sorted()
         guard !identifiers.isEmpty || FileSystem.exists(store.cachedEnvelope(channel: channel)) else { return report }
@@ -222,16 +223,20 @@ public struct ExtensionFlow: Sendable {
                 FileSystem.remove(path)
                 continue
             }
+            // The patch's base gone (replaced, purged): the device's condition, not the pack's.
+            var baseGone = false
             do {
                 let copy: InstalledCopy
                 if let base {
                     // A patch: onto the installed copy, if it is still the patch's base, whole.
                     let installed = try store.read(app: configuration.app).packs[id]
                     guard let installed, installed.revision == base, let patch = entry.patch(from: base, plaintextSHA256: installed.plaintextSHA256) else {
+                        baseGone = true
                         throw ClientError.integrity(id, "the installed copy is no longer the base of this patch")
                     }
                     do {
                         guard store.isWhole(id, installed) else {
+                            baseGone = true
                             throw ClientError.integrity(id, "the installed copy, the patch's base, is no longer whole on disk (purged or changed)")
                         }
                         copy = try installer.installPatchedCopy(entry, patch: patch, from: path, to: store.packPath(id))
@@ -256,8 +261,8 @@ public struct ExtensionFlow: Sendable {
             } catch let error as ClientError {
                 report.discarded[identifier] = error.description
                 FileSystem.remove(path)
-                // A patch overtaken by the whole pack is no failure of the pack.
-                if results[id]?.outcome != .installed {
+                // A patch overtaken by the whole pack, or whose base went, is no failure of the pack.
+                if results[id]?.outcome != .installed && !baseGone && !DeviceReport.isDeviceCondition("\(error.kind)") {
                     results[id] = DeviceReport.PackResult(id: id, revision: revision, outcome: .failed, error: DeviceReport.errorKind("\(error.kind)"))
                 }
             }

@@ -71,6 +71,9 @@ struct RolloutGuardTests {
             let flow = try ExtensionFlow(configuration: configuration, destination: fleet.destination(0))
             flow.downloadFailed(identifier: "level@1", error: URLError(.badServerResponse))
             flow.downloadFailed(identifier: "../../etc@1", error: URLError(.badServerResponse))
+            // The device's own conditions are not the pack's failures (had it been noted, the kind
+            // below would be `transport`).
+            flow.downloadFailed(identifier: "level@1", error: URLError(.notConnectedToInternet))
             let noted = try flow.installArrived(languages: ["en"])
             #expect(noted.deviceReport?.packs == [DeviceReport.PackResult(id: "level", revision: 1, outcome: .failed, error: "http")])
             #expect(try flow.installArrived(languages: ["en"]).deviceReport == nil, "noted once")
@@ -259,6 +262,7 @@ struct RolloutGuardTests {
             let apps = AppStore(folder: DataFolder(origin.data.path))
             try apps.setAllowances(origin.app, BuildAllowances(downloadAllowance: 2_100))
             try expect("POST", rollouts + "/start?release=2&fraction=0.2", 409, "allowance_exceeded")
+            try expect("GET", rollouts, 404)
             try apps.setAllowances(origin.app, nil)
             try expect("POST", rollouts + "/start?release=2&fraction=0.2", 201)
             try expect("POST", rollouts + "/start?release=2&fraction=0.3", 409, "rollout_running")
@@ -282,6 +286,14 @@ struct RolloutGuardTests {
             #expect(recovered.state == "running" && recovered.fraction == 0.3)
             try expect("POST", rollouts + "/halt", 201)
             try expect("POST", rollouts + "/complete", 201)
+
+            // A channel whose rollout runs cannot be removed (its devices would lose their manifest).
+            let admin = try TokenStore(folder: DataFolder(origin.data.path)).create(app: origin.app, role: .admin).token
+            try expect("POST", "/v1/apps/\(origin.app)/channels/gamma?release=1", 201)
+            try expect("POST", "/v1/apps/\(origin.app)/rollouts/gamma/start?release=2&fraction=0.5", 201)
+            try expect("DELETE", "/v1/apps/\(origin.app)/channels/gamma", 409, "rollout_running", token: admin)
+            try expect("POST", "/v1/apps/\(origin.app)/rollouts/gamma/halt", 201)
+            try expect("DELETE", "/v1/apps/\(origin.app)/channels/gamma", 204, token: admin)
 
             // A managed app: the system chooses its downloads; refused with a clear error.
             let managed = "com.example.managed"

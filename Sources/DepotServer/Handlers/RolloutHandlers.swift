@@ -189,10 +189,12 @@ final class ReportRateLimiter: Sendable {
             }
             refill(&state.all, rate: total)
             guard state.all.tokens >= 1 else { return 1 }
-            var mine = state.byAddress[address] ?? Bucket(tokens: perAddress * 2, at: now)
+            let known = state.byAddress[address]
+            var mine = known ?? Bucket(tokens: perAddress * 2, at: now)
             refill(&mine, rate: perAddress)
             guard mine.tokens >= 1 else {
-                state.byAddress[address] = mine
+                // (A new address refused at once is not remembered: nothing to remember.)
+                if known != nil { state.byAddress[address] = mine }
                 return 1
             }
             mine.tokens -= 1

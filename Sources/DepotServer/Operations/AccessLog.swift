@@ -18,7 +18,7 @@ struct AccessLog: Sendable {
 
     static func line(_ record: HTTPExchangeRecord) -> String {
         // Device reports (answered or refused) are kept without any address.
-        let client = record.method == "POST" && record.path.hasSuffix("/reports") ? "-" : record.clientAddress ?? "-"
+        let client = record.method == "POST" && record.path.contains("/reports") ? "-" : record.clientAddress ?? "-"
         let capacity = 160 + record.path.utf8.count + record.query.utf8.count + record.method.utf8.count + record.route.utf8.count + client.utf8.count
         return TextAssembler.text(capacity: capacity) { line in
             line.append("access bytes=")

@@ -245,8 +245,13 @@ final class ReportBook: Sendable {
             let dirty: [(app: String, day: String, version: Int, figures: DayFigures)] = book.withLock { book in
                 var out: [(String, String, Int, DayFigures)] = []
                 for (app, days) in book.days {
-                    for (day, entry) in days where entry.dirty {
-                        out.append((app, day, entry.version, DayFigures(day: day, reports: entry.reports, counts: entry.counts)))
+                    for (day, entry) in days {
+                        if entry.dirty {
+                            out.append((app, day, entry.version, DayFigures(day: day, reports: entry.reports, counts: entry.counts)))
+                        } else if day != today {
+                            // Written, and no longer today: its file has it.
+                            book.days[app]?[day] = nil
+                        }
                     }
                 }
                 return out

@@ -39,7 +39,7 @@ final class Rollouts: Sendable {
         if let live, let rollout = live.manifest.rollout {
             let state: RolloutRecord.State = rollout.fraction > 0 ? .running : .halted
             if var known = record, known.salt == rollout.salt, known.state != .completed {
-                guard known.fraction != rollout.fraction || known.state != state else { return known }
+                guard known.fraction != rollout.fraction || known.state != state || known.steps.isEmpty else { return known }
                 (known.fraction, known.state) = (rollout.fraction, state)
                 known.steps.append(RolloutRecord.Step(at: live.manifest.publishedAt, action: "recovered", fraction: rollout.fraction, manifest: live.version, by: "origin"))
                 record = known
@@ -52,6 +52,10 @@ final class Rollouts: Sendable {
                 )
             }
             try save(record!)
+        } else if let known = record, known.steps.isEmpty {
+            // Written before a start whose release never came (a crash, a refusal): no rollout.
+            FileSystem.remove(folder.rollout(app, channel: channel))
+            record = nil
         } else if var known = record, known.state == .running {
             known.state = .completed
             known.fraction = 1
@@ -89,7 +93,11 @@ final class Rollouts: Sendable {
         return try steps.withLock { _ in
             var made: Rollout?
             var base = 0
-            let published = try releases.publish(app, channel: channel, rolloutChange: .compute({ [releases, publisher] live in
+            var candidates: [RolloutRecord.Candidate] = []
+            let before = record(app, channel: channel)
+            var provisional = false
+            let published: LiveManifest?
+            do { published = try releases.publish(app, channel: channel, rolloutChange: .compute({ [releases, publisher] live in
                 guard let live else { throw DepotError.notFound("a release on channel \(channel) of app \(app)") }
                 if let running = live.manifest.rollout, running.fraction > 0 { throw ReleaseStore.rolloutRunning(running, channel: channel) }
                 guard release != live.version else {
@@ -107,12 +115,30 @@ final class Rollouts: Sendable {
                 }
                 base = live.version
                 made = rollout
+                // Only what changes revision is the candidate's to measure: a pack whose policy or
+                // tags alone changed keeps the live revision, which the other devices report too.
+                candidates = rollout.packs.filter { live.manifest[pack: $0.id]?.revision != $0.revision }
+                    .map { RolloutRecord.Candidate(pack: $0.id, revision: $0.revision) }
+                // The record (its guard above all) is written before the release: a crash between
+                // them leaves a record without steps, completed or dropped by ``reconciled``.
+                try self.save(RolloutRecord(
+                    app: app, channel: channel, release: release, baseRelease: base, state: .running, fraction: fraction, salt: rollout.salt,
+                    candidates: candidates, removed: rollout.removed, haltOnFailureRate: haltOnFailureRate,
+                    minReports: haltOnFailureRate == nil ? nil : (minReports ?? 20), haltedBy: nil, trigger: nil, steps: []
+                ))
+                provisional = true
                 return rollout
-            }), change: { $0 }, check: force ? nil : publisher.allowanceGuard(app, channel: channel))
+            }), change: { $0 }, check: force ? nil : publisher.allowanceGuard(app, channel: channel)) } catch {
+                // Refused after the record was written (the allowance guard): the one before stands.
+                if provisional {
+                    if let before { try save(before) } else { FileSystem.remove(folder.rollout(app, channel: channel)) }
+                }
+                throw error
+            }
             guard let published, let made else { throw DepotError.conflict("nothing_to_roll_out", "nothing changed") }
             let record = RolloutRecord(
                 app: app, channel: channel, release: release, baseRelease: base, state: .running, fraction: fraction, salt: made.salt,
-                candidates: made.packs.map { RolloutRecord.Candidate(pack: $0.id, revision: $0.revision) }, removed: made.removed,
+                candidates: candidates, removed: made.removed,
                 haltOnFailureRate: haltOnFailureRate, minReports: haltOnFailureRate == nil ? nil : (minReports ?? 20), haltedBy: nil, trigger: nil,
                 steps: [RolloutRecord.Step(at: Date(), action: "start", fraction: fraction, manifest: published.version, by: by)]
             )
@@ -217,11 +243,14 @@ final class Rollouts: Sendable {
     }
 
     /// Fraction 0: devices that took the candidate go back to the current release at their next event.
-    /// `salt`, when given: only the rollout with this salt (the guard halts the one it measured).
-    func halt(_ app: String, channel: String, by: String, trigger: RolloutRecord.Trigger? = nil, salt: String? = nil) throws -> RolloutStatus {
+    /// `measured`, when given (the guard): only the rollout with this salt, counted from this
+    /// manifest — not one started, or resumed, since the figures were read.
+    func halt(
+        _ app: String, channel: String, by: String, trigger: RolloutRecord.Trigger? = nil, measured: (salt: String, from: Int)? = nil
+    ) throws -> RolloutStatus {
         try step(app, channel: channel, action: "halt", by: by, trigger: trigger) { rollout, record in
-            if let salt, salt != rollout.salt {
-                throw DepotError.conflict("rollout_replaced", "another rollout runs on channel \(channel) now. Nothing changed")
+            if let measured, measured.salt != rollout.salt || measured.from != record.countingFrom {
+                throw DepotError.conflict("rollout_changed", "the rollout on channel \(channel) was started or resumed since its figures were read. Nothing changed")
             }
             guard rollout.fraction > 0 else {
                 throw DepotError.conflict("rollout_halted", "the rollout of release \(record.release) on channel \(channel) is halted already. Nothing changed")
@@ -261,14 +290,22 @@ final class Rollouts: Sendable {
         for app in apps {
             for name in FileSystem.contents(of: folder.app(app) + "/rollouts") where name.hasSuffix(".json") {
                 let channel = String(name.dropLast(5))
-                guard Identifier.isValidChannel(channel), let record = try? steps.withLock({ _ in try reconciled(app, channel: channel) }), record.state == .running,
+                guard Identifier.isValidChannel(channel) else { continue }
+                let found: RolloutRecord?
+                do {
+                    found = try steps.withLock { _ in try reconciled(app, channel: channel) }
+                } catch {
+                    publisher.logger.error("could not read a rollout's record", metadata: ["app": .string(app), "channel": .string(channel), "error": .string("\(error)")])
+                    continue
+                }
+                guard let record = found, record.state == .running,
                       let rate = record.haltOnFailureRate, let minimum = record.minReports else { continue }
                 let days = Int(Date().timeIntervalSince(record.startedAt) / 86_400) + 2
                 let (reports, failures, _) = record.candidateFigures(self.reports.figures(app, days: days))
                 guard reports >= Int64(minimum), Double(failures) > rate * Double(reports) else { continue }
                 let trigger = RolloutRecord.Trigger(reports: reports, failures: failures, failureRate: Double(failures) / Double(reports), at: Date())
                 do {
-                    _ = try halt(app, channel: channel, by: "automatic", trigger: trigger, salt: record.salt)
+                    _ = try halt(app, channel: channel, by: "automatic", trigger: trigger, measured: (record.salt, record.countingFrom))
                     publisher.metrics.rolloutHalted(app: app, channel: channel, by: "automatic")
                     publisher.logger.warning("rollout halted automatically: the candidate's failure rate crossed the threshold", metadata: [
                         "app": .string(app), "channel": .string(channel), "release": .stringConvertible(record.release),

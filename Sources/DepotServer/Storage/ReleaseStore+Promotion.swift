@@ -59,6 +59,7 @@ extension ReleaseStore {
         try publishLock.withLock { _ in
             guard channel != Self.production else { throw DepotError.conflict("production_channel", "the production channel cannot be removed") }
             guard FileSystem.exists(pointerPath(app, channel)) else { throw DepotError.notFound("channel \(channel) of app \(app)") }
+            if let rollout = try current(app, channel: channel)?.manifest.rollout, rollout.fraction > 0 { throw Self.rolloutRunning(rollout, channel: channel) }
             FileSystem.remove(pointerPath(app, channel))
             try FileSystem.syncDirectory(folder.channels(app))
             live.withLock { $0[app + "\u{0}" + channel] = nil }
