@@ -93,7 +93,7 @@ public final class StateStore: Sendable {
         try load(app: app)
     }
 
-    /// This folder's install id (``InstalledState/installID``): read without a lock once it
+    /// This folder's install id (the state's install id): read without a lock once it
     /// exists; made under the exclusive lock the first time, so that the app and its extension,
     /// asking at once, end up with the same one.
     ///
