@@ -28,7 +28,7 @@ extension ExtensionFlow {
             case .secureConnectionFailed, .serverCertificateHasBadDate, .serverCertificateUntrusted, .serverCertificateHasUnknownRoot,
                  .serverCertificateNotYetValid, .clientCertificateRejected, .clientCertificateRequired:
                 return "tls"
-            case .badServerResponse, .userAuthenticationRequired, .cannotDecodeContentData, .cannotDecodeRawData, .zeroByteResource:
+            case .badServerResponse, .resourceUnavailable, .userAuthenticationRequired, .cannotDecodeContentData, .cannotDecodeRawData, .zeroByteResource:
                 return "http"
             default:
                 return nil
