@@ -133,9 +133,11 @@ struct ClientEndToEndTests {
             let report = try await sync.run()
             #expect(report.installed == ["big"])
             #expect(try SHA256Hasher.hexDigest(ofFile: work.path + "/dest/packs/big") == SHA256Hasher.hexDigest(ofFile: file))
+            // Resumed, never restarted: the first request whole, every later one (a loaded machine
+            // may add a retry after a stall) a Range from where the copy on disk stopped.
             let blobRequests = proxy.requests.filter { $0.contains("/blobs/") }
-            #expect(blobRequests.count == 2)
-            #expect(blobRequests.last?.contains("Range: bytes=") == true)
+            #expect(blobRequests.count >= 2 && blobRequests.first?.contains("Range:") == false)
+            #expect(blobRequests.dropFirst().allSatisfy { $0.contains("Range: bytes=") }, "\(blobRequests)")
             #expect(events.withLock { $0.contains { if case .download(.retrying(id: "big", _, _)) = $0 { true } else { false } } })
         }
         proxy.stop()

@@ -187,15 +187,17 @@ final class ReportRateLimiter: Sendable {
                 bucket.tokens = min(rate * 2, bucket.tokens + max(0, elapsed) * rate)
                 bucket.at = now
             }
+            /// Whole seconds until a bucket at `rate` holds one token again.
+            func wait(_ bucket: Bucket, rate: Double) -> Int { max(1, Int(((1 - bucket.tokens) / rate).rounded(.up))) }
             refill(&state.all, rate: total)
-            guard state.all.tokens >= 1 else { return 1 }
+            guard state.all.tokens >= 1 else { return wait(state.all, rate: total) }
             let known = state.byAddress[address]
             var mine = known ?? Bucket(tokens: perAddress * 2, at: now)
             refill(&mine, rate: perAddress)
             guard mine.tokens >= 1 else {
                 // (A new address refused at once is not remembered: nothing to remember.)
                 if known != nil { state.byAddress[address] = mine }
-                return 1
+                return wait(mine, rate: perAddress)
             }
             mine.tokens -= 1
             state.all.tokens -= 1
