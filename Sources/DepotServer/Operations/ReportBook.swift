@@ -18,18 +18,28 @@ struct DayFigures: Codable, Hashable, Sendable {
         var error: String?
     }
 
-    /// One count.
+    /// One count: its key's fields, `count` and `bytes`, in one flat JSON object.
     struct Row: Codable, Hashable, Sendable {
-        var channel: String
-        var release: Int
-        var pack: String
-        var revision: Int
-        var outcome: DeviceReport.Outcome
-        var error: String?
+        var key: Key
         var count: Int64
         var bytes: Int64
 
-        var key: Key { Key(channel: channel, release: release, pack: pack, revision: revision, outcome: outcome, error: error) }
+        private enum CodingKeys: String, CodingKey { case count, bytes }
+
+        init(key: Key, count: Int64, bytes: Int64) { (self.key, self.count, self.bytes) = (key, count, bytes) }
+
+        init(from decoder: any Decoder) throws {
+            key = try Key(from: decoder)
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            (count, bytes) = (try container.decode(Int64.self, forKey: .count), try container.decode(Int64.self, forKey: .bytes))
+        }
+
+        func encode(to encoder: any Encoder) throws {
+            try key.encode(to: encoder)
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(count, forKey: .count)
+            try container.encode(bytes, forKey: .bytes)
+        }
     }
 
     /// `YYYY-MM-DD`, UTC.
@@ -53,9 +63,10 @@ struct DayFigures: Codable, Hashable, Sendable {
     init(day: String, reports: [String: Int64], counts: [Key: (count: Int64, bytes: Int64)]) {
         self.day = day
         self.reports = reports
-        rows = counts.map { key, value in
-            Row(channel: key.channel, release: key.release, pack: key.pack, revision: key.revision, outcome: key.outcome, error: key.error, count: value.count, bytes: value.bytes)
-        }.sorted { ($0.channel, $0.release, $0.pack, $0.revision, $0.outcome.rawValue, $0.error ?? "") < ($1.channel, $1.release, $1.pack, $1.revision, $1.outcome.rawValue, $1.error ?? "") }
+        rows = counts.map { Row(key: $0.key, count: $0.value.count, bytes: $0.value.bytes) }.sorted { a, b in
+            let (x, y) = (a.key, b.key)
+            return (x.channel, x.release, x.pack, x.revision, x.outcome.rawValue, x.error ?? "") < (y.channel, y.release, y.pack, y.revision, y.outcome.rawValue, y.error ?? "")
+        }
     }
 
     /// The sum of several origins' figures for the same day.
@@ -137,8 +148,8 @@ final class ReportBook: Sendable {
 
     /// Checks `report` against what `app` released and counts it; throws ``DepotError`` (422) otherwise.
     func accept(_ report: DeviceReport, app: String, now: Date = Date()) throws {
-        let channels = releases.channels(app)
-        guard channels[report.channel] != nil else {
+        // The channel's live release (cached: no file is read per report once it is known).
+        guard let live = try releases.current(app, channel: report.channel) else {
             throw DepotError(.unprocessable, "unknown_channel", "app \(app) has no channel \(report.channel); the report was not counted")
         }
         let listed = try listing(app, release: report.release)
@@ -151,9 +162,8 @@ final class ReportBook: Sendable {
             }
         }
         let day = DayFigures.day(of: now)
-        // The releases channels serve now: their reports are counted even on a day already
-        // holding ``maximumRows`` counts (old releases' keys cannot crowd out the live ones').
-        let live = Set(channels.values)
+        // Reports about the release the channel serves now are counted even on a day already
+        // holding ``maximumRows`` counts (old releases' keys cannot crowd out the live one's).
         try book.withLock { book in
             // Loaded under the lock: a write of the day running meanwhile cannot be overtaken.
             var entry = book.days[app]?[day] ?? {
@@ -161,7 +171,7 @@ final class ReportBook: Sendable {
                 return Day(reports: stored.reports, counts: stored.byKey)
             }()
             let fresh = report.packs.filter { pack in entry.counts[key(report, pack)] == nil }.count
-            guard entry.counts.count + fresh <= Self.maximumRows || live.contains(report.release) && entry.counts.count + fresh <= 2 * Self.maximumRows else {
+            guard entry.counts.count + fresh <= Self.maximumRows || report.release == live.version && entry.counts.count + fresh <= 2 * Self.maximumRows else {
                 throw HTTPFailure(status: 429, code: "reports_full", message: "app \(app) has \(Self.maximumRows) distinct counts today; the report was not counted", headers: [("Retry-After", "3600")])
             }
             entry.reports[report.channel] = Self.adding(entry.reports[report.channel] ?? 0, 1)

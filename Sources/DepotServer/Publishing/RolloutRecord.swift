@@ -79,11 +79,13 @@ struct RolloutRecord: Codable, Hashable, Sendable {
         var (reports, failures) = (Int64(0), Int64(0))
         var byKind: [String: Int64] = [:]
         for day in days {
-            for row in day.rows where row.channel == channel && row.release >= countingFrom && row.outcome != .deferred && wanted.contains("\(row.pack)@\(row.revision)") {
+            for row in day.rows {
+                let key = row.key
+                guard key.channel == channel, key.release >= countingFrom, key.outcome != .deferred, wanted.contains("\(key.pack)@\(key.revision)") else { continue }
                 reports.saturatingAdd(row.count)
-                if row.outcome == .failed {
+                if key.outcome == .failed {
                     failures.saturatingAdd(row.count)
-                    byKind[row.error ?? "other", default: 0].saturatingAdd(row.count)
+                    byKind[key.error ?? "other", default: 0].saturatingAdd(row.count)
                 }
             }
         }
@@ -149,23 +151,24 @@ struct FleetFigures: Encodable, Sendable {
         var byRevision: [String: Revision] = [:]
         var kinds: [String: Int64] = [:]
         for (index, day) in figures.enumerated() {
-            for row in day.rows where row.channel == channel {
-                let key = "\(row.pack)@\(row.revision)"
+            for row in day.rows where row.key.channel == channel {
+                let (pack, number) = (row.key.pack, row.key.revision)
+                let key = "\(pack)@\(number)"
                 var revision = byRevision[key] ?? Revision(
-                    pack: row.pack, revision: row.revision, installed: 0, patched: 0, failed: 0, deferred: 0, bytes: 0, failuresByKind: [:],
+                    pack: pack, revision: number, installed: 0, patched: 0, failed: 0, deferred: 0, bytes: 0, failuresByKind: [:],
                     daily: Array(repeating: 0, count: figures.count)
                 )
                 revision.bytes.saturatingAdd(row.bytes)
-                switch row.outcome {
+                switch row.key.outcome {
                 case .installed: revision.installed.saturatingAdd(row.count)
                 case .patched: revision.patched.saturatingAdd(row.count)
                 case .deferred: revision.deferred.saturatingAdd(row.count)
                 case .failed:
                     revision.failed.saturatingAdd(row.count)
-                    revision.failuresByKind[row.error ?? "other", default: 0].saturatingAdd(row.count)
-                    kinds[row.error ?? "other", default: 0].saturatingAdd(row.count)
+                    revision.failuresByKind[row.key.error ?? "other", default: 0].saturatingAdd(row.count)
+                    kinds[row.key.error ?? "other", default: 0].saturatingAdd(row.count)
                 }
-                if row.outcome == .installed || row.outcome == .patched { revision.daily[index].saturatingAdd(row.count) }
+                if row.key.outcome == .installed || row.key.outcome == .patched { revision.daily[index].saturatingAdd(row.count) }
                 byRevision[key] = revision
             }
         }
