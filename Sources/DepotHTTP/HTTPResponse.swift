@@ -16,6 +16,9 @@ public struct HTTPResponse: Sendable {
         case file(FileRegion)
         /// `length` bytes produced as they are sent (a blob read from an object store).
         case stream(any HTTPBodySource, length: Int64)
+        /// A response made once, headers and body, sent as it is when the response's own
+        /// ``HTTPResponse/headers`` are empty and the connection stays open.
+        case prepared(PreparedResponse)
     }
 
     /// The status code.
@@ -45,6 +48,7 @@ public struct HTTPResponse: Sendable {
         case .shared(_, _, let length): return Int64(length)
         case .file(let region): return region.length
         case .stream(_, let length): return length
+        case .prepared(let prepared): return prepared.bodyLength
         }
     }
 
@@ -144,4 +148,15 @@ public final class FileRegion: @unchecked Sendable {
 public protocol HTTPBodySource: AnyObject, Sendable {
     func read(into buffer: UnsafeMutableRawBufferPointer, at position: Int64) throws -> Int
     func close()
+}
+
+extension HTTPResponse.Body {
+    /// Whether the body is sent from a file descriptor (by `sendfile`).
+    var isFile: Bool {
+        switch self {
+        case .file: return true
+        case .prepared(let prepared): return prepared.isFile
+        case .empty, .bytes, .shared, .stream: return false
+        }
+    }
 }

@@ -21,6 +21,8 @@ final class RequestState {
     /// unread, and the reset loses the answer on its way.
     var refusal: HTTPResponse?
     var discarded: Int64 = 0
+    /// TCP_CORK is set on the connection until this response is complete.
+    var corked = false
     // What the exchange record reports.
     var method = ""
     var clientAddress: String?
@@ -63,11 +65,18 @@ let requestCompletedCallback: @convention(c) (
     UnsafeMutableRawPointer?, OpaquePointer?, UnsafeMutablePointer<UnsafeMutableRawPointer?>?, MHD_RequestTerminationCode
 ) -> Void = { cls, connection, reqCls, termination in
     // A peer that half-closed after its request gets its connection closed now, not at the timeout.
-    if termination == .REQUEST_TERMINATED_COMPLETED_OK, let connection { _ = CMicroHTTPD_close_if_peer_finished(connection) }
-    guard let cls, let reqCls, let pointer = reqCls.pointee else { return }
+    guard let cls, let reqCls, let pointer = reqCls.pointee else {
+        if termination == .REQUEST_TERMINATED_COMPLETED_OK, let connection { _ = CMicroHTTPD_close_if_peer_finished(connection) }
+        return
+    }
     reqCls.pointee = nil
     let context = Unmanaged<ServerContext>.fromOpaque(cls).takeUnretainedValue()
     let state = Unmanaged<RequestState>.fromOpaque(pointer).takeRetainedValue()
+    if let connection {
+        // The whole response is with the kernel: what the cork held goes now.
+        if state.corked { CMicroHTTPD_cork(connection, 0) }
+        if termination == .REQUEST_TERMINATED_COMPLETED_OK { _ = CMicroHTTPD_close_if_peer_finished(connection) }
+    }
     if !state.finished, let receiver = state.receiver {
         state.finished = true
         receiver.abort()
@@ -214,6 +223,19 @@ let refusalDrainLimit: Int64 = 256 << 20
 /// Hands a response to libmicrohttpd. The response's file descriptor, if any, passes to MHD.
 private func queue(_ response: HTTPResponse, for state: RequestState, on connection: OpaquePointer) -> MHD_Result {
     state.record(response)
+    var response = response
+    if response.body.isFile && state.method != "HEAD" {
+        // Header and body leave together (uncorked when the request completes).
+        CMicroHTTPD_cork(connection, 1)
+        state.corked = true
+    }
+    if case .prepared(let prepared) = response.body {
+        if response.headers.fields.isEmpty && !response.closeConnection { return prepared.queue(on: connection, status: response.status) }
+        // More headers, or a closing connection, for this request: a response of its own.
+        guard let body = prepared.fresh() else { return .NO }
+        response.headers = HTTPHeaders(prepared.headers.fields + response.headers.fields)
+        response.body = body
+    }
     let mhdResponse: OpaquePointer?
     switch response.body {
     case .empty:
@@ -240,6 +262,8 @@ private func queue(_ response: HTTPResponse, for state: RequestState, on connect
         let owner = Unmanaged.passRetained(StreamedBody(source)).toOpaque()
         mhdResponse = MHD_create_response_from_callback(UInt64(length), 256 << 10, readStreamedBody, owner, freeStreamedBody)
         if mhdResponse == nil { freeStreamedBody(owner) }
+    case .prepared:
+        preconditionFailure("a prepared body was replaced above")
     }
     guard let mhdResponse else { return .NO }
     defer { MHD_destroy_response(mhdResponse) }

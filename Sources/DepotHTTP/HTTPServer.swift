@@ -34,7 +34,7 @@ public final class HTTPServer: Sendable {
         ]
         // ITC lets MHD_quiesce_daemon stop accepting while the threads keep serving (graceful stop).
         let flags = MHD_USE_INTERNAL_POLLING_THREAD.rawValue | MHD_USE_EPOLL.rawValue | MHD_USE_ITC.rawValue
-            | (address.isIPv6 ? MHD_USE_IPv6.rawValue : 0)
+            | (address.isIPv6 ? MHD_USE_IPv6.rawValue : 0) | (configuration.turbo ? MHD_USE_TURBO.rawValue : 0)
         let started = address.withSockaddr { sockaddr in
             options.withUnsafeMutableBufferPointer { items in
                 CMicroHTTPD_start(

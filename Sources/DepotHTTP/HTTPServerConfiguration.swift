@@ -12,12 +12,17 @@ public struct HTTPServerConfiguration: Sendable, Hashable {
     public var perIPConnectionLimit: Int
     /// Seconds of inactivity before a connection is closed.
     public var connectionTimeout: Int
-    /// Bytes of buffer memory per connection (headers and read buffer).
+    /// Bytes of buffer memory per connection (the request's head and the read buffer). Each
+    /// request clears its connection's buffer (libmicrohttpd zeroes it), so a small one is cheaper
+    /// per request; the request's head must fit in it (else `431`, or `414` for the target).
     public var connectionMemoryLimit: Int
+    /// libmicrohttpd's turbo mode: reads, writes and accepts are tried before readiness is
+    /// polled, and a few `shutdown` calls are skipped.
+    public var turbo: Bool
 
     public init(
         host: String = "127.0.0.1", port: UInt16 = 8080, threads: Int = 4, connectionLimit: Int = 1024,
-        perIPConnectionLimit: Int = 0, connectionTimeout: Int = 30, connectionMemoryLimit: Int = 64 << 10
+        perIPConnectionLimit: Int = 0, connectionTimeout: Int = 30, connectionMemoryLimit: Int = 8 << 10, turbo: Bool = true
     ) {
         self.host = host
         self.port = port
@@ -26,6 +31,7 @@ public struct HTTPServerConfiguration: Sendable, Hashable {
         self.perIPConnectionLimit = perIPConnectionLimit
         self.connectionTimeout = connectionTimeout
         self.connectionMemoryLimit = connectionMemoryLimit
+        self.turbo = turbo
     }
 }
 

@@ -21,6 +21,8 @@ final class Origin: HTTPHandler {
     /// Device reports, counted (written every second) and the rollouts they guard.
     let reports: ReportBook
     let rollouts: Rollouts
+    /// Hot blobs' answers, made once.
+    let answers: BlobResponses
     private let reportWriter: ReportWriter
     private let router: Router
     let metrics: OriginMetrics
@@ -34,6 +36,9 @@ final class Origin: HTTPHandler {
         try folder.prepare()
         let apps = AppStore(folder: folder)
         let blobs: any BlobStore
+        // With a bucket, blobs stream from it and no answer is kept.
+        let answers = BlobResponses(limits: configuration.blobCache, blobsFolder: configuration.objectStore == nil ? folder.blobs : nil)
+        self.answers = answers
         readOnly = configuration.readOnly
         guard !readOnly || configuration.objectStore != nil else {
             throw DepotError.badRequest("a read-only origin serves a bucket: give the object store (--storage s3)")
@@ -52,7 +57,7 @@ final class Origin: HTTPHandler {
             } }
             blobs = s3
         } else {
-            blobs = FileBlobStore(folder: folder)
+            blobs = FileBlobStore(folder: folder, changed: { [answers] sha256 in answers.forget(sha256) })
         }
         let writerMirror = readOnly ? nil : mirror
         // Every change goes to the bucket (with one) and to the patch maker, made just below.
@@ -103,7 +108,9 @@ final class Origin: HTTPHandler {
         }
         router = Router(
             routes: Router.originRoutes(
-                reads: ReadHandlers(releases: releases, blobs: blobs, urls: urls, manifestMaxAge: configuration.manifestMaxAge, settings: settings),
+                reads: ReadHandlers(
+                    releases: releases, blobs: blobs, urls: urls, manifestMaxAge: configuration.manifestMaxAge, answers: answers, settings: settings
+                ),
                 publishing: PublishHandlers(publisher: publisher),
                 resumable: ResumableHandlers(uploads: uploads, publisher: publisher, expiry: configuration.uploadExpiry),
                 operations: operations, dashboard: DashboardHandlers(apps: apps),

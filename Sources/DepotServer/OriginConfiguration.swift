@@ -48,6 +48,9 @@ public struct OriginConfiguration: Sendable {
     public var reportRatePerAddress: Double = 200
     /// Device reports accepted per second in all (burst: twice as many).
     public var reportRateTotal: Double = 2000
+    /// The answers of hot blobs kept ready (a data folder's blobs only): memory for small ones,
+    /// open descriptors for larger ones. ``BlobCacheLimits/none`` opens the file per request.
+    public var blobCache = BlobCacheLimits()
     /// Where the access log and server events go.
     public var logger: Logger
 

@@ -44,7 +44,16 @@ struct Serve: ParsableCommand {
     var timeout: Int = Environment.int("DEPOT_TIMEOUT", 30)
 
     @Option(name: .customLong("connection-memory"), help: "Bytes of buffer per connection; bounds request headers (env DEPOT_CONNECTION_MEMORY).")
-    var connectionMemory: Int = Environment.int("DEPOT_CONNECTION_MEMORY", 64 << 10)
+    var connectionMemory: Int = Environment.int("DEPOT_CONNECTION_MEMORY", 8 << 10)
+
+    @Option(name: .customLong("blob-cache-memory"), help: "Bytes of memory for ready answers of hot blobs: blobs of up to 64 KiB kept in memory, about 1 KiB per kept answer; 0 opens the blob's file for every request (env DEPOT_BLOB_CACHE_MEMORY).")
+    var blobCacheMemory: Int = Environment.int("DEPOT_BLOB_CACHE_MEMORY", 8 << 20)
+
+    @Option(name: .customLong("blob-cache-files"), help: "Open descriptors of larger hot blobs kept with their ready answers (also bounded by the open-file limit); 0 keeps none (env DEPOT_BLOB_CACHE_FILES).")
+    var blobCacheFiles: Int = Environment.int("DEPOT_BLOB_CACHE_FILES", 256)
+
+    @Flag(name: .customLong("turbo"), inversion: .prefixedNo, help: "libmicrohttpd's turbo mode: reads, writes and accepts tried before polling for readiness (env DEPOT_TURBO=0 to turn off).")
+    var turbo: Bool = Environment.int("DEPOT_TURBO", 1) != 0
 
     @Option(name: .customLong("manifest-max-age"), help: "max-age, in seconds, of the live manifest (env DEPOT_MANIFEST_MAX_AGE).")
     var manifestMaxAge: Int = Environment.int("DEPOT_MANIFEST_MAX_AGE", 60)
@@ -100,6 +109,7 @@ struct Serve: ParsableCommand {
         guard connectionLimit >= 1, perIPLimit >= 0, timeout >= 1, connectionMemory >= 4096 else {
             throw ValidationError("--connection-limit and --timeout must be at least 1, --connection-memory at least 4096")
         }
+        guard blobCacheMemory >= 0, blobCacheFiles >= 0 else { throw ValidationError("--blob-cache-memory and --blob-cache-files must not be negative") }
         guard manifestMaxAge >= 0, manifestLifetimeDays >= 1, drainTimeout >= 0, maxPackSize >= 0, refreshInterval >= 1, uploadExpiryHours >= 1,
               retentionDays >= 0, graceSeconds >= 1 else {
             throw ValidationError("sizes and durations must not be negative")
@@ -162,7 +172,7 @@ struct Serve: ParsableCommand {
 
         let http = HTTPServerConfiguration(
             host: host, port: port, threads: threads, connectionLimit: connectionLimit, perIPConnectionLimit: perIPLimit,
-            connectionTimeout: timeout, connectionMemoryLimit: connectionMemory
+            connectionTimeout: timeout, connectionMemoryLimit: connectionMemory, turbo: turbo
         )
         var configuration = OriginConfiguration(
             dataPath: data.data, publicURL: publicURL.isEmpty ? nil : publicURL,
@@ -184,6 +194,8 @@ struct Serve: ParsableCommand {
             scratchBytes: patchScratchLimit > 0 ? patchScratchLimit : 4 * max(maxPackSize, 1 << 30), reserve: Double(patchDiskReserve) / 100
         )
         configuration.metricsToken = try metricsToken()
+        // Kept descriptors leave room for every connection's socket and the file it sends or writes.
+        configuration.blobCache = BlobCacheLimits(memoryBytes: blobCacheMemory, files: max(0, min(blobCacheFiles, files - 2 * connectionLimit - 64)))
         let server = try DepotServer(configuration: configuration)
         print("AssetDepot listening on \(host.contains(":") ? "[\(host)]" : host):\(server.port), data \(data.data), public URL \(server.publicURL)")
         if let store = configuration.objectStore {

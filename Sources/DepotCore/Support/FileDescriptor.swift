@@ -15,6 +15,12 @@ public final class FileDescriptor: @unchecked Sendable {
         self.rawValue = try systemCall("open", path: path) { System.open(path, flags, mode) }
     }
 
+    /// Takes ownership of a descriptor opened elsewhere (`openat`, say).
+    public init(adopting rawValue: Int32, path: String) {
+        self.rawValue = rawValue
+        self.path = path
+    }
+
     /// Opens an existing file read-only.
     public static func openForReading(_ path: String) throws(SystemError) -> FileDescriptor {
         try FileDescriptor(path: path, flags: O_RDONLY)

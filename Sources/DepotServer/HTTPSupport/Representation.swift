@@ -33,12 +33,34 @@ struct Representation {
         gated ? value.replacingOccurrences(of: "public", with: "private") : value
     }
 
-    func response(to request: HTTPRequest) -> HTTPResponse {
+    /// The validators and caching fields every answer but an error carries, in their order.
+    private var validators: HTTPHeaders {
         var headers = HTTPHeaders(capacity: 8)
         headers.add("ETag", etag)
         headers.add("Cache-Control", cacheControl)
         if let lastModified { headers.add("Last-Modified", HTTPDate.format(lastModified)) }
         headers.add("Accept-Ranges", "bytes")
+        return headers
+    }
+
+    /// The fields of the whole representation's `200`, exactly as ``response(to:)`` sends them.
+    var wholeHeaders: HTTPHeaders {
+        var headers = validators
+        headers.add("Content-Type", contentType)
+        return headers
+    }
+
+    /// Whether a request's answer may depend on more than the method: a precondition or a range.
+    /// Without any, a `GET` or `HEAD` gets the `200` of ``wholeHeaders``.
+    static func isConditional(_ request: HTTPRequest) -> Bool {
+        // Each lookup compares lengths first: a request with a few headers costs a few compares.
+        let headers = request.headers
+        return headers["Range"] != nil || headers["If-Match"] != nil || headers["If-None-Match"] != nil
+            || headers["If-Modified-Since"] != nil || headers["If-Unmodified-Since"] != nil
+    }
+
+    func response(to request: HTTPRequest) -> HTTPResponse {
+        var headers = validators
 
         // Preconditions, in RFC 9110 §13.2.2 order.
         if let ifMatch = request.headers["If-Match"] {

@@ -1,5 +1,6 @@
 import DepotCore
 import DepotHTTP
+import Foundation
 import Synchronization
 
 /// What apps, devices and CDN edges read: manifests, releases, blobs, the Info.plist keys and
@@ -18,12 +19,16 @@ struct ReadHandlers: Sendable {
     let downloadManifests = DownloadManifestBodies()
     /// An app's settings (cached by the caller).
     let settings: @Sendable (String) -> AppSettings?
+    /// Hot blobs' answers, made once (a data folder's blobs; never the bucket's).
+    let answers: BlobResponses
 
     init(
-        releases: ReleaseStore, blobs: any BlobStore, urls: PublicURL, manifestMaxAge: Int, settings: @escaping @Sendable (String) -> AppSettings?
+        releases: ReleaseStore, blobs: any BlobStore, urls: PublicURL, manifestMaxAge: Int, answers: BlobResponses = BlobResponses(limits: .none, blobsFolder: nil),
+        settings: @escaping @Sendable (String) -> AppSettings?
     ) {
         (self.releases, self.blobs, self.urls, self.manifestMaxAge, self.settings) = (releases, blobs, urls, manifestMaxAge, settings)
         bucket = blobs as? S3BlobStore
+        self.answers = answers
     }
 
     /// `GET …/manifest` and `GET …/channels/{channel}/manifest`: the live envelope.
@@ -107,11 +112,29 @@ struct ReadHandlers: Sendable {
                 cacheControl: Representation.cacheControl("public, max-age=31536000, immutable", gated: context.gated)
             ).response(to: context.request)
         }
+        let gated = context.gated
+        let representation = { (blob: StoredBlob) in
+            Representation(
+                source: .file(blob.file), size: blob.size, etag: TextAssembler.quoted(sha256), lastModified: blob.modified, contentType: "application/octet-stream",
+                cacheControl: Representation.cacheControl("public, max-age=31536000, immutable", gated: gated)
+            )
+        }
+        if answers.isEnabled && !Representation.isConditional(context.request) {
+            // A plain GET or HEAD: the answer made once for this blob, queued as it is.
+            let headers = { (size: Int64, modified: Date) in
+                Representation(
+                    source: .bytes([]), size: size, etag: TextAssembler.quoted(sha256), lastModified: modified, contentType: "application/octet-stream",
+                    cacheControl: Representation.cacheControl("public, max-age=31536000, immutable", gated: gated)
+                ).wholeHeaders
+            }
+            switch try answers.answer(.init(sha256: sha256, gated: gated), headers: headers) {
+            case .answer(let prepared): return HTTPResponse(status: 200, body: .prepared(prepared))
+            case .opened(let blob): return representation(blob).response(to: context.request)
+            case .missing: throw DepotError.notFound("blob \(sha256)")
+            }
+        }
         guard let blob = try blobs.open(sha256) else { throw DepotError.notFound("blob \(sha256)") }
-        return Representation(
-            source: .file(blob.file), size: blob.size, etag: TextAssembler.quoted(sha256), lastModified: blob.modified, contentType: "application/octet-stream",
-            cacheControl: Representation.cacheControl("public, max-age=31536000, immutable", gated: context.gated)
-        ).response(to: context.request)
+        return representation(blob).response(to: context.request)
     }
 
     /// `GET …/info-plist[?channel=]`: the Background Assets keys of a channel's release.

@@ -6,6 +6,13 @@ import Foundation
 /// sees a partial one and a stored one survives a power cut.
 struct FileBlobStore: BlobStore {
     let folder: DataFolder
+    /// Told the name of each blob stored or removed, after the change (the answers kept of it go).
+    var changed: (@Sendable (String) -> Void)?
+
+    init(folder: DataFolder, changed: (@Sendable (String) -> Void)? = nil) {
+        self.folder = folder
+        self.changed = changed
+    }
 
     func put(temporaryFile path: String, sha256: String) throws {
         guard Hex.isSHA256(sha256) else { throw DepotError(.failure, "storage_error", "not a blob name: \(sha256)") }
@@ -17,6 +24,8 @@ struct FileBlobStore: BlobStore {
         try file.close()
         let target = folder.blob(sha256)
         try FileSystem.createDirectory(FileSystem.directory(of: target))
+        // Told even when the folder's fsync fails: the rename may have happened.
+        defer { changed?(sha256) }
         try FileSystem.durableRename(path, to: target)
     }
 
@@ -43,5 +52,6 @@ struct FileBlobStore: BlobStore {
     func remove(_ sha256: String) {
         guard Hex.isSHA256(sha256) else { return }
         FileSystem.remove(folder.blob(sha256))
+        changed?(sha256)
     }
 }

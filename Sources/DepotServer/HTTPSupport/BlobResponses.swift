@@ -1,0 +1,235 @@
+import DepotCore
+import DepotHTTP
+import Foundation
+import Synchronization
+
+/// How much the blob answer cache may hold.
+public struct BlobCacheLimits: Sendable, Hashable {
+    /// Bytes of memory for answers: the bodies of blobs of at most ``largestInMemory`` bytes, and
+    /// about 1 KiB per answer besides. 0 keeps no answer.
+    public var memoryBytes: Int
+    /// Open descriptors of larger blobs kept for their answers. 0 keeps none.
+    public var files: Int
+    /// The largest blob kept in memory; larger ones are kept as a descriptor.
+    public var largestInMemory: Int
+
+    public init(memoryBytes: Int = 8 << 20, files: Int = 256, largestInMemory: Int = 16 << 10) {
+        (self.memoryBytes, self.files, self.largestInMemory) = (memoryBytes, files, largestInMemory)
+    }
+
+    /// Keeps no answer: every blob request opens its file.
+    public static let none = BlobCacheLimits(memoryBytes: 0, files: 0)
+}
+
+/// The `200` answers of hot blobs, made once: a blob is immutable and named by its hash, so its
+/// answer (headers and body) is the same for every request except the connection. Small blobs
+/// are kept in memory (sent with the header in one vectored write), larger ones as an open
+/// descriptor (sent by `sendfile`), each as one ``PreparedResponse`` libmicrohttpd queues on any
+/// number of connections. Only the answer is kept: the route's checks (the app, its download
+/// credentials, a release of that app naming the blob) run on every request before it is used.
+///
+/// Each use costs one `fstatat` of the blob's file, compared with the file the answer was made
+/// from (inode, size, time): a file replaced on disk (restored from a backup, repaired by hand)
+/// is answered from the new file at once, a removed one is 404 at once. Bounded by
+/// ``BlobCacheLimits`` (a second-chance clock picks what leaves). A blob the store removes or
+/// stores again leaves at once (``forget(_:)``, called by the store after the change): its
+/// descriptor is closed once no connection still sends it, so its disk space comes back.
+final class BlobResponses: Sendable {
+    /// One answer; `referenced` is the clock's second chance.
+    final class Entry: Sendable {
+        let response: PreparedResponse
+        let stamp: FileStamp
+        let inMemory: Bool
+        let referenced = Atomic<Bool>(true)
+        init(response: PreparedResponse, stamp: FileStamp, inMemory: Bool) { (self.response, self.stamp, self.inMemory) = (response, stamp, inMemory) }
+        /// What it counts against the memory limit.
+        var cost: Int { (inMemory ? Int(response.bodyLength) : 0) + BlobResponses.overhead }
+    }
+
+    /// What a lookup found.
+    enum Lookup {
+        /// The prepared answer.
+        case answer(PreparedResponse)
+        /// Not kept (the limits): the blob, opened, for the usual path.
+        case opened(StoredBlob)
+        /// No such blob in the store.
+        case missing
+    }
+
+    struct Key: Hashable, Sendable {
+        let sha256: String
+        /// `Cache-Control: private` (an app with download credentials).
+        let gated: Bool
+    }
+
+    private struct State {
+        var entries: [Key: Entry] = [:]
+        /// The clock's order; keys of removed entries are skipped and dropped as the hand passes.
+        var ring: [Key] = []
+        var hand = 0
+        var memory = 0
+        var files = 0
+        /// Bumped by every ``forget(_:)``: an answer made from a file opened before a removal is not kept.
+        var generation: UInt64 = 0
+    }
+
+    /// Bytes counted for an answer besides its body (the response, its headers, the entry).
+    static let overhead = 1024
+    let limits: BlobCacheLimits
+    private let state = Mutex(State())
+    /// The blobs folder, open for `fstatat` and `openat` by relative name; -1 when disabled.
+    private let folder: Int32
+
+    /// Answers of the blobs under `blobsFolder` (`ab/abcdef…`); nil or ``BlobCacheLimits/none``: none kept.
+    init(limits: BlobCacheLimits, blobsFolder: String?) {
+        let usable = limits.memoryBytes >= Self.overhead
+        self.limits = usable ? limits : .none
+        folder = usable ? blobsFolder.map { open($0, O_RDONLY | O_DIRECTORY | O_CLOEXEC) } ?? -1 : -1
+    }
+
+    deinit { if folder >= 0 { close(folder) } }
+
+    var isEnabled: Bool { folder >= 0 }
+
+    /// The answer to a plain `GET` or `HEAD` of blob `key.sha256` (64 lower-case hex digits,
+    /// checked by the route), made on first use; `headers` makes its fields from its size and time.
+    func answer(_ key: Key, headers: (Int64, Date) -> HTTPHeaders) throws -> Lookup {
+        guard let stamp = stamp(key.sha256) else {
+            forget(key.sha256)
+            return .missing
+        }
+        let (hit, generation) = state.withLock { ($0.entries[key], $0.generation) }
+        if let hit, hit.stamp == stamp {
+            hit.referenced.store(true, ordering: .relaxed)
+            return .answer(hit.response)
+        }
+        guard let (file, opened) = openBlob(key.sha256) else { return .missing }
+        let modified = Date(timeIntervalSince1970: Double(opened.seconds))
+        guard let entry = make(file, opened, headers: headers(opened.size, modified)) else {
+            guard file.rawValue >= 0 else { throw DepotError(.failure, "storage_error", "could not prepare the answer of blob \(key.sha256)") }
+            return .opened(StoredBlob(file: file, size: opened.size, modified: modified))
+        }
+        let (kept, replaced) = state.withLock { state -> (Entry?, Entry?) in
+            // Removed (or stored again) while it was opened: the descriptor may name a deleted file.
+            guard state.generation == generation else { return (nil, nil) }
+            if let raced = state.entries[key], raced.stamp == opened { return (raced, nil) }
+            let replaced = state.entries.updateValue(entry, forKey: key)
+            if let replaced { remove(replaced, &state) } else { state.ring.append(key) }
+            state.memory += entry.cost
+            if !entry.inMemory { state.files += 1 }
+            evict(&state)
+            return (entry, replaced)
+        }
+        _ = replaced  // A stale answer, released outside the lock.
+        // Not kept: this request still gets the answer (it holds the only reference, freed after queueing).
+        return .answer((kept ?? entry).response)
+    }
+
+    /// Drops the answers of blob `sha256` (removed or stored again). Connections sending it finish.
+    func forget(_ sha256: String) {
+        let dropped = state.withLock { state -> [Entry] in
+            state.generation &+= 1
+            return [true, false].compactMap { gated in
+                guard let entry = state.entries.removeValue(forKey: Key(sha256: sha256, gated: gated)) else { return nil }
+                remove(entry, &state)
+                return entry
+            }
+        }
+        _ = dropped  // Released here, outside the lock.
+    }
+
+    /// Answers kept, bytes counted and descriptors open, for tests and the figures.
+    var figures: (answers: Int, memory: Int, files: Int) { state.withLock { ($0.entries.count, $0.memory, $0.files) } }
+
+    /// What identifies one version of a blob's file.
+    struct FileStamp: Equatable, Sendable {
+        var inode: UInt64
+        var size: Int64
+        var seconds: Int
+        var nanoseconds: Int
+        init(_ info: stat) {
+            (inode, size, seconds, nanoseconds) = (UInt64(info.st_ino), Int64(info.st_size), info.st_mtim.tv_sec, info.st_mtim.tv_nsec)
+        }
+    }
+
+    /// `ab/abcdef…` as a C string, built on the stack.
+    private func withRelativePath<R>(_ sha256: String, _ body: (UnsafePointer<CChar>) -> R) -> R {
+        var sha256 = sha256
+        return sha256.withUTF8 { hex in
+            withUnsafeTemporaryAllocation(of: CChar.self, capacity: 68) { path in
+                path[0] = CChar(bitPattern: hex[0])
+                path[1] = CChar(bitPattern: hex[1])
+                path[2] = CChar(UInt8(ascii: "/"))
+                for index in 0..<64 { path[3 + index] = CChar(bitPattern: hex[index]) }
+                path[67] = 0
+                return body(path.baseAddress!)
+            }
+        }
+    }
+
+    private func stamp(_ sha256: String) -> FileStamp? {
+        guard sha256.utf8.count == 64 else { return nil }
+        var info = stat()
+        guard withRelativePath(sha256, { fstatat(folder, $0, &info, 0) }) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return nil }
+        return FileStamp(info)
+    }
+
+    /// The blob's file, open, and the stamp of what was opened.
+    private func openBlob(_ sha256: String) -> (FileDescriptor, FileStamp)? {
+        let fd = withRelativePath(sha256) { openat(folder, $0, O_RDONLY | O_CLOEXEC) }
+        guard fd >= 0 else { return nil }
+        let file = FileDescriptor(adopting: fd, path: "blobs/" + sha256)
+        var info = stat()
+        guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return nil }
+        return (file, FileStamp(info))
+    }
+
+    /// The prepared answer of an opened blob: its bytes in memory when small and the limit allows,
+    /// else its descriptor (passed to the answer). Nil when neither fits the limits or the bytes
+    /// could not be read.
+    private func make(_ file: FileDescriptor, _ stamp: FileStamp, headers: HTTPHeaders) -> Entry? {
+        let size = Int(stamp.size)
+        if size <= limits.largestInMemory && size + Self.overhead <= limits.memoryBytes {
+            var bytes = [UInt8](repeating: 0, count: size)
+            let read = bytes.withUnsafeMutableBytes { buffer in (try? file.read(into: buffer, at: 0)) ?? -1 }
+            guard read == size, let response = PreparedResponse(headers: headers, body: .shared(SharedBytes(bytes))) else { return nil }
+            return Entry(response: response, stamp: stamp, inMemory: true)
+        }
+        guard limits.files > 0,
+              let response = PreparedResponse(headers: headers, body: .file(descriptor: file.release(), length: stamp.size)) else { return nil }
+        return Entry(response: response, stamp: stamp, inMemory: false)
+    }
+
+    private func remove(_ entry: Entry, _ state: inout State) {
+        state.memory -= entry.cost
+        if !entry.inMemory { state.files -= 1 }
+    }
+
+    /// Removes entries, clock order, until both limits hold.
+    private func evict(_ state: inout State) {
+        while (state.memory > limits.memoryBytes || state.files > limits.files) && !state.ring.isEmpty {
+            if state.hand >= state.ring.count { state.hand = 0 }
+            let key = state.ring[state.hand]
+            guard let entry = state.entries[key] else {
+                state.ring.swapAt(state.hand, state.ring.count - 1)
+                state.ring.removeLast()
+                continue
+            }
+            // Over the descriptor limit, only a descriptor's answer leaving helps.
+            let helps = state.memory > limits.memoryBytes || !entry.inMemory
+            if helps && !entry.referenced.exchange(false, ordering: .relaxed) {
+                state.entries[key] = nil
+                remove(entry, &state)
+                state.ring.swapAt(state.hand, state.ring.count - 1)
+                state.ring.removeLast()
+            } else {
+                state.hand += 1
+            }
+        }
+        // Keys of forgotten entries: dropped when they outnumber the live ones.
+        if state.ring.count > 2 * state.entries.count + 64 {
+            state.ring.removeAll { state.entries[$0] == nil }
+            state.hand = 0
+        }
+    }
+}
