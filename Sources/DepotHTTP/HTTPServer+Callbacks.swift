@@ -75,6 +75,7 @@ let requestCompletedCallback: @convention(c) (
     if let connection {
         // The whole response is with the kernel: what the cork held goes now.
         if state.corked { CMicroHTTPD_cork(connection, 0) }
+        // Turbo mode's read after a response sees a FIN only if it has already arrived: peek in both modes.
         if termination == .REQUEST_TERMINATED_COMPLETED_OK { _ = CMicroHTTPD_close_if_peer_finished(connection) }
     }
     if !state.finished, let receiver = state.receiver {

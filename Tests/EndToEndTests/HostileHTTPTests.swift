@@ -35,12 +35,15 @@ struct HostileHTTPTests {
         #expect(server.process.isRunning)
     }
 
-    @Test("A client that half-closes after its request gets the answer and its connection is closed at once, not at the timeout")
-    func halfClose() throws {
+    @Test(
+        "A client that half-closes after its request gets the answer and its connection is closed at once, not at the timeout (turbo mode on and off)",
+        arguments: ["1", "0"]
+    )
+    func halfClose(turbo: String) throws {
         let work = TemporaryDirectory("depot-hostile")
         defer { work.remove() }
         // The inactivity timeout is 30 s: a connection left in CLOSE_WAIT would outlive the test.
-        let server = try ServeProcess(data: work.path + "/data", environment: ["DEPOT_TIMEOUT": "30"])
+        let server = try ServeProcess(data: work.path + "/data", environment: ["DEPOT_TIMEOUT": "30", "DEPOT_TURBO": turbo])
         defer { server.process.terminate(); server.process.waitUntilExit() }
         let port = UInt16(server.port)!
         for _ in 0..<20 {
