@@ -1,4 +1,5 @@
 internal import CMicroHTTPD
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -27,8 +28,15 @@ public final class PreparedResponse: @unchecked Sendable {
     public let headers: HTTPHeaders
     /// The number of body bytes.
     public let bodyLength: Int64
-    /// The MHD_Response pointer as an integer, for the same reason the server keeps its daemon so.
-    private let response: Int
+    /// MHD_Response pointers as integers (0: not made yet). libmicrohttpd holds a response's lock
+    /// while it sends a descriptor's bytes, so one response shared by two server threads makes
+    /// each wait for the other's `sendfile`: a descriptor's body gets one response per thread
+    /// (made on that thread's first use, with a duplicate of the descriptor); memory needs one.
+    private let responses: [Slot]
+
+    private final class Slot: Sendable {
+        let response = Atomic<Int>(0)
+    }
     /// The body's source, kept so that a request that needs other headers gets its own response.
     private let source: Source
 
@@ -37,21 +45,43 @@ public final class PreparedResponse: @unchecked Sendable {
         case shared(SharedBytes)
     }
 
+    /// Threads beyond this many share responses (correct, only slower).
+    static let threadSlots = 16
+
     /// Makes the response, or nil when libmicrohttpd cannot (then a descriptor is closed here).
     public init?(headers: HTTPHeaders, body: Body) {
-        let made: OpaquePointer?
+        self.headers = headers
+        let first: OpaquePointer?
         switch body {
         case .file(let descriptor, let length):
-            made = MHD_create_response_from_fd_at_offset64(UInt64(length), descriptor, 0)
-            if made == nil { close(descriptor) }
             source = .file(descriptor)
             bodyLength = length
+            first = Self.make(headers: headers, source: .file(descriptor), length: length)
+            responses = (0..<Self.threadSlots).map { _ in Slot() }
+        case .shared(let bytes):
+            source = .shared(bytes)
+            bodyLength = Int64(bytes.count)
+            first = Self.make(headers: headers, source: .shared(bytes), length: bodyLength)
+            responses = [Slot()]
+        }
+        guard let first else {
+            if case .file(let descriptor) = source { close(descriptor) }
+            return nil
+        }
+        responses[0].response.store(Int(bitPattern: first), ordering: .releasing)
+    }
+
+    /// One libmicrohttpd response of the body (which passes to it: the descriptor is closed, the
+    /// memory released, when libmicrohttpd frees it), or nil.
+    private static func make(headers: HTTPHeaders, source: Source, length: Int64) -> OpaquePointer? {
+        let made: OpaquePointer?
+        switch source {
+        case .file(let descriptor):
+            made = MHD_create_response_from_fd_at_offset64(UInt64(length), descriptor, 0)
         case .shared(let bytes):
             let owner = Unmanaged.passRetained(bytes).toOpaque()
             made = MHD_create_response_from_buffer_with_free_callback_cls(bytes.count, bytes.storage.baseAddress!, releaseSharedBytes, owner)
             if made == nil { Unmanaged<SharedBytes>.fromOpaque(owner).release() }
-            source = .shared(bytes)
-            bodyLength = Int64(bytes.count)
         }
         guard let made else { return nil }
         for (name, value) in headers {
@@ -60,20 +90,32 @@ public final class PreparedResponse: @unchecked Sendable {
                 return nil
             }
         }
-        self.headers = headers
-        self.response = Int(bitPattern: made)
+        return made
     }
 
-    /// Whether the body is sent from a descriptor.
-    var isFile: Bool {
-        if case .file = source { return true }
-        return false
+    /// This thread's response: made on its first use from a duplicate of the descriptor.
+    private func response() -> OpaquePointer? {
+        let slot = responses.count == 1 ? 0 : ThreadSlot.current % responses.count
+        if let ready = OpaquePointer(bitPattern: responses[slot].response.load(ordering: .acquiring)) { return ready }
+        guard case .file(let descriptor) = source else { return nil }
+        // Alive while self is: libmicrohttpd closes it only when the first response is freed.
+        let copy = fcntl(descriptor, F_DUPFD_CLOEXEC, 0)
+        guard copy >= 0 else { return OpaquePointer(bitPattern: responses[0].response.load(ordering: .acquiring)) }
+        guard let made = Self.make(headers: headers, source: .file(copy), length: bodyLength) else {
+            close(copy)
+            return OpaquePointer(bitPattern: responses[0].response.load(ordering: .acquiring))
+        }
+        let (stored, current) = responses[slot].response.compareExchange(expected: 0, desired: Int(bitPattern: made), ordering: .acquiringAndReleasing)
+        if stored { return made }
+        MHD_destroy_response(made)
+        return OpaquePointer(bitPattern: current)
     }
 
     /// Queues it on `connection` (the caller holds a reference to self until this returns;
     /// libmicrohttpd holds its own from here until the connection is done with it).
     func queue(on connection: OpaquePointer, status: Int) -> MHD_Result {
-        MHD_queue_response(connection, UInt32(status), OpaquePointer(bitPattern: response))
+        guard let response = response() else { return .NO }
+        return MHD_queue_response(connection, UInt32(status), response)
     }
 
     /// The same body for one request that needs more headers or a closing connection: memory is
@@ -89,8 +131,34 @@ public final class PreparedResponse: @unchecked Sendable {
         }
     }
 
+    /// Whether the body is sent from a descriptor.
+    var isFile: Bool {
+        if case .file = source { return true }
+        return false
+    }
+
     deinit {
-        // libmicrohttpd frees it (closing the descriptor) once no connection still sends it.
-        MHD_destroy_response(OpaquePointer(bitPattern: response))
+        // libmicrohttpd frees each once no connection still sends it (closing its descriptor).
+        for slot in responses {
+            if let made = OpaquePointer(bitPattern: slot.response.load(ordering: .acquiring)) { MHD_destroy_response(made) }
+        }
+    }
+}
+
+/// A small index per thread (0, 1, 2, … in order of first use), for per-thread copies.
+enum ThreadSlot {
+    private static let next = Atomic<Int>(0)
+    private static let key: pthread_key_t = {
+        var key = pthread_key_t()
+        pthread_key_create(&key, nil)
+        return key
+    }()
+
+    /// This thread's index.
+    static var current: Int {
+        if let value = pthread_getspecific(key) { return Int(bitPattern: value) - 1 }
+        let index = next.add(1, ordering: .relaxed).oldValue
+        pthread_setspecific(key, UnsafeRawPointer(bitPattern: index + 1))
+        return index
     }
 }

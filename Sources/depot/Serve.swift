@@ -49,7 +49,7 @@ struct Serve: ParsableCommand {
     @Option(name: .customLong("blob-cache-memory"), help: "Bytes of memory for ready answers of hot blobs: blobs of up to 64 KiB kept in memory, about 1 KiB per kept answer; 0 opens the blob's file for every request (env DEPOT_BLOB_CACHE_MEMORY).")
     var blobCacheMemory: Int = Environment.int("DEPOT_BLOB_CACHE_MEMORY", 8 << 20)
 
-    @Option(name: .customLong("blob-cache-files"), help: "Open descriptors of larger hot blobs kept with their ready answers (also bounded by the open-file limit); 0 keeps none (env DEPOT_BLOB_CACHE_FILES).")
+    @Option(name: .customLong("blob-cache-files"), help: "Larger hot blobs kept open with their ready answers, each with a descriptor per server thread (also bounded by the open-file limit); 0 keeps none (env DEPOT_BLOB_CACHE_FILES).")
     var blobCacheFiles: Int = Environment.int("DEPOT_BLOB_CACHE_FILES", 256)
 
     @Flag(name: .customLong("turbo"), inversion: .prefixedNo, help: "libmicrohttpd's turbo mode: reads, writes and accepts tried before polling for readiness (env DEPOT_TURBO=0 to turn off).")
@@ -194,8 +194,11 @@ struct Serve: ParsableCommand {
             scratchBytes: patchScratchLimit > 0 ? patchScratchLimit : 4 * max(maxPackSize, 1 << 30), reserve: Double(patchDiskReserve) / 100
         )
         configuration.metricsToken = try metricsToken()
-        // Kept descriptors leave room for every connection's socket and the file it sends or writes.
-        configuration.blobCache = BlobCacheLimits(memoryBytes: blobCacheMemory, files: max(0, min(blobCacheFiles, files - 2 * connectionLimit - 64)))
+        // Kept descriptors (one per server thread for each kept blob) leave room for every
+        // connection's socket and the file it sends or writes.
+        configuration.blobCache = BlobCacheLimits(
+            memoryBytes: blobCacheMemory, files: max(0, min(blobCacheFiles, (files - 2 * connectionLimit - 64) / threads))
+        )
         let server = try DepotServer(configuration: configuration)
         print("AssetDepot listening on \(host.contains(":") ? "[\(host)]" : host):\(server.port), data \(data.data), public URL \(server.publicURL)")
         if let store = configuration.objectStore {
