@@ -44,6 +44,9 @@ public final class DepotServer: Sendable {
     @discardableResult
     public func removeExpiredUploads() -> Int { origin.uploads.removeExpired() }
 
+    /// The blob answers kept ready: how many, the bytes they count and the kept blobs held open.
+    public var blobAnswers: (answers: Int, memory: Int, files: Int) { origin.answers.figures }
+
     /// Sweeps (or, with `dryRun`, lists) unneeded blobs now, as the periodic sweep does.
     public func collectGarbage(retention: TimeInterval, grace: TimeInterval, dryRun: Bool) throws -> (blobs: [String], bytes: Int64) {
         try origin.garbage.collect(retention: retention, grace: grace, dryRun: dryRun)

@@ -69,7 +69,7 @@ final class Origin: HTTPHandler {
         uploads = ResumableUploads(folder: folder)
         uploads.repair()
         accessLog = AccessLog(logger: configuration.logger)
-        let folder = folder, cache = FileStampCache<AppSettings>(), urls = PublicURL(), metrics = OriginMetrics()
+        let folder = folder, cache = FileStampCache<AppSettings>(relativeTo: folder.apps), urls = PublicURL(), metrics = OriginMetrics()
         (self.urls, self.metrics) = (urls, metrics)
         // An app's settings, re-read only when app.json changes.
         let settings: @Sendable (String) -> AppSettings? = { app in
