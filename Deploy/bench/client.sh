@@ -13,11 +13,11 @@
 # theirs, which otherwise charged depot alone for fresh memory.
 # CPU seconds (user + system) of every process of a pipeline, servers included, are reported
 # too: on 2 cores a pipeline cannot finish in less than half its CPU time.
-# Prints a table of medians, spreads and ratios; writes it to bench-client.txt (or $OUT).
+# Prints a table of medians, spreads and ratios; writes it to Deploy/bench/last-client.txt (or $OUT; not committed).
 #   Deploy/bench/client.sh [SIZE_MIB] [ROUNDS]     (defaults 1024, 3)
 set -euo pipefail
 size_mib=${1:-1024}; rounds=${2:-3}
-out=${OUT:-$(cd "$(dirname "$0")/../.." && pwd)/bench-client.txt}
+out=${OUT:-$(cd "$(dirname "$0")" && pwd)/last-client.txt}
 source "$(dirname "$0")/lib.sh" client --log-level warning
 cc -O2 -o "$work/pack-tool" Deploy/bench/pack-tool.c $(pkg-config --cflags --libs libcrypto)
 

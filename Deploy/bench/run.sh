@@ -5,7 +5,7 @@
 #                         a 1,000-pack release, a 1 GiB blob alone and 4 at once; staging and releasing
 #   client.sh             depot sync and depot publish of 1 GiB vs sequential peer pipelines, peak RSS
 #   callgrind-request.sh  instructions per 1 KiB blob GET, origin vs the C server, by function
-#   ../bench-memory.sh    peak RSS of the origin ingesting 4 GiB, depot publish and depot sync of 4 GiB
+#   memory.sh             peak RSS of the origin ingesting 4 GiB, depot publish and depot sync of 4 GiB
 # and writes everything to Deploy/bench/results.txt (takes about 14 minutes on 2 cores).
 #   Deploy/bench/run.sh
 set -euo pipefail
@@ -32,5 +32,5 @@ results="$here/results.txt"
   echo
   "$here/callgrind-request.sh" 2000 | sed -n 1,4p
   echo
-  "$here/../bench-memory.sh" 4096
+  "$here/memory.sh" 4096
 } 2>&1 | grep -v -e "^warning: 'zipfoundation'" -e PrivacyInfo | tee "$results"

@@ -6,7 +6,7 @@ import Foundation
 struct Fetch: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Download one file (a blob) with the client's downloader: resumable, retried, size- and hash-checked.",
-        discussion: "A partial OUT left by an interrupted run is resumed with Range and If-Range. Without --size the server's Content-Length is taken. Used by Deploy/bench-client.sh to compare the downloader with curl."
+        discussion: "A partial OUT left by an interrupted run is resumed with Range and If-Range. Without --size the server's Content-Length is taken. Used by Deploy/bench/fetch.sh to compare the downloader with curl."
     )
 
     @Argument(help: "The URL.") var url: String

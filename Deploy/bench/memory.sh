@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Publishes and syncs one large pack through a release build and reports the peak resident
 # memory of the origin and of the client, with curl doing the same transfers side by side.
-#   Deploy/bench-memory.sh [SIZE_MIB]     (default 1024)
+#   Deploy/bench/memory.sh [SIZE_MIB]     (default 1024)
 set -euo pipefail
 size_mib=${1:-1024}
-source "$(dirname "$0")/bench-lib.sh" --log-level info   # explicit: with no arguments, source passes this script's own
+source "$(dirname "$0")/origin.sh" --log-level info   # explicit: with no arguments, source passes this script's own
 head -c $((size_mib << 20)) /dev/urandom > "$work/pack.bin"
 
 hwm() { awk '/VmHWM/ {print $2}' "/proc/$1/status"; }   # peak RSS in KiB

@@ -4,13 +4,13 @@
 # real nginx TLS edge (Deploy/nginx/assetdepot-locations.conf, a CA made here) on loopback,
 # interleaved; both are checked to answer 200 with the right bytes before anything is timed.
 # Then `depot publish` of the same size through the edge.
-#   Deploy/bench-https.sh [SIZE_MIB] [ROUNDS]     (defaults 1024, 5)
+#   Deploy/bench/https.sh [SIZE_MIB] [ROUNDS]     (defaults 1024, 5)
 set -euo pipefail
 size_mib=${1:-1024}
 rounds=${2:-5}
 host=assets.example.test
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-source "$(dirname "$0")/bench-lib.sh" --log-level warning --public-url "https://$host:$port"
+source "$(dirname "$0")/origin.sh" --log-level warning --public-url "https://$host:$port"
 origin_port=${url##*:}
 edge_url="https://$host:$port"
 resolve=(--resolve "$host:$port:127.0.0.1")

@@ -1,7 +1,9 @@
-# Shared by the bench-*.sh scripts: builds the release binary and starts an origin on a fresh
-# data folder. Sets depot, work, server_pid, url, token and app; stops and cleans up on exit.
-#   source "$(dirname "$0")/bench-lib.sh" [depot serve options]
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# Shared by Deploy/bench/fetch.sh, https.sh and memory.sh (sourced): builds the release binary
+# and starts an origin on a fresh data folder, its access log kept in $work/access.log. Sets
+# depot, work, server_pid, url, token and app; stops and cleans up on exit. (serve.sh and
+# client.sh use lib.sh, which starts nginx and the C peer besides.)
+#   source "$(dirname "$0")/origin.sh" [depot serve options]
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 swift build -c release --product depot >/dev/null
 depot="$root/.build/release/depot"

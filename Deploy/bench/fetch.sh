@@ -2,11 +2,11 @@
 # Compares the client's downloader (`depot fetch`, the code `depot sync` downloads with) with
 # curl on the same blob over loopback, interleaved, and reports the throughput ratio; then
 # times `depot publish` against a curl upload of the same file.
-#   Deploy/bench-client.sh [SIZE_MIB] [ROUNDS]     (defaults 1024, 3)
+#   Deploy/bench/fetch.sh [SIZE_MIB] [ROUNDS]     (defaults 1024, 3)
 set -euo pipefail
 size_mib=${1:-1024}
 rounds=${2:-3}
-source "$(dirname "$0")/bench-lib.sh" --log-level warning
+source "$(dirname "$0")/origin.sh" --log-level warning
 head -c $((size_mib << 20)) /dev/urandom > "$work/pack.bin"
 
 t0=$(now); "$depot" publish "$work/pack.bin" --server "$url" --app $app --pack big --token "$token" --release --quiet >/dev/null; t1=$(now)
