@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Instructions per request for a 1 KiB blob GET on keep-alive connections, counted by valgrind's
-# callgrind (repeatable on a noisy machine): the origin, and the plain-C libmicrohttpd file
-# server of Deploy/bench/mhd-fileserver.c with the same MHD options on the same file, so that
-# the difference is the Swift layer's cost; then the origin's parts, by function.
+# callgrind (repeatable on a noisy machine): the origin, the plain-C libmicrohttpd file server of
+# Deploy/bench/mhd-fileserver.c with the same MHD options on the same file (the difference is the
+# Swift layer's cost), and nginx (one process, as serve.sh configures it); then the origin's
+# parts, by function. (System calls per request: Deploy/bench/syscalls.sh.)
 #   Deploy/bench/callgrind-request.sh [REQUESTS]     (default 2000)
 set -euo pipefail
 requests=${1:-2000}
@@ -79,9 +80,35 @@ count_c() {
 c_low=$(count_c 0)
 c_high=$(count_c "$requests")
 c_per=$(( (c_high - c_low) / requests ))
+# nginx, one process (no master), on the same file; counted as the others.
+cat > "$work/nginx.conf" <<CONF
+worker_processes 1; daemon off; master_process off; user root; pid $work/nginx.pid; error_log $work/nginx-error.log;
+events { worker_connections 1024; }
+http {
+  access_log off; sendfile on; tcp_nopush on; keepalive_requests 1000000; default_type application/octet-stream;
+  server { listen 127.0.0.1:NGINX_PORT; root $work/croot; etag on; add_header Cache-Control "public, max-age=31536000, immutable"; }
+}
+CONF
+count_nginx() {
+  local n=$1 out="$work/callgrind.nginx.$1" port
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  sed "s/NGINX_PORT/$port/" "$work/nginx.conf" > "$work/nginx.$n.conf"
+  valgrind --tool=callgrind --callgrind-out-file="$out" nginx -c "$work/nginx.$n.conf" -p "$work" > /dev/null 2>&1 &
+  local vpid=$!
+  for _ in $(seq 600); do curl -s -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.1; done
+  client "$port" 50
+  [ "$n" -gt 0 ] && client "$port" "$n"
+  kill -QUIT $vpid; wait $vpid 2>/dev/null || true
+  callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ && !done { gsub(",", "", $1); print $1; done = 1 }'
+}
+chmod -R a+rX "$work/croot"
+n_low=$(count_nginx 0)
+n_high=$(count_nginx "$requests")
+n_per=$(( (n_high - n_low) / requests ))
 echo "instructions per 1 KiB blob GET on keep-alive connections (each answer checked):"
 echo "  origin (access log and metrics on): $per"
 echo "  plain-C libmicrohttpd file server, same options: $c_per"
+echo "  nginx, as serve.sh runs it (no open_file_cache, no access log): $n_per"
 echo "  the Swift layer: $((per - c_per)) ($(awk -v a="$per" -v b="$c_per" 'BEGIN { printf "%.2f", a / b }')x the C server's total)"
 echo "per request, inclusive, by function (the difference between the two runs, top 30):"
 callgrind_annotate --inclusive=yes --threshold=100 "$work/callgrind.0" 2>/dev/null > "$work/annotate.0" || true

@@ -40,15 +40,15 @@ public final class PreparedResponse: @unchecked Sendable {
     /// The body's source, kept so that a request that needs other headers gets its own response.
     private let source: Source
 
-    private enum Source {
+    private enum Source: Sendable {
         case file(Int32)
         case shared(SharedBytes)
     }
 
     /// Threads beyond this many share responses (correct, only slower).
-    static let threadSlots = 16
+    public static let threadSlots = 16
 
-    /// Makes the response, or nil when libmicrohttpd cannot (then a descriptor is closed here).
+    /// Makes the response, or nil when libmicrohttpd cannot (then a descriptor is closed).
     public init?(headers: HTTPHeaders, body: Body) {
         self.headers = headers
         let first: OpaquePointer?
@@ -64,20 +64,20 @@ public final class PreparedResponse: @unchecked Sendable {
             first = Self.make(headers: headers, source: .shared(bytes), length: bodyLength)
             responses = [Slot()]
         }
-        guard let first else {
-            if case .file(let descriptor) = source { close(descriptor) }
-            return nil
-        }
+        // On failure make has closed the descriptor (or libmicrohttpd has, freeing the response).
+        guard let first else { return nil }
         responses[0].response.store(Int(bitPattern: first), ordering: .releasing)
     }
 
     /// One libmicrohttpd response of the body (which passes to it: the descriptor is closed, the
-    /// memory released, when libmicrohttpd frees it), or nil.
+    /// memory released, when libmicrohttpd frees it), or nil — and then the descriptor is closed,
+    /// exactly once: here if no response was made, by libmicrohttpd if one was made and freed.
     private static func make(headers: HTTPHeaders, source: Source, length: Int64) -> OpaquePointer? {
         let made: OpaquePointer?
         switch source {
         case .file(let descriptor):
             made = MHD_create_response_from_fd_at_offset64(UInt64(length), descriptor, 0)
+            if made == nil { close(descriptor) }
         case .shared(let bytes):
             let owner = Unmanaged.passRetained(bytes).toOpaque()
             made = MHD_create_response_from_buffer_with_free_callback_cls(bytes.count, bytes.storage.baseAddress!, releaseSharedBytes, owner)
@@ -102,7 +102,6 @@ public final class PreparedResponse: @unchecked Sendable {
         let copy = fcntl(descriptor, F_DUPFD_CLOEXEC, 0)
         guard copy >= 0 else { return OpaquePointer(bitPattern: responses[0].response.load(ordering: .acquiring)) }
         guard let made = Self.make(headers: headers, source: .file(copy), length: bodyLength) else {
-            close(copy)
             return OpaquePointer(bitPattern: responses[0].response.load(ordering: .acquiring))
         }
         let (stored, current) = responses[slot].response.compareExchange(expected: 0, desired: Int(bitPattern: made), ordering: .acquiringAndReleasing)

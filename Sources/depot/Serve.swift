@@ -46,7 +46,7 @@ struct Serve: ParsableCommand {
     @Option(name: .customLong("connection-memory"), help: "Bytes of buffer per connection; bounds request headers (env DEPOT_CONNECTION_MEMORY).")
     var connectionMemory: Int = Environment.int("DEPOT_CONNECTION_MEMORY", 8 << 10)
 
-    @Option(name: .customLong("blob-cache-memory"), help: "Bytes of memory for ready answers of hot blobs: blobs of up to 64 KiB kept in memory, about 1 KiB per kept answer; 0 opens the blob's file for every request (env DEPOT_BLOB_CACHE_MEMORY).")
+    @Option(name: .customLong("blob-cache-memory"), help: "Bytes of memory for ready answers of hot blobs: blobs of up to 16 KiB kept in memory, about 1 KiB per kept answer and 5 KiB per server thread for a larger kept blob; 0 opens the blob's file for every request (env DEPOT_BLOB_CACHE_MEMORY).")
     var blobCacheMemory: Int = Environment.int("DEPOT_BLOB_CACHE_MEMORY", 8 << 20)
 
     @Option(name: .customLong("blob-cache-files"), help: "Larger hot blobs kept open with their ready answers, each with a descriptor per server thread (also bounded by the open-file limit); 0 keeps none (env DEPOT_BLOB_CACHE_FILES).")
@@ -197,7 +197,7 @@ struct Serve: ParsableCommand {
         // Kept descriptors (one per server thread for each kept blob) leave room for every
         // connection's socket and the file it sends or writes.
         configuration.blobCache = BlobCacheLimits(
-            memoryBytes: blobCacheMemory, files: max(0, min(blobCacheFiles, (files - 2 * connectionLimit - 64) / threads))
+            memoryBytes: blobCacheMemory, files: max(0, min(blobCacheFiles, (files - 2 * connectionLimit - 64) / threads)), serverThreads: threads
         )
         let server = try DepotServer(configuration: configuration)
         print("AssetDepot listening on \(host.contains(":") ? "[\(host)]" : host):\(server.port), data \(data.data), public URL \(server.publicURL)")

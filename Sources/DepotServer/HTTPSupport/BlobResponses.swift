@@ -5,16 +5,20 @@ import Synchronization
 
 /// How much the blob answer cache may hold.
 public struct BlobCacheLimits: Sendable, Hashable {
-    /// Bytes of memory for answers: the bodies of blobs of at most ``largestInMemory`` bytes, and
-    /// about 1 KiB per answer besides. 0 keeps no answer.
+    /// Bytes of memory for answers: the bodies of blobs of at most ``largestInMemory`` bytes, about
+    /// 1 KiB per answer besides, and 5 KiB per server thread for a kept descriptor's answer
+    /// (libmicrohttpd's response and its read buffer). 0 keeps no answer.
     public var memoryBytes: Int
     /// Open descriptors of larger blobs kept for their answers. 0 keeps none.
     public var files: Int
-    /// The largest blob kept in memory; larger ones are kept as a descriptor.
+    /// The largest blob kept in memory; larger ones are kept as a descriptor (sent by
+    /// `sendfile`, which measured faster than a copy from memory at 64 KiB).
     public var largestInMemory: Int
+    /// The server's threads: a kept descriptor gets a response (and about 5 KiB) per thread.
+    public var serverThreads: Int
 
-    public init(memoryBytes: Int = 8 << 20, files: Int = 256, largestInMemory: Int = 16 << 10) {
-        (self.memoryBytes, self.files, self.largestInMemory) = (memoryBytes, files, largestInMemory)
+    public init(memoryBytes: Int = 8 << 20, files: Int = 256, largestInMemory: Int = 16 << 10, serverThreads: Int = 4) {
+        (self.memoryBytes, self.files, self.largestInMemory, self.serverThreads) = (memoryBytes, files, largestInMemory, serverThreads)
     }
 
     /// Keeps no answer: every blob request opens its file.
@@ -42,8 +46,10 @@ final class BlobResponses: Sendable {
         let inMemory: Bool
         let referenced = Atomic<Bool>(true)
         init(response: PreparedResponse, stamp: FileStamp, inMemory: Bool) { (self.response, self.stamp, self.inMemory) = (response, stamp, inMemory) }
-        /// What it counts against the memory limit.
-        var cost: Int { (inMemory ? Int(response.bodyLength) : 0) + BlobResponses.overhead }
+        /// What it counts against the memory limit, given the server's threads.
+        func cost(threads: Int) -> Int {
+            inMemory ? Int(response.bodyLength) + BlobResponses.overhead : BlobResponses.fileCost(threads: threads)
+        }
     }
 
     /// What a lookup found.
@@ -64,7 +70,7 @@ final class BlobResponses: Sendable {
 
     private struct State {
         var entries: [Key: Entry] = [:]
-        /// The clock's order; keys of removed entries are skipped and dropped as the hand passes.
+        /// The clock's order: every kept key, once.
         var ring: [Key] = []
         var hand = 0
         var memory = 0
@@ -75,6 +81,10 @@ final class BlobResponses: Sendable {
 
     /// Bytes counted for an answer besides its body (the response, its headers, the entry).
     static let overhead = 1024
+
+    /// Bytes counted for a kept descriptor's answer: a libmicrohttpd response per thread, each
+    /// with its 4 KiB read buffer.
+    static func fileCost(threads: Int) -> Int { overhead + (5 << 10) * min(max(threads, 1), PreparedResponse.threadSlots) }
     let limits: BlobCacheLimits
     private let state = Mutex(State())
     /// The blobs folder, open for `fstatat` and `openat` by relative name; -1 when disabled.
@@ -95,7 +105,8 @@ final class BlobResponses: Sendable {
     /// checked by the route), made on first use; `headers` makes its fields from its size and time.
     func answer(_ key: Key, headers: (Int64, Date) -> HTTPHeaders) throws -> Lookup {
         guard let stamp = stamp(key.sha256) else {
-            forget(key.sha256)
+            // Gone from the disk (by hand): its answers go too, if any were kept.
+            drop(key.sha256, bump: false)
             return .missing
         }
         let (hit, generation) = state.withLock { ($0.entries[key], $0.generation) }
@@ -115,7 +126,7 @@ final class BlobResponses: Sendable {
             if let raced = state.entries[key], raced.stamp == opened { return (raced, nil) }
             let replaced = state.entries.updateValue(entry, forKey: key)
             if let replaced { remove(replaced, &state) } else { state.ring.append(key) }
-            state.memory += entry.cost
+            state.memory += entry.cost(threads: limits.serverThreads)
             if !entry.inMemory { state.files += 1 }
             evict(&state)
             return (entry, replaced)
@@ -126,14 +137,25 @@ final class BlobResponses: Sendable {
     }
 
     /// Drops the answers of blob `sha256` (removed or stored again). Connections sending it finish.
-    func forget(_ sha256: String) {
+    func forget(_ sha256: String) { drop(sha256, bump: true) }
+
+    /// Drops the answers of blob `sha256`; `bump`: an answer being made from a file opened before
+    /// now is not kept (the store changed the blob).
+    private func drop(_ sha256: String, bump: Bool) {
         let dropped = state.withLock { state -> [Entry] in
-            state.generation &+= 1
-            return [true, false].compactMap { gated in
+            if bump { state.generation &+= 1 }
+            let dropped = [true, false].compactMap { gated -> Entry? in
                 guard let entry = state.entries.removeValue(forKey: Key(sha256: sha256, gated: gated)) else { return nil }
                 remove(entry, &state)
                 return entry
             }
+            // The clock holds each kept key once: a key dropped here leaves it (a key stored
+            // again and again must not pile up in it).
+            if !dropped.isEmpty {
+                state.ring.removeAll { $0.sha256 == sha256 }
+                state.hand = 0
+            }
+            return dropped
         }
         _ = dropped  // Released here, outside the lock.
     }
@@ -195,13 +217,13 @@ final class BlobResponses: Sendable {
             guard read == size, let response = PreparedResponse(headers: headers, body: .shared(SharedBytes(bytes))) else { return nil }
             return Entry(response: response, stamp: stamp, inMemory: true)
         }
-        guard limits.files > 0,
+        guard limits.files > 0, Self.fileCost(threads: limits.serverThreads) <= limits.memoryBytes,
               let response = PreparedResponse(headers: headers, body: .file(descriptor: file.release(), length: stamp.size)) else { return nil }
         return Entry(response: response, stamp: stamp, inMemory: false)
     }
 
     private func remove(_ entry: Entry, _ state: inout State) {
-        state.memory -= entry.cost
+        state.memory -= entry.cost(threads: limits.serverThreads)
         if !entry.inMemory { state.files -= 1 }
     }
 
@@ -211,6 +233,7 @@ final class BlobResponses: Sendable {
             if state.hand >= state.ring.count { state.hand = 0 }
             let key = state.ring[state.hand]
             guard let entry = state.entries[key] else {
+                // Not expected (a key leaves the clock with its entry); dropped all the same.
                 state.ring.swapAt(state.hand, state.ring.count - 1)
                 state.ring.removeLast()
                 continue
@@ -225,11 +248,6 @@ final class BlobResponses: Sendable {
             } else {
                 state.hand += 1
             }
-        }
-        // Keys of forgotten entries: dropped when they outnumber the live ones.
-        if state.ring.count > 2 * state.entries.count + 64 {
-            state.ring.removeAll { state.entries[$0] == nil }
-            state.hand = 0
         }
     }
 }
