@@ -176,10 +176,11 @@ fetch() { # peer count -> seconds for COUNT parallel downloads of the big blob (
 }
 cat "$work/www$big" > /dev/null   # in the page cache before the first round, for every peer alike
 big_peers=(origin mhd-c nginx)
+big_rounds=${BIG_ROUNDS:-$rounds}   # single large streams vary most here: run.sh gives them more rounds
 printf '%-30s %-9s %-22s %s\n' "large object (${big_mib} MiB)" "peer" "GB/s median (spread)" "origin / peer"
 for count in 1 4; do
   declare -A speeds=([origin]="" [nginx]="" [mhd-c]="")
-  for round in $(seq "$rounds"); do
+  for round in $(seq "$big_rounds"); do
     # Each round starts with another peer: none always goes first (or last).
     for i in 0 1 2; do
       peer=${big_peers[$(( (i + round) % 3 ))]}

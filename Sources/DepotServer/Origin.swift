@@ -68,7 +68,7 @@ final class Origin: HTTPHandler {
         })
         uploads = ResumableUploads(folder: folder)
         uploads.repair()
-        accessLog = AccessLog(logger: configuration.logger)
+        accessLog = AccessLog(logger: configuration.logger, sink: configuration.accessLogSink)
         let folder = folder, cache = FileStampCache<AppSettings>(relativeTo: folder.apps), urls = PublicURL(), metrics = OriginMetrics()
         (self.urls, self.metrics) = (urls, metrics)
         // An app's settings, re-read only when app.json changes.

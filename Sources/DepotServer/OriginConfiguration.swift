@@ -53,6 +53,9 @@ public struct OriginConfiguration: Sendable {
     public var blobCache = BlobCacheLimits()
     /// Where the access log and server events go.
     public var logger: Logger
+    /// Where access-log lines go, when not through `logger` as info messages (the line as
+    /// `logger` would carry it; `logger`'s level still decides whether it is written).
+    public var accessLogSink: (@Sendable (String) -> Void)?
 
     public init(
         dataPath: String, publicURL: String? = nil, publicDirectory: String? = nil,

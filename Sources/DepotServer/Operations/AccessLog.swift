@@ -10,9 +10,13 @@ import Logging
 /// boxing eight values, sorting them in the handler).
 struct AccessLog: Sendable {
     let logger: Logger
+    /// Where lines go instead of through `logger` (which still decides whether they are written):
+    /// the handler's own buffer, without a log event per request.
+    var sink: (@Sendable (String) -> Void)?
 
     func record(_ record: HTTPExchangeRecord) {
         guard logger.logLevel <= .info else { return }
+        if let sink { return sink(Self.line(record)) }
         logger.info(Logger.Message(stringLiteral: Self.line(record)))
     }
 

@@ -14,7 +14,17 @@ final class FileStampCache<Value: Sendable>: Sendable {
         var nanoseconds: Int
     }
 
-    private let entries = Mutex<[String: (path: String, relative: String?, stamp: Stamp?, value: Value?)]>([:])
+    /// One file's version and value; immutable, so a lookup copies one reference.
+    private final class Entry: Sendable {
+        let path: String
+        /// The path from `folder`, when the file is under it.
+        let relative: String?
+        let stamp: Stamp?
+        let value: Value?
+        init(path: String, relative: String?, stamp: Stamp?, value: Value?) { (self.path, self.relative, self.stamp, self.value) = (path, relative, stamp, value) }
+    }
+
+    private let entries = Mutex<[String: Entry]>([:])
     /// A folder the files live under, open: a file under it is looked at with `fstatat` by its
     /// path from there (a shorter walk than from `/`, on every lookup); -1: by the whole path.
     private let folder: Int32
@@ -36,16 +46,23 @@ final class FileStampCache<Value: Sendable>: Sendable {
     /// The decoded value of the file named by `key` (an app id, say), whose path is made only
     /// the first time: a lookup is then one hash of the key and one `stat`.
     func value(for key: String, path: () -> String, load: (String) throws -> Value) -> Value? {
-        let known = entries.withLock { $0[key] }
-        let path = known?.path ?? path()
-        let relative = known.map(\.relative) ?? (folder >= 0 && path.hasPrefix(folderPrefix) ? String(path.dropFirst(folderPrefix.count)) : nil)
-        let stamp = relative.map { Self.stamp(folder, $0) } ?? Self.stamp(path)
-        if let known, known.stamp == stamp { return known.value }
+        if let known = entries.withLock({ $0[key] }) {
+            let stamp = known.relative.map { Self.stamp(folder, $0) } ?? Self.stamp(known.path)
+            if known.stamp == stamp { return known.value }
+            return reload(key, path: known.path, relative: known.relative, stamp: stamp, load: load)
+        }
+        let path = path()
+        let relative = folder >= 0 && path.hasPrefix(folderPrefix) ? String(path.dropFirst(folderPrefix.count)) : nil
+        return reload(key, path: path, relative: relative, stamp: relative.map { Self.stamp(folder, $0) } ?? Self.stamp(path), load: load)
+    }
+
+    private func reload(_ key: String, path: String, relative: String?, stamp: Stamp?, load: (String) throws -> Value) -> Value? {
         let value = stamp == nil ? nil : try? load(path)
+        let entry = Entry(path: path, relative: relative, stamp: stamp, value: value)
         entries.withLock { entries in
             // Names come from requests: a flood of made-up ones starts the cache over instead of growing it.
             if entries.count >= 4096 && entries[key] == nil { entries.removeAll() }
-            entries[key] = (path, relative, stamp, value)
+            entries[key] = entry
         }
         return value
     }
