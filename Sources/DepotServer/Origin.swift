@@ -37,7 +37,9 @@ final class Origin: HTTPHandler {
         let apps = AppStore(folder: folder)
         let blobs: any BlobStore
         // With a bucket, blobs stream from it and no answer is kept.
-        let answers = BlobResponses(limits: configuration.blobCache, blobsFolder: configuration.objectStore == nil ? folder.blobs : nil)
+        var limits = configuration.blobCache
+        limits.serverThreads = configuration.http.threads
+        let answers = BlobResponses(limits: limits, blobsFolder: configuration.objectStore == nil ? folder.blobs : nil)
         self.answers = answers
         readOnly = configuration.readOnly
         guard !readOnly || configuration.objectStore != nil else {

@@ -194,9 +194,11 @@ struct Serve: ParsableCommand {
             scratchBytes: patchScratchLimit > 0 ? patchScratchLimit : 4 * max(maxPackSize, 1 << 30), reserve: Double(patchDiskReserve) / 100
         )
         configuration.metricsToken = try metricsToken()
-        // Access lines straight into the log handler's buffer: the same line as an info message
-        // of the "assetdepot" logger, without a log event per request.
-        configuration.accessLogSink = { line in BufferedLogHandler.Sink.shared.append(level: .info, label: "assetdepot", message: line, metadata: [:]) }
+        // Access lines straight into the log handler's buffer (the handler every logger here has,
+        // bootstrapped above): the same line as an info message of the logger, without a log
+        // event per request.
+        let label = configuration.logger.label
+        configuration.accessLogSink = { line in BufferedLogHandler.Sink.shared.append(level: .info, label: label, message: line, metadata: [:]) }
         // Kept descriptors (one per server thread for each kept blob) leave room for every
         // connection's socket and the file it sends or writes.
         configuration.blobCache = BlobCacheLimits(

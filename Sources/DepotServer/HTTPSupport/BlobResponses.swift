@@ -33,7 +33,7 @@ public struct BlobCacheLimits: Sendable, Hashable {
 /// credentials, a release of that app naming the blob) run on every request before it is used.
 ///
 /// Each use costs one `fstatat` of the blob's file, compared with the file the answer was made
-/// from (inode, size, time): a file replaced on disk (restored from a backup, repaired by hand)
+/// from (device, inode, size, modification and change times): a file replaced on disk (restored from a backup, repaired by hand)
 /// is answered from the new file at once, a removed one is 404 at once. Bounded by
 /// ``BlobCacheLimits`` (a second-chance clock picks what leaves). A blob the store removes or
 /// stores again leaves at once (``forget(_:)``, called by the store after the change): its
@@ -163,14 +163,28 @@ final class BlobResponses: Sendable {
     /// Answers kept, bytes counted and descriptors open, for tests and the figures.
     var figures: (answers: Int, memory: Int, files: Int) { state.withLock { ($0.entries.count, $0.memory, $0.files) } }
 
-    /// What identifies one version of a blob's file.
+    /// For tests: the keys on the clock, and the bytes and descriptors of the kept answers summed
+    /// afresh (the running counts must equal them).
+    var recount: (clock: Int, memory: Int, files: Int) {
+        state.withLock { state in
+            (state.ring.count, state.entries.values.reduce(0) { $0 + $1.cost(threads: limits.serverThreads) }, state.entries.values.filter { !$0.inMemory }.count)
+        }
+    }
+
+    /// What identifies one version of a blob's file: its device and inode, size, modification
+    /// time and change time (which no one can set: any write, rename or `utimens` moves it, so a
+    /// same-size copy with the old time restored, `cp -p`, is seen too).
     struct FileStamp: Equatable, Sendable {
+        var device: UInt64
         var inode: UInt64
         var size: Int64
         var seconds: Int
         var nanoseconds: Int
+        var changeSeconds: Int
+        var changeNanoseconds: Int
         init(_ info: stat) {
-            (inode, size, seconds, nanoseconds) = (UInt64(info.st_ino), Int64(info.st_size), info.st_mtim.tv_sec, info.st_mtim.tv_nsec)
+            (device, inode, size) = (UInt64(info.st_dev), UInt64(info.st_ino), Int64(info.st_size))
+            (seconds, nanoseconds, changeSeconds, changeNanoseconds) = (info.st_mtim.tv_sec, info.st_mtim.tv_nsec, info.st_ctim.tv_sec, info.st_ctim.tv_nsec)
         }
     }
 

@@ -130,7 +130,7 @@ struct ReadHandlers: Sendable {
             switch try answers.answer(.init(sha256: sha256, gated: gated), headers: headers) {
             case .answer(let prepared): return HTTPResponse(status: 200, body: .prepared(prepared))
             case .opened(let blob): return representation(blob).response(to: context.request)
-            case .missing: throw DepotError.notFound("blob \(sha256)")
+            case .missing: break  // Looked for once more by its path below (the store decides).
             }
         }
         guard let blob = try blobs.open(sha256) else { throw DepotError.notFound("blob \(sha256)") }

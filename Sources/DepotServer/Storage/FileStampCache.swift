@@ -2,16 +2,25 @@ import DepotCore
 import Foundation
 import Synchronization
 
-/// Decoded small files, re-read only when the file changes (inode, size or mtime), so that a
+/// Decoded small files, re-read only when the file changes (device, inode, size, mtime or ctime), so that a
 /// CLI writing the data folder takes effect on a running server without a read per request:
 /// one `stat` per lookup (an `fstatat` from an open folder, when given one), compared as integers.
 final class FileStampCache<Value: Sendable>: Sendable {
     /// What identifies one version of a file; nil fields: the file is missing.
     struct Stamp: Equatable, Sendable {
+        var device: UInt64
         var inode: UInt64
         var size: Int64
         var seconds: Int
         var nanoseconds: Int
+        /// The change time: moved by any write, rename or `utimens`, and settable by no one.
+        var changeSeconds: Int
+        var changeNanoseconds: Int
+
+        init(_ info: stat) {
+            (device, inode, size) = (UInt64(info.st_dev), UInt64(info.st_ino), Int64(info.st_size))
+            (seconds, nanoseconds, changeSeconds, changeNanoseconds) = (info.st_mtim.tv_sec, info.st_mtim.tv_nsec, info.st_ctim.tv_sec, info.st_ctim.tv_nsec)
+        }
     }
 
     /// One file's version and value; immutable, so a lookup copies one reference.
@@ -70,12 +79,12 @@ final class FileStampCache<Value: Sendable>: Sendable {
     static func stamp(_ path: String) -> Stamp? {
         var info = stat()
         guard stat(path, &info) == 0 else { return nil }
-        return Stamp(inode: UInt64(info.st_ino), size: Int64(info.st_size), seconds: info.st_mtim.tv_sec, nanoseconds: info.st_mtim.tv_nsec)
+        return Stamp(info)
     }
 
     static func stamp(_ folder: Int32, _ relative: String) -> Stamp? {
         var info = stat()
         guard fstatat(folder, relative, &info, 0) == 0 else { return nil }
-        return Stamp(inode: UInt64(info.st_ino), size: Int64(info.st_size), seconds: info.st_mtim.tv_sec, nanoseconds: info.st_mtim.tv_nsec)
+        return Stamp(info)
     }
 }
