@@ -171,23 +171,6 @@ final class BlobResponses: Sendable {
         }
     }
 
-    /// What identifies one version of a blob's file: its device and inode, size, modification
-    /// time and change time (which no one can set: any write, rename or `utimens` moves it, so a
-    /// same-size copy with the old time restored, `cp -p`, is seen too).
-    struct FileStamp: Equatable, Sendable {
-        var device: UInt64
-        var inode: UInt64
-        var size: Int64
-        var seconds: Int
-        var nanoseconds: Int
-        var changeSeconds: Int
-        var changeNanoseconds: Int
-        init(_ info: stat) {
-            (device, inode, size) = (UInt64(info.st_dev), UInt64(info.st_ino), Int64(info.st_size))
-            (seconds, nanoseconds, changeSeconds, changeNanoseconds) = (info.st_mtim.tv_sec, info.st_mtim.tv_nsec, info.st_ctim.tv_sec, info.st_ctim.tv_nsec)
-        }
-    }
-
     /// `ab/abcdef…` as a C string, built on the stack.
     private func withRelativePath<R>(_ sha256: String, _ body: (UnsafePointer<CChar>) -> R) -> R {
         var sha256 = sha256

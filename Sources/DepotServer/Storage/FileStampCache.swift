@@ -6,22 +6,8 @@ import Synchronization
 /// CLI writing the data folder takes effect on a running server without a read per request:
 /// one `stat` per lookup (an `fstatat` from an open folder, when given one), compared as integers.
 final class FileStampCache<Value: Sendable>: Sendable {
-    /// What identifies one version of a file; nil fields: the file is missing.
-    struct Stamp: Equatable, Sendable {
-        var device: UInt64
-        var inode: UInt64
-        var size: Int64
-        var seconds: Int
-        var nanoseconds: Int
-        /// The change time: moved by any write, rename or `utimens`, and settable by no one.
-        var changeSeconds: Int
-        var changeNanoseconds: Int
-
-        init(_ info: stat) {
-            (device, inode, size) = (UInt64(info.st_dev), UInt64(info.st_ino), Int64(info.st_size))
-            (seconds, nanoseconds, changeSeconds, changeNanoseconds) = (info.st_mtim.tv_sec, info.st_mtim.tv_nsec, info.st_ctim.tv_sec, info.st_ctim.tv_nsec)
-        }
-    }
+    /// What identifies one version of a file.
+    typealias Stamp = FileStamp
 
     /// One file's version and value; immutable, so a lookup copies one reference.
     private final class Entry: Sendable {
@@ -86,5 +72,23 @@ final class FileStampCache<Value: Sendable>: Sendable {
         var info = stat()
         guard fstatat(folder, relative, &info, 0) == 0 else { return nil }
         return Stamp(info)
+    }
+}
+
+/// What identifies one version of a file: its device and inode, size, modification time and
+/// change time (which no one can set: any write, rename or `utimens` moves it, so a same-size
+/// copy with its old time restored, `cp -p`, is seen too).
+struct FileStamp: Equatable, Sendable {
+    var device: UInt64
+    var inode: UInt64
+    var size: Int64
+    var seconds: Int
+    var nanoseconds: Int
+    var changeSeconds: Int
+    var changeNanoseconds: Int
+
+    init(_ info: stat) {
+        (device, inode, size) = (UInt64(info.st_dev), UInt64(info.st_ino), Int64(info.st_size))
+        (seconds, nanoseconds, changeSeconds, changeNanoseconds) = (info.st_mtim.tv_sec, info.st_mtim.tv_nsec, info.st_ctim.tv_sec, info.st_ctim.tv_nsec)
     }
 }
