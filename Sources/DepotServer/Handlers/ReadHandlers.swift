@@ -102,39 +102,31 @@ struct ReadHandlers: Sendable {
     func blob(_ context: RequestContext) throws -> HTTPResponse {
         let sha256 = context["sha256"]
         guard try releases.releaseNames(sha256, app: context.app) else { throw DepotError.notFound("blob \(sha256) in a release of app \(context.app)") }
+        let gated = context.gated
+        func representation(_ source: Representation.Source, size: Int64, modified: Date?) -> Representation {
+            Representation(
+                source: source, size: size, etag: TextAssembler.quoted(sha256), lastModified: modified, contentType: "application/octet-stream",
+                cacheControl: Representation.cacheControl("public, max-age=31536000, immutable", gated: gated)
+            )
+        }
         if let bucket {
             // From the bucket: one HEAD, then exactly the bytes the response carries (the range,
             // if any) streamed from a ranged GET while they are sent.
             guard let blob = try bucket.stat(sha256) else { throw DepotError.notFound("blob \(sha256)") }
-            return Representation(
-                source: .stream { offset, length in bucket.reader(sha256, start: offset, length: length) }, size: blob.size,
-                etag: TextAssembler.quoted(sha256), lastModified: blob.modified, contentType: "application/octet-stream",
-                cacheControl: Representation.cacheControl("public, max-age=31536000, immutable", gated: context.gated)
-            ).response(to: context.request)
-        }
-        let gated = context.gated
-        let representation = { (blob: StoredBlob) in
-            Representation(
-                source: .file(blob.file), size: blob.size, etag: TextAssembler.quoted(sha256), lastModified: blob.modified, contentType: "application/octet-stream",
-                cacheControl: Representation.cacheControl("public, max-age=31536000, immutable", gated: gated)
-            )
+            return representation(.stream { offset, length in bucket.reader(sha256, start: offset, length: length) }, size: blob.size, modified: blob.modified)
+                .response(to: context.request)
         }
         if answers.isEnabled && !Representation.isConditional(context.request) {
             // A plain GET or HEAD: the answer made once for this blob, queued as it is.
-            let headers = { (size: Int64, modified: Date) in
-                Representation(
-                    source: .bytes([]), size: size, etag: TextAssembler.quoted(sha256), lastModified: modified, contentType: "application/octet-stream",
-                    cacheControl: Representation.cacheControl("public, max-age=31536000, immutable", gated: gated)
-                ).wholeHeaders
-            }
-            switch try answers.answer(.init(sha256: sha256, gated: gated), headers: headers) {
+            let made = try answers.answer(.init(sha256: sha256, gated: gated)) { representation(.bytes([]), size: $0, modified: $1).wholeHeaders }
+            switch made {
             case .answer(let prepared): return HTTPResponse(status: 200, body: .prepared(prepared))
-            case .opened(let blob): return representation(blob).response(to: context.request)
+            case .opened(let blob): return representation(.file(blob.file), size: blob.size, modified: blob.modified).response(to: context.request)
             case .missing: break  // Looked for once more by its path below (the store decides).
             }
         }
         guard let blob = try blobs.open(sha256) else { throw DepotError.notFound("blob \(sha256)") }
-        return representation(blob).response(to: context.request)
+        return representation(.file(blob.file), size: blob.size, modified: blob.modified).response(to: context.request)
     }
 
     /// `GET …/info-plist[?channel=]`: the Background Assets keys of a channel's release.
