@@ -28,10 +28,11 @@ public final class PreparedResponse: @unchecked Sendable {
     public let headers: HTTPHeaders
     /// The number of body bytes.
     public let bodyLength: Int64
-    /// MHD_Response pointers as integers (0: not made yet). libmicrohttpd holds a response's lock
-    /// while it sends a descriptor's bytes, so one response shared by two server threads makes
-    /// each wait for the other's `sendfile`: a descriptor's body gets one response per thread
-    /// (made on that thread's first use, with a duplicate of the descriptor); memory needs one.
+    /// MHD_Response pointers as integers (0: none). libmicrohttpd holds a response's lock while it
+    /// sends a descriptor's bytes, so one response shared by two server threads makes each wait
+    /// for the other's `sendfile`: a descriptor's body gets one response per server thread, each
+    /// with a duplicate of the descriptor, all made at once (so the descriptors an answer holds do
+    /// not depend on which threads happened to serve it); memory needs one.
     private let responses: [Slot]
 
     private final class Slot: Sendable {
@@ -45,11 +46,13 @@ public final class PreparedResponse: @unchecked Sendable {
         case shared(SharedBytes)
     }
 
-    /// Threads beyond this many share responses (correct, only slower).
+    /// The most responses one descriptor's body gets; more server threads share them (correct,
+    /// only slower).
     public static let threadSlots = 16
 
-    /// Makes the response, or nil when libmicrohttpd cannot (then a descriptor is closed).
-    public init?(headers: HTTPHeaders, body: Body) {
+    /// Makes the response, or nil when libmicrohttpd cannot (then a descriptor is closed). A
+    /// descriptor's body gets `threads` responses (at most ``threadSlots``): one per server thread.
+    public init?(headers: HTTPHeaders, body: Body, threads: Int = 1) {
         self.headers = headers
         let first: OpaquePointer?
         switch body {
@@ -57,7 +60,7 @@ public final class PreparedResponse: @unchecked Sendable {
             source = .file(descriptor)
             bodyLength = length
             first = Self.make(headers: headers, source: .file(descriptor), length: length)
-            responses = (0..<Self.threadSlots).map { _ in Slot() }
+            responses = (0..<min(max(threads, 1), Self.threadSlots)).map { _ in Slot() }
         case .shared(let bytes):
             source = .shared(bytes)
             bodyLength = Int64(bytes.count)
@@ -67,6 +70,14 @@ public final class PreparedResponse: @unchecked Sendable {
         // On failure make has closed the descriptor (or libmicrohttpd has, freeing the response).
         guard let first else { return nil }
         responses[0].response.store(Int(bitPattern: first), ordering: .releasing)
+        guard case .file(let descriptor) = source else { return }
+        // The other threads' responses, each with a duplicate of the descriptor (alive while the
+        // first response is). One that cannot be made leaves its slot to the first response.
+        for slot in responses.dropFirst() {
+            let copy = fcntl(descriptor, F_DUPFD_CLOEXEC, 0)
+            guard copy >= 0, let made = Self.make(headers: headers, source: .file(copy), length: bodyLength) else { continue }
+            slot.response.store(Int(bitPattern: made), ordering: .releasing)
+        }
     }
 
     /// One libmicrohttpd response of the body (which passes to it: the descriptor is closed, the
@@ -93,21 +104,11 @@ public final class PreparedResponse: @unchecked Sendable {
         return made
     }
 
-    /// This thread's response: made on its first use from a duplicate of the descriptor.
+    /// This thread's response (the first one when its own could not be made).
     private func response() -> OpaquePointer? {
         let slot = responses.count == 1 ? 0 : ThreadSlot.current % responses.count
         if let ready = OpaquePointer(bitPattern: responses[slot].response.load(ordering: .acquiring)) { return ready }
-        guard case .file(let descriptor) = source else { return nil }
-        // Alive while self is: libmicrohttpd closes it only when the first response is freed.
-        let copy = fcntl(descriptor, F_DUPFD_CLOEXEC, 0)
-        guard copy >= 0 else { return OpaquePointer(bitPattern: responses[0].response.load(ordering: .acquiring)) }
-        guard let made = Self.make(headers: headers, source: .file(copy), length: bodyLength) else {
-            return OpaquePointer(bitPattern: responses[0].response.load(ordering: .acquiring))
-        }
-        let (stored, current) = responses[slot].response.compareExchange(expected: 0, desired: Int(bitPattern: made), ordering: .acquiringAndReleasing)
-        if stored { return made }
-        MHD_destroy_response(made)
-        return OpaquePointer(bitPattern: current)
+        return OpaquePointer(bitPattern: responses[0].response.load(ordering: .acquiring))
     }
 
     /// Queues it on `connection` (the caller holds a reference to self until this returns;

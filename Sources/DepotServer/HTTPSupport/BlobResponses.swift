@@ -215,7 +215,8 @@ final class BlobResponses: Sendable {
             return Entry(response: response, stamp: stamp, inMemory: true)
         }
         guard limits.files > 0, Self.fileCost(threads: limits.serverThreads) <= limits.memoryBytes,
-              let response = PreparedResponse(headers: headers, body: .file(descriptor: file.release(), length: stamp.size)) else { return nil }
+              let response = PreparedResponse(headers: headers, body: .file(descriptor: file.release(), length: stamp.size), threads: limits.serverThreads)
+        else { return nil }
         return Entry(response: response, stamp: stamp, inMemory: false)
     }
 
