@@ -202,7 +202,7 @@ struct Serve: ParsableCommand {
         // Kept descriptors (one per server thread for each kept blob) leave room for every
         // connection's socket and the file it sends or writes.
         configuration.blobCache = BlobCacheLimits(
-            memoryBytes: blobCacheMemory, files: max(0, min(blobCacheFiles, (files - 2 * connectionLimit - 64) / threads)), serverThreads: threads
+            memoryBytes: blobCacheMemory, files: max(0, min(blobCacheFiles, (files - 2 * connectionLimit - 64) / threads))
         )
         let server = try DepotServer(configuration: configuration)
         print("AssetDepot listening on \(host.contains(":") ? "[\(host)]" : host):\(server.port), data \(data.data), public URL \(server.publicURL)")

@@ -15,6 +15,7 @@ public struct BlobCacheLimits: Sendable, Hashable {
     /// `sendfile`, which measured faster than a copy from memory at 64 KiB).
     public var largestInMemory: Int
     /// The server's threads: a kept descriptor gets a response (and about 5 KiB) per thread.
+    /// The origin sets it from its HTTP configuration's `threads`.
     public var serverThreads: Int
 
     public init(memoryBytes: Int = 8 << 20, files: Int = 256, largestInMemory: Int = 16 << 10, serverThreads: Int = 4) {
