@@ -85,27 +85,40 @@ public struct DepotSync: Sendable {
         let before = try store.read(app: app)
         let cached = store.cachedEnvelope(channel: channel)
         let knownETag = FileSystem.exists(cached) ? before.manifestETags[channel].flatMap { HTTPResponseParser.isStrongETag($0) ? $0 : nil } : nil
-        let fetched = try await source.fetch(ifNoneMatch: knownETag)
-        let envelope: [UInt8]
-        let etag: String?
+        var envelope: [UInt8] = []
+        var etag: String?
         var notModified = false
-        switch fetched {
-        case .envelope(let bytes, let tag):
-            (envelope, etag) = (bytes, tag)
-        case .notModified:
-            (envelope, etag) = (try FileSystem.readFile(cached, limit: ManifestSource.sizeLimit), knownETag)
-            notModified = true
+        var manifest: Manifest
+        var asked = knownETag
+        while true {
+            switch try await source.fetch(ifNoneMatch: asked) {
+            case .envelope(let bytes, let tag):
+                (envelope, etag, notModified) = (bytes, tag, false)
+            case .notModified:
+                (envelope, etag, notModified) = ((try? FileSystem.readFile(cached, limit: ManifestSource.sizeLimit)) ?? [], asked, true)
+            }
+            do {
+                manifest = try source.verify(envelope, floor: before.floor(channel: channel), now: now)
+                break
+            } catch where notModified {
+                // The copy kept is not the one its ETag was recorded with (a crash of an older
+                // version between the two, a purge, a hand edit): the manifest is fetched whole.
+                asked = nil
+            }
         }
         // With a rollout, the device's own choice: the candidate's entries, or the current ones.
-        var manifest = try source.verify(envelope, floor: before.floor(channel: channel), now: now)
         try manifest.resolve { try store.installID(app: app) }
         // A managed app's packs are Apple Archives for the system to fetch: no key to decrypt them with.
         if let archive = manifest.packs.first(where: { $0.keyID.isEmpty }) {
             throw ClientError.manifest("pack \(archive.id) is an Apple Archive of a managed app: the system downloads it from the download manifest (depot sync --managed simulates a device)")
         }
-        // The floor is durable before anything else happens, so it survives a crash.
+        // The floor is durable before anything else happens, so it survives a crash; the envelope
+        // is kept before the state that names its ETag (a state naming an ETag whose envelope is
+        // not on disk would get 304 and the older copy for ever), under the lock, so that another
+        // process cannot put an older copy between them.
         let state = try store.withExclusiveControl(app: app) { state -> InstalledState in
             guard manifest.version >= state.floor(channel: channel) else { return state }
+            if !notModified { try FileSystem.writeAtomically(envelope, to: cached) }
             state.raiseFloor(channel: channel, to: manifest.version)
             state.manifestETags[channel] = etag
             return state
@@ -113,7 +126,6 @@ public struct DepotSync: Sendable {
         guard manifest.version >= state.floor(channel: channel) else {
             throw ClientError.rollback(offered: manifest.version, floor: state.floor(channel: channel))
         }
-        if !notModified { try FileSystem.writeAtomically(envelope, to: cached) }
 
         // The plan; before first launch the build's initial allowances bound it.
         var request = Planner.Request(kind: kind, packs: requestedPacks, tags: requestedTags)

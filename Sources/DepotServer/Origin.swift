@@ -69,7 +69,7 @@ final class Origin: HTTPHandler {
             afterChange.withLock { $0 }?.schedule(app)
         })
         uploads = ResumableUploads(folder: folder)
-        uploads.repair()
+        let unfinishedUploads = uploads.repair()
         accessLog = AccessLog(logger: configuration.logger, sink: configuration.accessLogSink)
         let folder = folder, cache = FileStampCache<AppSettings>(relativeTo: folder.apps), urls = PublicURL(), metrics = OriginMetrics()
         (self.urls, self.metrics) = (urls, metrics)
@@ -128,6 +128,8 @@ final class Origin: HTTPHandler {
         } else {
             _ = try apps.signingKeys()
             try releases.removeUnpublishedReleases()
+            // Uploads whose last bytes were acknowledged when a crash came: stored and staged now.
+            for id in unfinishedUploads { uploads.finishAfterCrash(id, publisher: publisher, expiry: configuration.uploadExpiry) }
             // Patches a stop or a crash left unmade (start-up removed their scratch space).
             maker?.schedule(apps.list().sorted())
         }

@@ -94,7 +94,7 @@ public final class FileDescriptor: @unchecked Sendable {
     }
 
     public func sync() throws(SystemError) {
-        try systemCall("fsync", path: path) { System.fullSync(rawValue) }
+        try systemCall("fsync", path: path) { System.fullSync(rawValue, path: path) }
     }
 
     /// Starts writing `count` bytes from `offset` to disk in the background (Linux; a no-op elsewhere).
@@ -114,7 +114,7 @@ public final class FileDescriptor: @unchecked Sendable {
 
     /// Truncates or extends the file.
     public func truncate(to size: Int64) throws(SystemError) {
-        try systemCall("ftruncate", path: path) { System.truncate(rawValue, size) }
+        try systemCall("ftruncate", path: path) { System.truncate(rawValue, size, path: path) }
     }
 
     /// Moves the file position.

@@ -15,14 +15,25 @@ public enum FileSystem {
         return String(path[path.index(after: slash)...])
     }
 
-    /// Creates a folder and its parents (mode 0755, or `mode`).
+    /// Creates a folder and its parents (mode 0755, or `mode`), durably: each folder made is
+    /// fsynced into its parent before the next is made inside it, so that a power cut cannot
+    /// lose a folder that a durable record (written after this returns) relies on.
     public static func createDirectory(_ path: String, mode: mode_t = 0o755) throws(SystemError) {
-        var current = path.hasPrefix("/") ? "" : "."
-        for part in path.split(separator: "/") {
-            current += "/" + part
-            if System.makeDirectory(current, mode) != 0 && System.errno != EEXIST {
-                throw SystemError(call: "mkdir", errno: System.errno, path: current)
+        var path = path
+        while path.count > 1 && path.hasSuffix("/") { path.removeLast() }
+        // The part missing, from the deepest folder that exists down.
+        var missing: [String] = []
+        var current = path
+        while !current.isEmpty && current != "/" && current != "." && !isDirectory(current) {
+            missing.append(current)
+            current = directory(of: current)
+        }
+        for folder in missing.reversed() {
+            if System.makeDirectory(folder, mode) != 0 {
+                guard System.errno == EEXIST, isDirectory(folder) else { throw SystemError(call: "mkdir", errno: System.errno, path: folder) }
+                // Another process made it meanwhile; its entry is made durable here all the same.
             }
+            try syncDirectory(directory(of: folder))
         }
     }
 
@@ -111,10 +122,12 @@ public enum FileSystem {
         }
     }
 
-    /// Renames `from` over `to` and fsyncs the folder of `to`.
+    /// Renames `from` over `to` and fsyncs the folder of `to`, then the folder of `from` when it
+    /// is another (so that the old name cannot come back after a power cut either).
     public static func durableRename(_ from: String, to: String) throws(SystemError) {
         try systemCall("rename", path: to) { System.rename(from, to) }
         try syncDirectory(directory(of: to))
+        if directory(of: from) != directory(of: to) { try syncDirectory(directory(of: from)) }
     }
 
     /// Writes `bytes` to `path` atomically and durably.

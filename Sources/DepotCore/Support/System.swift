@@ -21,18 +21,23 @@ public enum System {
     // MARK: Descriptors
 
     static func open(_ path: String, _ flags: Int32, _ mode: mode_t) -> Int32 {
+        let creates = CrashPoints.willCreate(path, flags)
+        if creates { CrashPoints.reach(.create, path) }
         #if canImport(Glibc)
-        Glibc.open(path, flags | O_CLOEXEC, mode)
+        let fd = Glibc.open(path, flags | O_CLOEXEC, mode)
         #else
-        Darwin.open(path, flags | O_CLOEXEC, mode)
+        let fd = Darwin.open(path, flags | O_CLOEXEC, mode)
         #endif
+        CrashPoints.opened(fd, path, created: creates)
+        return fd
     }
 
     static func close(_ fd: Int32) -> Int32 {
+        CrashPoints.closed(fd)
         #if canImport(Glibc)
-        Glibc.close(fd)
+        return Glibc.close(fd)
         #else
-        Darwin.close(fd)
+        return Darwin.close(fd)
         #endif
     }
 
@@ -62,22 +67,26 @@ public enum System {
     }
 
     static func write(_ fd: Int32, _ buffer: UnsafeRawPointer?, _ count: Int) -> Int {
+        CrashPoints.writing(fd)
         #if canImport(Glibc)
-        Glibc.write(fd, buffer, count)
+        return Glibc.write(fd, buffer, count)
         #else
-        Darwin.write(fd, buffer, count)
+        return Darwin.write(fd, buffer, count)
         #endif
     }
 
     /// Flushes data and metadata to stable storage. On Apple platforms `fsync` only reaches the
     /// drive's cache; `F_FULLFSYNC` reaches the medium (with `fsync` where the file system
     /// does not support it).
-    static func fullSync(_ fd: Int32) -> Int32 {
+    static func fullSync(_ fd: Int32, path: String = "") -> Int32 {
+        CrashPoints.reach(.fsync, path)
         #if canImport(Glibc)
-        Glibc.fsync(fd)
+        let result = Glibc.fsync(fd)
         #else
-        Darwin.fcntl(fd, F_FULLFSYNC) == 0 ? 0 : Darwin.fsync(fd)
+        let result = Darwin.fcntl(fd, F_FULLFSYNC) == 0 ? 0 : Darwin.fsync(fd)
         #endif
+        if result == 0 { CrashPoints.done(.fsync, path, fd: fd) }
+        return result
     }
 
     /// Starts writing a range of a file to disk without waiting for it, so that a later
@@ -90,12 +99,15 @@ public enum System {
         #endif
     }
 
-    static func truncate(_ fd: Int32, _ size: Int64) -> Int32 {
+    static func truncate(_ fd: Int32, _ size: Int64, path: String = "") -> Int32 {
+        CrashPoints.reach(.ftruncate, path)
         #if canImport(Glibc)
-        Glibc.ftruncate(fd, off_t(size))
+        let result = Glibc.ftruncate(fd, off_t(size))
         #else
-        Darwin.ftruncate(fd, off_t(size))
+        let result = Darwin.ftruncate(fd, off_t(size))
         #endif
+        if result == 0 { CrashPoints.done(.ftruncate, path, fd: fd) }
+        return result
     }
 
     static func seek(_ fd: Int32, _ offset: Int64) -> Int64 {
@@ -193,25 +205,39 @@ public enum System {
     public static func makeFolder(_ path: String, mode: mode_t = 0o755) -> Bool { makeDirectory(path, mode) == 0 }
 
     static func makeDirectory(_ path: String, _ mode: mode_t) -> Int32 {
+        CrashPoints.reach(.mkdir, path)
         #if canImport(Glibc)
-        Glibc.mkdir(path, mode)
+        let result = Glibc.mkdir(path, mode)
         #else
-        Darwin.mkdir(path, mode)
+        let result = Darwin.mkdir(path, mode)
         #endif
+        if result == 0 { CrashPoints.done(.mkdir, path) }
+        return result
     }
 
     static func rename(_ from: String, _ to: String) -> Int32 {
+        CrashPoints.reach(.rename, from, to)
         #if canImport(Glibc)
-        Glibc.rename(from, to)
+        let result = Glibc.rename(from, to)
         #else
-        Darwin.rename(from, to)
+        let result = Darwin.rename(from, to)
         #endif
+        if result == 0 { CrashPoints.done(.rename, from, to) }
+        return result
     }
 
     /// Swaps what is at `a` and `b` in one atomic step: `renameat2(RENAME_EXCHANGE)` on Linux,
     /// `renamex_np(RENAME_SWAP)` on Apple platforms. False where the system cannot (Linux
     /// before 3.15, or a file system without it); the caller then falls back to two renames.
     public static func exchange(_ a: String, _ b: String) throws(SystemError) -> Bool {
+        CrashPoints.reach(.exchange, a, b)
+        let exchanged = try exchangeUncounted(a, b)
+        if exchanged { CrashPoints.done(.exchange, a, b) }
+        return exchanged
+    }
+
+    /// ``exchange(_:_:)`` without the crash point (the crash-point seam undoes one with it).
+    static func exchangeUncounted(_ a: String, _ b: String) throws(SystemError) -> Bool {
         #if canImport(Glibc)
         guard let renameat2 = Self.renameat2 else { return false }
         if renameat2(AT_FDCWD, a, AT_FDCWD, b, 1 << 1 /* RENAME_EXCHANGE */) == 0 { return true }
@@ -231,19 +257,25 @@ public enum System {
     #endif
 
     static func unlink(_ path: String) -> Int32 {
+        CrashPoints.reach(.unlink, path)
         #if canImport(Glibc)
-        Glibc.unlink(path)
+        let result = Glibc.unlink(path)
         #else
-        Darwin.unlink(path)
+        let result = Darwin.unlink(path)
         #endif
+        if result == 0 { CrashPoints.done(.unlink, path) }
+        return result
     }
 
     static func removeDirectory(_ path: String) -> Int32 {
+        CrashPoints.reach(.rmdir, path)
         #if canImport(Glibc)
-        Glibc.rmdir(path)
+        let result = Glibc.rmdir(path)
         #else
-        Darwin.rmdir(path)
+        let result = Darwin.rmdir(path)
         #endif
+        if result == 0 { CrashPoints.done(.rmdir, path) }
+        return result
     }
 
     static func changeMode(_ path: String, _ mode: mode_t) -> Int32 {

@@ -55,15 +55,34 @@ final class Publisher: Sendable {
     /// vouched for, a damaged zip and a malformed Apple Archive; the temporary file is the
     /// caller's to remove on failure.
     func store(container path: String, summary: PackSummary, keys: KeyRing, for parameters: UploadParameters) throws -> PublishResult {
+        try store(container: path, summary: summary, installSize: check(container: path, summary: summary, keys: keys, for: parameters), for: parameters)
+    }
+
+    /// The checks of ``store(container:summary:keys:for:)`` before anything is stored: the
+    /// plaintext checksum, the zip or Apple Archive; returns the pack's install size.
+    func check(container path: String, summary: PackSummary, keys: KeyRing, for parameters: UploadParameters) throws -> Int64 {
         if let expected = parameters.expectedPlaintextSHA256, expected != summary.plaintextSHA256 {
             throw DepotError.checksumMismatch(expected: expected, actual: summary.plaintextSHA256)
         }
-        let installSize = try settings(parameters.app)?.isManaged == true
+        return try settings(parameters.app)?.isManaged == true
             ? installSize(ofArchive: path, size: summary.size, declared: parameters.installSize)
             : installSize(ofContainer: path, summary: summary, contentType: parameters.contentType, keys: keys)
+    }
+
+    /// Stores a checked container (``check(container:summary:keys:for:)``) and stages or releases it.
+    func store(container path: String, summary: PackSummary, installSize: Int64, for parameters: UploadParameters) throws -> PublishResult {
         storing.begin(summary.sha256)
         defer { storing.end(summary.sha256) }
         try blobs.put(temporaryFile: path, sha256: summary.sha256)
+        return try publish(summary, installSize: installSize, for: parameters)
+    }
+
+    /// Stages (or releases) a blob already stored: an upload whose container moved into the
+    /// store just before a crash. nil when the blob is not there.
+    func restage(_ summary: PackSummary, installSize: Int64, for parameters: UploadParameters) throws -> PublishResult? {
+        storing.begin(summary.sha256)
+        defer { storing.end(summary.sha256) }
+        guard blobs.contains(summary.sha256) else { return nil }
         return try publish(summary, installSize: installSize, for: parameters)
     }
 

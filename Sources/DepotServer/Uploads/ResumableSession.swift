@@ -136,8 +136,14 @@ final class ResumableSession {
                 }
                 parameters.expectedPlaintextSHA256 = late
             }
-            state.publishResult = try publisher.store(container: container, summary: summary, keys: keys, for: parameters)
+            let installSize = try publisher.check(container: container, summary: summary, keys: keys, for: parameters)
+            // Durable before the container moves: a crash after the move finds what to stage here.
+            state.expectedPlaintextSHA256 = parameters.expectedPlaintextSHA256
+            state.finishing = ResumableState.Finishing(summary: summary, installSize: installSize)
+            try uploads.save(state)
+            state.publishResult = try publisher.store(container: container, summary: summary, installSize: installSize, for: parameters)
             state.tail = ""
+            state.finishing = nil
             try uploads.save(state)
         } catch {
             // The object store is down: the bytes stay (cut back to the last commit at the next

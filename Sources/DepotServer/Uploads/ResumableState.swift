@@ -50,6 +50,16 @@ struct ResumableState: Codable, Sendable {
     var userInfo: [String: JSONValue]? = nil
     /// The pack's language (normalised), if localized.
     var language: String? = nil
+    /// Set, durably, just before the finished container moves into the blob store, and cleared
+    /// with the result: start-up finds a move half done by it (the container gone, the blob there)
+    /// and stages what it names instead of deleting acknowledged bytes.
+    var finishing: Finishing? = nil
+
+    /// The verified pack whose container is being stored.
+    struct Finishing: Codable, Sendable {
+        var summary: PackSummary
+        var installSize: Int64
+    }
 
     var isArchive: Bool { archive ?? false }
 

@@ -1,5 +1,6 @@
 import DepotCore
 import Foundation
+import Logging
 import Synchronization
 
 /// The resumable uploads in `uploads/`: created, appended to by one request at a time,
@@ -104,8 +105,11 @@ final class ResumableUploads: Sendable {
         return removed
     }
 
-    /// Crash recovery: cuts each container back to what its state covers.
-    func repair() {
+    /// Crash recovery: cuts each container back to what its state covers. Returns the uploads
+    /// whose every byte was acknowledged but whose pack was not stored and staged (the crash came
+    /// in the request that finished them), for ``finishAfterCrash(_:publisher:expiry:)``.
+    func repair() -> [String] {
+        var unfinished: [String] = []
         for name in FileSystem.contents(of: folder.uploads) where name.hasSuffix(".tus") {
             let id = String(name.dropLast(4))
             _ = FileSystem.removeTemporaryFiles(in: directory(id))
@@ -116,10 +120,45 @@ final class ResumableUploads: Sendable {
             }
             if let file = try? FileDescriptor(path: containerPath(id), flags: O_WRONLY), let size = try? file.size() {
                 if size > state.containerLength { try? file.truncate(to: state.containerLength) }
-                if size < state.containerLength { remove(id) }
-            } else {
+                if size < state.containerLength { remove(id); continue }
+            } else if state.finishing == nil {
                 remove(id)
+                continue
             }
+            // (No container, but a finishing record: it moved into the blob store.)
+            if state.offset == state.length { unfinished.append(id) }
+        }
+        return unfinished
+    }
+
+    /// Finishes an upload that a crash interrupted after its last byte was acknowledged: the
+    /// container verified and stored and the pack staged (or released) as the request would
+    /// have; a container already moved into the blob store is staged from the state's record.
+    /// A pack refused now (a release's base moved on) goes as it would have in the request.
+    func finishAfterCrash(_ id: String, publisher: Publisher, expiry: TimeInterval) {
+        guard let state = try? StoredJSON.read(ResumableState.self, from: statePath(id)), state.result == nil else { return }
+        let log = { (message: String, error: (any Error)?) in
+            var metadata: Logger.Metadata = ["app": .string(state.app), "pack": .string(state.pack), "upload": .string(id)]
+            if let error { metadata["error"] = .string("\(error)") }
+            publisher.logger.notice(Logger.Message(stringLiteral: message), metadata: metadata)
+        }
+        do {
+            if !FileSystem.exists(containerPath(id)), let finishing = state.finishing {
+                guard let result = try publisher.restage(finishing.summary, installSize: finishing.installSize, for: state.parameters) else {
+                    log("upload lost after a crash: neither its container nor its blob is there", nil)
+                    remove(id)
+                    return
+                }
+                var finished = state
+                finished.publishResult = result
+                (finished.tail, finished.finishing) = ("", nil)
+                try save(finished)
+            } else {
+                try ResumableSession(claiming: id, app: state.app, at: nil, uploads: self, publisher: publisher, expiry: expiry).finish()
+            }
+            log("upload finished after a crash", nil)
+        } catch {
+            log("upload could not be finished after a crash", error)
         }
     }
 }

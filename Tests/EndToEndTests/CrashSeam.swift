@@ -1,0 +1,64 @@
+import DepotCore
+import DepotTestSupport
+import Foundation
+import Testing
+
+/// Enumerates the crash points of one process's run through the debug build's seam
+/// (`DEPOT_CRASH_TRACE`, `DEPOT_CRASH_AT`; see `Sources/DepotCore/Support/CrashPoints.swift`):
+/// every file created, `mkdir`, `rename`, exchange, `unlink`, `rmdir`, `fsync` and `ftruncate`.
+enum CrashSeam {
+    /// How a crash is modelled: a kill (what was written stays, fsynced or not), or a power cut
+    /// that loses what was not made durable (`lose`: unsynced data and folder changes; `data`:
+    /// unsynced data only; `entries`: unsynced folder changes only).
+    enum Mode: String, CaseIterable, Sendable {
+        case kill, lose, data, entries
+    }
+
+    /// The crash points of a run: one line each, `N call path [other]`.
+    static func trace(_ file: String) -> [String] {
+        ((try? FileSystem.readText(file)) ?? "").split(separator: "\n").map(String.init)
+    }
+
+    /// The environment that kills a process at its `point`th crash point in `mode`
+    /// (`backup`: a folder on the data's file system, for the power cut's saved files).
+    static func environment(at point: Int, mode: Mode, backup: String) -> [String: String] {
+        var environment = ["DEPOT_CRASH_AT": "\(point)"]
+        if mode != .kill {
+            environment["DEPOT_CRASH_POWER"] = mode.rawValue
+            environment["DEPOT_CRASH_BACKUP"] = backup
+        }
+        return environment
+    }
+
+    /// Every crash point in CI, or every `stride`th (always the last ones) where a sequence is
+    /// long; `DEPOT_CRASH_ALL=1` (the heavy suite and `Deploy/reliability.sh`) runs them all.
+    static func points(_ count: Int, ciStride: Int = 1) -> [Int] {
+        let stride = ProcessInfo.processInfo.environment["DEPOT_CRASH_ALL"] == "1" ? 1 : ciStride
+        return Array(Swift.stride(from: 1, through: count, by: stride)) + (count % stride == 0 || stride == 1 ? [] : [count])
+    }
+
+    /// The power-cut modes run: every one with `DEPOT_CRASH_ALL=1`, else `lose` only.
+    static var powerModes: [Mode] {
+        ProcessInfo.processInfo.environment["DEPOT_CRASH_ALL"] == "1" ? [.lose, .data, .entries] : [.lose]
+    }
+
+    /// Copies a folder tree (as `cp -a`).
+    static func copy(_ from: String, to: String) throws {
+        try? FileManager.default.removeItem(atPath: to)
+        let copied = try Processes.run("/bin/cp", ["-a", from, to])
+        #expect(copied.status == 0, "\(copied.stderr)")
+    }
+
+    /// Every regular file under `root` with its SHA-256 and inode: equal before and after a step
+    /// that must change nothing (a reinstall changes an inode even with the same bytes).
+    static func digest(_ root: String) -> [String: String] {
+        var out: [String: String] = [:]
+        for path in TreeFiles.list(root) {
+            var info = stat()
+            lstat(root + "/" + path, &info)
+            let bytes = (try? FileSystem.readFile(root + "/" + path, limit: 256 << 20)) ?? []
+            out[path] = Hex.encode(SHA256Hasher.hash(bytes)) + " inode \(info.st_ino)"
+        }
+        return out
+    }
+}
