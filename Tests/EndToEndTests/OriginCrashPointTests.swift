@@ -1,0 +1,382 @@
+import DepotClient
+import DepotCore
+import DepotTestSupport
+import Foundation
+import Testing
+
+/// The origin's durable steps, the process doing them killed at every crash point (each file
+/// created, mkdir, rename, unlink, fsync, ftruncate), and again with a power cut's losses: after
+/// a restart, every acknowledged write is there (a 2xx publish's release, a `204` PATCH's
+/// offset, a promotion, a created token, a revocation), every channel's manifest verifies and
+/// every blob it names is served with its size and SHA-256, a device's sync installs exactly the
+/// live release, no temporary file survives the start, and a sweep leaves no unreferenced blob.
+@Suite("Crash points of the origin: killed at each, checked after a restart")
+struct OriginCrashPointTests {
+    /// Each sequence: what the base state holds, then the step whose process is killed.
+    enum Sequence: String, CaseIterable, Sendable {
+        case putRelease, firstPublish, tus, release, promote, rollback, rollout, rolloutSteps, rotateKey, tokens, collect, patchRelease, reports
+    }
+
+    @Test("Killed at every crash point of each durable step, nothing acknowledged is lost and every channel serves a whole release", arguments: Sequence.allCases)
+    func killed(sequence: Sequence) async throws {
+        try await OriginCrashLab(sequence).run(modes: [.kill])
+    }
+
+    @Test("A power cut at every crash point (unsynced data and folder changes lost): the same", arguments: Sequence.allCases)
+    func powerCut(sequence: Sequence) async throws {
+        try await OriginCrashLab(sequence).run(modes: CrashSeam.powerModes)
+    }
+}
+
+/// One sequence's data folders and checks.
+final class OriginCrashLab {
+    let sequence: OriginCrashPointTests.Sequence
+    let work = TemporaryDirectory("depot-origin-crash")
+    let app = "com.example.dev"
+    var data: String { work.path + "/data" }
+    var base: String { work.path + "/base" }
+    var token = ""
+    var admin = ""
+    /// Tokens the base state holds, for the token sequence.
+    var spareToken = ""
+    var spareID = ""
+
+    /// One port for every start: the manifests name blobs by the public URL, which must stay.
+    let port: Int
+
+    init(_ sequence: OriginCrashPointTests.Sequence) {
+        self.sequence = sequence
+        port = Self.freePort()
+    }
+
+    static func freePort() -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 ? getsockname(fd, $0, &length) : -1 }
+        }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    /// What a run was told: the acknowledgements to find after the restart.
+    enum Ack {
+        case released(release: Int, pack: String, sha256: String)
+        case staged(pack: String, sha256: String?)
+        case offset(location: String, offset: Int, pack: String)
+        /// The channel serves the release acknowledged, or one a later step of the sequence set (done, not yet answered).
+        case channel(String, releases: [Int])
+        case tokenWorks(String)
+        case tokenRefused(String)
+        /// The rollout is in the state acknowledged, or one a later step set.
+        case rollout(states: [String])
+    }
+
+    struct Response { var status: Int; var body: [UInt8]; var headers: [(String, String)] }
+
+    func call(_ port: String, _ method: String, _ path: String, token: String? = nil, body: [UInt8] = [], headers: [String] = []) -> Response? {
+        guard let port = UInt16(port), port != 0 else { return nil }
+        var head = "\(method) \(path) HTTP/1.1\r\nHost: x\r\n" + (token.map { "Authorization: Bearer \($0)\r\n" } ?? "")
+        for header in headers { head += header + "\r\n" }
+        head += "Content-Length: \(body.count)\r\nConnection: close\r\n\r\n"
+        guard let answer = try? RawHTTP.send(port: port, head, body: body, timeout: 30).first else { return nil }
+        return Response(status: answer.status, body: answer.body, headers: answer.headers)
+    }
+
+    static func ok(_ response: Response?) -> Bool { response.map { (200..<300).contains($0.status) } ?? false }
+
+    struct Published: Decodable { var release: Int?; var pack: Entry?; struct Entry: Decodable { var id: String; var sha256: String } }
+
+    func put(_ port: String, _ pack: String, size: Int, seed: UInt64, release: Bool = true, query: String = "", into acks: inout [Ack]) {
+        let body = CrashDevice.bytes(size, seed: seed)
+        let answer = call(port, "PUT", "/v1/apps/\(app)/packs/\(pack)?policy=prefetch" + (release ? "&release=true" : "") + query, token: token, body: body)
+        guard Self.ok(answer), let published = try? JSONDecoder().decode(Published.self, from: Data(answer!.body)), let entry = published.pack else { return }
+        if release, let number = published.release { acks.append(.released(release: number, pack: pack, sha256: entry.sha256)) }
+        if !release { acks.append(.staged(pack: pack, sha256: entry.sha256)) }
+    }
+
+    func start(_ environment: [String: String] = [:], bootstrap: Bool = false) throws -> ServeProcess {
+        // No background sweep or re-signing during a sequence: its crash points stay in order.
+        try ServeProcess(data: data, environment: ["DEPOT_REFRESH_INTERVAL": "100000", "DEPOT_THREADS": "2", "DEPOT_LISTEN": "127.0.0.1:\(port)"]
+            .merging(sequence == .patchRelease ? ["DEPOT_PATCH_DEPTH": "1"] : [:]) { $1 }.merging(environment) { $1 }, bootstrap: bootstrap)
+    }
+
+    func stop(_ server: ServeProcess) {
+        kill(server.process.processIdentifier, SIGKILL)
+        server.process.waitUntilExit()
+    }
+
+    /// The base state: a bootstrapped data folder with what the sequence starts from.
+    func prepare() throws {
+        let server = try start(bootstrap: true)
+        (token, admin) = (server.token, server.adminToken)
+        var ignored: [Ack] = []
+        if sequence != .firstPublish {
+            put(server.port, "movie", size: 120_000, seed: 1, into: &ignored)
+            put(server.port, "level", size: 40_000, seed: 2, into: &ignored)
+        }
+        switch sequence {
+        case .release:
+            put(server.port, "movie", size: 90_000, seed: 3, release: false, into: &ignored)
+        case .promote, .rollback, .collect:
+            put(server.port, "movie", size: 90_000, seed: 3, into: &ignored)
+            put(server.port, "level", size: 30_000, seed: 4, into: &ignored)
+        case .rollout, .rolloutSteps:
+            // Release 3, on beta: the candidate of a rollout on production.
+            put(server.port, "level", size: 30_000, seed: 4, query: "&channel=beta", into: &ignored)
+            if sequence == .rolloutSteps {
+                let started = call(server.port, "POST", "/v1/apps/\(app)/rollouts/production/start?release=3&fraction=0.2", token: token)
+                #expect(Self.ok(started), "\(started.map { String(decoding: $0.body, as: UTF8.self) } ?? "")")
+            }
+        case .tokens:
+            let created = try Processes.run(Processes.depotBinary, ["tokens", "create", "--data", data, "--app", app])
+            spareToken = String(created.stdout.split(separator: "\n").last ?? "")
+            spareID = String(created.stdout.split(separator: " ").dropFirst().first ?? "")
+        default: break
+        }
+        stop(server)
+        try CrashSeam.copy(data, to: base)
+    }
+
+    /// The step, in a process carrying `environment`; returns what it acknowledged. `waiting`: the
+    /// trace run, which waits for background work to end before the process is killed.
+    func step(_ environment: [String: String], waiting: Bool) throws -> [Ack] {
+        var acks: [Ack] = []
+        func cli(_ arguments: [String]) throws -> Processes.Result {
+            try Processes.run(Processes.depotBinary, arguments, environment: environment)
+        }
+        switch sequence {
+        case .rotateKey:
+            let rotated = try cli(["keys", "rotate", "--data", data, "--app", app])
+            if rotated.status == 0 { acks.append(.tokenWorks(token)) }
+            return acks
+        case .tokens:
+            let created = try cli(["tokens", "create", "--data", data, "--app", app])
+            if created.status == 0, let new = created.stdout.split(separator: "\n").last { acks.append(.tokenWorks(String(new))) }
+            let revoked = try cli(["tokens", "revoke", "--data", data, spareID])
+            if revoked.status == 0 { acks.append(.tokenRefused(spareToken)) }
+            return acks
+        case .collect:
+            _ = try cli(["gc", "--data", data, "--retention-days", "0", "--grace-minutes", "0"])
+            return acks
+        default: break
+        }
+        let server = try start(environment)
+        defer { stop(server) }
+        let port = server.port
+        switch sequence {
+        case .putRelease, .firstPublish:
+            put(port, "movie", size: 100_000, seed: 5, into: &acks)
+        case .tus:
+            let length = 300_000
+            let body = CrashDevice.bytes(length, seed: 6)
+            let created = call(port, "POST", "/v1/apps/\(app)/uploads", token: token, headers: [
+                "Tus-Resumable: 1.0.0", "Upload-Length: \(length)", "Upload-Metadata: pack \(Data("movie".utf8).base64EncodedString())",
+            ])
+            guard Self.ok(created), let location = created?.headers.first(where: { $0.0.lowercased() == "location" })?.1 else { break }
+            acks.append(.offset(location: location, offset: 0, pack: "movie"))
+            var offset = 0
+            for size in [100_000, 120_000, 80_000] {
+                let patched = call(port, "PATCH", location, token: token, body: Array(body[offset..<(offset + size)]), headers: [
+                    "Tus-Resumable: 1.0.0", "Upload-Offset: \(offset)", "Content-Type: application/offset+octet-stream",
+                ])
+                guard patched?.status == 204 else { break }
+                offset += size
+                acks.append(.offset(location: location, offset: offset, pack: "movie"))
+            }
+            if offset == length { acks.append(.staged(pack: "movie", sha256: nil)) }
+        case .release:
+            if let answer = call(port, "POST", "/v1/apps/\(app)/releases", token: token), Self.ok(answer),
+               let published = try? JSONDecoder().decode(Published.self, from: Data(answer.body)), let number = published.release {
+                acks.append(.channel("production", releases: [number]))
+            }
+        case .promote:
+            if Self.ok(call(port, "POST", "/v1/apps/\(app)/channels/beta?release=2", token: token)) { acks.append(.channel("beta", releases: [2, 3])) }
+            if Self.ok(call(port, "POST", "/v1/apps/\(app)/channels/beta?release=3", token: token)) { acks.append(.channel("beta", releases: [3])) }
+        case .rollback:
+            if let answer = call(port, "POST", "/v1/apps/\(app)/rollback?to=2", token: admin), Self.ok(answer),
+               let published = try? JSONDecoder().decode(Published.self, from: Data(answer.body)), let number = published.release {
+                acks.append(.channel("production", releases: [number]))
+            }
+        case .rollout:
+            if Self.ok(call(port, "POST", "/v1/apps/\(app)/rollouts/production/start?release=3&fraction=0.2", token: token)) {
+                acks.append(.rollout(states: ["running"]))
+            }
+        case .rolloutSteps:
+            let steps = [("advance?fraction=0.5", "running"), ("halt", "halted"), ("complete", "complete")]
+            for (index, (path, _)) in steps.enumerated() {
+                if Self.ok(call(port, "POST", "/v1/apps/\(app)/rollouts/production/\(path)", token: token)) {
+                    acks.append(.rollout(states: steps[index...].map(\.1)))
+                }
+            }
+        case .patchRelease:
+            put(port, "movie", size: 120_000, seed: 1, into: &acks)
+            var changed = CrashDevice.bytes(120_000, seed: 1)
+            changed.replaceSubrange(50_000..<50_500, with: CrashDevice.bytes(900, seed: 10))
+            let answer = call(port, "PUT", "/v1/apps/\(app)/packs/movie?policy=prefetch&release=true", token: token, body: changed)
+            if Self.ok(answer), let published = try? JSONDecoder().decode(Published.self, from: Data(answer!.body)), let number = published.release, let entry = published.pack {
+                acks.append(.released(release: number, pack: "movie", sha256: entry.sha256))
+            }
+            // The patch maker's release follows in the background.
+            if waiting { try waitForPatch(port) }
+        case .reports:
+            let report = DeviceReport(channel: "production", release: 2, packs: [.init(id: "level", revision: 1, outcome: .installed, bytes: 1_000)])
+            let sent = call(port, "POST", "/v1/apps/\(app)/reports", body: report.encoded(), headers: ["Content-Type: application/json"])
+            if waiting { #expect(sent?.status == 202, "\(sent.map { String(decoding: $0.body, as: UTF8.self) } ?? "")") }
+            // The writer writes the day's counts within a second.
+            if waiting { try waitForReports() }
+        default: break
+        }
+        return acks
+    }
+
+    func waitForPatch(_ port: String) throws {
+        let keys = try AppStoreKeys.trusted(data: data, app: app)
+        for _ in 0..<600 {
+            if let body = call(port, "GET", "/v1/apps/\(app)/manifest")?.body, String(decoding: body, as: UTF8.self).count > 0,
+               let manifest = try? Envelope.decode(body).verifiedManifest(trusting: keys), manifest[pack: "movie"]?.patches?.isEmpty == false { return }
+            usleep(50_000)
+        }
+        Issue.record("the patch release never came")
+    }
+
+    func waitForReports() throws {
+        for _ in 0..<600 {
+            if !FileSystem.contents(of: data + "/apps/\(app)/reports").filter({ $0.hasSuffix(".json") }).isEmpty { return }
+            usleep(50_000)
+        }
+        Issue.record("the report writer never wrote")
+    }
+
+    func run(modes: [CrashSeam.Mode]) async throws {
+        defer { work.remove() }
+        try prepare()
+        try CrashSeam.copy(base, to: data)
+        let trace = work.path + "/trace"
+        let traced = try step(["DEPOT_CRASH_TRACE": trace], waiting: true)
+        let count = CrashSeam.trace(trace).count
+        #expect(count > 0 && !traced.isEmpty || [.collect, .reports].contains(sequence), "\(sequence): the step must acknowledge something")
+        let long = count > 60
+        var reached = 0
+        for mode in modes {
+            for point in CrashSeam.points(count, ciStride: long ? (mode == .kill ? 2 : 4) : (mode == .kill ? 1 : 2)) {
+                try CrashSeam.copy(base, to: data)
+                let backup = work.path + "/backup"
+                try? FileManager.default.removeItem(atPath: backup)
+                try FileSystem.createDirectory(backup)
+                let acks = try step(CrashSeam.environment(at: point, mode: mode, backup: backup), waiting: false)
+                let what = "\(sequence) \(mode) at crash point \(point) of \(count) (\(CrashSeam.trace(trace).dropFirst(point - 1).first ?? "?"))"
+                if try check(acks, what) { reached += 1 } else { return }
+            }
+        }
+        print("OriginCrashPointTests \(sequence) \(modes.map(\.rawValue)): \(count) crash points, \(reached) crashes recovered")
+    }
+
+    /// Restarts the origin and checks the invariant from outside; false when it does not hold.
+    func check(_ acks: [Ack], _ what: String) throws -> Bool {
+        let server = try start()
+        defer { stop(server) }
+        let port = server.port
+        guard port != "0" else {
+            Issue.record("\(what): the origin does not start again: \(server.errorOutput())")
+            return false
+        }
+        let keys = try AppStoreKeys.trusted(data: data, app: app)
+        var verified: Set<String> = []
+        var failed = false
+        func expect(_ condition: Bool, _ message: @autoclosure () -> String) {
+            if !condition { Issue.record(Comment(rawValue: message())); failed = true }
+        }
+        func manifest(_ path: String) -> Manifest? {
+            guard let answer = call(port, "GET", path), answer.status == 200 else { return nil }
+            return try? Envelope.decode(answer.body).verifiedManifest(trusting: keys)
+        }
+        // A changed pack whose patch the crash left unmade: the restarted origin makes it.
+        if sequence == .patchRelease, (manifest("/v1/apps/\(app)/manifest")?[pack: "movie"]?.revision ?? 0) > 1 { try waitForPatch(port) }
+        _ = try CrashTests.checkInvariants(data: data, app: app, keys: keys, verified: &verified, swept: true)
+        for ack in acks {
+            switch ack {
+            case .released(let release, let pack, let sha256):
+                let found = manifest("/v1/apps/\(app)/releases/\(release)")?[pack: pack]?.sha256
+                expect(found == sha256, "\(what): acknowledged release \(release) of \(pack) is lost")
+            case .staged(let pack, let sha256):
+                let staging = call(port, "GET", "/v1/apps/\(app)/staging", token: token).map { String(decoding: $0.body, as: UTF8.self) } ?? ""
+                let live = manifest("/v1/apps/\(app)/manifest")?[pack: pack]?.sha256
+                let inDraft = staging.contains("\"\(pack)\"") && (sha256.map { staging.contains($0) } ?? true)
+                expect(inDraft || (sha256 != nil && live == sha256), "\(what): acknowledged upload of \(pack) is neither staged nor live: \(staging)")
+            case .offset(let location, let offset, _):
+                let head = call(port, "HEAD", location, token: token, headers: ["Tus-Resumable: 1.0.0"])
+                let now = head?.headers.first { $0.0.lowercased() == "upload-offset" }.flatMap { Int($0.1) }
+                expect(head?.status == 200 && (now ?? -1) >= offset, "\(what): upload \(location) acknowledged at \(offset) answers \(head?.status ?? 0) offset \(now ?? -1)")
+            case .channel(let channel, let releases):
+                let path = channel == "production" ? "/v1/apps/\(app)/manifest" : "/v1/apps/\(app)/channels/\(channel)/manifest"
+                let live = manifest(path)
+                expect(live != nil, "\(what): channel \(channel) serves no manifest")
+                // A promotion is signed again for its channel: the same packs as the release named.
+                let served = releases.contains { release in
+                    let named = manifest("/v1/apps/\(app)/releases/\(release)")
+                    return live.map { Set($0.packs.map(\.sha256)) } == named.map { Set($0.packs.map(\.sha256)) } && live?.version ?? 0 >= release
+                }
+                expect(served, "\(what): channel \(channel) does not serve release \(releases[0]), which was acknowledged")
+            case .tokenWorks(let token):
+                expect(call(port, "GET", "/v1/apps/\(app)/staging", token: token)?.status == 200, "\(what): an acknowledged token does not work")
+            case .tokenRefused(let token):
+                expect(call(port, "GET", "/v1/apps/\(app)/staging", token: token)?.status == 401, "\(what): a revoked token still works")
+            case .rollout(let states):
+                let status = call(port, "GET", "/v1/apps/\(app)/rollouts/production", token: token).map { String(decoding: $0.body, as: UTF8.self) } ?? ""
+                let acknowledged = states.contains { state in
+                    state == "complete" ? !status.contains("\"running\"") && !status.contains("\"halted\"") : status.contains("\"\(state)\"")
+                }
+                expect(acknowledged, "\(what): the rollout was acknowledged \(states[0]), and is: \(status)")
+            }
+        }
+        // Every channel's manifest verifies and every blob it names is served whole.
+        let channels = ["/v1/apps/\(app)/manifest"] + FileSystem.contents(of: data + "/apps/\(app)/channels").filter { !$0.hasPrefix(".") }
+            .map { "/v1/apps/\(app)/channels/\($0)/manifest" }
+        for path in channels {
+            guard let live = manifest(path) else {
+                expect(call(port, "GET", path)?.status == 404, "\(what): \(path) does not verify")
+                continue
+            }
+            for pack in live.allEntries {
+                let blob = call(port, "GET", "/v1/apps/\(app)/blobs/\(pack.sha256)")
+                expect(blob?.status == 200 && blob?.body.count == Int(pack.size) && blob.map { Hex.encode(SHA256Hasher.hash($0.body)) } == pack.sha256,
+                        "\(what): \(path) names \(pack.id)@\(pack.revision), which is not served whole")
+            }
+        }
+        // A device syncs the live release, byte for byte.
+        let dest = work.path + "/device"
+        try? FileManager.default.removeItem(atPath: dest)
+        let config = work.path + "/client.json"
+        try FileSystem.writeAtomically(Array(Processes.run(Processes.depotBinary, ["keys", "export", "--data", data, "--app", app]).stdout.utf8), to: config)
+        if let live = manifest("/v1/apps/\(app)/manifest") {
+            let synced = try Processes.run(Processes.depotBinary, ["sync", "--server", server.url, "--app", app, "--config", config, "--dest", dest, "--quiet"])
+            expect(synced.status == 0, "\(what): a device's sync fails: \(synced.stderr)")
+            let chosen = live.resolved(installID: (try? StateStore(destination: dest).installID(app: app)) ?? "")
+            for pack in chosen.packs {
+                let copy = (try? FileSystem.readFile(dest + "/packs/" + pack.id, limit: 64 << 20)).map { Hex.encode(SHA256Hasher.hash($0)) }
+                expect(copy == pack.plaintextSHA256, "\(what): the device's \(pack.id) is not the live release's")
+            }
+        }
+        // A sweep leaves nothing unreferenced (only live and draft blobs are kept with no retention).
+        stop(server)
+        let swept = try Processes.run(Processes.depotBinary, ["gc", "--data", data, "--retention-days", "0", "--grace-minutes", "0"])
+        expect(swept.status == 0, "\(what): gc: \(swept.stderr)")
+        var named: Set<String> = []
+        for name in FileSystem.contents(of: data + "/apps/\(app)/releases") where name.hasSuffix(".json") {
+            if let manifest = try? Envelope.decode(FileSystem.readFile(data + "/apps/\(app)/releases/" + name)).verifiedManifest(trusting: keys) {
+                named.formUnion(manifest.allEntries.map(\.sha256) + manifest.allEntries.flatMap { $0.patches ?? [] }.map(\.sha256))
+            }
+        }
+        let staging = FileSystem.contents(of: data + "/apps/\(app)/staging").compactMap { try? FileSystem.readText(data + "/apps/\(app)/staging/" + $0) }.joined()
+        for prefix in FileSystem.contents(of: data + "/blobs") {
+            for blob in FileSystem.contents(of: data + "/blobs/" + prefix) {
+                expect(named.contains(blob) || staging.contains(blob), "\(what): blob \(blob) outlived a sweep, unreferenced")
+            }
+        }
+        return !failed
+    }
+}
