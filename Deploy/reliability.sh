@@ -6,6 +6,8 @@
 #   secrets       token comparison timing; no secret in logs, answers or files
 #   faults        20 fresh installs through a proxy failing at random (503, 500, stalls, cut bodies)
 #   crashes       100 rounds of SIGKILL over uploads, releases, promotions and garbage collection
+#   crash points  every crash point of every durable sequence (client, extension, origin), killed
+#                 and cut by a power loss in three ways (DEPOT_CRASH_ALL=1)
 #   disks         a full disk (507) and a failing one (EIO)
 #   fuzzing       every libFuzzer target for FUZZ_SECONDS (default 60) each
 # Suites run one after another (the load ones would make the others' timing flaky). Prints each
@@ -19,18 +21,19 @@ Deploy/setup.sh deps >/dev/null
 swift build --build-tests 2>&1 | grep -E "error|warning: .*Sources/" ; [ "${PIPESTATUS[0]}" -eq 0 ] || exit 1
 export DEPOT_HEAVY_TESTS=1 DEPOT_LOAD_SECONDS=${DEPOT_LOAD_SECONDS:-60} DEPOT_LOAD_PUBLISHES=${DEPOT_LOAD_PUBLISHES:-50} \
   DEPOT_CONCURRENT_UPLOADS=${DEPOT_CONCURRENT_UPLOADS:-1000} DEPOT_FAULT_ROUNDS=${DEPOT_FAULT_ROUNDS:-20} DEPOT_CRASH_ROUNDS=${DEPOT_CRASH_ROUNDS:-100}
-suites=(LoadTests ConcurrentUploadTests HostileHTTPTests "TokenTimingTests|SecretsTests" FaultySyncTests CrashTests "FullDiskTests|IOErrorTests")
+suites=(LoadTests ConcurrentUploadTests HostileHTTPTests "TokenTimingTests|SecretsTests" FaultySyncTests CrashTests "FullDiskTests|IOErrorTests"
+  "ClientCrashPointTests|OriginCrashPointTests|ExtensionCrashPointTests")
 status=0
 {
   echo "AssetDepot reliability suite, $(date -u +%Y-%m-%d), $(nproc) cores; load ${DEPOT_LOAD_SECONDS} s, ${DEPOT_CONCURRENT_UPLOADS} uploads, ${DEPOT_FAULT_ROUNDS} fault rounds, ${DEPOT_CRASH_ROUNDS} crash rounds"
   for suite in "${suites[@]}"; do
     start=$(date +%s)
     log=$(mktemp)
-    swift test --disable-xctest --skip-build --filter "$suite" > "$log" 2>&1
+    DEPOT_CRASH_ALL=$([[ $suite == *CrashPoint* ]] && echo 1 || echo 0) swift test --disable-xctest --skip-build --filter "$suite" > "$log" 2>&1
     result=$?
     summary=$(grep -E "^✔ Test run|^✘ Test run" "$log" | tail -1)
     echo "$suite: $([ $result -eq 0 ] && echo passed || echo FAILED) in $(( $(date +%s) - start )) s — ${summary#* }"
-    grep -E "^(load|ConcurrentUploadTests|FaultySyncTests|CrashTests|HostileHTTPTests|TokenTimingTests):" "$log" | sed 's/^/    /'
+    grep -E "^(load|ConcurrentUploadTests|FaultySyncTests|CrashTests|HostileHTTPTests|TokenTimingTests):|CrashPointTests " "$log" | sed 's/^/    /'
     if [ $result -ne 0 ]; then status=1; grep -E "✘|recorded an issue" "$log" | head -20 | sed 's/^/    /'; fi
     rm -f "$log"
   done

@@ -69,7 +69,7 @@ case "${1:-}" in
     done
     # Then the suites that load the whole machine or time themselves, alone (in the parallel run
     # they would make others' timing flaky, or be made flaky).
-    DEPOT_HEAVY_TESTS=1 swift test --disable-xctest --skip-build --filter 'LoadTests|HostileHTTPTests|TokenTimingTests|ConcurrentUploadTests|InstallStepTests|LargePatchTests|RolloutEndToEndTests'
+    DEPOT_HEAVY_TESTS=1 swift test --disable-xctest --skip-build --filter 'LoadTests|HostileHTTPTests|TokenTimingTests|ConcurrentUploadTests|InstallStepTests|LargePatchTests|RolloutEndToEndTests|ClientCrashPointTests|OriginCrashPointTests|ExtensionCrashPointTests'
     # The suites that run the client again with the engine apps use, URLSession (FoundationNetworking
     # here): downloads, resumes, faulty proxies, the extension's flow, resumable publishing, edges.
     # (Not the TLS edge suite: FoundationNetworking takes no CA file and no --resolve.)

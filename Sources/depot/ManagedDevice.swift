@@ -49,9 +49,13 @@ struct ManagedDevice {
             throw CLIError("the download manifest names a pack id that is not valid (\(pack.id.prefix(80).debugDescription)); nothing was changed")
         }
         let listed = Set(manifest.assetPacks.map(\.id))
+        // The state records only archives on disk whole: a pack leaves it before its file goes,
+        // and enters it (again) only once its new file is in place.
+        let save = { (state: State) throws in try FileSystem.writeAtomically(Array(try JSONEncoder().encode(state)), to: statePath) }
         for id in state.packs.keys.sorted() where !listed.contains(id) && Identifier.isValidPack(id) {
-            FileSystem.remove(packPath(id))
             state.packs[id] = nil
+            try save(state)
+            FileSystem.remove(packPath(id))
             report.lines.append("deleted \(id): it left the download manifest")
         }
         let primary = manifest.assetPacks.lazy.compactMap(\.primaryLanguage).first.flatMap(LanguageTag.init)
@@ -76,8 +80,16 @@ struct ManagedDevice {
                 report.lines.append("warning: \(pack.id) has no SHA-256 in its userInfo (\(DownloadManifest.sha256Key)): only its size can be checked")
             }
             do {
-                try await download(pack, manifestURL: manifestURL, transport: transport, headers: headers)
+                let temporary = packPath(pack.id) + ".part"
+                defer { FileSystem.remove(temporary) }
+                try await download(pack, to: temporary, manifestURL: manifestURL, transport: transport, headers: headers)
+                if state.packs[pack.id] != nil {
+                    state.packs[pack.id] = nil
+                    try save(state)
+                }
+                try FileSystem.durableRename(temporary, to: packPath(pack.id))
                 state.packs[pack.id] = Held(version: pack.version, size: pack.downloadSize, sha256: pack.sha256 ?? "")
+                try save(state)
                 report.lines.append("downloaded \(pack.id) version \(pack.version) (\(pack.downloadSize) bytes, \(pack.downloadPolicy.policy.rawValue))")
             } catch {
                 report.failed[pack.id] = "\(error)"
@@ -86,11 +98,12 @@ struct ManagedDevice {
         // Another language's packs go once their group's pick is held.
         for id in state.packs.keys.sorted() where otherLanguage.contains(id) {
             guard let pick = picks[id], state.packs[pick] != nil else { continue }
-            FileSystem.remove(packPath(id))
             state.packs[id] = nil
+            try save(state)
+            FileSystem.remove(packPath(id))
             report.lines.append("deleted \(id): the device's language takes \(pick)")
         }
-        try FileSystem.writeAtomically(Array(try JSONEncoder().encode(state)), to: statePath)
+        try save(state)
         for (id, held) in state.packs.sorted(by: { $0.key < $1.key }) {
             report.lines.append("device has \(id) version \(held.version) (\(held.size) bytes)")
         }
@@ -98,16 +111,16 @@ struct ManagedDevice {
         return report
     }
 
-    /// Downloads a pack into a temporary file beside its place, streamed with the size limit
-    /// enforced as it arrives, checks it, then renames it into place. Credentials go only to the
+    /// Downloads a pack into `temporary` beside its place, streamed with the size limit enforced
+    /// as it arrives, and checks it (the caller renames it into place). Credentials go only to the
     /// manifest's own host (scheme, host and port): a pack URL elsewhere gets none.
-    private func download(_ pack: DownloadManifest.AssetPack, manifestURL: URL, transport: HTTPTransport, headers: [String: String]) async throws {
+    private func download(
+        _ pack: DownloadManifest.AssetPack, to temporary: String, manifestURL: URL, transport: HTTPTransport, headers: [String: String]
+    ) async throws {
         guard let url = URL(string: pack.url), allowHTTP || url.scheme == "https" else { throw CLIError("the pack URL is not https: \(pack.url)") }
         guard pack.downloadSize >= 0 else { throw CLIError("downloadSize \(pack.downloadSize) is negative") }
         func origin(_ url: URL) -> String { "\(url.scheme ?? "")://\(url.host?.lowercased() ?? ""):\(url.port ?? (url.scheme == "https" ? 443 : 80))" }
         let sameHost = origin(url) == origin(manifestURL)
-        let temporary = packPath(pack.id) + ".part"
-        defer { FileSystem.remove(temporary) }
         let response: HTTPTransport.Response
         do {
             response = try await transport.download(url, headers: sameHost ? headers : [:], to: temporary, limit: pack.downloadSize)
@@ -122,6 +135,5 @@ struct ManagedDevice {
         if let sha256 = pack.sha256, try SHA256Hasher.hexDigest(ofFile: temporary) != sha256 {
             throw CLIError("the archive's SHA-256 differs from the manifest's \(DownloadManifest.sha256Key)")
         }
-        try FileSystem.durableRename(temporary, to: packPath(pack.id))
     }
 }

@@ -18,12 +18,12 @@ struct ClientCrashPointTests {
         case file, zip, patch, treePatch, removal, language
     }
 
-    @Test("Killed at every crash point of an update, the device records only what it holds and the next sync reaches the live release", arguments: Change.allCases)
+    @Test("Killed at every crash point of an update, the device records only what it holds and the next sync reaches the live release", .enabled(if: CrashSeam.killsEnabled), arguments: Change.allCases)
     func killed(change: Change) async throws {
         try await run(change, modes: [.kill])
     }
 
-    @Test("A power cut at every crash point of an update (unsynced data and folder changes lost): the same", arguments: Change.allCases)
+    @Test("A power cut at every crash point of an update (unsynced data and folder changes lost): the same", .enabled(if: HeavyTests.enabled), arguments: Change.allCases)
     func powerCut(change: Change) async throws {
         try await run(change, modes: CrashSeam.powerModes)
     }
@@ -44,7 +44,7 @@ struct ClientCrashPointTests {
             try device.sync(languages: languages, dest: device.dest, environment: ["DEPOT_CRASH_TRACE": trace])
             let count = CrashSeam.trace(trace).count
             #expect(count > 10, "the update must have crash points")
-            let points = CrashSeam.points(count, ciStride: modes == [.kill] ? 1 : 2)
+            let points = CrashSeam.points(count, ciStride: modes == [.kill] ? CrashSeam.killStride(count) : CrashSeam.powerStride(count))
             var killed = 0
             for mode in modes {
                 for point in points {

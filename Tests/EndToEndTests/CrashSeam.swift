@@ -37,6 +37,19 @@ enum CrashSeam {
         return Array(Swift.stride(from: 1, through: count, by: stride)) + (count % stride == 0 || stride == 1 ? [] : [count])
     }
 
+    /// `DEPOT_CRASH_ALL=1`: every crash point, every mode.
+    static var all: Bool { ProcessInfo.processInfo.environment["DEPOT_CRASH_ALL"] == "1" }
+
+    /// The kill tests run in the parallel suite (and with `DEPOT_CRASH_ALL=1`), the power cuts in the heavy one.
+    static var killsEnabled: Bool { !HeavyTests.enabled || all }
+
+    /// CI's stride for kills: every crash point of a sequence of up to 40, every other one above
+    /// (`DEPOT_CRASH_ALL=1` runs them all).
+    static func killStride(_ count: Int) -> Int { count > 40 ? 2 : 1 }
+
+    /// The heavy suite's stride for power cuts: every other point, every fourth above 40.
+    static func powerStride(_ count: Int) -> Int { count > 40 ? 4 : 2 }
+
     /// The power-cut modes run: every one with `DEPOT_CRASH_ALL=1`, else `lose` only.
     static var powerModes: [Mode] {
         ProcessInfo.processInfo.environment["DEPOT_CRASH_ALL"] == "1" ? [.lose, .data, .entries] : [.lose]

@@ -17,12 +17,12 @@ struct OriginCrashPointTests {
         case putRelease, firstPublish, tus, release, promote, rollback, rollout, rolloutSteps, rotateKey, tokens, collect, patchRelease, reports
     }
 
-    @Test("Killed at every crash point of each durable step, nothing acknowledged is lost and every channel serves a whole release", arguments: Sequence.allCases)
+    @Test("Killed at every crash point of each durable step, nothing acknowledged is lost and every channel serves a whole release", .enabled(if: CrashSeam.killsEnabled), arguments: Sequence.allCases)
     func killed(sequence: Sequence) async throws {
         try await OriginCrashLab(sequence).run(modes: [.kill])
     }
 
-    @Test("A power cut at every crash point (unsynced data and folder changes lost): the same", arguments: Sequence.allCases)
+    @Test("A power cut at every crash point (unsynced data and folder changes lost): the same", .enabled(if: HeavyTests.enabled), arguments: Sequence.allCases)
     func powerCut(sequence: Sequence) async throws {
         try await OriginCrashLab(sequence).run(modes: CrashSeam.powerModes)
     }
@@ -40,6 +40,8 @@ final class OriginCrashLab {
     /// Tokens the base state holds, for the token sequence.
     var spareToken = ""
     var spareID = ""
+    /// Manifest keys the base state's configuration holds.
+    var baseSigningKeys = 0
 
     /// One port for every start: the manifests name blobs by the public URL, which must stay.
     let port: Int
@@ -73,6 +75,10 @@ final class OriginCrashLab {
         case tokenRefused(String)
         /// The rollout is in the state acknowledged, or one a later step set.
         case rollout(states: [String])
+        /// A key id the app's exported configuration must hold.
+        case keyExported(String)
+        /// At least this many manifest keys in the exported configuration (a signing key added).
+        case signingKeys(Int)
     }
 
     struct Response { var status: Int; var body: [UInt8]; var headers: [(String, String)] }
@@ -138,26 +144,53 @@ final class OriginCrashLab {
         default: break
         }
         stop(server)
+        baseSigningKeys = try AppStoreKeys.trusted(data: data, app: app).count
         try CrashSeam.copy(data, to: base)
     }
 
-    /// The step, in a process carrying `environment`; returns what it acknowledged. `waiting`: the
-    /// trace run, which waits for background work to end before the process is killed.
-    func step(_ environment: [String: String], waiting: Bool) throws -> [Ack] {
+    /// The step; returns what it acknowledged. With `trace`, it counts its crash points (and
+    /// waits for background work to end before the process is killed); with `crash`, the process
+    /// doing the step dies at that crash point, numbered across the step's processes (a command
+    /// after the one killed does not run, as a script stops with its machine).
+    func step(trace: String? = nil, crash: (point: Int, mode: CrashSeam.Mode, backup: String)? = nil) throws -> [Ack] {
+        let waiting = trace != nil
+        var environment: [String: String] = trace.map { ["DEPOT_CRASH_TRACE": $0] } ?? [:]
+        if let crash { environment = CrashSeam.environment(at: crash.point, mode: crash.mode, backup: crash.backup) }
         var acks: [Ack] = []
-        func cli(_ arguments: [String]) throws -> Processes.Result {
-            try Processes.run(Processes.depotBinary, arguments, environment: environment)
+        var remaining = crash?.point
+        func cli(_ arguments: [String]) throws -> Processes.Result? {
+            if let left = remaining, left <= 0 { return nil }
+            let own = work.path + "/process-trace"
+            FileSystem.remove(own)
+            var environment = ["DEPOT_CRASH_TRACE": own]
+            if let crash, let left = remaining { environment.merge(CrashSeam.environment(at: left, mode: crash.mode, backup: crash.backup)) { $1 } }
+            let result = try Processes.run(Processes.depotBinary, arguments, environment: environment)
+            let lines = CrashSeam.trace(own)
+            if let trace {
+                let previous = (try? FileSystem.readFile(trace)) ?? []
+                try FileSystem.writeAtomically(previous + Array(lines.map { $0 + "\n" }.joined().utf8), to: trace)
+            }
+            if let left = remaining {
+                remaining = left - lines.count
+                if lines.count >= left { return nil }
+            }
+            return result
         }
         switch sequence {
         case .rotateKey:
-            let rotated = try cli(["keys", "rotate", "--data", data, "--app", app])
-            if rotated.status == 0 { acks.append(.tokenWorks(token)) }
+            if let rotated = try cli(["keys", "rotate", "--data", data, "--app", app]), rotated.status == 0,
+               let id = rotated.stdout.components(separatedBy: "encrypted with key ").last?.split(separator: ";").first {
+                acks.append(.keyExported(String(id)))
+            }
+            if let signing = try cli(["keys", "rotate-signing", "--data", data, "--grace-days", "1"]), signing.status == 0 {
+                acks.append(.signingKeys(baseSigningKeys + 1))
+            }
             return acks
         case .tokens:
-            let created = try cli(["tokens", "create", "--data", data, "--app", app])
-            if created.status == 0, let new = created.stdout.split(separator: "\n").last { acks.append(.tokenWorks(String(new))) }
-            let revoked = try cli(["tokens", "revoke", "--data", data, spareID])
-            if revoked.status == 0 { acks.append(.tokenRefused(spareToken)) }
+            if let created = try cli(["tokens", "create", "--data", data, "--app", app]), created.status == 0, let new = created.stdout.split(separator: "\n").last {
+                acks.append(.tokenWorks(String(new)))
+            }
+            if let revoked = try cli(["tokens", "revoke", "--data", data, spareID]), revoked.status == 0 { acks.append(.tokenRefused(spareToken)) }
             return acks
         case .collect:
             _ = try cli(["gc", "--data", data, "--retention-days", "0", "--grace-minutes", "0"])
@@ -256,18 +289,17 @@ final class OriginCrashLab {
         try prepare()
         try CrashSeam.copy(base, to: data)
         let trace = work.path + "/trace"
-        let traced = try step(["DEPOT_CRASH_TRACE": trace], waiting: true)
+        let traced = try step(trace: trace)
         let count = CrashSeam.trace(trace).count
         #expect(count > 0 && !traced.isEmpty || [.collect, .reports].contains(sequence), "\(sequence): the step must acknowledge something")
-        let long = count > 60
         var reached = 0
         for mode in modes {
-            for point in CrashSeam.points(count, ciStride: long ? (mode == .kill ? 2 : 4) : (mode == .kill ? 1 : 2)) {
+            for point in CrashSeam.points(count, ciStride: mode == .kill ? CrashSeam.killStride(count) : CrashSeam.powerStride(count)) {
                 try CrashSeam.copy(base, to: data)
                 let backup = work.path + "/backup"
                 try? FileManager.default.removeItem(atPath: backup)
                 try FileSystem.createDirectory(backup)
-                let acks = try step(CrashSeam.environment(at: point, mode: mode, backup: backup), waiting: false)
+                let acks = try step(crash: (point, mode, backup))
                 let what = "\(sequence) \(mode) at crash point \(point) of \(count) (\(CrashSeam.trace(trace).dropFirst(point - 1).first ?? "?"))"
                 if try check(acks, what) { reached += 1 } else { return }
             }
@@ -321,6 +353,13 @@ final class OriginCrashLab {
                     return live.map { Set($0.packs.map(\.sha256)) } == named.map { Set($0.packs.map(\.sha256)) } && live?.version ?? 0 >= release
                 }
                 expect(served, "\(what): channel \(channel) does not serve release \(releases[0]), which was acknowledged")
+            case .signingKeys(let count):
+                let exported = try Processes.run(Processes.depotBinary, ["keys", "export", "--data", data, "--app", app]).stdout
+                let keys = (try? ClientConfiguration.decode(Array(exported.utf8)).trustedKeys().count) ?? 0
+                expect(keys >= count, "\(what): the acknowledged signing key is not in the app's configuration (\(keys) keys)")
+            case .keyExported(let id):
+                let exported = try Processes.run(Processes.depotBinary, ["keys", "export", "--data", data, "--app", app]).stdout
+                expect(exported.contains("\"\(id)\""), "\(what): the acknowledged key \(id) is not in the app's configuration")
             case .tokenWorks(let token):
                 expect(call(port, "GET", "/v1/apps/\(app)/staging", token: token)?.status == 200, "\(what): an acknowledged token does not work")
             case .tokenRefused(let token):

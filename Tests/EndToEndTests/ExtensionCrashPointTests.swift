@@ -1,0 +1,227 @@
+import DepotClient
+import DepotCore
+import DepotServer
+import DepotTestSupport
+import Foundation
+import Testing
+
+/// The device's steps on iOS, each killed at every crash point: the extension scheduling an
+/// update (`depot extension schedule`), receiving a finished download (`receive`), the install
+/// step (`install`), and a managed app's device (`depot sync --managed`). After each: the state
+/// records only what is on disk byte for byte (`Fixtures/device_checker.py`), and the next event
+/// — schedule, the system delivering what it scheduled, the install step — reaches the live
+/// release; the event after it schedules nothing and changes nothing.
+@Suite("Crash points of the extension's steps and the managed device")
+struct ExtensionCrashPointTests {
+    enum Step: String, CaseIterable, Sendable { case schedule, receive, install }
+
+    @Test("Killed at every crash point of schedule, receive and install, the device records only what it holds and the next event reaches the live release", .enabled(if: CrashSeam.killsEnabled), arguments: Step.allCases)
+    func extensionStep(step: Step) async throws {
+        try await run(step, modes: [.kill])
+    }
+
+    @Test("A power cut at every crash point of schedule, receive and install: the same", .enabled(if: HeavyTests.enabled), arguments: Step.allCases)
+    func extensionStepPowerCut(step: Step) async throws {
+        try await run(step, modes: CrashSeam.powerModes)
+    }
+
+    func run(_ step: Step, modes: [CrashSeam.Mode]) async throws {
+        try await withServer { origin in
+            var device = try CrashDevice(origin: origin)
+            defer { device.work.remove() }
+            try device.publishFirst(.zip)
+            let flow = ExtensionDevice(device: device)
+            try await flow.event(dest: device.base)
+            try device.check("converged", dest: device.base)
+            try device.publishSecond(.zip)
+            try device.put("movie", CrashDevice.bytes(250_000, seed: 7))
+
+            // The base of the step: before scheduling; scheduled (the downloads kept); delivered.
+            var scheduled: [ExtensionDevice.Download] = []
+            if step != .schedule { scheduled = try flow.schedule(dest: device.base) }
+            var delivered: [String: String] = [:]
+            for download in scheduled { delivered[download.identifier] = try await flow.fetch(download) }
+            if step == .install { for download in scheduled { try flow.receive(download, file: delivered[download.identifier]!, dest: device.base) } }
+            let arguments: [String] = switch step {
+            case .schedule: ["schedule", "--manifest", try flow.manifestFile(), "--event", "periodic"]
+            case .receive: ["receive", scheduled[0].identifier, delivered[scheduled[0].identifier]! + ".handed"]
+            case .install: ["install"]
+            }
+
+            let trace = device.work.path + "/trace"
+            try CrashSeam.copy(device.base, to: device.dest)
+            if step == .receive { try flow.redeliver(scheduled[0], from: delivered) }
+            let traced = try flow.launch(arguments, dest: device.dest, environment: ["DEPOT_CRASH_TRACE": trace])
+            #expect(traced.status == 0, "\(traced.errors)")
+            let count = CrashSeam.trace(trace).count
+            #expect(count >= 2, "\(step) must have crash points")
+            var killed = 0
+            for mode in modes {
+                for point in CrashSeam.points(count, ciStride: mode == .kill ? CrashSeam.killStride(count) : CrashSeam.powerStride(count)) {
+                    try CrashSeam.copy(device.base, to: device.dest)
+                    if step == .receive { try flow.redeliver(scheduled[0], from: delivered) }
+                    let backup = device.work.path + "/backup"
+                    try? FileManager.default.removeItem(atPath: backup)
+                    try FileSystem.createDirectory(backup)
+                    let result = try flow.launch(arguments, dest: device.dest, environment: CrashSeam.environment(at: point, mode: mode, backup: backup))
+                    let what = "\(step) \(mode) at crash point \(point) of \(count) (\(CrashSeam.trace(trace).dropFirst(point - 1).first ?? "?"))"
+                    #expect(result.killed, "\(what): the run did not reach its crash point")
+                    if result.killed { killed += 1 }
+                    try device.check("state", dest: device.dest, context: what)
+                    // The next event: what was scheduled before is in the system's hands, the rest is planned again.
+                    let held = step == .schedule ? [] : scheduled.filter { step != .receive || $0.identifier != scheduled[0].identifier || !result.killed }
+                    try await flow.event(dest: device.dest, held: step == .install ? [] : held, context: what)
+                    try device.check("converged", dest: device.dest, context: what)
+                    let before = CrashSeam.digest(device.dest + "/packs")
+                    let again = try flow.schedule(dest: device.dest)
+                    #expect(again.isEmpty && CrashSeam.digest(device.dest + "/packs") == before, "\(what): the event after the recovery scheduled \(again.map(\.identifier))")
+                }
+            }
+            print("ExtensionCrashPointTests \(step) \(modes.map(\.rawValue)): \(count) crash points, \(killed) runs killed and recovered")
+        }
+    }
+
+    @Test("Killed at every crash point of a managed device's update (depot sync --managed), the device holds only whole archives and the next event reaches the download manifest", .enabled(if: CrashSeam.killsEnabled))
+    func managed() throws {
+        let work = TemporaryDirectory("depot-managed-crash")
+        defer { work.remove() }
+        let data = work.path + "/data"
+        let server = try ServeProcess(data: data, environment: [:])
+        defer { server.process.terminate(); server.process.waitUntilExit() }
+        let depot = Processes.depotBinary
+        let app = "com.example.managed"
+        _ = try Processes.run(depot, ["apps", "create", app, "--data", data, "--mode", "managed", "--app-group", "group.com.example.managed"])
+        let token = try #require(try Processes.run(depot, ["tokens", "create", "--data", data, "--app", app, "--role", "admin"]).stdout.split(separator: "\n").last.map(String.init))
+        let environment = ["XDG_CACHE_HOME": work.path + "/cache", "DEPOT_TOKEN": token]
+        let common = ["--server", server.url, "--app", app]
+        var archives: [String: [UInt8]] = [:]
+        func publish(_ id: String, _ bytes: [UInt8]) throws {
+            let archive = work.path + "/\(id).aar"
+            let content = ArchiveFixture.uncompressed([(path: "x/\(id).bin", bytes: bytes)])
+            try FileSystem.writeAtomically(content, to: archive)
+            archives[id] = content
+            let manifest = work.path + "/\(id).json"
+            let json = #"{"assetPackID":"\#(id)","downloadPolicy":{"prefetch":{"installationEventTypes":["firstInstallation","subsequentUpdate"]}},"fileSelectors":[{"directory":"x"}],"platforms":["iOS"]}"#
+            try FileSystem.writeAtomically(Array(json.utf8), to: manifest)
+            let run = try Processes.run(depot, ["publish", archive, "--pack-manifest", manifest, "--release", "--quiet"] + common, environment: environment)
+            #expect(run.status == 0, "\(run.stderr)")
+        }
+        func sync(_ dest: String, _ extra: [String: String] = [:]) throws -> (status: Int32, killed: Bool, errors: String) {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: depot)
+            process.arguments = ["sync", "--managed", "--event", "update", "--dest", dest, "--allow-http", "--quiet"] + common
+            process.environment = ProcessInfo.processInfo.environment.merging(environment.merging(extra) { $1 }) { $1 }
+            let errors = Pipe()
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = errors
+            try process.run()
+            let text = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            process.waitUntilExit()
+            return (process.terminationStatus, process.terminationReason == .uncaughtSignal, text)
+        }
+        /// What the device holds: every archive its state names is the one published, byte for byte.
+        func check(_ dest: String, converged: Bool, _ what: String) throws {
+            struct Held: Decodable { var version: Int; var sha256: String }
+            struct State: Decodable { var packs: [String: Held] }
+            let state = (try? JSONDecoder().decode(State.self, from: Data(FileSystem.readFile(dest + "/managed-state.json")))) ?? State(packs: [:])
+            for (id, held) in state.packs {
+                let bytes = try? FileSystem.readFile(dest + "/packs/\(id).aar", limit: 16 << 20)
+                let exact = bytes.map { Hex.encode(SHA256Hasher.hash($0)) == held.sha256 } ?? false
+                // A version the state records is one that was published with those bytes.
+                #expect(exact || (!converged && bytes == nil), "\(what): the state records \(id) version \(held.version), which is not on disk whole")
+                if converged { #expect(bytes == archives[id], "\(what): \(id) is not the live archive") }
+            }
+            if converged { #expect(Set(state.packs.keys) == Set(archives.keys), "\(what): the device holds \(state.packs.keys.sorted())") }
+        }
+        try publish("levels", Array(repeating: 1, count: 40_000))
+        try publish("music", Array(repeating: 2, count: 30_000))
+        let base = work.path + "/base", dest = work.path + "/device"
+        #expect(try sync(base).status == 0)
+        try publish("levels", Array(repeating: 3, count: 45_000))
+        try publish("music", Array(repeating: 4, count: 25_000))
+        let trace = work.path + "/trace"
+        try CrashSeam.copy(base, to: dest)
+        #expect(try sync(dest, ["DEPOT_CRASH_TRACE": trace]).status == 0)
+        let count = CrashSeam.trace(trace).count
+        #expect(count > 3)
+        for point in CrashSeam.points(count) {
+            try CrashSeam.copy(base, to: dest)
+            let what = "managed kill at crash point \(point) of \(count) (\(CrashSeam.trace(trace).dropFirst(point - 1).first ?? "?"))"
+            #expect(try sync(dest, ["DEPOT_CRASH_AT": "\(point)"]).killed, "\(what): not reached")
+            try check(dest, converged: false, what)
+            let recovered = try sync(dest)
+            #expect(recovered.status == 0, "\(what): \(recovered.errors)")
+            try check(dest, converged: true, what)
+        }
+        print("ExtensionCrashPointTests managed: \(count) crash points")
+    }
+}
+
+/// The Background Assets side of a ``CrashDevice``: `depot extension` steps as the system calls them.
+struct ExtensionDevice {
+    let device: CrashDevice
+    struct Download { var identifier: String; var size: Int; var path: String }
+
+    func manifestFile() throws -> String {
+        let file = device.work.path + "/manifest-\(Hex.encode(SecureRandom.bytes(4))).json"
+        try FileSystem.writeAtomically(device.manifestBytes(), to: file)
+        return file
+    }
+
+    func launch(_ arguments: [String], dest: String, environment: [String: String] = [:]) throws -> (status: Int32, killed: Bool, output: String, errors: String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Processes.depotBinary)
+        process.arguments = ["extension"] + arguments + ["--config", device.config, "--dest", dest, "--languages", "en"]
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        let output = Pipe(), errors = Pipe()
+        process.standardOutput = output
+        process.standardError = errors
+        try process.run()
+        let out = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let err = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return (process.terminationStatus, process.terminationReason == .uncaughtSignal, out, err)
+    }
+
+    /// The extension's answer to an event: the downloads it schedules (those the system holds excluded).
+    func schedule(dest: String, held: [Download] = []) throws -> [Download] {
+        let run = try launch(["schedule", "--manifest", manifestFile(), "--event", "periodic"] + held.flatMap { ["--scheduled", $0.identifier] }, dest: dest)
+        #expect(run.status == 0, "schedule: \(run.errors)")
+        return run.output.split(separator: "\n").compactMap { line in
+            let fields = line.split(separator: " ")
+            guard fields.count >= 4, let size = Int(fields[1]), let url = URL(string: String(fields[3])) else { return nil }
+            return Download(identifier: String(fields[0]), size: size, path: url.path)
+        }
+    }
+
+    /// The system downloads one: the file it hands over.
+    func fetch(_ download: Download) async throws -> String {
+        let file = device.work.path + "/delivery-" + download.identifier.replacingOccurrences(of: "/", with: "_")
+        let answer = try #require(try RawHTTP.send(port: device.origin.port, "GET \(download.path) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", timeout: 30).first)
+        #expect(answer.status == 200 && answer.body.count == download.size)
+        try FileSystem.writeAtomically(answer.body, to: file)
+        return file
+    }
+
+    /// The system's file for a delivery is its own: a copy, so the kept one can be delivered again.
+    func redeliver(_ download: Download, from delivered: [String: String]) throws {
+        FileSystem.remove(delivered[download.identifier]! + ".handed")
+        try FileSystem.copyDurably(delivered[download.identifier]!, to: delivered[download.identifier]! + ".handed")
+    }
+
+    func receive(_ download: Download, file: String, dest: String) throws {
+        let handed = file + ".handed"
+        FileSystem.remove(handed)
+        try FileSystem.copyDurably(file, to: handed)
+        let run = try launch(["receive", download.identifier, handed], dest: dest)
+        #expect(run.status == 0, "receive: \(run.errors)")
+    }
+
+    /// An event in full: schedule, the system delivering everything, the install step.
+    func event(dest: String, held: [Download] = [], context: String = "") async throws {
+        let downloads = try schedule(dest: dest, held: held) + held
+        for download in downloads { try receive(download, file: try await fetch(download), dest: dest) }
+        let installed = try launch(["install"], dest: dest)
+        #expect(installed.status == 0, "\(context): install: \(installed.errors)")
+    }
+}
