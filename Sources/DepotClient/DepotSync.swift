@@ -100,7 +100,7 @@ public struct DepotSync: Sendable {
             do {
                 manifest = try source.verify(envelope, floor: before.floor(channel: channel), now: now)
                 break
-            } catch where notModified {
+            } catch where notModified && asked != nil {
                 // The copy kept is not the one its ETag was recorded with (a crash of an older
                 // version between the two, a purge, a hand edit): the manifest is fetched whole.
                 asked = nil
