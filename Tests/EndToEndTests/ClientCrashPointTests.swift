@@ -44,27 +44,21 @@ struct ClientCrashPointTests {
             try device.sync(languages: languages, dest: device.dest, environment: ["DEPOT_CRASH_TRACE": trace])
             let count = CrashSeam.trace(trace).count
             #expect(count > 10, "the update must have crash points")
-            let points = CrashSeam.points(count, ciStride: modes == [.kill] ? CrashSeam.killStride(count) : CrashSeam.powerStride(count))
             var killed = 0
-            for mode in modes {
-                for point in points {
-                    try CrashSeam.copy(device.base, to: device.dest)
-                    let backup = device.work.path + "/backup"
-                    try? FileManager.default.removeItem(atPath: backup)
-                    try FileSystem.createDirectory(backup)
-                    let result = try device.syncResult(languages: languages, dest: device.dest, environment: CrashSeam.environment(at: point, mode: mode, backup: backup))
-                    let what = "\(change) \(mode) at crash point \(point) of \(count) (\(CrashSeam.trace(trace).dropFirst(point - 1).first ?? "?"))"
-                    #expect(result.killed, "\(what): the run did not reach its crash point")
-                    if result.killed { killed += 1 }
-                    try device.check("state", dest: device.dest, context: what)
-                    let recovered = try device.syncResult(languages: languages, dest: device.dest)
-                    #expect(recovered.status == 0, "\(what): the next sync failed: \(recovered.errors)")
-                    try device.check("converged", dest: device.dest, context: what)
-                    let before = CrashSeam.digest(device.dest + "/packs")
-                    let again = try device.syncResult(languages: languages, dest: device.dest)
-                    #expect(again.status == 0 && CrashSeam.digest(device.dest + "/packs") == before, "\(what): the sync after the recovery changed something")
-                    if recovered.status != 0 { return }
-                }
+            try await CrashSeam.enumerate(count, modes: modes, trace: trace, work: device.work.path, label: change.rawValue) { crash in
+                try CrashSeam.copy(device.base, to: device.dest)
+                let result = try device.syncResult(languages: languages, dest: device.dest, environment: crash.environment)
+                let what = crash.what
+                #expect(result.killed, "\(what): the run did not reach its crash point")
+                if result.killed { killed += 1 }
+                try device.check("state", dest: device.dest, context: what)
+                let recovered = try device.syncResult(languages: languages, dest: device.dest)
+                #expect(recovered.status == 0, "\(what): the next sync failed: \(recovered.errors)")
+                try device.check("converged", dest: device.dest, context: what)
+                let before = CrashSeam.digest(device.dest + "/packs")
+                let again = try device.syncResult(languages: languages, dest: device.dest)
+                #expect(again.status == 0 && CrashSeam.digest(device.dest + "/packs") == before, "\(what): the sync after the recovery changed something")
+                return recovered.status == 0
             }
             print("ClientCrashPointTests \(change) \(modes.map(\.rawValue)): \(count) crash points, \(killed) runs killed and recovered")
         }
@@ -137,15 +131,7 @@ struct CrashDevice {
     }
 
     mutating func putTree() throws {
-        let folder = work.path + "/zip-\(published["levels"]?.count ?? 0)"
-        for (name, content) in tree {
-            try FileSystem.createDirectory(FileSystem.directory(of: folder + "/" + name))
-            try FileSystem.writeAtomically(content, to: folder + "/" + name)
-        }
-        let script = "import os, sys, zipfile\nz = zipfile.ZipFile(sys.argv[2], 'w', zipfile.ZIP_DEFLATED)\nfor r, _, ns in sorted(os.walk(sys.argv[1])):\n    for n in sorted(ns):\n        p = os.path.join(r, n); z.write(p, os.path.relpath(p, sys.argv[1]))\nz.close()"
-        let made = try Processes.run("/usr/bin/python3", ["-c", script, folder, folder + ".zip"])
-        #expect(made.status == 0, "\(made.stderr)")
-        try put("levels", FileSystem.readFile(folder + ".zip", limit: 64 << 20), zip: true)
+        try put("levels", TreeFiles.zip(tree, in: work.path + "/zip-\(published["levels"]?.count ?? 0)"), zip: true)
     }
 
     mutating func put(_ pack: String, _ body: [UInt8], zip: Bool = false, query: String = "") throws {

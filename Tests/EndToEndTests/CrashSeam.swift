@@ -55,6 +55,31 @@ enum CrashSeam {
         ProcessInfo.processInfo.environment["DEPOT_CRASH_ALL"] == "1" ? [.lose, .data, .entries] : [.lose]
     }
 
+    /// One crash of an enumeration: where, how, the environment that makes it, and its name in messages.
+    struct Crash {
+        var point: Int
+        var mode: Mode
+        /// A fresh folder for the power cut's saved files.
+        var backup: String
+        var environment: [String: String]
+        var what: String
+    }
+
+    /// Runs `body` once per crash point (CI's stride unless ``all``) and mode; stops at the
+    /// first crash whose `body` returns false (the invariant did not hold: its messages say why).
+    static func enumerate(_ count: Int, modes: [Mode], trace: String, work: String, label: String, _ body: (Crash) async throws -> Bool) async throws {
+        let lines = Self.trace(trace)
+        for mode in modes {
+            for point in points(count, ciStride: mode == .kill ? killStride(count) : powerStride(count)) {
+                let backup = work + "/backup"
+                try? FileManager.default.removeItem(atPath: backup)
+                try FileSystem.createDirectory(backup)
+                let what = "\(label) \(mode) at crash point \(point) of \(count) (\(lines.dropFirst(point - 1).first ?? "?"))"
+                guard try await body(Crash(point: point, mode: mode, backup: backup, environment: environment(at: point, mode: mode, backup: backup), what: what)) else { return }
+            }
+        }
+    }
+
     /// Copies a folder tree (as `cp -a`).
     static func copy(_ from: String, to: String) throws {
         try? FileManager.default.removeItem(atPath: to)

@@ -97,17 +97,7 @@ struct ModelDevice {
                 default: if names.count > 3 { tree[names.randomElement(using: &random)!] = nil }
                 }
             }
-            let folder = work.path + "/zip-\(step)"
-            for (name, content) in tree {
-                try FileSystem.createDirectory(FileSystem.directory(of: folder + "/" + name))
-                try FileSystem.writeAtomically(content, to: folder + "/" + name)
-            }
-            let script = "import os, sys, zipfile\nz = zipfile.ZipFile(sys.argv[2], 'w', zipfile.ZIP_DEFLATED)\nfor r, _, ns in os.walk(sys.argv[1]):\n    for n in sorted(ns):\n        p = os.path.join(r, n); z.write(p, os.path.relpath(p, sys.argv[1]))\nz.close()"
-            let made = try Processes.run("/usr/bin/python3", ["-c", script, folder, folder + ".zip"])
-            #expect(made.status == 0, "\(made.stderr)")
-            try publish(DeviceModelTests.zipPack, body: FileSystem.readFile(folder + ".zip", limit: 64 << 20), zip: true)
-            Installer.removeTree(folder)
-            FileSystem.remove(folder + ".zip")
+            try publish(DeviceModelTests.zipPack, body: TreeFiles.zip(tree, in: work.path + "/zip-\(step)"), zip: true)
         }
     }
 
@@ -298,6 +288,20 @@ struct ModelDevice {
 
 /// Relative paths of the regular files under a folder.
 enum TreeFiles {
+    /// A zip (deflated, by Python's zipfile: not the code under test) of `tree`'s files, laid out
+    /// in `folder` first; both are removed after.
+    static func zip(_ tree: [String: [UInt8]], in folder: String) throws -> [UInt8] {
+        for (name, content) in tree {
+            try FileSystem.createDirectory(FileSystem.directory(of: folder + "/" + name))
+            try FileSystem.writeAtomically(content, to: folder + "/" + name)
+        }
+        defer { Installer.removeTree(folder); FileSystem.remove(folder + ".zip") }
+        let script = "import os, sys, zipfile\nz = zipfile.ZipFile(sys.argv[2], 'w', zipfile.ZIP_DEFLATED)\nfor r, _, ns in os.walk(sys.argv[1]):\n    for n in sorted(ns):\n        p = os.path.join(r, n); z.write(p, os.path.relpath(p, sys.argv[1]))\nz.close()"
+        let made = try Processes.run("/usr/bin/python3", ["-c", script, folder, folder + ".zip"])
+        #expect(made.status == 0, "\(made.stderr)")
+        return try FileSystem.readFile(folder + ".zip", limit: 64 << 20)
+    }
+
     static func list(_ root: String, _ prefix: String = "") -> [String] {
         FileSystem.contents(of: root + (prefix.isEmpty ? "" : "/" + prefix)).flatMap { name -> [String] in
             let path = prefix.isEmpty ? name : prefix + "/" + name

@@ -56,26 +56,22 @@ struct ExtensionCrashPointTests {
             let count = CrashSeam.trace(trace).count
             #expect(count >= 2, "\(step) must have crash points")
             var killed = 0
-            for mode in modes {
-                for point in CrashSeam.points(count, ciStride: mode == .kill ? CrashSeam.killStride(count) : CrashSeam.powerStride(count)) {
-                    try CrashSeam.copy(device.base, to: device.dest)
-                    if step == .receive { try flow.redeliver(scheduled[0], from: delivered) }
-                    let backup = device.work.path + "/backup"
-                    try? FileManager.default.removeItem(atPath: backup)
-                    try FileSystem.createDirectory(backup)
-                    let result = try flow.launch(arguments, dest: device.dest, environment: CrashSeam.environment(at: point, mode: mode, backup: backup))
-                    let what = "\(step) \(mode) at crash point \(point) of \(count) (\(CrashSeam.trace(trace).dropFirst(point - 1).first ?? "?"))"
-                    #expect(result.killed, "\(what): the run did not reach its crash point")
-                    if result.killed { killed += 1 }
-                    try device.check("state", dest: device.dest, context: what)
-                    // The next event: what was scheduled before is in the system's hands, the rest is planned again.
-                    let held = step == .schedule ? [] : scheduled.filter { step != .receive || $0.identifier != scheduled[0].identifier || !result.killed }
-                    try await flow.event(dest: device.dest, held: step == .install ? [] : held, context: what)
-                    try device.check("converged", dest: device.dest, context: what)
-                    let before = CrashSeam.digest(device.dest + "/packs")
-                    let again = try flow.schedule(dest: device.dest)
-                    #expect(again.isEmpty && CrashSeam.digest(device.dest + "/packs") == before, "\(what): the event after the recovery scheduled \(again.map(\.identifier))")
-                }
+            try await CrashSeam.enumerate(count, modes: modes, trace: trace, work: device.work.path, label: step.rawValue) { crash in
+                try CrashSeam.copy(device.base, to: device.dest)
+                if step == .receive { try flow.redeliver(scheduled[0], from: delivered) }
+                let result = try flow.launch(arguments, dest: device.dest, environment: crash.environment)
+                let what = crash.what
+                #expect(result.killed, "\(what): the run did not reach its crash point")
+                if result.killed { killed += 1 }
+                try device.check("state", dest: device.dest, context: what)
+                // The next event: what was scheduled before is in the system's hands, the rest is planned again.
+                let held = step == .schedule ? [] : scheduled.filter { step != .receive || $0.identifier != scheduled[0].identifier || !result.killed }
+                try await flow.event(dest: device.dest, held: step == .install ? [] : held, context: what)
+                try device.check("converged", dest: device.dest, context: what)
+                let before = CrashSeam.digest(device.dest + "/packs")
+                let again = try flow.schedule(dest: device.dest)
+                #expect(again.isEmpty && CrashSeam.digest(device.dest + "/packs") == before, "\(what): the event after the recovery scheduled \(again.map(\.identifier))")
+                return true
             }
             print("ExtensionCrashPointTests \(step) \(modes.map(\.rawValue)): \(count) crash points, \(killed) runs killed and recovered")
         }

@@ -293,16 +293,12 @@ final class OriginCrashLab {
         let count = CrashSeam.trace(trace).count
         #expect(count > 0 && !traced.isEmpty || [.collect, .reports].contains(sequence), "\(sequence): the step must acknowledge something")
         var reached = 0
-        for mode in modes {
-            for point in CrashSeam.points(count, ciStride: mode == .kill ? CrashSeam.killStride(count) : CrashSeam.powerStride(count)) {
-                try CrashSeam.copy(base, to: data)
-                let backup = work.path + "/backup"
-                try? FileManager.default.removeItem(atPath: backup)
-                try FileSystem.createDirectory(backup)
-                let acks = try step(crash: (point, mode, backup))
-                let what = "\(sequence) \(mode) at crash point \(point) of \(count) (\(CrashSeam.trace(trace).dropFirst(point - 1).first ?? "?"))"
-                if try check(acks, what) { reached += 1 } else { return }
-            }
+        try await CrashSeam.enumerate(count, modes: modes, trace: trace, work: work.path, label: sequence.rawValue) { crash in
+            try CrashSeam.copy(base, to: data)
+            let acks = try step(crash: (crash.point, crash.mode, crash.backup))
+            guard try check(acks, crash.what) else { return false }
+            reached += 1
+            return true
         }
         print("OriginCrashPointTests \(sequence) \(modes.map(\.rawValue)): \(count) crash points, \(reached) crashes recovered")
     }
