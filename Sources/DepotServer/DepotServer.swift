@@ -20,6 +20,9 @@ public final class DepotServer: Sendable {
         http = try HTTPServer(configuration: configuration.http, handler: origin)
         let host = configuration.http.host.contains(":") ? "[\(configuration.http.host)]" : configuration.http.host
         origin.urls.base = configuration.publicURL ?? "http://\(host):\(http.port)"
+        // Uploads a crash interrupted after their pack was verified: staged now that the URLs
+        // their entries carry are known (a request for one meanwhile waits on its claim).
+        origin.finishUploadsLeftByACrash()
         let http = self.http
         origin.operations.setInFlightProvider { http.inFlightRequests }
         refresher = ManifestRefresher(origin: origin, configuration: configuration)

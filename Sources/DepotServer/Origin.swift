@@ -9,6 +9,9 @@ final class Origin: HTTPHandler {
     let folder: DataFolder
     let releases: ReleaseStore
     let uploads: ResumableUploads
+    /// Uploads whose pack was verified and recorded when a crash came (``ResumableUploads/repair()``).
+    private let unfinishedUploads: [String]
+    private let uploadExpiry: TimeInterval
     let publisher: Publisher
     let operations: OperationsHandlers
     let garbage: GarbageCollector
@@ -69,7 +72,9 @@ final class Origin: HTTPHandler {
             afterChange.withLock { $0 }?.schedule(app)
         })
         uploads = ResumableUploads(folder: folder)
-        let unfinishedUploads = uploads.repair()
+        let unfinished = uploads.repair()
+        unfinishedUploads = readOnly ? [] : unfinished
+        uploadExpiry = configuration.uploadExpiry
         accessLog = AccessLog(logger: configuration.logger, sink: configuration.accessLogSink)
         let folder = folder, cache = FileStampCache<AppSettings>(relativeTo: folder.apps), urls = PublicURL(), metrics = OriginMetrics()
         (self.urls, self.metrics) = (urls, metrics)
@@ -92,7 +97,7 @@ final class Origin: HTTPHandler {
         patchMaker = maker
         afterChange.withLock { $0 = maker }
         // The collector leaves alone what publishes are storing and staging at that moment.
-        garbage = GarbageCollector(releases: releases, blobs: blobs, inFlight: storing)
+        garbage = GarbageCollector(releases: releases, blobs: blobs, inFlight: storing, finishing: { [uploads] in uploads.finishingBlobs() })
         operations = OperationsHandlers(
             metrics: metrics, staticFiles: configuration.publicDirectory.map(StaticFiles.init(root:)), metricsToken: configuration.metricsToken
         )
@@ -128,8 +133,6 @@ final class Origin: HTTPHandler {
         } else {
             _ = try apps.signingKeys()
             try releases.removeUnpublishedReleases()
-            // Uploads whose last bytes were acknowledged when a crash came: stored and staged now.
-            for id in unfinishedUploads { uploads.finishAfterCrash(id, publisher: publisher, expiry: configuration.uploadExpiry) }
             // Patches a stop or a crash left unmade (start-up removed their scratch space).
             maker?.schedule(apps.list().sorted())
         }
@@ -157,5 +160,13 @@ final class Origin: HTTPHandler {
     func completed(_ record: HTTPExchangeRecord) {
         metrics.record(record)
         accessLog.record(record)
+    }
+}
+
+extension Origin {
+    /// Stores and stages the packs of uploads a crash interrupted after their pack was verified
+    /// and recorded; called once the public URL is known (the entries carry it).
+    func finishUploadsLeftByACrash() {
+        for id in unfinishedUploads { uploads.finishAfterCrash(id, publisher: publisher, expiry: uploadExpiry) }
     }
 }

@@ -70,11 +70,13 @@ enum CrashSeam {
     static func enumerate(_ count: Int, modes: [Mode], trace: String, work: String, label: String, _ body: (Crash) async throws -> Bool) async throws {
         let lines = Self.trace(trace)
         for mode in modes {
-            for point in points(count, ciStride: mode == .kill ? killStride(count) : powerStride(count)) {
+            // A power cut also just after the last crash point (the disk as the process leaves it).
+            for point in points(count, ciStride: mode == .kill ? killStride(count) : powerStride(count)) + (mode == .kill ? [] : [count + 1]) {
                 let backup = work + "/backup"
                 try? FileManager.default.removeItem(atPath: backup)
                 try FileSystem.createDirectory(backup)
-                let what = "\(label) \(mode) at crash point \(point) of \(count) (\(lines.dropFirst(point - 1).first ?? "?"))"
+                let what = point > count ? "\(label) \(mode) at the exit, after the last of \(count) crash points"
+                    : "\(label) \(mode) at crash point \(point) of \(count) (\(lines.dropFirst(point - 1).first ?? "?"))"
                 guard try await body(Crash(point: point, mode: mode, backup: backup, environment: environment(at: point, mode: mode, backup: backup), what: what)) else { return }
             }
         }

@@ -68,7 +68,10 @@ final class OriginCrashLab {
     enum Ack {
         case released(release: Int, pack: String, sha256: String)
         case staged(pack: String, sha256: String?)
-        case offset(location: String, offset: Int, pack: String)
+        /// An upload acknowledged at `offset`: there at that offset or later; if at its end, its pack live.
+        case offset(location: String, offset: Int, length: Int, pack: String, plaintextSHA256: String)
+        /// A pack live with these plaintext bytes.
+        case live(pack: String, plaintextSHA256: String)
         /// The channel serves the release acknowledged, or one a later step of the sequence set (done, not yet answered).
         case channel(String, releases: [Int])
         case tokenWorks(String)
@@ -110,8 +113,10 @@ final class OriginCrashLab {
             .merging(sequence == .patchRelease ? ["DEPOT_PATCH_DEPTH": "1"] : [:]) { $1 }.merging(environment) { $1 }, bootstrap: bootstrap)
     }
 
-    func stop(_ server: ServeProcess) {
-        kill(server.process.processIdentifier, SIGKILL)
+    /// Ends the origin: SIGKILL, or (`gracefully`) SIGTERM, whose exit is where a power cut one
+    /// past the last crash point comes.
+    func stop(_ server: ServeProcess, gracefully: Bool = false) {
+        kill(server.process.processIdentifier, gracefully ? SIGTERM : SIGKILL)
         server.process.waitUntilExit()
     }
 
@@ -173,6 +178,12 @@ final class OriginCrashLab {
             if let left = remaining {
                 remaining = left - lines.count
                 if lines.count >= left { return nil }
+                // Cut at its exit, one past its last crash point: it had finished, and said so.
+                if lines.count + 1 == left {
+                    var finished = result
+                    finished.status = 0
+                    return finished
+                }
             }
             return result
         }
@@ -198,7 +209,7 @@ final class OriginCrashLab {
         default: break
         }
         let server = try start(environment)
-        defer { stop(server) }
+        defer { stop(server, gracefully: crash != nil) }
         let port = server.port
         switch sequence {
         case .putRelease, .firstPublish:
@@ -206,21 +217,24 @@ final class OriginCrashLab {
         case .tus:
             let length = 300_000
             let body = CrashDevice.bytes(length, seed: 6)
+            let digest = Hex.encode(SHA256Hasher.hash(body))
+            // Released when complete; the whole upload's SHA-256 sent with its last PATCH.
             let created = call(port, "POST", "/v1/apps/\(app)/uploads", token: token, headers: [
-                "Tus-Resumable: 1.0.0", "Upload-Length: \(length)", "Upload-Metadata: pack \(Data("movie".utf8).base64EncodedString())",
+                "Tus-Resumable: 1.0.0", "Upload-Length: \(length)",
+                "Upload-Metadata: pack \(Data("movie".utf8).base64EncodedString()),release \(Data("true".utf8).base64EncodedString())",
             ])
             guard Self.ok(created), let location = created?.headers.first(where: { $0.0.lowercased() == "location" })?.1 else { break }
-            acks.append(.offset(location: location, offset: 0, pack: "movie"))
+            acks.append(.offset(location: location, offset: 0, length: length, pack: "movie", plaintextSHA256: digest))
             var offset = 0
             for size in [100_000, 120_000, 80_000] {
                 let patched = call(port, "PATCH", location, token: token, body: Array(body[offset..<(offset + size)]), headers: [
                     "Tus-Resumable: 1.0.0", "Upload-Offset: \(offset)", "Content-Type: application/offset+octet-stream",
-                ])
+                ] + (offset + size == length ? ["Depot-Content-SHA256: \(digest)"] : []))
                 guard patched?.status == 204 else { break }
                 offset += size
-                acks.append(.offset(location: location, offset: offset, pack: "movie"))
+                acks.append(.offset(location: location, offset: offset, length: length, pack: "movie", plaintextSHA256: digest))
             }
-            if offset == length { acks.append(.staged(pack: "movie", sha256: nil)) }
+            if offset == length { acks.append(.live(pack: "movie", plaintextSHA256: digest)) }
         case .release:
             if let answer = call(port, "POST", "/v1/apps/\(app)/releases", token: token), Self.ok(answer),
                let published = try? JSONDecoder().decode(Published.self, from: Data(answer.body)), let number = published.release {
@@ -335,10 +349,17 @@ final class OriginCrashLab {
                 let live = manifest("/v1/apps/\(app)/manifest")?[pack: pack]?.sha256
                 let inDraft = staging.contains("\"\(pack)\"") && (sha256.map { staging.contains($0) } ?? true)
                 expect(inDraft || (sha256 != nil && live == sha256), "\(what): acknowledged upload of \(pack) is neither staged nor live: \(staging)")
-            case .offset(let location, let offset, _):
+            case .offset(let location, let offset, let length, let pack, let digest):
                 let head = call(port, "HEAD", location, token: token, headers: ["Tus-Resumable: 1.0.0"])
                 let now = head?.headers.first { $0.0.lowercased() == "upload-offset" }.flatMap { Int($0.1) }
                 expect(head?.status == 200 && (now ?? -1) >= offset, "\(what): upload \(location) acknowledged at \(offset) answers \(head?.status ?? 0) offset \(now ?? -1)")
+                // An upload at its end was verified and recorded: start-up staged (here: released) its pack.
+                if now == length {
+                    let live = manifest("/v1/apps/\(app)/manifest")?[pack: pack]?.plaintextSHA256
+                    expect(live == digest, "\(what): upload \(location) is complete, and its pack is not live")
+                }
+            case .live(let pack, let digest):
+                expect(manifest("/v1/apps/\(app)/manifest")?[pack: pack]?.plaintextSHA256 == digest, "\(what): the acknowledged upload of \(pack) is not live")
             case .channel(let channel, let releases):
                 let path = channel == "production" ? "/v1/apps/\(app)/manifest" : "/v1/apps/\(app)/channels/\(channel)/manifest"
                 let live = manifest(path)

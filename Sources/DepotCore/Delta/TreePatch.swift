@@ -121,7 +121,7 @@ public enum TreePatch {
     public static func apply(patch path: String, base: String, into staged: String, limit: Int64 = .max) throws {
         var reader = try PatchReader(FileDescriptor.openForReading(path))
         guard try reader.bytes(6) == magic + [1, 0] else { throw DeltaError.malformed("not an ADTR tree patch of version 1") }
-        try FileSystem.createDirectory(staged)
+        try FileSystem.createDirectory(staged, durable: false)
         let count = try reader.varint()
         guard count <= 1_000_000 else { throw DeltaError.malformed("\(count) entries (at most 1,000,000)") }
         var declared: UInt64 = 0
@@ -145,9 +145,9 @@ public enum TreePatch {
             let path = try checked(try string())
             guard let kindByte = try reader.byte(), let kind = Kind(rawValue: kindByte) else { throw DeltaError.malformed("an unknown entry kind for \(path)") }
             let destination = staged + "/" + path
-            try FileSystem.createDirectory(FileSystem.directory(of: destination))
+            try FileSystem.createDirectory(FileSystem.directory(of: destination), durable: false)
             if kind == .folder {
-                try FileSystem.createDirectory(destination)
+                try FileSystem.createDirectory(destination, durable: false)
                 continue
             }
             let digest = try reader.bytes(32)

@@ -105,6 +105,8 @@ final class Injector: @unchecked Sendable {
     /// Replaced and removed files kept (as hard links) until the crash, so a lost change can be undone.
     private var saved = 0
     private var savedFor: [String: String] = [:]
+    /// Rename targets that were folders before the rename (an empty folder a rename replaced).
+    private var folderTargets: Set<String> = []
 
     enum Change {
         case made(String, directory: Bool)
@@ -129,7 +131,21 @@ final class Injector: @unchecked Sendable {
             }
         }
         let fd = trace.map { open($0, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o644) } ?? -1
-        return Injector(target: target, trace: fd, power: environment("DEPOT_CRASH_POWER"), backup: environment("DEPOT_CRASH_BACKUP"))
+        let injector = Injector(target: target, trace: fd, power: environment("DEPOT_CRASH_POWER"), backup: environment("DEPOT_CRASH_BACKUP"))
+        // A power cut just after the last crash point (N = their count + 1): the disk as the
+        // process leaves it, which a missing final fsync would leave incomplete.
+        if injector.modelling { atexit { CrashPoints.injector?.exiting() } }
+        return injector
+    }
+
+    /// The process ends: with a target one past its last crash point, the power cut comes now.
+    func exiting() {
+        lock.lock()
+        guard !dead, let target, target.call == nil, target.count == total + 1 else { lock.unlock(); return }
+        dead = true
+        cut()
+        kill(getpid(), SIGKILL)
+        while true { pause() }
     }
 
     private init(target: (CrashPoints.Call?, Int)?, trace: Int32, power: String?, backup: String?) {
@@ -191,7 +207,10 @@ final class Injector: @unchecked Sendable {
         case .unlink:
             savedFor[path] = keep(path)
         case .rename:
-            if let other { savedFor[other] = keep(other) }
+            guard let other else { return }
+            savedFor[other] = keep(other)
+            var info = stat()
+            if lstat(other, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR { folderTargets.insert(other) } else { folderTargets.remove(other) }
         default: break
         }
     }
@@ -212,8 +231,7 @@ final class Injector: @unchecked Sendable {
         case .rename:
             guard let to = other else { return }
             let previous = savedFor.removeValue(forKey: to)
-            var info = stat()
-            let wasDirectory = previous == nil && lstat(to, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
+            let wasDirectory = folderTargets.remove(to) != nil
             pending.append((.renamed(from: path, to: to, previous: previous, previousWasDirectory: wasDirectory), folders(of: [path, to])))
             moved(path, to)
         case .exchange:

@@ -17,8 +17,9 @@ public enum FileSystem {
 
     /// Creates a folder and its parents (mode 0755, or `mode`), durably: each folder made is
     /// fsynced into its parent before the next is made inside it, so that a power cut cannot
-    /// lose a folder that a durable record (written after this returns) relies on.
-    public static func createDirectory(_ path: String, mode: mode_t = 0o755) throws(SystemError) {
+    /// lose a folder that a durable record (written after this returns) relies on. `durable:
+    /// false` for a staging tree that is fsynced whole before it is switched in (no fsync per folder).
+    public static func createDirectory(_ path: String, mode: mode_t = 0o755, durable: Bool = true) throws(SystemError) {
         var path = path
         while path.count > 1 && path.hasSuffix("/") { path.removeLast() }
         // The part missing, from the deepest folder that exists down.
@@ -33,7 +34,7 @@ public enum FileSystem {
                 guard System.errno == EEXIST, isDirectory(folder) else { throw SystemError(call: "mkdir", errno: System.errno, path: folder) }
                 // Another process made it meanwhile; its entry is made durable here all the same.
             }
-            try syncDirectory(directory(of: folder))
+            if durable { try syncDirectory(directory(of: folder)) }
         }
     }
 
@@ -122,12 +123,14 @@ public enum FileSystem {
         }
     }
 
-    /// Renames `from` over `to` and fsyncs the folder of `to`, then the folder of `from` when it
-    /// is another (so that the old name cannot come back after a power cut either).
+    /// Renames `from` over `to` and fsyncs the folder of `to`, then (as far as it can be
+    /// opened) the folder of `from` when it is another, so that the old name does not come back
+    /// after a power cut either. (A folder this process may not open — the system's, where
+    /// Background Assets hands over a finished download — is left as it is: the rename is done.)
     public static func durableRename(_ from: String, to: String) throws(SystemError) {
         try systemCall("rename", path: to) { System.rename(from, to) }
         try syncDirectory(directory(of: to))
-        if directory(of: from) != directory(of: to) { try syncDirectory(directory(of: from)) }
+        if directory(of: from) != directory(of: to) { try? syncDirectory(directory(of: from)) }
     }
 
     /// Writes `bytes` to `path` atomically and durably.

@@ -51,7 +51,8 @@ public enum ZipPack {
     public static func extract(_ path: String, into directory: String, limit: ((_ written: Int64, _ entries: Int) -> String?)? = nil) throws(ZipPackError) {
         let archive = try open(path)
         do {
-            try FileSystem.createDirectory(directory)
+            // (Fsynced whole with everything in it by ``syncTree(_:)`` at the end.)
+            try FileSystem.createDirectory(directory, durable: false)
         } catch {
             if error.isNoSpace { throw .noSpace }
             throw .io("cannot create \(directory): \(error)")

@@ -94,8 +94,9 @@ public struct OfflineMaintenance {
         guard folder.exists else { throw DepotError.notFound("a data folder at \(dataPath)") }
         lock = try folder.lockExclusively()
         let releases = ReleaseStore(folder: folder, apps: AppStore(folder: folder), manifestLifetime: 90 * 86_400)
-        garbage = GarbageCollector(releases: releases, blobs: FileBlobStore(folder: folder))
-        uploads = ResumableUploads(folder: folder)
+        let uploads = ResumableUploads(folder: folder)
+        garbage = GarbageCollector(releases: releases, blobs: FileBlobStore(folder: folder), finishing: { uploads.finishingBlobs() })
+        self.uploads = uploads
     }
 
     /// Removes resumable uploads past their expiry; returns how many.

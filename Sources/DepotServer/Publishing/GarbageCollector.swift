@@ -10,12 +10,15 @@ struct GarbageCollector: Sendable {
     let blobs: any BlobStore
     /// The blobs publishes are storing and staging (none, offline).
     var inFlight = BlobsInFlight()
+    /// The blobs of resumable uploads being finished (recorded before the move into the store,
+    /// staged after it; a crash between leaves one for start-up to stage).
+    var finishing: @Sendable () -> Set<String> = { [] }
 
     /// Returns the blobs removed (or, with `dryRun`, that would be) and their bytes.
     @discardableResult
     func collect(retention: TimeInterval, grace: TimeInterval, now: Date = Date(), dryRun: Bool = false) throws -> (blobs: [String], bytes: Int64) {
         try releases.exclusively {
-            let needed = try releases.neededBlobs(retention: retention, now: now)
+            let needed = try releases.neededBlobs(retention: retention, now: now).union(finishing())
             let stored = blobs.enumerate()
             return inFlight.holding { storing in
                 var removed: [String] = []

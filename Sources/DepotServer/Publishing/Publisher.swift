@@ -78,11 +78,15 @@ final class Publisher: Sendable {
     }
 
     /// Stages (or releases) a blob already stored: an upload whose container moved into the
-    /// store just before a crash. nil when the blob is not there.
+    /// store just before a crash. nil when the store says the blob is not there; unavailable
+    /// when it cannot say (object storage unreachable).
     func restage(_ summary: PackSummary, installSize: Int64, for parameters: UploadParameters) throws -> PublishResult? {
         storing.begin(summary.sha256)
         defer { storing.end(summary.sha256) }
-        guard blobs.contains(summary.sha256) else { return nil }
+        guard !blobs.isMissing(summary.sha256) else { return nil }
+        guard blobs.contains(summary.sha256) else {
+            throw DepotError(.unavailable, "storage_unavailable", "the object store cannot say whether blob \(summary.sha256) is stored")
+        }
         return try publish(summary, installSize: installSize, for: parameters)
     }
 

@@ -97,30 +97,43 @@ final class ResumableSession {
             throw DepotError.badRequest("the body goes past Upload-Length \(state.length); the request was discarded")
         }
         try transform.update(chunk)
-        if commitsPeriodically && received >= Self.commitInterval { try commit() }
+        // (Never the last bytes: those are recorded only with the verified pack, in ``finish(lateSHA256:)``.)
+        if commitsPeriodically && received >= Self.commitInterval && !reachesEnd { try commit() }
     }
 
     /// The request's body is complete: commits it and, when the upload is complete, stores and
     /// stages (or releases) the pack. A pack refused then removes the upload. Ends the session.
     /// `lateSHA256` is the plaintext SHA-256 sent after the body (a `Depot-Content-SHA256`
     /// trailer): checked like the `sha256` metadata when this request completes the upload.
+    ///
+    /// The request that completes an upload records its last bytes only together with the
+    /// verified, checked pack (`finishing`), in one durable record written before the container
+    /// moves into the blob store: a crash before it leaves the previous offset (the last bytes
+    /// were never acknowledged), a crash after it leaves what start-up stages
+    /// (``ResumableUploads/finishAfterCrash(_:publisher:expiry:)``).
     @discardableResult
     func finish(lateSHA256: String? = nil) throws -> ResumableState {
         defer { end() }
-        do {
-            try commit()
-        } catch {
-            // Not committed: the bytes go, so a full disk gets its space back at once.
-            try? file.truncate(to: state.containerLength)
-            throw error
+        if let finishing = state.finishing, state.offset == state.length, received == 0 {
+            // Verified and checked before (the object store was down, or a crash came): stored now.
+            return try store(finishing, parameters: state.parameters)
         }
-        guard state.offset == state.length else { return state }
-        // One request from the first byte: the encryptor's own hashes. Otherwise (the upload
-        // spanned requests or restarts) one pass over the finished container gives them.
-        let inline = fromStart ? try transform.finish() : nil
-        if !fromStart { try encrypting?.encryptor.sealFinal() }
-        try file.sync()
+        guard reachesEnd else {
+            do {
+                try commit()
+            } catch {
+                // Not committed: the bytes go, so a full disk gets its space back at once.
+                try? file.truncate(to: state.containerLength)
+                throw error
+            }
+            return state
+        }
         do {
+            // One request from the first byte: the encryptor's own hashes. Otherwise (the upload
+            // spanned requests or restarts) one pass over the finished container gives them.
+            let inline = fromStart ? try transform.finish() : nil
+            if !fromStart { try encrypting?.encryptor.sealFinal() }
+            try file.sync()
             let container = uploads.containerPath(state.id)
             let expected = state.isArchive ? state.length : state.header.containerSize(plaintextSize: state.length)
             let summary = try inline.map { summary throws -> PackSummary in
@@ -137,17 +150,41 @@ final class ResumableSession {
                 parameters.expectedPlaintextSHA256 = late
             }
             let installSize = try publisher.check(container: container, summary: summary, keys: keys, for: parameters)
-            // Durable before the container moves: a crash after the move finds what to stage here.
-            state.expectedPlaintextSHA256 = parameters.expectedPlaintextSHA256
-            state.finishing = ResumableState.Finishing(summary: summary, installSize: installSize)
-            try uploads.save(state)
-            state.publishResult = try publisher.store(container: container, summary: summary, installSize: installSize, for: parameters)
-            state.tail = ""
+            // The last bytes and the verified pack in one record, durable before the container moves.
+            var next = state
+            next.offset = state.length
+            next.sealedSegments = encrypting?.encryptor.sealedSegments ?? 0
+            next.containerLength = try file.size()
+            next.tail = ""
+            next.expires = Date().addingTimeInterval(expiry)
+            next.expectedPlaintextSHA256 = parameters.expectedPlaintextSHA256
+            next.finishing = ResumableState.Finishing(summary: summary, installSize: installSize)
+            try uploads.save(next)
+            (state, received) = (next, 0)
+        } catch {
+            // Refused (a checksum, a damaged zip) or failed: nothing of this request is recorded;
+            // a refused pack removes the upload, a failure cuts the container back to the last commit.
+            if error is SystemError || DepotError.storage(error).kind == .unavailable {
+                try? file.truncate(to: state.containerLength)
+            } else {
+                uploads.remove(state.id)
+            }
+            throw error
+        }
+        return try store(state.finishing!, parameters: state.parameters)
+    }
+
+    /// Stores the verified container and stages (or releases) its pack; records the result.
+    private func store(_ finishing: ResumableState.Finishing, parameters: UploadParameters) throws -> ResumableState {
+        do {
+            state.publishResult = try publisher.store(
+                container: uploads.containerPath(state.id), summary: finishing.summary, installSize: finishing.installSize, for: parameters
+            )
             state.finishing = nil
             try uploads.save(state)
         } catch {
-            // The object store is down: the bytes stay (cut back to the last commit at the next
-            // request), and a PATCH with no body finishes the upload once it is back.
+            // The object store is down: the bytes stay, and a PATCH with no body (or the next
+            // start) finishes the upload once it is back.
             if DepotError.storage(error).kind == .unavailable { throw error }
             uploads.remove(state.id)
             throw error
@@ -160,7 +197,8 @@ final class ResumableSession {
     /// drops it otherwise (a checksum that does not match). Ends the session.
     func abandon(keepReceived: Bool) {
         guard !ended else { return }
-        if keepReceived { try? commit() }
+        // (Not the last bytes: the request that sends them again verifies the pack.)
+        if keepReceived && !reachesEnd { try? commit() }
         // Whatever is not committed goes now, so a failed request (a full disk) gives its space back.
         try? file.truncate(to: state.containerLength)
         end()

@@ -86,7 +86,7 @@ final class ResumableUploads: Sendable {
         FileSystem.remove(containerPath(id))
         FileSystem.remove(statePath(id))
         for name in FileSystem.contents(of: directory(id)) { FileSystem.remove(directory(id) + "/" + name) }
-        rmdir(directory(id))
+        FileSystem.removeDirectory(directory(id))
     }
 
     /// Removes uploads past their expiry (and any that cannot be read); returns how many.
@@ -106,8 +106,8 @@ final class ResumableUploads: Sendable {
     }
 
     /// Crash recovery: cuts each container back to what its state covers. Returns the uploads
-    /// whose every byte was acknowledged but whose pack was not stored and staged (the crash came
-    /// in the request that finished them), for ``finishAfterCrash(_:publisher:expiry:)``.
+    /// whose pack was verified and recorded (`finishing`) but not yet stored and staged (the crash
+    /// came in the request that finished them), for ``finishAfterCrash(_:publisher:expiry:)``.
     func repair() -> [String] {
         var unfinished: [String] = []
         for name in FileSystem.contents(of: folder.uploads) where name.hasSuffix(".tus") {
@@ -126,25 +126,46 @@ final class ResumableUploads: Sendable {
                 continue
             }
             // (No container, but a finishing record: it moved into the blob store.)
-            if state.offset == state.length { unfinished.append(id) }
+            if state.finishing != nil && state.offset == state.length { unfinished.append(id) }
         }
         return unfinished
     }
 
-    /// Finishes an upload that a crash interrupted after its last byte was acknowledged: the
-    /// container verified and stored and the pack staged (or released) as the request would
-    /// have; a container already moved into the blob store is staged from the state's record.
-    /// A pack refused now (a release's base moved on) goes as it would have in the request.
-    func finishAfterCrash(_ id: String, publisher: Publisher, expiry: TimeInterval) {
-        guard let state = try? StoredJSON.read(ResumableState.self, from: statePath(id)), state.result == nil else { return }
+    /// The blobs of uploads verified and recorded but not yet staged (``ResumableState/finishing``).
+    func finishingBlobs() -> Set<String> {
+        var out: Set<String> = []
+        for name in FileSystem.contents(of: folder.uploads) where name.hasSuffix(".tus") {
+            if let state = try? StoredJSON.read(ResumableState.self, from: statePath(String(name.dropLast(4)))), state.result == nil,
+               let finishing = state.finishing {
+                out.insert(finishing.summary.sha256)
+            }
+        }
+        return out
+    }
+
+    /// Finishes an upload that a crash interrupted after its pack was verified and recorded: the
+    /// container stored and the pack staged (or released) as the request would have; a container
+    /// already moved into the blob store is staged from the state's record. The store not
+    /// answering leaves the upload for the next start (or the client's PATCH with no body); a
+    /// pack refused now goes as it would have in the request, unless the release it asked for is
+    /// already live (the crash came after it).
+    func finishAfterCrash(_ id: String, publisher: Publisher, expiry: TimeInterval, now: Date = Date()) {
+        guard let state = try? StoredJSON.read(ResumableState.self, from: statePath(id)), state.result == nil,
+              let finishing = state.finishing, state.expires > now else { return }
         let log = { (message: String, error: (any Error)?) in
             var metadata: Logger.Metadata = ["app": .string(state.app), "pack": .string(state.pack), "upload": .string(id)]
             if let error { metadata["error"] = .string("\(error)") }
             publisher.logger.notice(Logger.Message(stringLiteral: message), metadata: metadata)
         }
         do {
-            if !FileSystem.exists(containerPath(id)), let finishing = state.finishing {
-                guard let result = try publisher.restage(finishing.summary, installSize: finishing.installSize, for: state.parameters) else {
+            if !FileSystem.exists(containerPath(id)) {
+                var parameters = state.parameters
+                if let base = parameters.base, let live = try publisher.releases.current(state.app, channel: parameters.channel),
+                   live.version > base, live.manifest[pack: state.pack]?.sha256 == finishing.summary.sha256 {
+                    // The release this upload asked for was made before the crash: nothing to publish again.
+                    parameters.base = nil
+                }
+                guard let result = try publisher.restage(finishing.summary, installSize: finishing.installSize, for: parameters) else {
                     log("upload lost after a crash: neither its container nor its blob is there", nil)
                     remove(id)
                     return
