@@ -21,7 +21,7 @@ public final class DepotServer: Sendable {
         let host = configuration.http.host.contains(":") ? "[\(configuration.http.host)]" : configuration.http.host
         origin.urls.base = configuration.publicURL ?? "http://\(host):\(http.port)"
         // Uploads a crash interrupted after their pack was verified: staged now that the URLs
-        // their entries carry are known (a request for one meanwhile waits on its claim).
+        // their entries carry are known (a request for one meanwhile is answered 409, busy).
         origin.finishUploadsLeftByACrash()
         let http = self.http
         origin.operations.setInFlightProvider { http.inFlightRequests }

@@ -43,12 +43,13 @@ enum CrashSeam {
     /// The kill tests run in the parallel suite (and with `DEPOT_CRASH_ALL=1`), the power cuts in the heavy one.
     static var killsEnabled: Bool { !HeavyTests.enabled || all }
 
-    /// CI's stride for kills: every crash point of a sequence of up to 40, every other one above
-    /// (`DEPOT_CRASH_ALL=1` runs them all).
-    static func killStride(_ count: Int) -> Int { count > 40 ? 2 : 1 }
+    /// CI's stride for kills: every crash point of a short sequence (up to 25), every third one
+    /// of a longer one, and its last (`DEPOT_CRASH_ALL=1` runs them all).
+    static func killStride(_ count: Int) -> Int { count > 25 ? 3 : 1 }
 
-    /// The heavy suite's stride for power cuts: every other point, every fourth above 40.
-    static func powerStride(_ count: Int) -> Int { count > 40 ? 4 : 2 }
+    /// The heavy suite's stride for power cuts: every other point of a short sequence, every
+    /// fourth of a longer one, its last, and the exit.
+    static func powerStride(_ count: Int) -> Int { count > 25 ? 4 : 2 }
 
     /// The power-cut modes run: every one with `DEPOT_CRASH_ALL=1`, else `lose` only.
     static var powerModes: [Mode] {

@@ -64,7 +64,15 @@ struct ResumableHandlers: Sendable {
             "app": .string(context.app), "pack": .string(parameters.pack), "upload": .string(state.id), "length": .stringConvertible(length),
         ])
         // An empty pack is complete at creation.
-        if length == 0 { try session(state.id, context, at: 0).finish() }
+        if length == 0 {
+            do {
+                try session(state.id, context, at: 0).finish()
+            } catch {
+                // The client never learns this upload's URL: nothing of it may be finished later.
+                uploads.remove(state.id)
+                throw error
+            }
+        }
         return Self.response(201, [
             ("Location", publisher.urls.upload(context.app, state.id)), ("Upload-Expires", HTTPDate.format(state.expires)), ("Upload-Offset", "0"),
         ])
@@ -131,12 +139,28 @@ struct ResumableHandlers: Sendable {
             return name
         }
         let announced = request.headers["Trailer"].map { $0.lowercased().split(separator: ",").map(\.trimmingWhitespace).contains(Self.lateChecksumField.lowercased()) } ?? false
+        // An upload whose verified container already moved into the blob store (the store could
+        // not answer when the origin started again): a PATCH with no body stages it from its record.
+        if request.contentLength == 0, state.finishing != nil {
+            guard let staged = try uploads.withExclusiveAccess(state.id, { try uploads.restageMoved(state.id, app: context.app, publisher: publisher) })
+            else { throw ResumableUploads.busy(state.id) }
+            if let staged { return .respond(Self.finished(staged)) }
+        }
         let session = try session(state.id, context, at: offset)
         // A PATCH with a checksum commits only at its end, once verified.
         session.commitsPeriodically = checksum == nil
         let receiver = ResumablePatchReceiver(session, checksum: checksum, late: late, trailerAnnounced: announced)
         if request.contentLength == 0 { return .respond(receiver.finish()) }
         return .receiveBody(receiver)
+    }
+
+    /// A PATCH's `204`: where the upload stands.
+    static func finished(_ state: ResumableState) -> HTTPResponse {
+        var response = HTTPResponse(status: 204)
+        response.headers.add("Tus-Resumable", version)
+        response.headers.add("Upload-Offset", String(state.offset))
+        response.headers.add("Upload-Expires", HTTPDate.format(state.expires))
+        return response
     }
 
     private func session(_ id: String, _ context: RequestContext, at offset: Int64) throws -> ResumableSession {
@@ -240,12 +264,7 @@ final class ResumablePatchReceiver: HTTPBodyReceiver {
             ))
         }
         do {
-            let state = try session.finish(lateSHA256: late)
-            var response = HTTPResponse(status: 204)
-            response.headers.add("Tus-Resumable", ResumableHandlers.version)
-            response.headers.add("Upload-Offset", String(state.offset))
-            response.headers.add("Upload-Expires", HTTPDate.format(state.expires))
-            return response
+            return ResumableHandlers.finished(try session.finish(lateSHA256: late))
         } catch {
             return ErrorResponse.response(for: error)
         }

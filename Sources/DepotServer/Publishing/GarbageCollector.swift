@@ -17,8 +17,11 @@ struct GarbageCollector: Sendable {
     /// Returns the blobs removed (or, with `dryRun`, that would be) and their bytes.
     @discardableResult
     func collect(retention: TimeInterval, grace: TimeInterval, now: Date = Date(), dryRun: Bool = false) throws -> (blobs: [String], bytes: Int64) {
-        try releases.exclusively {
-            let needed = try releases.neededBlobs(retention: retention, now: now).union(finishing())
+        // Read before the lock (reading every upload's state under it would hold up publishes);
+        // a record written meanwhile names a blob being stored, which `inFlight` holds.
+        let recorded = finishing()
+        return try releases.exclusively {
+            let needed = try releases.neededBlobs(retention: retention, now: now).union(recorded)
             let stored = blobs.enumerate()
             return inFlight.holding { storing in
                 var removed: [String] = []

@@ -40,6 +40,10 @@ final class ResumableSession {
                 throw DepotError.conflict("offset_mismatch", "the upload moved on; ask for its offset again")
             }
             let file = try FileDescriptor(path: uploads.containerPath(id), flags: O_WRONLY)
+            // Shorter than its state says: bytes were lost (never grown back with zeros).
+            guard try file.size() >= current.containerLength else {
+                throw DepotError(.failure, "upload_damaged", "upload \(id) lost bytes it had recorded; start a new upload")
+            }
             try file.truncate(to: current.containerLength)
             try file.seek(to: current.containerLength)
             // Written back as it goes, so each commit's fsync has little left to wait for.
@@ -162,6 +166,9 @@ final class ResumableSession {
             try uploads.save(next)
             (state, received) = (next, 0)
         } catch {
+            // The record was written (its rename done) though the call failed after it: the
+            // container is the one it names, and stays whole for the next try.
+            if uploads.load(state.id, app: state.app)?.finishing != nil { throw error }
             // Refused (a checksum, a damaged zip) or failed: nothing of this request is recorded;
             // a refused pack removes the upload, a failure cuts the container back to the last commit.
             if error is SystemError || DepotError.storage(error).kind == .unavailable {
@@ -183,14 +190,22 @@ final class ResumableSession {
             state.finishing = nil
             try uploads.save(state)
         } catch {
-            // The object store is down: the bytes stay, and a PATCH with no body (or the next
-            // start) finishes the upload once it is back.
-            if DepotError.storage(error).kind == .unavailable { throw error }
-            uploads.remove(state.id)
+            // Refused (a release's base moved on, an allowance): the upload goes, as a refused
+            // publish does. Any other failure (the object store down or refusing, a disk error,
+            // the result not saved after the pack was staged) keeps the verified record: a PATCH
+            // with no body, or the next start, finishes it.
+            if ResumableSession.isRefusal(error) { uploads.remove(state.id) }
             throw error
         }
         publisher.logger.info("upload complete", metadata: ["app": .string(state.app), "pack": .string(state.pack), "upload": .string(state.id)])
         return state
+    }
+
+    /// Whether a publish failed because it was refused (the client's to fix), not because the
+    /// origin or its store failed.
+    static func isRefusal(_ error: any Error) -> Bool {
+        guard let error = error as? DepotError else { return false }
+        return [.invalid, .conflict, .unprocessable, .tooLarge, .forbidden].contains(error.kind)
     }
 
     /// The request ended early: keeps what arrived when `keepReceived` (a dropped connection),

@@ -147,39 +147,54 @@ final class ResumableUploads: Sendable {
     /// container stored and the pack staged (or released) as the request would have; a container
     /// already moved into the blob store is staged from the state's record. The store not
     /// answering leaves the upload for the next start (or the client's PATCH with no body); a
-    /// pack refused now goes as it would have in the request, unless the release it asked for is
-    /// already live (the crash came after it).
+    /// pack refused now goes as it would have in the request. Expired uploads are left to the sweep.
     func finishAfterCrash(_ id: String, publisher: Publisher, expiry: TimeInterval, now: Date = Date()) {
         guard let state = try? StoredJSON.read(ResumableState.self, from: statePath(id)), state.result == nil,
-              let finishing = state.finishing, state.expires > now else { return }
+              state.finishing != nil, state.expires > now else { return }
         let log = { (message: String, error: (any Error)?) in
             var metadata: Logger.Metadata = ["app": .string(state.app), "pack": .string(state.pack), "upload": .string(id)]
             if let error { metadata["error"] = .string("\(error)") }
             publisher.logger.notice(Logger.Message(stringLiteral: message), metadata: metadata)
         }
         do {
-            if !FileSystem.exists(containerPath(id)) {
-                var parameters = state.parameters
-                if let base = parameters.base, let live = try publisher.releases.current(state.app, channel: parameters.channel),
-                   live.version > base, live.manifest[pack: state.pack]?.sha256 == finishing.summary.sha256 {
-                    // The release this upload asked for was made before the crash: nothing to publish again.
-                    parameters.base = nil
-                }
-                guard let result = try publisher.restage(finishing.summary, installSize: finishing.installSize, for: parameters) else {
-                    log("upload lost after a crash: neither its container nor its blob is there", nil)
-                    remove(id)
-                    return
-                }
-                var finished = state
-                finished.publishResult = result
-                (finished.tail, finished.finishing) = ("", nil)
-                try save(finished)
-            } else {
+            if FileSystem.exists(containerPath(id)) {
                 try ResumableSession(claiming: id, app: state.app, at: nil, uploads: self, publisher: publisher, expiry: expiry).finish()
+            } else {
+                // (A request for it meanwhile is answered 409, busy: tus clients ask again.)
+                guard try withExclusiveAccess(id, { try restageMoved(id, app: state.app, publisher: publisher) }) != nil else { return }
             }
             log("upload finished after a crash", nil)
         } catch {
             log("upload could not be finished after a crash", error)
         }
+    }
+
+    /// An upload whose verified container already moved into the blob store (a crash came, or the
+    /// store could not answer at start-up): its pack staged (or released) from the state's record
+    /// and the result saved; nil when the upload is not in that state. The caller holds its claim.
+    /// A release this upload asked for with `base` that was made before the crash is not made again.
+    func restageMoved(_ id: String, app: String, publisher: Publisher) throws -> ResumableState? {
+        guard var state = load(id, app: app), state.result == nil, let finishing = state.finishing,
+              state.offset == state.length, !FileSystem.exists(containerPath(id)) else { return nil }
+        var parameters = state.parameters
+        if let base = parameters.base, let live = try publisher.releases.current(state.app, channel: parameters.channel),
+           live.version > base, live.manifest[pack: state.pack]?.sha256 == finishing.summary.sha256 {
+            parameters.base = nil
+        }
+        let result: PublishResult?
+        do {
+            result = try publisher.restage(finishing.summary, installSize: finishing.installSize, for: parameters)
+        } catch {
+            if ResumableSession.isRefusal(error) { remove(id) }
+            throw error
+        }
+        guard let result else {
+            remove(id)
+            throw DepotError(.failure, "upload_lost", "upload \(id): neither its container nor its blob is there any more; start a new upload")
+        }
+        state.publishResult = result
+        (state.tail, state.finishing) = ("", nil)
+        try save(state)
+        return state
     }
 }
