@@ -69,7 +69,10 @@ case "${1:-}" in
     done
     # Then the suites that load the whole machine or time themselves, alone (in the parallel run
     # they would make others' timing flaky, or be made flaky).
-    DEPOT_HEAVY_TESTS=1 swift test --disable-xctest --skip-build --filter 'LoadTests|HostileHTTPTests|TokenTimingTests|ConcurrentUploadTests|InstallStepTests|LargePatchTests|RolloutEndToEndTests|ClientCrashPointTests|OriginCrashPointTests|ExtensionCrashPointTests'
+    DEPOT_HEAVY_TESTS=1 swift test --disable-xctest --skip-build --filter 'LoadTests|HostileHTTPTests|TokenTimingTests|ConcurrentUploadTests|InstallStepTests|LargePatchTests|RolloutEndToEndTests'
+    # The power cuts at the crash points of every durable sequence (the kills ran in the parallel
+    # run), after the suites that time themselves: each crash point is a few processes.
+    DEPOT_HEAVY_TESTS=1 swift test --disable-xctest --skip-build --filter 'ClientCrashPointTests|OriginCrashPointTests|ExtensionCrashPointTests'
     # The suites that run the client again with the engine apps use, URLSession (FoundationNetworking
     # here): downloads, resumes, faulty proxies, the extension's flow, resumable publishing, edges.
     # (Not the TLS edge suite: FoundationNetworking takes no CA file and no --resolve.)
