@@ -43,13 +43,13 @@ enum CrashSeam {
     /// The kill tests run in the parallel suite (and with `DEPOT_CRASH_ALL=1`), the power cuts in the heavy one.
     static var killsEnabled: Bool { !HeavyTests.enabled || all }
 
-    /// CI's stride for kills: every crash point of a short sequence (up to 25), every fourth one
+    /// CI's stride for kills: every crash point of a short sequence (up to 25), every eighth one
     /// of a longer one, and its last (`DEPOT_CRASH_ALL=1` runs them all).
-    static func killStride(_ count: Int) -> Int { count > 25 ? 4 : 1 }
+    static func killStride(_ count: Int) -> Int { count > 25 ? 8 : 1 }
 
-    /// CI's stride for power cuts: every third point of a short sequence, every sixth of a
+    /// CI's stride for power cuts: every fourth point of a short sequence, every twelfth of a
     /// longer one, its last, and the exit.
-    static func powerStride(_ count: Int) -> Int { count > 25 ? 6 : 3 }
+    static func powerStride(_ count: Int) -> Int { count > 25 ? 12 : 4 }
 
     /// The power-cut modes run: every one with `DEPOT_CRASH_ALL=1`, else `lose` only.
     static var powerModes: [Mode] {
