@@ -114,7 +114,7 @@ final class ResumableSession {
     /// verified, checked pack (`finishing`), in one durable record written before the container
     /// moves into the blob store: a crash before it leaves the previous offset (the last bytes
     /// were never acknowledged), a crash after it leaves what start-up stages
-    /// (``ResumableUploads/finishAfterCrash(_:publisher:expiry:)``).
+    /// (``ResumableUploads/finishAfterCrash(_:publisher:expiry:now:)``).
     @discardableResult
     func finish(lateSHA256: String? = nil) throws -> ResumableState {
         defer { end() }

@@ -107,7 +107,7 @@ final class ResumableUploads: Sendable {
 
     /// Crash recovery: cuts each container back to what its state covers. Returns the uploads
     /// whose pack was verified and recorded (`finishing`) but not yet stored and staged (the crash
-    /// came in the request that finished them), for ``finishAfterCrash(_:publisher:expiry:)``.
+    /// came in the request that finished them), for ``finishAfterCrash(_:publisher:expiry:now:)``.
     func repair() -> [String] {
         var unfinished: [String] = []
         for name in FileSystem.contents(of: folder.uploads) where name.hasSuffix(".tus") {
