@@ -12,7 +12,7 @@
 #   fuzzing       every libFuzzer target for FUZZ_SECONDS (default 60) each
 # Suites run one after another (the load ones would make the others' timing flaky). Prints each
 # suite's figures and a summary; writes them to Deploy/reliability-results.txt (or $OUT).
-# About 45 minutes on 2 cores (the crash points, every one killed and cut three ways, are about 30 of them).
+# About 35 minutes on 2 cores (the crash points, every one killed and cut three ways, are about 20 of them).
 #   Deploy/reliability.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
