@@ -35,9 +35,10 @@ public final class DepotServer: Sendable {
     /// The base URL manifests point at.
     public var publicURL: String { origin.urls.base }
 
-    /// Writes the device reports counted so far now (the origin does it every second), and
-    /// runs the rollout guard on them.
-    public func flushReports() { origin.reports.flush() }
+    /// Counts the device reports accepted so far and writes them now, each day compacted to its
+    /// snapshot (`<day>.json`) and put in the bucket (the origin appends them to the day's log
+    /// every second), and runs the rollout guard on them.
+    public func flushReports() { origin.reports.flush(final: true) }
 
     /// Waits until the patches scheduled so far are made and released.
     public func waitForPatches() { origin.patchMaker?.waitUntilIdle() }

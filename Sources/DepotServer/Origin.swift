@@ -101,7 +101,7 @@ final class Origin: HTTPHandler {
         operations = OperationsHandlers(
             metrics: metrics, staticFiles: configuration.publicDirectory.map(StaticFiles.init(root:)), metricsToken: configuration.metricsToken
         )
-        reports = try ReportBook(folder: folder, releases: releases, mirror: mirror, logger: configuration.logger)
+        reports = try ReportBook(folder: folder, releases: releases, mirror: mirror, logger: configuration.logger, metrics: metrics)
         let rollouts = Rollouts(publisher: publisher, reports: reports)
         self.rollouts = rollouts
         // The writer's guard looks at the figures each time some were written here, and (with a
@@ -109,10 +109,19 @@ final class Origin: HTTPHandler {
         let readOnly = readOnly
         if !readOnly { reports.onFlushed { apps in rollouts.evaluate(apps) } }
         let (book, shared, appStore) = (reports, mirror != nil, apps)
-        reportWriter = ReportWriter { tick in
-            book.flush()
-            if shared && !readOnly && tick % 5 == 0 { rollouts.evaluate(appStore.list()) }
+        let evaluated = Mutex(ContinuousClock.now)
+        let writer = ReportWriter(interval: 0.25) {
+            book.tick()
+            guard shared && !readOnly else { return }
+            let due = evaluated.withLock { last -> Bool in
+                guard ContinuousClock.now - last >= .seconds(5) else { return false }
+                last = .now
+                return true
+            }
+            if due { rollouts.evaluate(appStore.list()) }
         }
+        reportWriter = writer
+        reports.onBacklog { writer.poke() }
         router = Router(
             routes: Router.originRoutes(
                 reads: ReadHandlers(
@@ -141,7 +150,7 @@ final class Origin: HTTPHandler {
     /// Stops the report timer and writes what it holds (at stop).
     func flushReports() {
         reportWriter.stop()
-        reports.flush()
+        reports.flush(final: true)
     }
 
     /// Releases the data folder for another process (at stop).

@@ -299,7 +299,8 @@ final class OriginCrashLab {
 
     func waitForReports() throws {
         for _ in 0..<600 {
-            if !FileSystem.contents(of: data + "/apps/\(app)/reports").filter({ $0.hasSuffix(".json") }).isEmpty { return }
+            // The day's log (appended every second) or its snapshot.
+            if !FileSystem.contents(of: data + "/apps/\(app)/reports").filter({ $0.hasSuffix(".json") || $0.hasSuffix(".log") }).isEmpty { return }
             usleep(50_000)
         }
         Issue.record("the report writer never wrote")

@@ -130,12 +130,16 @@ final class ReportReceiver: HTTPBodyReceiver {
             }
             do {
                 try book.accept(report, app: app)
-            } catch {
-                metrics.report(app: app, result: "unknown_revision")
+            } catch let error as DepotError {
+                metrics.report(app: app, result: error.code)
                 throw error
+            } catch let failure as HTTPFailure {
+                metrics.report(app: app, result: failure.status == 503 ? "shed" : failure.code)
+                throw failure
             }
-            metrics.report(app: app, result: "counted")
-            var response = HTTPResponse.bytes(Array("{\"counted\":true}\n".utf8), status: 202, contentType: "application/json")
+            metrics.report(app: app, result: "accepted")
+            // Accepted: counted by the writer within a second (the queue is bounded; see ReportBook).
+            var response = HTTPResponse.bytes(Array("{\"accepted\":true}\n".utf8), status: 202, contentType: "application/json")
             response.headers.add("Cache-Control", "no-store")
             return response
         } catch {

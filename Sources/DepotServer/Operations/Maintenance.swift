@@ -57,17 +57,20 @@ final class ReportWriter: Sendable {
     private let wake = DispatchSemaphore(value: 0)
     private let done = DispatchSemaphore(value: 0)
 
-    /// `pass` gets the number of the pass (1, 2, …).
-    init(_ pass: @escaping @Sendable (Int) -> Void) {
+    /// Runs `pass` every `interval` seconds, and at once when poked.
+    init(interval: Double = 1, _ pass: @escaping @Sendable () -> Void) {
         Thread.detachNewThread { [self] in
-            var tick = 0
-            while wake.wait(timeout: .now() + 1) == .timedOut && !stopped.withLock({ $0 }) {
-                tick += 1
-                pass(tick)
+            while true {
+                _ = wake.wait(timeout: .now() + interval)
+                if stopped.withLock({ $0 }) { break }
+                pass()
             }
             done.signal()
         }
     }
+
+    /// Runs a pass now (the report queue is filling up).
+    func poke() { wake.signal() }
 
     /// Stops the thread and waits for a pass in progress.
     func stop() {

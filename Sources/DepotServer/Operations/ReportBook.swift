@@ -93,47 +93,90 @@ struct DayFigures: Codable, Hashable, Sendable {
     }
 }
 
-/// Device reports, counted: each accepted report is added to today's figures of its app in
-/// memory, written (whole, atomically) to the data folder within a second, and — with object
-/// storage — to this origin's own object in the bucket, so that replicas accept reports and the
-/// writer sums every origin's. Days older than ``retentionDays`` are removed.
+/// Device reports, counted at a constant cost off the serving path.
 ///
-/// A report counts only when it is about what the app released: its channel exists, its
-/// release is one the origin made visible, and every pack revision it names is listed in that
-/// release (or its rollout). The number of distinct counts is therefore bounded by what the
-/// publishers released; a day holds at most ``maximumRows`` (more is refused with 429).
+/// A server thread only checks a report against what the app released (cached: no file is
+/// read per report) and puts it in a bounded queue; when the queue is full the report is shed
+/// with `503` and `Retry-After`. The writer thread (``tick(now:)``, four times a second) takes
+/// the queue and adds each report to its app's counts of the day in memory — hash lookups, no
+/// copy, whatever the day holds — and once a second appends what changed to the day's log
+/// (``ReportDayFile``) and fsyncs it; with object storage it puts this origin's whole day in
+/// the bucket at most every ``bucketInterval`` (and at stop), so that replicas accept reports
+/// and the writer sums every origin's. No lock a server thread takes is held while a report
+/// is counted or written. Days older than ``retentionDays`` are removed, here and in the bucket
+/// (every origin's: an origin that no longer runs leaves no object behind past the retention).
+///
+/// A report counts only when it is about what its channel served: the channel exists, its
+/// release is the one the channel serves now or one of the ``servedWindow`` before it that the
+/// channel served (published for it or promoted to it), and every pack revision it names is
+/// listed in that release (or its rollout). A day holds at most ``maximumRows`` counts: counts
+/// of the live release are always taken (they are bounded by what it lists, up to twice that),
+/// and new counts of older releases come from a bucket of ``newRowBurst`` that refills at
+/// ``maximumRows`` a day — no client fills a day in less than about a day.
+///
+/// The rollout guard's figures (``candidateFigures(_:now:)``) come from an index kept as reports
+/// are counted, plus each past day's sum computed once: the guard never re-reads past days.
 final class ReportBook: Sendable {
     static let retentionDays = 90
     static let maximumRows = 50_000
+    static let newRowBurst = 10_000
+    static let servedWindow = 16
+    /// The pack results the queue holds at most (about 100 bytes each).
+    static let queueLimit = 65_536
+    static let bucketInterval: Duration = .seconds(30)
 
     let folder: DataFolder
     let releases: ReleaseStore
     let mirror: ReleaseMirror?
     let originID: String
     let logger: Logger
-    /// Per app and day: the counts not yet superseded on disk, and whether they changed since the last write.
-    private struct Day {
-        var reports: [String: Int64]
-        var counts: [DayFigures.Key: (count: Int64, bytes: Int64)]
-        /// Bumped by every report; a write that began at another value leaves the day dirty.
-        var version = 0
-        var written = 0
-        var dirty: Bool { version != written }
+    let metrics: OriginMetrics?
+
+    /// One report waiting to be counted.
+    struct Item: Sendable {
+        var app: String
+        var report: DeviceReport
+        var day: String
+        /// The release the report's channel served when it was accepted.
+        var live: Int
+    }
+    private let queue = Mutex<(items: [Item], packs: Int)>(([], 0))
+    /// Called when the queue passes a quarter of its size (the writer takes it early).
+    private let wake: Mutex<(@Sendable () -> Void)?> = Mutex(nil)
+
+    /// One app's counts in memory: the days not yet compacted, the bucket of new rows.
+    private final class AppCounts {
+        var days: [String: ReportDay] = [:]
+        var newRows = Double(ReportBook.newRowBurst)
+        var refilled = ContinuousClock.now
+        var bucketPut: ContinuousClock.Instant?
     }
     private struct Book {
-        var days: [String: [String: Day]] = [:]
+        var apps: [String: AppCounts] = [:]
     }
+    /// Taken by the writer thread and by publisher routes (fleet, rollout status), never by a
+    /// server thread answering a report or a download.
     private let book = Mutex(Book())
-    /// Per app and release, the `pack@revision`s the release lists with the most bytes a device
-    /// can download for each (releases never change); at most ``listingLimit`` entries in all.
-    private let listed = Mutex<(entries: Int, byRelease: [String: [String: Int64]])>((0, [:]))
+    /// Serialises taking the queue and writing.
+    private let work = Mutex<(flushed: ContinuousClock.Instant, retention: String)>((.now, ""))
+
+    /// What a release lists (per `pack@revision`, the most bytes a device downloads for it) and
+    /// the channel it was published for; releases never change. At most ``listingLimit`` entries.
+    private struct Listing: Sendable {
+        var sizes: [String: Int64]
+        var channel: String
+    }
+    private let listed = Mutex<(entries: Int, byRelease: [String: Listing], promoted: Set<String>)>((0, [:], []))
     static let listingLimit = 200_000
+    /// The guard's sums over past days (which no longer change here), by rollout and day.
+    private let pastTallies = Mutex<[String: CandidateTally]>([:])
+    /// Other origins' day objects, by key, as last read (re-read when their size or date changes).
+    private let others = Mutex<[String: (size: Int64, modified: Date, day: ReportDay)]>([:])
     /// Told the apps whose figures were just written (the rollout guard).
     private let flushed: Mutex<(@Sendable ([String]) -> Void)?> = Mutex(nil)
-    private let writes = Mutex(())
 
-    init(folder: DataFolder, releases: ReleaseStore, mirror: ReleaseMirror?, logger: Logger) throws {
-        (self.folder, self.releases, self.mirror, self.logger) = (folder, releases, mirror, logger)
+    init(folder: DataFolder, releases: ReleaseStore, mirror: ReleaseMirror?, logger: Logger, metrics: OriginMetrics? = nil) throws {
+        (self.folder, self.releases, self.mirror, self.logger, self.metrics) = (folder, releases, mirror, logger, metrics)
         if let id = (try? FileSystem.readFile(folder.originID, limit: 64)).map({ String(decoding: $0, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines) }),
            id.utf8.count == 32, Hex.decode(id) != nil {
             originID = id
@@ -146,62 +189,67 @@ final class ReportBook: Sendable {
     /// Sets who is told after each write.
     func onFlushed(_ body: @escaping @Sendable ([String]) -> Void) { flushed.withLock { $0 = body } }
 
-    /// Checks `report` against what `app` released and counts it; throws ``DepotError`` (422) otherwise.
+    /// Sets who is called when the queue fills up (the writer's wake-up).
+    func onBacklog(_ body: @escaping @Sendable () -> Void) { wake.withLock { $0 = body } }
+
+    // MARK: accepting (server threads)
+
+    /// Checks `report` against what its channel served and queues it to be counted; throws
+    /// ``DepotError`` (422) for a report about something the channel did not serve, and
+    /// `503` with `Retry-After` when the queue is full.
     func accept(_ report: DeviceReport, app: String, now: Date = Date()) throws {
         // The channel's live release (cached: no file is read per report once it is known).
         guard let live = try releases.current(app, channel: report.channel) else {
             throw DepotError(.unprocessable, "unknown_channel", "app \(app) has no channel \(report.channel); the report was not counted")
         }
-        let listed = try listing(app, release: report.release)
+        guard report.release <= live.version, report.release > 0 else {
+            throw DepotError(.unprocessable, "unknown_release", "app \(app) has no release \(report.release) on channel \(report.channel); the report was not counted")
+        }
+        guard report.release >= live.version - Self.servedWindow else {
+            throw DepotError(.unprocessable, "release_not_served", "channel \(report.channel) of app \(app) serves release \(live.version); reports about release \(report.release) are no longer counted")
+        }
+        let listing = try listing(app, release: report.release)
+        guard report.release == live.version || served(listing, app: app, channel: report.channel, release: report.release) else {
+            throw DepotError(.unprocessable, "release_not_served", "channel \(report.channel) of app \(app) did not serve release \(report.release); the report was not counted")
+        }
         for pack in report.packs {
-            guard let most = listed["\(pack.id)@\(pack.revision)"] else {
+            guard let most = listing.sizes["\(pack.id)@\(pack.revision)"] else {
                 throw DepotError(.unprocessable, "unknown_revision", "release \(report.release) of app \(app) does not list revision \(pack.revision) of pack \(pack.id); the report was not counted")
             }
             guard pack.bytes <= most else {
                 throw DepotError(.unprocessable, "impossible_bytes", "pack \(pack.id) revision \(pack.revision) is \(most) bytes at most; the report was not counted")
             }
         }
-        let day = DayFigures.day(of: now)
-        // Reports about the release the channel serves now are counted even on a day already
-        // holding ``maximumRows`` counts (old releases' keys cannot crowd out the live one's).
-        try book.withLock { book in
-            // Loaded under the lock: a write of the day running meanwhile cannot be overtaken.
-            var entry = book.days[app]?[day] ?? {
-                let stored = (try? StoredJSON.read(DayFigures.self, from: path(app, day))) ?? DayFigures(day: day)
-                return Day(reports: stored.reports, counts: stored.byKey)
-            }()
-            let fresh = report.packs.filter { pack in entry.counts[key(report, pack)] == nil }.count
-            guard entry.counts.count + fresh <= Self.maximumRows || report.release == live.version && entry.counts.count + fresh <= 2 * Self.maximumRows else {
-                throw HTTPFailure(status: 429, code: "reports_full", message: "app \(app) has \(Self.maximumRows) distinct counts today; the report was not counted", headers: [("Retry-After", "3600")])
-            }
-            entry.reports[report.channel] = Self.adding(entry.reports[report.channel] ?? 0, 1)
-            for pack in report.packs {
-                let k = key(report, pack)
-                let before = entry.counts[k] ?? (0, 0)
-                entry.counts[k] = (Self.adding(before.count, 1), Self.adding(before.bytes, pack.bytes))
-            }
-            entry.version += 1
-            book.days[app, default: [:]][day] = entry
+        let item = Item(app: app, report: report, day: DayFigures.day(of: now), live: live.version)
+        let (queued, backlog) = queue.withLock { queue -> (Bool, Bool) in
+            guard queue.packs + report.packs.count <= Self.queueLimit else { return (false, false) }
+            queue.items.append(item)
+            queue.packs += report.packs.count
+            return (true, queue.packs >= Self.queueLimit / 4 && queue.packs - report.packs.count < Self.queueLimit / 4)
         }
+        guard queued else {
+            throw HTTPFailure(status: 503, code: "reports_busy", message: "the origin is counting too many reports; try again in a second", headers: [("Retry-After", "1")])
+        }
+        if backlog, let wake = wake.withLock({ $0 }) { wake() }
     }
 
-    /// A sum that stops at `Int64.max` rather than trapping: counts fed by strangers.
-    static func adding(_ a: Int64, _ b: Int64) -> Int64 {
-        let (sum, overflow) = a.addingReportingOverflow(b)
-        return overflow ? .max : sum
+    /// Whether `channel` served `release` (besides the live one): published for it, or signed
+    /// for it by a promotion (a file that appears once and stays; only its presence is cached).
+    private func served(_ listing: Listing, app: String, channel: String, release: Int) -> Bool {
+        if listing.channel == channel { return true }
+        let key = app + "\u{0}" + channel + "\u{0}\(release)"
+        if listed.withLock({ $0.promoted.contains(key) }) { return true }
+        guard FileSystem.exists(releases.signedCopyPath(app, channel: channel, release)) else { return false }
+        listed.withLock { cache in
+            if cache.promoted.count >= Self.listingLimit { cache.promoted = [] }
+            cache.promoted.insert(key)
+        }
+        return true
     }
 
-    private func key(_ report: DeviceReport, _ pack: DeviceReport.PackResult) -> DayFigures.Key {
-        DayFigures.Key(
-            channel: report.channel, release: report.release, pack: pack.id, revision: pack.revision, outcome: pack.outcome,
-            error: pack.outcome == .failed ? (pack.error ?? "other") : nil
-        )
-    }
-
-    /// The `pack@revision`s release `release` of `app` lists (its packs and its rollout's
-    /// candidates), each with the most bytes a device downloads for it (the container, or a
-    /// larger patch).
-    private func listing(_ app: String, release: Int) throws -> [String: Int64] {
+    /// What release `release` of `app` lists (its packs and its rollout's candidates), each with
+    /// the most bytes a device downloads for it (the container, or a larger patch).
+    private func listing(_ app: String, release: Int) throws -> Listing {
         let cacheKey = app + "\u{0}\(release)"
         if let known = listed.withLock({ $0.byRelease[cacheKey] }) { return known }
         guard let manifest = try releases.release(app, release)?.manifest else {
@@ -211,88 +259,263 @@ final class ReportBook: Sendable {
         for entry in manifest.allEntries {
             sizes["\(entry.id)@\(entry.revision)"] = max(entry.size, (entry.patches ?? []).map(\.size).max() ?? 0)
         }
+        let listing = Listing(sizes: sizes, channel: manifest.channel ?? ReleaseStore.production)
         listed.withLock { cache in
-            if cache.entries + sizes.count > Self.listingLimit { cache = (0, [:]) }
-            cache.byRelease[cacheKey] = sizes
+            if cache.entries + sizes.count > Self.listingLimit { (cache.entries, cache.byRelease) = (0, [:]) }
+            cache.byRelease[cacheKey] = listing
             cache.entries += sizes.count
         }
-        return sizes
+        return listing
     }
 
-    private func path(_ app: String, _ day: String) -> String { folder.reports(app) + "/" + day + ".json" }
+    /// A sum that stops at `Int64.max` rather than trapping: counts fed by strangers.
+    static func adding(_ a: Int64, _ b: Int64) -> Int64 {
+        let (sum, overflow) = a.addingReportingOverflow(b)
+        return overflow ? .max : sum
+    }
 
-    /// This origin's figures for a day: memory first, else its file.
-    private func own(_ app: String, _ day: String) -> DayFigures {
-        if let entry = book.withLock({ $0.days[app]?[day] }) {
-            return DayFigures(day: day, reports: entry.reports, counts: entry.counts)
+    // MARK: counting (the writer thread)
+
+    private static func key(_ report: DeviceReport, _ pack: DeviceReport.PackResult) -> DayFigures.Key {
+        DayFigures.Key(
+            channel: report.channel, release: report.release, pack: pack.id, revision: pack.revision, outcome: pack.outcome,
+            error: pack.outcome == .failed ? (pack.error ?? "other") : nil
+        )
+    }
+
+    private func counts(_ book: inout Book, _ app: String) -> AppCounts {
+        if let known = book.apps[app] { return known }
+        let made = AppCounts()
+        book.apps[app] = made
+        return made
+    }
+
+    /// Brings a day into memory (from its files) if it is not there.
+    private func ensure(_ counts: AppCounts, app: String, day: String) {
+        guard counts.days[day] == nil else { return }
+        counts.days[day] = ReportDayFile.load(folder: folder.reports(app), day: day) { aside in
+            metrics?.report(app: app, result: "unreadable_day")
+            logger.error("a day's report counts could not be read; the file was kept aside and that day counts again from zero", metadata: [
+                "app": .string(app), "day": .string(day), "file": .string(aside),
+            ])
         }
-        return (try? StoredJSON.read(DayFigures.self, from: path(app, day))) ?? DayFigures(day: day)
+    }
+
+    /// Counts what waits in the queue.
+    private func takeQueue() {
+        let items = queue.withLock { queue -> [Item] in
+            defer { queue = ([], 0) }
+            return queue.items
+        }
+        guard !items.isEmpty else { return }
+        let now = ContinuousClock.now
+        var full: [String: Int] = [:]
+        book.withLock { book in
+            for item in items {
+                let app = counts(&book, item.app)
+                ensure(app, app: item.app, day: item.day)
+                let keys = item.report.packs.map { Self.key(item.report, $0) }
+                var fresh = 0
+                for key in keys where app.days[item.day]?.counts[key] == nil { fresh += 1 }
+                if fresh > 0 {
+                    let rows = (app.days[item.day]?.counts.count ?? 0) + fresh
+                    if item.report.release == item.live {
+                        guard rows <= 2 * Self.maximumRows else { full[item.app, default: 0] += 1; continue }
+                    } else {
+                        let elapsed = now - app.refilled
+                        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+                        app.newRows = min(Double(Self.newRowBurst), app.newRows + seconds * Double(Self.maximumRows) / 86_400)
+                        app.refilled = now
+                        guard rows <= Self.maximumRows, app.newRows >= Double(fresh) else { full[item.app, default: 0] += 1; continue }
+                        app.newRows -= Double(fresh)
+                    }
+                }
+                app.days[item.day, default: ReportDay(day: item.day, file: .init(generation: 1, length: 0, snapshotBytes: 0))].addReport(channel: item.report.channel)
+                for (key, pack) in zip(keys, item.report.packs) {
+                    app.days[item.day, default: ReportDay(day: item.day, file: .init(generation: 1, length: 0, snapshotBytes: 0))].add(key, bytes: pack.bytes)
+                }
+            }
+        }
+        for (app, count) in full {
+            for _ in 0..<count { metrics?.report(app: app, result: "rows_full") }
+        }
+    }
+
+    /// The writer's pass: counts the queue; once a second (or with `force`) writes.
+    func tick(now: Date = Date()) {
+        let due = work.withLock { work -> Bool in
+            takeQueue()
+            return ContinuousClock.now - work.flushed >= .seconds(1)
+        }
+        if due { flush(now: now) }
+    }
+
+    /// Counts the queue, appends every day's changes to its log, compacts days that are over
+    /// (or whose log grew; every day with `final`), puts days in the bucket when due, removes
+    /// days past the retention, and tells the listener which apps were written.
+    func flush(now: Date = Date(), final: Bool = false) {
+        let written = work.withLock { work -> [String] in
+            takeQueue()
+            work.flushed = .now
+            let today = DayFigures.day(of: now)
+            var apps = Set<String>()
+            book.withLock { book in
+                for (app, counts) in book.apps {
+                    for day in counts.days.keys.sorted() {
+                        guard var entry = counts.days[day] else { continue }
+                        counts.days[day] = nil
+                        defer { counts.days[day] = entry }
+                        let folder = self.folder.reports(app)
+                        do {
+                            if entry.hasPending {
+                                try ReportDayFile.append(&entry, folder: folder)
+                                apps.insert(app)
+                            }
+                            if final || day != today || ReportDayFile.wantsCompaction(entry) { try ReportDayFile.compact(&entry, folder: folder) }
+                        } catch {
+                            logger.warning("could not write device reports", metadata: ["app": .string(app), "day": .string(day), "error": .string("\(error)")])
+                            continue
+                        }
+                        if let mirror, entry.bucketBehind, final || day != today || counts.bucketPut.map({ ContinuousClock.now - $0 >= Self.bucketInterval }) ?? true {
+                            do {
+                                try mirror.putReports(app, origin: originID, day: day, bytes: Array(StoredJSON.compact.encode(entry.figures)))
+                                entry.bucketBehind = false
+                                counts.bucketPut = .now
+                            } catch {
+                                logger.warning("could not put device reports in the object store", metadata: ["app": .string(app), "day": .string(day), "error": .string("\(error)")])
+                            }
+                        }
+                    }
+                    // A day that is over, written and in the bucket leaves memory.
+                    for (day, entry) in counts.days where day != today && !entry.hasPending && !entry.bucketBehind { counts.days[day] = nil }
+                }
+            }
+            if work.retention != today {
+                work.retention = today
+                removeExpired(now: now)
+            }
+            return apps.sorted()
+        }
+        if !written.isEmpty, let tell = flushed.withLock({ $0 }) { tell(written) }
+    }
+
+    /// Removes every app's days past the retention, here and this origin's in the bucket.
+    private func removeExpired(now: Date) {
+        let oldest = DayFigures.day(of: now.addingTimeInterval(-86_400 * Double(Self.retentionDays)))
+        for app in FileSystem.contents(of: folder.root + "/apps") where Identifier.isValidApp(app) {
+            for day in ReportDayFile.removeDays(before: oldest, folder: folder.reports(app)) {
+                try? mirror?.deleteReports(app, origin: originID, day: day)
+            }
+        }
+        pastTallies.withLock { tallies in tallies = tallies.filter { String($0.key.suffix(10)) >= oldest } }
+    }
+
+    // MARK: reading (the guard, publisher routes)
+
+    /// Counts what waits (so that a reader sees every report answered before it asked).
+    func settle() { work.withLock { _ in takeQueue() } }
+
+    /// This origin's figures for a day: memory first, else its files.
+    private func own(_ app: String, _ day: String) -> DayFigures {
+        if let entry = book.withLock({ $0.apps[app]?.days[day] }) { return entry.figures }
+        return ReportDayFile.read(folder: folder.reports(app), day: day).figures
     }
 
     /// Every origin's figures for `app`, one per day from `days - 1` days ago to today, oldest
     /// first: this origin's, plus (with object storage) every other origin's object in the bucket.
     func figures(_ app: String, days: Int, now: Date = Date()) -> [DayFigures] {
-        let wanted = (0..<max(1, min(days, Self.retentionDays))).reversed().map { DayFigures.day(of: now.addingTimeInterval(-86_400 * Double($0))) }
-        var others: [String: [DayFigures]] = [:]
-        if let mirror {
-            do {
-                for (day, bytes) in try mirror.reportObjects(app, days: Set(wanted), excluding: originID) {
-                    if let figures = try? StoredJSON.decoder.decode(DayFigures.self, from: Data(bytes)) { others[day, default: []].append(figures) }
-                }
-            } catch {
-                logger.warning("could not read other origins' reports from the object store", metadata: ["app": .string(app), "error": .string("\(error)")])
-            }
-        }
-        return wanted.map { day in DayFigures.sum([own(app, day)] + (others[day] ?? []), day: day) }
+        settle()
+        let wanted = Self.days(back: days, now: now)
+        let others = otherDays(app, days: Set(wanted), now: now)
+        return wanted.map { day in DayFigures.sum([own(app, day)] + (others[day] ?? []).map(\.figures), day: day) }
     }
 
-    /// Writes every day that changed (to its file, then to the bucket), removes days past the
-    /// retention (here and this origin's objects in the bucket), and tells the listener which
-    /// apps were written. A day stays in memory until a write of its latest counts succeeded.
-    func flush(now: Date = Date()) {
-        writes.withLock { _ in
-            let today = DayFigures.day(of: now)
-            let dirty: [(app: String, day: String, version: Int, figures: DayFigures)] = book.withLock { book in
-                var out: [(String, String, Int, DayFigures)] = []
-                for (app, days) in book.days {
-                    for (day, entry) in days {
-                        if entry.dirty {
-                            out.append((app, day, entry.version, DayFigures(day: day, reports: entry.reports, counts: entry.counts)))
-                        } else if day != today {
-                            // Written, and no longer today: its file has it.
-                            book.days[app]?[day] = nil
-                        }
+    static func days(back: Int, now: Date) -> [String] {
+        (0..<max(1, min(back, retentionDays))).reversed().map { DayFigures.day(of: now.addingTimeInterval(-86_400 * Double($0))) }
+    }
+
+    /// The guard's figures about a rollout's candidate: reports (not deferrals) on its channel
+    /// about releases from its `countingFrom`, failures among them, by kind — since the day it
+    /// started, on every origin. Today's come from the index kept as reports are counted; each
+    /// past day's sum is computed once.
+    func candidateFigures(_ record: RolloutRecord, now: Date = Date()) -> CandidateTally {
+        let back = Int(now.timeIntervalSince(record.startedAt) / 86_400) + 2
+        let wanted = Self.days(back: back, now: now)
+        let today = DayFigures.day(of: now)
+        let rollout = "\(record.app)\u{0}\(record.channel)\u{0}\(record.countingFrom)\u{0}" + record.candidates.map { "\($0.pack)@\($0.revision)" }.sorted().joined(separator: ",")
+        var total = CandidateTally()
+        for day in wanted {
+            if day == today {
+                let tally = book.withLock { book -> CandidateTally in
+                    let app = counts(&book, record.app)
+                    ensure(app, app: record.app, day: day)
+                    return app.days[day]?.tally(channel: record.channel, countingFrom: record.countingFrom, candidates: record.candidates) ?? CandidateTally()
+                }
+                total.add(tally)
+            } else if let tally = book.withLock({ $0.apps[record.app]?.days[day]?.tally(channel: record.channel, countingFrom: record.countingFrom, candidates: record.candidates) }) {
+                total.add(tally)
+            } else {
+                let key = rollout + "\u{0}" + day
+                if let known = pastTallies.withLock({ $0[key] }) {
+                    total.add(known)
+                } else {
+                    let tally = ReportDayFile.read(folder: folder.reports(record.app), day: day).tally(
+                        channel: record.channel, countingFrom: record.countingFrom, candidates: record.candidates
+                    )
+                    pastTallies.withLock { tallies in
+                        if tallies.count >= 100_000 { tallies = [:] }
+                        tallies[key] = tally
                     }
-                }
-                return out
-            }
-            var apps = Set<String>()
-            for item in dirty {
-                do {
-                    try FileSystem.createDirectory(folder.reports(item.app))
-                    try StoredJSON.write(item.figures, to: path(item.app, item.day))
-                    // Compact in the bucket: other origins read every object of the window.
-                    try mirror?.putReports(item.app, origin: originID, day: item.day, bytes: Array(StoredJSON.compact.encode(item.figures)))
-                    apps.insert(item.app)
-                    book.withLock { book in
-                        guard var entry = book.days[item.app]?[item.day] else { return }
-                        entry.written = item.version
-                        // Only today stays in memory once written.
-                        book.days[item.app]?[item.day] = entry.dirty || item.day == today ? entry : nil
-                    }
-                } catch {
-                    logger.warning("could not write device reports", metadata: ["app": .string(item.app), "day": .string(item.day), "error": .string("\(error)")])
+                    total.add(tally)
                 }
             }
-            guard !apps.isEmpty else { return }
-            let oldest = DayFigures.day(of: now.addingTimeInterval(-86_400 * Double(Self.retentionDays)))
-            for app in apps {
-                for name in FileSystem.contents(of: folder.reports(app)) where name.hasSuffix(".json") && String(name.dropLast(5)) < oldest {
-                    FileSystem.remove(folder.reports(app) + "/" + name)
-                    try? mirror?.deleteReports(app, origin: originID, day: String(name.dropLast(5)))
-                }
-            }
-            if let tell = flushed.withLock({ $0 }) { tell(apps.sorted()) }
         }
+        for (_, days) in otherDays(record.app, days: Set(wanted), now: now) {
+            for day in days { total.add(day.tally(channel: record.channel, countingFrom: record.countingFrom, candidates: record.candidates)) }
+        }
+        return total
+    }
+
+    /// Other origins' days of `app` in the bucket, by day: read again only when an object
+    /// changed (size or date); objects past the retention — of any origin, running or not — are
+    /// removed.
+    private func otherDays(_ app: String, days: Set<String>, now: Date) -> [String: [ReportDay]] {
+        guard let mirror else { return [:] }
+        let oldest = DayFigures.day(of: now.addingTimeInterval(-86_400 * Double(Self.retentionDays)))
+        var out: [String: [ReportDay]] = [:]
+        do {
+            var seen = Set<String>()
+            for object in try mirror.reportObjects(app, excluding: originID) {
+                if object.day < oldest {
+                    do { try mirror.deleteReportObject(object.key) } catch {
+                        logger.warning("could not remove an expired report object", metadata: ["key": .string(object.key), "error": .string("\(error)")])
+                    }
+                    continue
+                }
+                seen.insert(object.key)
+                guard days.contains(object.day) else { continue }
+                if let known = others.withLock({ $0[object.key] }), known.size == object.size, known.modified == object.modified {
+                    out[object.day, default: []].append(known.day)
+                    continue
+                }
+                do {
+                    let figures = try StoredJSON.decoder.decode(DayFigures.self, from: Data(mirror.reportObject(object.key)))
+                    var day = ReportDay(day: object.day, file: .init(generation: 1, length: 0, snapshotBytes: 0))
+                    for (channel, count) in figures.reports { day.loadReports(channel, count) }
+                    for row in figures.rows { day.load(row.key, ReportCounts(count: row.count, bytes: row.bytes)) }
+                    others.withLock { $0[object.key] = (object.size, object.modified, day) }
+                    out[object.day, default: []].append(day)
+                } catch {
+                    logger.warning("could not read another origin's reports", metadata: ["key": .string(object.key), "error": .string("\(error)")])
+                }
+            }
+            // Forget objects of this app no longer listed.
+            others.withLock { cache in
+                for key in cache.keys where key.hasPrefix("apps/\(app)/reports/") && !seen.contains(key) { cache[key] = nil }
+            }
+        } catch {
+            logger.warning("could not read other origins' reports from the object store", metadata: ["app": .string(app), "error": .string("\(error)")])
+        }
+        return out
     }
 }

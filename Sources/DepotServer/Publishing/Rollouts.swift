@@ -273,8 +273,9 @@ final class Rollouts: Sendable {
     }
 
     private func status(_ record: RolloutRecord) -> RolloutStatus {
-        let days = Int(Date().timeIntervalSince(record.startedAt) / 86_400) + 2
-        let (reports, failures, byKind) = record.candidateFigures(self.reports.figures(record.app, days: days))
+        self.reports.settle()
+        let tally = self.reports.candidateFigures(record)
+        let (reports, failures, byKind) = (tally.reports, tally.failures, tally.byKind)
         return RolloutStatus(
             app: record.app, channel: record.channel, state: record.state, release: record.release, baseRelease: record.baseRelease, fraction: record.fraction,
             manifest: (try? releases.current(record.app, channel: record.channel)?.version) ?? 0, candidates: record.candidates, removed: record.removed,
@@ -300,8 +301,8 @@ final class Rollouts: Sendable {
                 }
                 guard let record = found, record.state == .running,
                       let rate = record.haltOnFailureRate, let minimum = record.minReports else { continue }
-                let days = Int(Date().timeIntervalSince(record.startedAt) / 86_400) + 2
-                let (reports, failures, _) = record.candidateFigures(self.reports.figures(app, days: days))
+                let tally = self.reports.candidateFigures(record)
+                let (reports, failures) = (tally.reports, tally.failures)
                 guard reports >= Int64(minimum), Double(failures) > rate * Double(reports) else { continue }
                 let trigger = RolloutRecord.Trigger(reports: reports, failures: failures, failureRate: Double(failures) / Double(reports), at: Date())
                 do {

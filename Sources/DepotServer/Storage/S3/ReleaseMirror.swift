@@ -111,22 +111,34 @@ final class ReleaseMirror: Sendable {
         _ = try client.call("DELETE", key: Self.reportKey(app, origin: origin, day: day))
     }
 
-    /// The other origins' figures of `days`, each object's bytes with its day. An object that
-    /// cannot be read is skipped (and logged), not the others with it.
-    func reportObjects(_ app: String, days: Set<String>, excluding origin: String) throws -> [(day: String, bytes: [UInt8])] {
-        var out: [(day: String, bytes: [UInt8])] = []
-        for object in try bucket.list(prefix: "apps/\(app)/reports/") {
+    /// One origin's day object in the bucket.
+    struct ReportObject: Sendable {
+        var key: String
+        var origin: String
+        var day: String
+        var size: Int64
+        var modified: Date
+    }
+
+    /// The other origins' day objects of `app` (listed, not read).
+    func reportObjects(_ app: String, excluding origin: String) throws -> [ReportObject] {
+        try bucket.list(prefix: "apps/\(app)/reports/").compactMap { object in
             let parts = object.key.split(separator: "/")
-            guard parts.count == 5, parts[3] != origin, parts[4].hasSuffix(".json") else { continue }
+            guard parts.count == 5, parts[3] != origin, parts[4].hasSuffix(".json") else { return nil }
             let day = String(parts[4].dropLast(5))
-            guard days.contains(day) else { continue }
-            do {
-                out.append((day, try S3Client.check(client.call("GET", key: object.key, limit: 32 << 20), "reading \(object.key)").body))
-            } catch {
-                logger.warning("could not read another origin's reports", metadata: ["key": .string(object.key), "error": .string("\(error)")])
-            }
+            guard DayFigures.isDay(day) else { return nil }
+            return ReportObject(key: object.key, origin: String(parts[3]), day: day, size: object.size, modified: object.modified)
         }
-        return out
+    }
+
+    /// One day object's bytes (at most 32 MiB).
+    func reportObject(_ key: String) throws -> [UInt8] {
+        try S3Client.check(client.call("GET", key: key, limit: 32 << 20), "reading \(key)").body
+    }
+
+    /// Removes a day object (any origin's, past the retention).
+    func deleteReportObject(_ key: String) throws {
+        _ = try client.call("DELETE", key: key)
     }
 
     // MARK: replica

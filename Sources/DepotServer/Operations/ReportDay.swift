@@ -1,0 +1,280 @@
+import DepotCore
+import Foundation
+
+/// One count's totals.
+struct ReportCounts: Hashable, Sendable {
+    var count: Int64 = 0
+    var bytes: Int64 = 0
+
+    mutating func add(count: Int64, bytes: Int64) {
+        self.count = ReportBook.adding(self.count, count)
+        self.bytes = ReportBook.adding(self.bytes, bytes)
+    }
+}
+
+/// What the rollout guard sums about a candidate: reports that are not deferrals, the failures
+/// among them, and the failures by kind.
+struct CandidateTally: Hashable, Sendable {
+    var reports: Int64 = 0
+    var failures: Int64 = 0
+    var byKind: [String: Int64] = [:]
+
+    mutating func add(_ key: DayFigures.Key, count: Int64) {
+        guard key.outcome != .deferred else { return }
+        reports = ReportBook.adding(reports, count)
+        if key.outcome == .failed {
+            failures = ReportBook.adding(failures, count)
+            byKind[key.error ?? "other", default: 0] = ReportBook.adding(byKind[key.error ?? "other", default: 0], count)
+        }
+    }
+
+    mutating func add(_ other: CandidateTally) {
+        reports = ReportBook.adding(reports, other.reports)
+        failures = ReportBook.adding(failures, other.failures)
+        byKind.merge(other.byKind, uniquingKeysWith: ReportBook.adding)
+    }
+}
+
+/// One app's counts of one day in memory, as the writer thread keeps them: the totals, what
+/// changed since the last append to the day's log, and an index by channel and pack revision
+/// that the rollout guard reads without walking the rows. Adding a report costs the same
+/// whatever the day already holds (hash lookups, no copy).
+struct ReportDay: Sendable {
+    let day: String
+    var reports: [String: Int64] = [:]
+    var counts: [DayFigures.Key: ReportCounts] = [:]
+    /// Per `channel \0 pack@revision`, per release: what the guard sums.
+    var byCandidate: [String: [Int: CandidateTally]] = [:]
+    /// What changed since the last append (deltas).
+    var pendingReports: [String: Int64] = [:]
+    var pendingCounts: [DayFigures.Key: ReportCounts] = [:]
+    /// Whether the bucket's copy is behind.
+    var bucketBehind = false
+    var file: ReportDayFile.Cursor
+
+    init(day: String, file: ReportDayFile.Cursor) {
+        (self.day, self.file) = (day, file)
+    }
+
+    static func candidateKey(channel: String, pack: String, revision: Int) -> String { channel + "\u{0}" + pack + "@\(revision)" }
+
+    /// Adds a total read back from disk (not pending).
+    mutating func load(_ key: DayFigures.Key, _ value: ReportCounts) {
+        counts[key, default: ReportCounts()].add(count: value.count, bytes: value.bytes)
+        byCandidate[Self.candidateKey(channel: key.channel, pack: key.pack, revision: key.revision), default: [:]][key.release, default: CandidateTally()].add(key, count: value.count)
+    }
+
+    mutating func loadReports(_ channel: String, _ count: Int64) {
+        reports[channel] = ReportBook.adding(reports[channel] ?? 0, count)
+    }
+
+    /// Adds one report's counts.
+    mutating func add(_ key: DayFigures.Key, bytes: Int64) {
+        load(key, ReportCounts(count: 1, bytes: bytes))
+        pendingCounts[key, default: ReportCounts()].add(count: 1, bytes: bytes)
+        bucketBehind = true
+    }
+
+    mutating func addReport(channel: String) {
+        loadReports(channel, 1)
+        pendingReports[channel] = ReportBook.adding(pendingReports[channel] ?? 0, 1)
+        bucketBehind = true
+    }
+
+    var hasPending: Bool { !pendingCounts.isEmpty || !pendingReports.isEmpty }
+
+    /// The day as the API and the files show it (sorted rows).
+    var figures: DayFigures {
+        DayFigures(day: day, reports: reports, counts: counts.mapValues { ($0.count, $0.bytes) })
+    }
+
+    /// The guard's sum over this day.
+    func tally(channel: String, countingFrom: Int, candidates: [RolloutRecord.Candidate]) -> CandidateTally {
+        var out = CandidateTally()
+        for candidate in candidates {
+            for (release, tally) in byCandidate[Self.candidateKey(channel: channel, pack: candidate.pack, revision: candidate.revision)] ?? [:] where release >= countingFrom {
+                out.add(tally)
+            }
+        }
+        return out
+    }
+}
+
+/// A day's counts on disk, in `apps/<app>/reports/`: a snapshot `<day>.json` (the day's
+/// figures, plus `"log": g`, the last log generation it includes) and append-only logs
+/// `<day>.<g>.log`, one JSON line per changed count (a delta). Each second the writer appends
+/// the deltas of what changed and fsyncs: the cost follows what changed, not what the day
+/// holds. When a log grows past the snapshot's size (or the day ends, or the origin stops), the
+/// day is compacted: a new snapshot naming the log's generation is written atomically, then the
+/// logs it includes are removed. A crash anywhere leaves either the old snapshot and its logs or
+/// the new snapshot (logs it includes are ignored); a line cut short by a crash is skipped and
+/// cut off before the next append.
+enum ReportDayFile {
+    /// Where the next append goes.
+    struct Cursor: Sendable {
+        /// The generation of the log appended to (one past the snapshot's when none was begun).
+        var generation: Int
+        /// The bytes of that log that hold whole lines (0 when it does not exist yet).
+        var length: Int64
+        /// The bytes of the snapshot, to decide when to compact.
+        var snapshotBytes: Int64
+    }
+
+    /// One line of a log: a count's delta (`pack` set) or a channel's reports' delta.
+    struct Line: Codable {
+        var channel: String
+        var reports: Int64?
+        var release: Int?
+        var pack: String?
+        var revision: Int?
+        var outcome: DeviceReport.Outcome?
+        var error: String?
+        var count: Int64?
+        var bytes: Int64?
+    }
+
+    private struct SnapshotMark: Decodable { var log: Int? }
+
+    static func snapshotPath(_ folder: String, _ day: String) -> String { folder + "/" + day + ".json" }
+    static func logPath(_ folder: String, _ day: String, _ generation: Int) -> String { folder + "/" + day + ".\(generation).log" }
+
+    /// The generations of a day's logs in `names`.
+    static func logGenerations(_ names: [String], day: String) -> [Int] {
+        names.compactMap { name -> Int? in
+            guard name.hasPrefix(day + "."), name.hasSuffix(".log") else { return nil }
+            return Int(name.dropFirst(day.count + 1).dropLast(4))
+        }.sorted()
+    }
+
+    /// Reads a day back: the snapshot, then every log past it. An unreadable snapshot is moved
+    /// aside (`<day>.json.unreadable`, never overwritten) and reported through `unreadable`;
+    /// counting goes on from the logs.
+    static func load(folder: String, day: String, unreadable: (String) -> Void) -> ReportDay {
+        load(folder: folder, day: day, moveAside: true, unreadable: unreadable)
+    }
+
+    /// Reads a day back and changes nothing (an unreadable snapshot counts as empty).
+    static func read(folder: String, day: String) -> ReportDay {
+        load(folder: folder, day: day, moveAside: false) { _ in }
+    }
+
+    private static func load(folder: String, day: String, moveAside: Bool, unreadable: (String) -> Void) -> ReportDay {
+        let snapshot = snapshotPath(folder, day)
+        var figures = DayFigures(day: day)
+        var through = 0
+        var snapshotBytes: Int64 = 0
+        if let bytes = try? FileSystem.readFile(snapshot, limit: 256 << 20) {
+            if let read = try? StoredJSON.decoder.decode(DayFigures.self, from: Data(bytes)),
+               let mark = try? StoredJSON.decoder.decode(SnapshotMark.self, from: Data(bytes)) {
+                figures = read
+                through = mark.log ?? 0
+                snapshotBytes = Int64(bytes.count)
+            } else if moveAside {
+                let aside = snapshot + ".unreadable"
+                try? FileSystem.durableRename(snapshot, to: aside)
+                unreadable(aside)
+            }
+        }
+        var day = ReportDay(day: day, file: Cursor(generation: through + 1, length: 0, snapshotBytes: snapshotBytes))
+        for (channel, count) in figures.reports { day.loadReports(channel, count) }
+        for row in figures.rows { day.load(row.key, ReportCounts(count: row.count, bytes: row.bytes)) }
+        for generation in logGenerations(FileSystem.contents(of: folder), day: day.day) where generation > through {
+            guard let bytes = try? FileSystem.readFile(logPath(folder, day.day, generation), limit: 1 << 30) else { continue }
+            var whole = 0
+            var start = 0
+            for (index, byte) in bytes.enumerated() where byte == 10 {
+                defer { start = index + 1 }
+                guard let line = try? StoredJSON.decoder.decode(Line.self, from: Data(bytes[start..<index])) else { continue }
+                apply(line, to: &day)
+                whole = index + 1
+            }
+            if whole < start { whole = start }
+            day.file = Cursor(generation: generation, length: Int64(whole), snapshotBytes: snapshotBytes)
+        }
+        return day
+    }
+
+    private static func apply(_ line: Line, to day: inout ReportDay) {
+        if let reports = line.reports, reports >= 0 {
+            guard Identifier.isValidChannel(line.channel) else { return }
+            day.loadReports(line.channel, reports)
+            return
+        }
+        guard let release = line.release, let pack = line.pack, let revision = line.revision, let outcome = line.outcome,
+              let count = line.count, let bytes = line.bytes, count >= 0, bytes >= 0 else { return }
+        let key = DayFigures.Key(channel: line.channel, release: release, pack: pack, revision: revision, outcome: outcome, error: line.error)
+        day.load(key, ReportCounts(count: count, bytes: bytes))
+    }
+
+    /// Appends what changed since the last append to the day's log and fsyncs it; the pending
+    /// deltas are cleared only once that succeeded.
+    static func append(_ day: inout ReportDay, folder: String) throws {
+        guard day.hasPending else { return }
+        var out: [UInt8] = []
+        for (channel, count) in day.pendingReports.sorted(by: { $0.key < $1.key }) {
+            out += try StoredJSON.compact.encode(Line(channel: channel, reports: count)) + [10]
+        }
+        for (key, value) in day.pendingCounts {
+            out += try StoredJSON.compact.encode(Line(
+                channel: key.channel, release: key.release, pack: key.pack, revision: key.revision, outcome: key.outcome, error: key.error,
+                count: value.count, bytes: value.bytes
+            )) + [10]
+        }
+        let path = logPath(folder, day.day, day.file.generation)
+        let fresh = !FileSystem.exists(path)
+        if fresh { try FileSystem.createDirectory(folder) }
+        let file = try FileDescriptor(path: path, flags: O_WRONLY | O_CREAT | O_CLOEXEC, mode: 0o644)
+        defer { try? file.close() }
+        // Whatever a crash left past the last whole line goes first.
+        if !fresh, try file.size() != day.file.length { try file.truncate(to: day.file.length) }
+        try file.seek(to: day.file.length)
+        try file.write(out)
+        try file.sync()
+        if fresh { try FileSystem.syncDirectory(folder) }
+        day.file.length += Int64(out.count)
+        day.pendingReports = [:]
+        day.pendingCounts = [:]
+    }
+
+    /// Whether the log has grown enough that a compaction pays.
+    static func wantsCompaction(_ day: ReportDay) -> Bool {
+        day.file.length > max(1 << 20, 2 * day.file.snapshotBytes)
+    }
+
+    /// Writes the day's whole figures as the snapshot that includes every log up to the one
+    /// appended to, then removes those logs; the next append begins a new generation. Call
+    /// right after ``append(_:folder:)`` (nothing pending).
+    static func compact(_ day: inout ReportDay, folder: String) throws {
+        guard !day.hasPending else { return }
+        let generation = day.file.length > 0 || FileSystem.exists(logPath(folder, day.day, day.file.generation)) ? day.file.generation : day.file.generation - 1
+        struct Snapshot: Encodable {
+            var figures: DayFigures
+            var log: Int
+            func encode(to encoder: any Encoder) throws {
+                try figures.encode(to: encoder)
+                enum Keys: String, CodingKey { case log }
+                var container = encoder.container(keyedBy: Keys.self)
+                try container.encode(log, forKey: .log)
+            }
+        }
+        let bytes = Array(try StoredJSON.encoder.encode(Snapshot(figures: day.figures, log: generation))) + [10]
+        try FileSystem.createDirectory(folder)
+        try FileSystem.writeAtomically(bytes, to: snapshotPath(folder, day.day))
+        for old in logGenerations(FileSystem.contents(of: folder), day: day.day) where old <= generation {
+            FileSystem.remove(logPath(folder, day.day, old))
+        }
+        day.file = Cursor(generation: generation + 1, length: 0, snapshotBytes: Int64(bytes.count))
+    }
+
+    /// Removes every file of days before `oldest`; returns those days.
+    static func removeDays(before oldest: String, folder: String) -> Set<String> {
+        var days = Set<String>()
+        for name in FileSystem.contents(of: folder) {
+            let day = String(name.prefix(10))
+            guard DayFigures.isDay(day), day < oldest, name.count > 10, name.utf8[name.utf8.index(name.utf8.startIndex, offsetBy: 10)] == UInt8(ascii: ".") else { continue }
+            FileSystem.remove(folder + "/" + name)
+            days.insert(day)
+        }
+        return days
+    }
+}
