@@ -26,7 +26,7 @@ final class Origin: HTTPHandler {
     let rollouts: Rollouts
     /// Hot blobs' answers, made once.
     let answers: BlobResponses
-    private let reportWriter: ReportWriter
+    let reportWriter: ReportWriter
     private let router: Router
     let metrics: OriginMetrics
     private let accessLog: AccessLog
@@ -110,8 +110,16 @@ final class Origin: HTTPHandler {
         if !readOnly { reports.onFlushed { apps in rollouts.evaluate(apps) } }
         let (book, shared, appStore) = (reports, mirror != nil, apps)
         let evaluated = Mutex(ContinuousClock.now)
+        let swept = Mutex(ContinuousClock.now)
         let writer = ReportWriter(interval: 0.25) {
             book.tick()
+            // Kept blob answers whose file was removed by hand let go of its descriptor.
+            let sweep = swept.withLock { last -> Bool in
+                guard ContinuousClock.now - last >= .seconds(5) else { return false }
+                last = .now
+                return true
+            }
+            if sweep { answers.sweepRemoved() }
             guard shared && !readOnly else { return }
             let due = evaluated.withLock { last -> Bool in
                 guard ContinuousClock.now - last >= .seconds(5) else { return false }

@@ -33,7 +33,11 @@ public enum ZipPack {
             try check(entry)
             try layout.add(entry)
             if entry.type == .file {
-                contents.installSize += Int64(clamping: entry.uncompressedSize)
+                // A directory may declare any sizes (ZIP64: up to 2⁶⁴ - 1 each): their sum must
+                // not trap the reader. No real pack unpacks to 8 EiB.
+                let (sum, overflow) = contents.installSize.addingReportingOverflow(Int64(clamping: entry.uncompressedSize))
+                guard !overflow else { throw .damaged("the entries' declared sizes add up to more than 2⁶³ - 1 bytes") }
+                contents.installSize = sum
                 contents.files += 1
             }
         }

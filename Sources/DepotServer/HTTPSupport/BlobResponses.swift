@@ -161,6 +161,20 @@ final class BlobResponses: Sendable {
         _ = dropped  // Released here, outside the lock.
     }
 
+    /// Drops the kept answers whose file is no longer the one on disk (removed or replaced by
+    /// hand, not through the store): a request would find out, but a blob nobody asks for again
+    /// would keep its descriptor — and its disk space — until evicted. The origin's writer
+    /// thread calls it every few seconds; it costs one `fstatat` per kept descriptor. Returns
+    /// how many blobs it dropped.
+    @discardableResult
+    func sweepRemoved() -> Int {
+        let kept = state.withLock { state in state.entries.filter { !$0.value.inMemory }.map { ($0.key.sha256, $0.value.stamp) } }
+        var gone = Set<String>()
+        for (sha256, stamp) in kept where self.stamp(sha256) != stamp { gone.insert(sha256) }
+        for sha256 in gone { drop(sha256, bump: false) }
+        return gone.count
+    }
+
     /// Answers kept, bytes counted and descriptors open, for tests and the figures.
     var figures: (answers: Int, memory: Int, files: Int) { state.withLock { ($0.entries.count, $0.memory, $0.files) } }
 

@@ -101,7 +101,8 @@ struct DayFigures: Codable, Hashable, Sendable {
 /// the queue and adds each report to its app's counts of the day in memory — hash lookups, no
 /// copy, whatever the day holds — and once a second appends what changed to the day's log
 /// (``ReportDayFile``) and fsyncs it; with object storage it puts this origin's whole day in
-/// the bucket at most every ``bucketInterval`` (and at stop), so that replicas accept reports
+/// the bucket at most every ``bucketInterval`` (or twenty times as long as the last put took;
+/// and at stop), so that replicas accept reports
 /// and the writer sums every origin's. No lock a server thread takes is held while a report
 /// is counted or written. Days older than ``retentionDays`` are removed, here and in the bucket
 /// (every origin's: an origin that no longer runs leaves no object behind past the retention).
@@ -111,19 +112,24 @@ struct DayFigures: Codable, Hashable, Sendable {
 /// channel served (published for it or promoted to it), and every pack revision it names is
 /// listed in that release (or its rollout). A day holds at most ``maximumRows`` counts: counts
 /// of the live release are always taken (they are bounded by what it lists, up to twice that),
-/// and new counts of older releases come from a bucket of ``newRowBurst`` that refills at
-/// ``maximumRows`` a day — no client fills a day in less than about a day.
+/// and new counts of older releases come from a bucket of ``newRowBurst`` (10,000) that refills
+/// at ``newRowsPerDay`` (``maximumRows``) a day — no client fills a day in less than about a day.
 ///
 /// The rollout guard's figures (``candidateFigures(_:now:)``) come from an index kept as reports
 /// are counted, plus each past day's sum computed once: the guard never re-reads past days.
 final class ReportBook: Sendable {
     static let retentionDays = 90
     static let maximumRows = 50_000
-    static let newRowBurst = 10_000
+    /// New counts of releases other than the live one an app's day may gain at once, and per
+    /// day after that (a token bucket per app).
+    let newRowBurst: Int
+    let newRowsPerDay: Int
     static let servedWindow = 16
     /// The pack results the queue holds at most (about 100 bytes each).
     static let queueLimit = 65_536
-    static let bucketInterval: Duration = .seconds(30)
+    /// The shortest time between two puts of an app's day in the bucket; a put that took long
+    /// waits twenty times its length before the next (at most 5% of the writer's time).
+    static let bucketInterval: Duration = .seconds(5)
 
     let folder: DataFolder
     let releases: ReleaseStore
@@ -147,9 +153,11 @@ final class ReportBook: Sendable {
     /// One app's counts in memory: the days not yet compacted, the bucket of new rows.
     private final class AppCounts {
         var days: [String: ReportDay] = [:]
-        var newRows = Double(ReportBook.newRowBurst)
+        var newRows: Double
+        init(newRows: Int) { self.newRows = Double(newRows) }
         var refilled = ContinuousClock.now
-        var bucketPut: ContinuousClock.Instant?
+        /// When the next put of a day in the bucket may go.
+        var bucketDue = ContinuousClock.now
     }
     private struct Book {
         var apps: [String: AppCounts] = [:]
@@ -175,8 +183,12 @@ final class ReportBook: Sendable {
     /// Told the apps whose figures were just written (the rollout guard).
     private let flushed: Mutex<(@Sendable ([String]) -> Void)?> = Mutex(nil)
 
-    init(folder: DataFolder, releases: ReleaseStore, mirror: ReleaseMirror?, logger: Logger, metrics: OriginMetrics? = nil) throws {
+    init(
+        folder: DataFolder, releases: ReleaseStore, mirror: ReleaseMirror?, logger: Logger, metrics: OriginMetrics? = nil,
+        newRowBurst: Int = 10_000, newRowsPerDay: Int = ReportBook.maximumRows
+    ) throws {
         (self.folder, self.releases, self.mirror, self.logger, self.metrics) = (folder, releases, mirror, logger, metrics)
+        (self.newRowBurst, self.newRowsPerDay) = (newRowBurst, newRowsPerDay)
         if let id = (try? FileSystem.readFile(folder.originID, limit: 64)).map({ String(decoding: $0, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines) }),
            id.utf8.count == 32, Hex.decode(id) != nil {
             originID = id
@@ -285,7 +297,7 @@ final class ReportBook: Sendable {
 
     private func counts(_ book: inout Book, _ app: String) -> AppCounts {
         if let known = book.apps[app] { return known }
-        let made = AppCounts()
+        let made = AppCounts(newRows: newRowBurst)
         book.apps[app] = made
         return made
     }
@@ -323,9 +335,9 @@ final class ReportBook: Sendable {
                         guard rows <= 2 * Self.maximumRows else { full[item.app, default: 0] += 1; continue }
                     } else {
                         let elapsed = now - app.refilled
-                        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-                        app.newRows = min(Double(Self.newRowBurst), app.newRows + seconds * Double(Self.maximumRows) / 86_400)
-                        app.refilled = now
+                        let seconds = max(0, Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)
+                        app.newRows = min(Double(newRowBurst), app.newRows + seconds * Double(newRowsPerDay) / 86_400)
+                        app.refilled = max(app.refilled, now)
                         guard rows <= Self.maximumRows, app.newRows >= Double(fresh) else { full[item.app, default: 0] += 1; continue }
                         app.newRows -= Double(fresh)
                     }
@@ -376,11 +388,12 @@ final class ReportBook: Sendable {
                             logger.warning("could not write device reports", metadata: ["app": .string(app), "day": .string(day), "error": .string("\(error)")])
                             continue
                         }
-                        if let mirror, entry.bucketBehind, final || day != today || counts.bucketPut.map({ ContinuousClock.now - $0 >= Self.bucketInterval }) ?? true {
+                        if let mirror, entry.bucketBehind, final || day != today || ContinuousClock.now >= counts.bucketDue {
                             do {
+                                let started = ContinuousClock.now
                                 try mirror.putReports(app, origin: originID, day: day, bytes: Array(StoredJSON.compact.encode(entry.figures)))
                                 entry.bucketBehind = false
-                                counts.bucketPut = .now
+                                counts.bucketDue = .now + max(Self.bucketInterval, (ContinuousClock.now - started) * 20)
                             } catch {
                                 logger.warning("could not put device reports in the object store", metadata: ["app": .string(app), "day": .string(day), "error": .string("\(error)")])
                             }

@@ -1,0 +1,197 @@
+import DepotCore
+import DepotTestSupport
+import Foundation
+import Testing
+
+/// No one without a token slows another tenant: every route an anonymous client can reach is
+/// flooded from 8 loopback addresses (curl, 4 connections each) while wrk measures another app's
+/// 1 KiB blob on the real `depot serve` process. The control is a flood of `/healthz` by the
+/// same clients (what their own CPU costs the machine); each route's flood must leave the blob
+/// at least 0.8× the control's rate, and the origin's resident memory under 96 MiB.
+@Suite("Flood", .serialized, .enabled(if: HeavyTests.enabled, "run alone by Deploy/setup.sh test, with DEPOT_HEAVY_TESTS=1"))
+struct FloodTests {
+    static let seconds = Int(ProcessInfo.processInfo.environment["DEPOT_FLOOD_SECONDS"] ?? "") ?? 2
+    static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+
+    /// One flooded route: what 8 curl processes send.
+    struct Flood {
+        var name: String
+        var method = "GET"
+        /// The path; `QUERY` is replaced by curl's counter (a new query string each request).
+        var path: String
+        var headers: [String] = []
+        /// A body file per client (the same one when a single path is given).
+        var bodies: [String] = []
+        var expected: Set<Int>
+    }
+
+    struct Measure {
+        var rate: Double
+        var p99: String
+        var rssKiB: Int
+    }
+
+    @Test("Every unauthenticated route flooded from 8 addresses: another app's 1 KiB blob keeps at least 0.8× its rate under a /healthz flood, and the origin stays under 96 MiB")
+    func floods() throws {
+        for tool in ["/usr/bin/wrk", "/usr/bin/curl"] where !FileManager.default.isExecutableFile(atPath: tool) {
+            Issue.record("\(tool) is not installed (Deploy/setup.sh installs it)")
+            return
+        }
+        let work = TemporaryDirectory("depot-flood")
+        defer { work.remove() }
+        let server = try ServeProcess(data: work.path + "/data", environment: [
+            "DEPOT_LOG_LEVEL": "warning", "DEPOT_PUBLIC_DIR": Self.repository + "/Public", "DEPOT_PATCH_DEPTH": "0",
+        ])
+        defer { server.process.terminate(); server.process.waitUntilExit() }
+        let port = UInt16(server.port)!
+        let pid = server.process.processIdentifier
+        func call(_ method: String, _ path: String, body: [UInt8] = [], token: String? = nil) throws -> RawHTTP.Response {
+            let auth = token.map { "Authorization: Bearer \($0)\r\n" } ?? ""
+            return try #require(try RawHTTP.send(port: port, "\(method) \(path) HTTP/1.1\r\nHost: x\r\n\(auth)Content-Length: \(body.count)\r\nConnection: close\r\n\r\n", body: body).first)
+        }
+        // The victim: one 1 KiB pack. The attacker's app: 200 packs in three releases.
+        let (victim, app) = ("com.example.victim", "com.example.dev")
+        func token(_ app: String) throws -> String {
+            if app != "com.example.dev" {
+                let created = try Processes.run(Processes.depotBinary, ["apps", "create", "--data", work.path + "/data", app])
+                #expect(created.status == 0, "\(created.stderr)")
+            }
+            let made = try Processes.run(Processes.depotBinary, ["tokens", "create", "--data", work.path + "/data", "--app", app, "--role", "admin"])
+            return try #require(made.stdout.split(separator: "\n").last.map(String.init))
+        }
+        let (victimToken, adminToken) = (try token(victim), try token(app))
+        #expect(try call("PUT", "/v1/apps/\(victim)/packs/small?release=true", body: [UInt8](repeating: 7, count: 1024), token: victimToken).status == 201)
+        for release in 1...3 {
+            for pack in 0..<200 {
+                let body = [UInt8]("release \(release) pack \(pack) ".utf8) + [UInt8](repeating: UInt8(pack & 0xff), count: 1024)
+                #expect(try call("PUT", "/v1/apps/\(app)/packs/p\(pack)", body: body, token: adminToken).status == 201)
+            }
+            #expect(try call("POST", "/v1/apps/\(app)/releases", token: adminToken).status == 201)
+        }
+        func blobPath(_ app: String, _ pack: String) throws -> String {
+            let envelope = try Envelope.decode(try call("GET", "/v1/apps/\(app)/manifest").body)
+            let manifest = try Manifest.decode(Array(try #require(Data(base64Encoded: envelope.payload))))
+            let entry = try #require(manifest[pack: pack])
+            return try #require(URL(string: entry.url)).path
+        }
+        let target = try blobPath(victim, "small")
+        let theirs = try blobPath(app, "p1")
+        // The measured request is checked first: 200 and the right bytes.
+        let answer = try call("GET", target)
+        #expect(answer.status == 200 && answer.body == [UInt8](repeating: 7, count: 1024))
+        let live = 3
+        // Valid reports: every pack of the live release, each client another error kind.
+        let kinds = ["http", "transport", "manifest", "integrity", "install", "tooLarge", "tls", "other"]
+        var reportFiles: [String] = []
+        for (index, kind) in kinds.enumerated() {
+            let report = DeviceReport(channel: "production", release: live, packs: (0..<200).map {
+                .init(id: "p\($0)", revision: live, outcome: .failed, error: kind, bytes: 100)
+            })
+            let file = work.path + "/report-\(index).json"
+            try FileSystem.writeAtomically(report.encoded(), to: file)
+            reportFiles.append(file)
+            if index == 0 { #expect(try call("POST", "/v1/apps/\(app)/reports", body: report.encoded()).status == 202) }
+        }
+        let junk = work.path + "/junk.json"
+        try FileSystem.writeAtomically(Array("{\"channel\":\"production\",\"release\":".utf8), to: junk)
+        let upload = try call("POST", "/v1/apps/\(app)/uploads", token: adminToken)
+        let uploadPath = upload.header("Location").flatMap { URL(string: $0)?.path } ?? "/v1/apps/\(app)/uploads/0123456789abcdef0123456789abcdef"
+        let floods: [Flood] = [
+            Flood(name: "manifest", path: "/v1/apps/\(app)/manifest", expected: [200]),
+            Flood(name: "manifest?query", path: "/v1/apps/\(app)/manifest?v=QUERY", expected: [200]),
+            Flood(name: "channel manifest", path: "/v1/apps/\(app)/channels/production/manifest", expected: [200]),
+            Flood(name: "download-manifest", path: "/v1/apps/\(app)/download-manifest", expected: [200]),
+            Flood(name: "releases", path: "/v1/apps/\(app)/releases", expected: [200]),
+            Flood(name: "release", path: "/v1/apps/\(app)/releases/2", expected: [200]),
+            Flood(name: "info-plist", path: "/v1/apps/\(app)/info-plist", expected: [200]),
+            Flood(name: "channels", path: "/v1/apps/\(app)/channels", expected: [200]),
+            Flood(name: "blob (another 1 KiB)", path: theirs, expected: [200]),
+            Flood(name: "blob range", path: theirs, headers: ["Range: bytes=10-99"], expected: [206]),
+            Flood(name: "blob 404", path: "/v1/apps/\(app)/blobs/" + String(repeating: "ab", count: 32), expected: [404]),
+            Flood(name: "unknown app", path: "/v1/apps/com.example.nope/manifest", expected: [404]),
+            Flood(name: "unknown path", path: "/nothing/here/QUERY", expected: [404]),
+            Flood(name: "metrics without a token", path: "/metrics", expected: [404]),
+            Flood(name: "reports (valid)", method: "POST", path: "/v1/apps/\(app)/reports", headers: ["Content-Type: application/json"], bodies: reportFiles, expected: [202, 429, 503]),
+            Flood(name: "reports (malformed)", method: "POST", path: "/v1/apps/\(app)/reports", headers: ["Content-Type: application/json"], bodies: [junk], expected: [400, 429]),
+            Flood(name: "tus OPTIONS", method: "OPTIONS", path: "/v1/apps/\(app)/uploads", expected: [204]),
+            Flood(name: "tus HEAD without a token", method: "HEAD", path: uploadPath, headers: ["Tus-Resumable: 1.0.0"], expected: [401]),
+            Flood(name: "tus HEAD with a wrong token", method: "HEAD", path: uploadPath, headers: ["Tus-Resumable: 1.0.0", "Authorization: Bearer dpt_" + String(repeating: "x", count: 40)], expected: [401]),
+            Flood(name: "publish with a wrong token", method: "PUT", path: "/v1/apps/\(app)/packs/p1", headers: ["Authorization: Bearer dpt_" + String(repeating: "y", count: 40)], expected: [401]),
+            Flood(name: "session without a token", path: "/v1/session", expected: [401]),
+            Flood(name: "dashboard page", path: "/", expected: [200]),
+            Flood(name: "dashboard script", path: "/js/main.js", expected: [200]),
+        ]
+        let control = Flood(name: "healthz (control)", path: "/healthz", expected: [200])
+
+        /// Starts the 8 flooding curl processes; each checked first to get an expected status.
+        func start(_ flood: Flood) throws -> [Process] {
+            var processes: [Process] = []
+            for client in 0..<8 {
+                let source = "127.0.0.\(2 + client)"
+                let url = "http://127.0.0.1:\(port)" + flood.path.replacingOccurrences(of: "QUERY", with: "[1-100000000]")
+                var arguments = ["-s", "-o", "/dev/null", "--interface", source, "-X", flood.method]
+                if flood.method == "HEAD" { arguments = ["-s", "-o", "/dev/null", "--interface", source, "-I"] }
+                for header in flood.headers { arguments += ["-H", header] }
+                if !flood.bodies.isEmpty { arguments += ["--data-binary", "@" + flood.bodies[client % flood.bodies.count]] }
+                // The route answers as the docs say before it is timed.
+                let probe = try Processes.run("/usr/bin/curl", arguments + ["-w", "%{http_code}", url.replacingOccurrences(of: "[1-100000000]", with: "0")])
+                #expect(flood.expected.contains(Int(probe.stdout) ?? 0), "\(flood.name): \(probe.stdout) \(probe.stderr)")
+                let process = Process()
+                process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
+                process.arguments = arguments + ["--parallel", "--parallel-max", "4", "--parallel-immediate", url]
+                process.standardOutput = FileHandle.nullDevice
+                process.standardError = FileHandle.nullDevice
+                try process.run()
+                processes.append(process)
+            }
+            return processes
+        }
+        /// wrk on the victim's blob while `flood` runs: requests per second, p99, the origin's RSS.
+        func measure(_ flood: Flood) throws -> Measure {
+            let processes = try start(flood)
+            defer {
+                // SIGKILL: a process started from a test's thread inherits its blocked signals (SIGTERM too).
+                for process in processes {
+                    kill(process.processIdentifier, SIGKILL)
+                    process.waitUntilExit()
+                }
+            }
+            // The flood is on before the measure begins (its first answers arrived).
+            Thread.sleep(forTimeInterval: 0.3)
+            let result = try Processes.run("/usr/bin/wrk", ["-t1", "-c16", "-d\(Self.seconds)s", "--latency", "http://127.0.0.1:\(port)\(target)"])
+            let lines = result.stdout.split(separator: "\n")
+            let rate = lines.first { $0.hasPrefix("Requests/sec:") }.flatMap { Double($0.split(separator: " ").last ?? "") } ?? 0
+            let p99 = lines.first { $0.trimmingCharacters(in: .whitespaces).hasPrefix("99%") }.map { String($0.split(separator: " ").last ?? "") } ?? "?"
+            #expect(!result.stdout.contains("Non-2xx"), "\(flood.name): \(result.stdout)")
+            return Measure(rate: rate, p99: p99, rssKiB: ProcessProbe.residentKiB(pid))
+        }
+        _ = try measure(control)
+        var rows: [String] = []
+        var peak = 0
+        for flood in floods {
+            // The control right before the route, so that both see the same machine; a ratio under
+            // 0.8 is measured again (twice at most): noise passes, a real slowdown stays.
+            var best: (ratio: Double, control: Measure, flooded: Measure)?
+            for _ in 0..<3 {
+                let base = try measure(control)
+                let flooded = try measure(flood)
+                let ratio = base.rate > 0 ? flooded.rate / base.rate : 0
+                peak = max(peak, base.rssKiB, flooded.rssKiB)
+                if best == nil || ratio > best!.ratio { best = (ratio, base, flooded) }
+                if ratio >= 0.8 { break }
+            }
+            let result = try #require(best)
+            let row = String(
+                format: "| %@ | %.0f (p99 %@) | %.0f (p99 %@) | %.2f | %d MiB |", flood.name, result.control.rate, result.control.p99, result.flooded.rate,
+                result.flooded.p99, result.ratio, result.flooded.rssKiB / 1024
+            )
+            rows.append(row)
+            #expect(result.ratio >= 0.8, "\(row)")
+            #expect(result.flooded.rssKiB < 96 * 1024, "\(row)")
+        }
+        #expect(peak < 96 * 1024, "peak RSS \(peak) KiB")
+        // The origin still counts reports and answers: nothing was left behind by the floods.
+        #expect(try call("GET", target).status == 200)
+        print("flood: route | control req/s | flooded req/s | ratio | RSS\n" + rows.joined(separator: "\n") + "\npeak RSS \(peak / 1024) MiB")
+    }
+}
