@@ -21,6 +21,9 @@ struct ReadHandlers: Sendable {
     let settings: @Sendable (String) -> AppSettings?
     /// Hot blobs' answers, made once (a data folder's blobs; never the bucket's).
     let answers: BlobResponses
+    /// The Info.plist keys per app and channel, with the live release's ETag and the settings
+    /// they were made from; and the release lists.
+    let plists = InfoPlistBodies()
 
     init(
         releases: ReleaseStore, blobs: any BlobStore, urls: PublicURL, manifestMaxAge: Int, answers: BlobResponses = BlobResponses(limits: .none, blobsFolder: nil),
@@ -65,26 +68,45 @@ struct ReadHandlers: Sendable {
     /// `GET …/releases/{release}`: an envelope, immutable.
     func release(_ context: RequestContext) throws -> HTTPResponse {
         let version = ReleaseNumber.parse(context["release"])!
-        guard let stored = try releases.release(context.app, version) else { throw DepotError.notFound("release \(version) of app \(context.app)") }
+        // Its file as it is (sendfile), with the ETag and date kept per file version: no decoding per request.
+        guard let (file, facts) = try releases.releaseFile(context.app, version) else { throw DepotError.notFound("release \(version) of app \(context.app)") }
         return Representation(
-            source: .bytes(stored.envelope), size: Int64(stored.envelope.count), etag: stored.etag, lastModified: stored.manifest.publishedAt,
+            source: .file(file), size: facts.size, etag: facts.etag, lastModified: facts.publishedAt,
             contentType: "application/json", cacheControl: Representation.cacheControl("public, max-age=31536000, immutable", gated: context.gated)
         ).response(to: context.request)
     }
 
-    /// `GET …/releases`: every release and the channels serving it.
+    /// `GET …/releases`: every release and the channels serving it (the releases' summaries are
+    /// kept until the releases change; the channels are read per request).
     func releaseList(_ context: RequestContext) throws -> HTTPResponse {
         let app = context.app
         let channels = releases.channels(app)
-        let live = channels[ReleaseStore.production]
-        let list = try releases.list(app).map { manifest in
-            ReleaseSummary(
-                version: manifest.version, publishedAt: manifest.publishedAt, expiresAt: manifest.expiresAt, packs: manifest.packs.count,
-                live: manifest.version == live, channels: channels.filter { $0.value == manifest.version }.keys.sorted(),
-                url: urls.release(app, manifest.version)
-            )
+        let facts = try releases.releaseFacts(app)
+        // The body is made again only when the channels or the releases changed.
+        let key = "\(facts.count) \(facts.first?.version ?? 0) \(facts.last?.version ?? 0)"
+        let body: [UInt8]
+        if let known = plists.lists.withLock({ $0[app] }), known.channels == channels, known.key == key {
+            body = known.body
+        } else {
+            let live = channels[ReleaseStore.production]
+            var serving: [Int: [String]] = [:]
+            for (channel, version) in channels { serving[version, default: []].append(channel) }
+            let list = facts.map { facts in
+                ReleaseSummary(
+                    version: facts.version, publishedAt: facts.publishedAt, expiresAt: facts.expiresAt, packs: facts.packs,
+                    live: facts.version == live, channels: (serving[facts.version] ?? []).sorted(), url: urls.release(app, facts.version)
+                )
+            }
+            body = Array(try StoredJSON.encoder.encode(ReleaseList(app: app, live: live, channels: channels, releases: list))) + [10]
+            plists.lists.withLock { lists in
+                if lists.count >= 4096 { lists.removeAll() }
+                lists[app] = (channels, key, body)
+            }
         }
-        return try JSONResponse.listing(ReleaseList(app: app, live: live, channels: channels, releases: list), gated: context.gated, to: context.request)
+        return Representation(
+            source: .bytes(body), size: Int64(body.count), etag: Representation.etag(of: body), lastModified: nil, contentType: "application/json",
+            cacheControl: Representation.cacheControl("public, max-age=0, must-revalidate", gated: context.gated)
+        ).response(to: context.request)
     }
 
     /// `GET …/channels`: the channels and the release each serves.
@@ -134,13 +156,31 @@ struct ReadHandlers: Sendable {
         let app = context.app
         let channel = try UploadParameters.channel(context.query("channel"))
         guard let live = try releases.current(app, channel: channel) else { throw DepotError.notFound("a release of app \(app) on channel \(channel)") }
-        let keys = BackgroundAssetsKeys(release: live.manifest, envelopeSize: Int64(live.envelope.count), app: settings(app), channel: channel, urls: urls)
-        let body = Array(keys.xml.utf8)
+        let appSettings = settings(app)
+        // Made once per live release and settings: the keys walk every pack of the release.
+        let key = app + "\u{0}" + channel
+        let body: [UInt8]
+        if let known = plists.kept.withLock({ $0[key] }), known.etag == live.etag, known.settings == appSettings {
+            body = known.body
+        } else {
+            body = Array(BackgroundAssetsKeys(release: live.manifest, envelopeSize: Int64(live.envelope.count), app: appSettings, channel: channel, urls: urls).xml.utf8)
+            plists.kept.withLock { plists in
+                if plists.count >= 4096 { plists.removeAll() }
+                plists[key] = (live.etag, appSettings, body)
+            }
+        }
         return Representation(
             source: .bytes(body), size: Int64(body.count), etag: Representation.etag(of: body), lastModified: live.manifest.publishedAt,
             contentType: "application/xml; charset=utf-8", cacheControl: Representation.cacheControl("public, max-age=0, must-revalidate", gated: context.gated)
         ).response(to: context.request)
     }
+}
+
+/// The Info.plist keys' bodies, per app and channel, and the release lists' bodies, per app
+/// (bounded by the apps and their channels).
+final class InfoPlistBodies: Sendable {
+    let kept = Mutex<[String: (etag: String, settings: AppSettings?, body: [UInt8])]>([:])
+    let lists = Mutex<[String: (channels: [String: Int], key: String, body: [UInt8])]>([:])
 }
 
 /// The bodies of live envelopes, shared by every response that sends one (a 1,000-pack

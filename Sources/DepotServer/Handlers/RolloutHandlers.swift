@@ -82,9 +82,16 @@ struct RolloutHandlers: Sendable {
             metrics.report(app: app, result: "too_large")
             throw DepotError.tooLarge(Int64(DeviceReport.maximumBytes))
         }
-        if let wait = limiter.take(address: ReportRateLimiter.key(context.request.clientAddress ?? "")) {
+        // A report costs a token per KiB it declares (a body without a length, the most a report
+        // may be): what the limits bound is the decoding a client can ask for, not its requests.
+        let cost = Double(max(1, ((context.request.contentLength ?? Int64(DeviceReport.maximumBytes)) + 1023) / 1024))
+        if let wait = limiter.take(address: ReportRateLimiter.key(context.request.clientAddress ?? ""), cost: cost) {
             metrics.report(app: app, result: "rate_limited")
-            throw HTTPFailure(status: 429, code: "rate_limited", message: "too many reports; try again in \(wait) s", headers: [("Retry-After", "\(wait)")])
+            let refusal = HTTPFailure(status: 429, code: "rate_limited", message: "too many reports; try again in \(wait) s", headers: [("Retry-After", "\(wait)")])
+            // The body (at most 32 KiB, checked above) is read and dropped, so that the connection
+            // stays open: refusing before it would close it, and a flood would then cost the origin
+            // a new connection per request.
+            return .receiveBody(DiscardingReceiver(answer: ErrorResponse.response(for: refusal)))
         }
         return .receiveBody(ReportReceiver(app: app, book: rollouts.reports, metrics: metrics))
     }
@@ -150,10 +157,25 @@ final class ReportReceiver: HTTPBodyReceiver {
     func abort() { body = [] }
 }
 
-/// Token buckets for reports: one per client address and one for all. An edge or a carrier's
-/// NAT sends many devices' reports from one address, so the defaults are generous (200 a second
-/// per address, 2,000 in all, each with a burst of twice that); the buckets bound what a flood
-/// costs, not what a fleet sends. Idle addresses are forgotten.
+/// Reads a body of at most a report's size and drops it, then answers what it was given (a
+/// larger one, chunked with no length, is refused with 413 as it passes the limit).
+final class DiscardingReceiver: HTTPBodyReceiver {
+    private let answer: HTTPResponse
+    private var seen = 0
+    init(answer: HTTPResponse) { self.answer = answer }
+    func receive(_ chunk: UnsafeRawBufferPointer) -> HTTPResponse? {
+        seen += chunk.count
+        return seen > DeviceReport.maximumBytes ? ErrorResponse.response(for: DepotError.tooLarge(Int64(DeviceReport.maximumBytes))) : nil
+    }
+    func finish() -> HTTPResponse { answer }
+    func abort() {}
+}
+
+/// Token buckets for reports: one per client address and one for all, a token per KiB of report
+/// (most reports are under one). An edge or a carrier's NAT sends many devices' reports from
+/// one address, so the defaults are generous (200 a second per address, 2,000 in all, each with
+/// a burst of twice that); the buckets bound what a flood costs the origin to decode, not what a
+/// fleet sends. Idle addresses are forgotten.
 final class ReportRateLimiter: Sendable {
     struct Bucket {
         var tokens: Double
@@ -184,27 +206,29 @@ final class ReportRateLimiter: Sendable {
     /// address is remembered only once the bucket of all let its report through, and forgotten
     /// two seconds after its last one (when its bucket is full again), so the map holds at most
     /// about what the bucket of all lets through in two seconds.
-    func take(address: String, now: ContinuousClock.Instant = .now) -> Int? {
+    func take(address: String, cost: Double = 1, now: ContinuousClock.Instant = .now) -> Int? {
         state.withLock { state in
             func refill(_ bucket: inout Bucket, rate: Double) {
                 let elapsed = Double((now - bucket.at).components.seconds) + Double((now - bucket.at).components.attoseconds) / 1e18
                 bucket.tokens = min(rate * 2, bucket.tokens + max(0, elapsed) * rate)
                 bucket.at = now
             }
-            /// Whole seconds until a bucket at `rate` holds one token again.
-            func wait(_ bucket: Bucket, rate: Double) -> Int { max(1, Int(((1 - bucket.tokens) / rate).rounded(.up))) }
+            // A report larger than a bucket's burst waits for a full bucket (and empties it).
+            let cost = min(cost, perAddress * 2, total * 2)
+            /// Whole seconds until a bucket at `rate` holds the report's tokens again.
+            func wait(_ bucket: Bucket, rate: Double) -> Int { max(1, Int(((cost - bucket.tokens) / rate).rounded(.up))) }
             refill(&state.all, rate: total)
-            guard state.all.tokens >= 1 else { return wait(state.all, rate: total) }
+            guard state.all.tokens >= cost else { return wait(state.all, rate: total) }
             let known = state.byAddress[address]
             var mine = known ?? Bucket(tokens: perAddress * 2, at: now)
             refill(&mine, rate: perAddress)
-            guard mine.tokens >= 1 else {
+            guard mine.tokens >= cost else {
                 // (A new address refused at once is not remembered: nothing to remember.)
                 if known != nil { state.byAddress[address] = mine }
                 return wait(mine, rate: perAddress)
             }
-            mine.tokens -= 1
-            state.all.tokens -= 1
+            mine.tokens -= cost
+            state.all.tokens -= cost
             if state.byAddress.count >= 4_096 {
                 state.byAddress = state.byAddress.filter { now - $0.value.at < .seconds(2) }
             }

@@ -29,6 +29,8 @@ public final class ReleaseStore: Sendable {
     /// Per app, what its releases hold (the highest revision of each pack id, every blob they
     /// name): loaded once, kept up to date by every publish.
     let indexes = Mutex<(generation: Int, byApp: [String: ReleaseIndex])>((0, [:]))
+    /// What the reading routes keep (``releaseFile(_:_:)``, ``releaseFacts(_:)``).
+    let reading = ReleaseReadingCaches()
     /// How long a signed manifest stays valid.
     let manifestLifetime: TimeInterval
     /// Told the app after each change of its releases or channels (the bucket mirror).
