@@ -49,6 +49,20 @@ struct BlobAnswerTests {
         }
     }
 
+    @Test("A blob removed by hand that nobody asks for again lets go of its kept descriptor within seconds: its space comes back")
+    func removedByHandLetsGo() async throws {
+        try await withServer { origin in
+            let (path, sha256) = try Self.publish(origin, "level", size: 300_000, seed: 4)
+            for _ in 0..<2 { #expect(try request(origin, "GET", path).status == 200) }
+            #expect(origin.server.blobAnswers.files == 1, "kept as a descriptor")
+            FileSystem.remove(origin.data.path + "/blobs/" + sha256.prefix(2) + "/" + sha256)
+            #expect(!Self.deletedBlobsHeldOpen(origin).isEmpty, "held open by the kept answer, before the sweep")
+            // No request: the writer thread's sweep (every 5 s) drops it.
+            #expect(Eventually.wait(every: .milliseconds(200)) { Self.deletedBlobsHeldOpen(origin).isEmpty }, "\(Self.deletedBlobsHeldOpen(origin))")
+            #expect(origin.server.blobAnswers.files == 0)
+        }
+    }
+
     @Test("A blob file replaced on disk is answered from the new file at once; a file removed by hand is 404, not the kept answer", arguments: [2_000, 300_000])
     func replacedOnDisk(size: Int) async throws {
         try await withServer { origin in

@@ -66,5 +66,21 @@ extension ObjectStorageTests {
         #expect(figures()?.candidate == taken)
         let objects = try store.list(prefix: "apps/com.example.dev/reports/").map(\.key)
         #expect(objects.count == 1 && !FileSystem.exists(work.path + "/writer/apps/com.example.dev/reports"), "only the replica's own object: \(objects)")
+
+        // Objects of an origin that no longer runs: the one past the retention is removed by the
+        // writer as it lists them, the recent one counts.
+        let gone = String(repeating: "e", count: 32)
+        let old = DayFigures.day(of: Date().addingTimeInterval(-100 * 86_400))
+        let yesterday = DayFigures.day(of: Date().addingTimeInterval(-86_400))
+        for day in [old, yesterday] {
+            let body = Array("{\"day\":\"\(day)\",\"reports\":{\"production\":5},\"rows\":[]}".utf8)
+            try S3Client.check(
+                store.client.call("PUT", key: "apps/com.example.dev/reports/\(gone)/\(day).json", body: .bytes(body), payloadSHA256: Hex.encode(SHA256Hasher.hash(body))),
+                "writing a stale object"
+            )
+        }
+        #expect(Eventually.wait(every: .milliseconds(300)) { figures()?.reports == devices + 5 }, "the recent object counts: \(String(describing: figures()))")
+        let left = try store.list(prefix: "apps/com.example.dev/reports/\(gone)/").map(\.key)
+        #expect(left == ["apps/com.example.dev/reports/\(gone)/\(yesterday).json"], "\(left)")
     }
 }

@@ -40,7 +40,8 @@ public enum TokenCheck: Sendable, Equatable {
 /// under an exclusive lock, so two commands at once never lose a token.
 public final class TokenStore: Sendable {
     private let path: String
-    private let cache = FileStampCache<[StoredToken]>()
+    /// The stored tokens by the hex SHA-256 they are stored as, made once per version of the file.
+    private let cache = FileStampCache<[String: StoredToken]>()
 
     public init(folder: DataFolder) { self.path = folder.tokens }
 
@@ -71,17 +72,18 @@ public final class TokenStore: Sendable {
     /// Every stored token record.
     public func list() throws -> [StoredToken] { try load() }
 
-    /// Checks a presented token, comparing its hash in constant time against every stored hash.
+    /// Checks a presented token: its SHA-256 is looked up among the stored hashes. The lookup
+    /// costs the same whatever the number of tokens (a wrong token is one hash and one lookup),
+    /// and its timing says nothing of a token: what is compared is a digest the caller cannot
+    /// steer byte by byte.
     public func check(_ token: String, now: Date = Date()) -> TokenCheck {
-        let presented = SHA256Hasher.hash(Array(token.utf8))
-        var match: StoredToken?
-        for record in cache.value(at: path, load: { try StoredJSON.read(TokenFile.self, from: $0).tokens }) ?? [] {
-            guard let stored = Hex.decode(record.sha256), stored.count == 32 else { continue }
-            var difference: UInt8 = 0
-            for i in 0..<32 { difference |= stored[i] ^ presented[i] }
-            if difference == 0 { match = record }
-        }
-        guard let match else { return .unknown }
+        let presented = Hex.encode(SHA256Hasher.hash(Array(token.utf8)))
+        let stored = cache.value(at: path, load: { path in
+            var byHash: [String: StoredToken] = [:]
+            for record in try StoredJSON.read(TokenFile.self, from: path).tokens { byHash[record.sha256.lowercased()] = record }
+            return byHash
+        }) ?? [:]
+        guard let match = stored[presented] else { return .unknown }
         if match.revokedAt != nil { return .revoked }
         if let expiry = match.expiresAt, expiry <= now { return .expired }
         return .valid(match)
