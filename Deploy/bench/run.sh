@@ -9,6 +9,8 @@
 #   client.sh             depot sync and depot publish of 1 GiB vs sequential peer pipelines, peak RSS
 #   callgrind-request.sh  instructions per 1 KiB blob GET, origin vs the C server, by function
 #   memory.sh             peak RSS of the origin ingesting 4 GiB, depot publish and depot sync of 4 GiB
+#   reports.sh            device reports accepted per second and per core with 0, 10,000 and 50,000
+#                         counts in the day (flat)
 # and writes everything to Deploy/bench/results.txt (takes about 20 minutes on 2 cores).
 #   Deploy/bench/run.sh
 set -euo pipefail
@@ -38,4 +40,6 @@ results="$here/results.txt"
   "$here/callgrind-request.sh" 2000 | sed -n 1,5p
   echo
   "$here/memory.sh" 4096
+  echo
+  "$here/reports.sh" 10 3000
 } 2>&1 | grep -v -e "^warning: 'zipfoundation'" -e PrivacyInfo | tee "$results"

@@ -29,8 +29,9 @@ public struct DeviceReporter: Sendable {
     /// Where reports go: `SERVER/v1/apps/APP/reports`.
     public var url: URL { server.appendingPathComponent("v1").appendingPathComponent("apps").appendingPathComponent(app).appendingPathComponent("reports") }
 
-    /// Sends `report`; returns the origin's status (202 when counted). Throws only when the
-    /// origin could not be reached.
+    /// Sends `report`; returns the origin's status (`202` when accepted for counting; `429` or
+    /// `503` with `Retry-After` when the origin sheds it — it is not sent again). Throws only
+    /// when the origin could not be reached.
     @discardableResult
     public func send(_ report: DeviceReport) async throws -> Int {
         var headers = headers

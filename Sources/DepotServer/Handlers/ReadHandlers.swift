@@ -85,8 +85,9 @@ struct ReadHandlers: Sendable {
         // The body is made again only when the channels or the releases changed.
         let key = "\(facts.count) \(facts.first?.version ?? 0) \(facts.last?.version ?? 0)"
         let body: [UInt8]
+        let etag: String
         if let known = plists.lists.withLock({ $0[app] }), known.channels == channels, known.key == key {
-            body = known.body
+            (body, etag) = (known.body, known.etag)
         } else {
             let live = channels[ReleaseStore.production]
             var serving: [Int: [String]] = [:]
@@ -98,13 +99,14 @@ struct ReadHandlers: Sendable {
                 )
             }
             body = Array(try StoredJSON.encoder.encode(ReleaseList(app: app, live: live, channels: channels, releases: list))) + [10]
+            etag = Representation.etag(of: body)
             plists.lists.withLock { lists in
                 if lists.count >= 4096 { lists.removeAll() }
-                lists[app] = (channels, key, body)
+                lists[app] = (channels, key, body, etag)
             }
         }
         return Representation(
-            source: .bytes(body), size: Int64(body.count), etag: Representation.etag(of: body), lastModified: nil, contentType: "application/json",
+            source: .bytes(body), size: Int64(body.count), etag: etag, lastModified: nil, contentType: "application/json",
             cacheControl: Representation.cacheControl("public, max-age=0, must-revalidate", gated: context.gated)
         ).response(to: context.request)
     }
@@ -180,7 +182,7 @@ struct ReadHandlers: Sendable {
 /// (bounded by the apps and their channels).
 final class InfoPlistBodies: Sendable {
     let kept = Mutex<[String: (etag: String, settings: AppSettings?, body: [UInt8])]>([:])
-    let lists = Mutex<[String: (channels: [String: Int], key: String, body: [UInt8])]>([:])
+    let lists = Mutex<[String: (channels: [String: Int], key: String, body: [UInt8], etag: String)]>([:])
 }
 
 /// The bodies of live envelopes, shared by every response that sends one (a 1,000-pack

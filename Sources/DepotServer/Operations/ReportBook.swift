@@ -97,7 +97,7 @@ struct DayFigures: Codable, Hashable, Sendable {
 ///
 /// A server thread only checks a report against what the app released (cached: no file is
 /// read per report) and puts it in a bounded queue; when the queue is full the report is shed
-/// with `503` and `Retry-After`. The writer thread (``tick(now:)``, four times a second) takes
+/// with `503` and `Retry-After` (one app's reports take at most a quarter of it). The writer thread (``tick(now:)``, four times a second) takes
 /// the queue and adds each report to its app's counts of the day in memory — hash lookups, no
 /// copy, whatever the day holds — and once a second appends what changed to the day's log
 /// (``ReportDayFile``) and fsyncs it; with object storage it puts this origin's whole day in
@@ -108,8 +108,9 @@ struct DayFigures: Codable, Hashable, Sendable {
 /// (every origin's: an origin that no longer runs leaves no object behind past the retention).
 ///
 /// A report counts only when it is about what its channel served: the channel exists, its
-/// release is the one the channel serves now or one of the ``servedWindow`` before it that the
-/// channel served (published for it or promoted to it), and every pack revision it names is
+/// release is the one the channel serves now or one that the channel served (published for it
+/// or promoted to it) among the app's ``servedWindow`` release numbers before it (numbers are the
+/// app's, shared by its channels), and every pack revision it names is
 /// listed in that release (or its rollout). A day holds at most ``maximumRows`` counts: counts
 /// of the live release are always taken (they are bounded by what it lists, up to twice that),
 /// and new counts of older releases come from a bucket of ``newRowBurst`` (10,000) that refills
@@ -124,7 +125,7 @@ final class ReportBook: Sendable {
     /// day after that (a token bucket per app).
     let newRowBurst: Int
     let newRowsPerDay: Int
-    static let servedWindow = 16
+    static let servedWindow = 64
     /// The pack results the queue holds at most (about 100 bytes each).
     static let queueLimit = 65_536
     /// The shortest time between two puts of an app's day in the bucket; a put that took long
@@ -146,7 +147,7 @@ final class ReportBook: Sendable {
         /// The release the report's channel served when it was accepted.
         var live: Int
     }
-    private let queue = Mutex<(items: [Item], packs: Int)>(([], 0))
+    private let queue = Mutex<(items: [Item], packs: Int, byApp: [String: Int])>(([], 0, [:]))
     /// Called when the queue passes a quarter of its size (the writer takes it early).
     private let wake: Mutex<(@Sendable () -> Void)?> = Mutex(nil)
 
@@ -165,8 +166,12 @@ final class ReportBook: Sendable {
     /// Taken by the writer thread and by publisher routes (fleet, rollout status), never by a
     /// server thread answering a report or a download.
     private let book = Mutex(Book())
-    /// Serialises taking the queue and writing.
-    private let work = Mutex<(flushed: ContinuousClock.Instant, retention: String)>((.now, ""))
+    /// Serialises taking the queue (held while reports are added: never during I/O).
+    private let applying = Mutex(())
+    /// Serialises writing (held through the I/O, which no lock a reader takes is).
+    private let writing = Mutex<String>("")
+    /// When the last write began.
+    private let lastFlush = Mutex(ContinuousClock.now)
 
     /// What a release lists (per `pack@revision`, the most bytes a device downloads for it) and
     /// the channel it was published for; releases never change. At most ``listingLimit`` entries.
@@ -176,6 +181,8 @@ final class ReportBook: Sendable {
     }
     private let listed = Mutex<(entries: Int, byRelease: [String: Listing], promoted: Set<String>)>((0, [:], []))
     static let listingLimit = 200_000
+    /// The rows of other origins' days kept decoded, at most.
+    static let otherRowsLimit = 400_000
     /// The guard's sums over past days (which no longer change here), by rollout and day.
     private let pastTallies = Mutex<[String: CandidateTally]>([:])
     /// Other origins' day objects, by key, as last read (re-read when their size or date changes).
@@ -234,10 +241,14 @@ final class ReportBook: Sendable {
         }
         let item = Item(app: app, report: report, day: DayFigures.day(of: now), live: live.version)
         let (queued, backlog) = queue.withLock { queue -> (Bool, Bool) in
-            guard queue.packs + report.packs.count <= Self.queueLimit else { return (false, false) }
+            // One app's reports take at most a quarter of the queue: a flood about one app does
+            // not shed another's.
+            let mine = queue.byApp[app] ?? 0
+            guard queue.packs + report.packs.count <= Self.queueLimit, mine + report.packs.count <= Self.queueLimit / 4 else { return (false, false) }
             queue.items.append(item)
             queue.packs += report.packs.count
-            return (true, queue.packs >= Self.queueLimit / 4 && queue.packs - report.packs.count < Self.queueLimit / 4)
+            queue.byApp[app] = mine + report.packs.count
+            return (true, queue.packs >= Self.queueLimit / 8 && queue.packs - report.packs.count < Self.queueLimit / 8)
         }
         guard queued else {
             throw HTTPFailure(status: 503, code: "reports_busy", message: "the origin is counting too many reports; try again in a second", headers: [("Retry-After", "1")])
@@ -302,109 +313,177 @@ final class ReportBook: Sendable {
         return made
     }
 
-    /// Brings a day into memory (from its files) if it is not there.
-    private func ensure(_ counts: AppCounts, app: String, day: String) {
-        guard counts.days[day] == nil else { return }
-        counts.days[day] = ReportDayFile.load(folder: folder.reports(app), day: day) { aside in
+    /// Brings a day into memory (from its files) if it is not there; false when its files could
+    /// not be read now (the report is not counted, the files are left as they are).
+    private func ensure(_ counts: AppCounts, app: String, day: String) -> Bool {
+        guard counts.days[day] == nil else { return true }
+        do {
+            counts.days[day] = try ReportDayFile.load(folder: folder.reports(app), day: day) { aside in
+                metrics?.report(app: app, result: "unreadable_day")
+                logger.error("a day's report counts could not be read; the file was kept aside and that day counts again from zero", metadata: [
+                    "app": .string(app), "day": .string(day), "file": .string(aside),
+                ])
+            }
+            return true
+        } catch {
             metrics?.report(app: app, result: "unreadable_day")
-            logger.error("a day's report counts could not be read; the file was kept aside and that day counts again from zero", metadata: [
-                "app": .string(app), "day": .string(day), "file": .string(aside),
+            logger.error("a day's report counts could not be read now; its reports are not counted until they can be", metadata: [
+                "app": .string(app), "day": .string(day), "error": .string("\(error)"),
             ])
+            return false
         }
     }
 
-    /// Counts what waits in the queue.
+    /// Counts what waits in the queue (under ``applying``).
     private func takeQueue() {
         let items = queue.withLock { queue -> [Item] in
-            defer { queue = ([], 0) }
+            defer { queue = ([], 0, [:]) }
             return queue.items
         }
         guard !items.isEmpty else { return }
         let now = ContinuousClock.now
-        var full: [String: Int] = [:]
+        var dropped: [String: Int] = [:]
         book.withLock { book in
             for item in items {
                 let app = counts(&book, item.app)
-                ensure(app, app: item.app, day: item.day)
+                guard ensure(app, app: item.app, day: item.day) else { continue }
                 let keys = item.report.packs.map { Self.key(item.report, $0) }
                 var fresh = 0
                 for key in keys where app.days[item.day]?.counts[key] == nil { fresh += 1 }
                 if fresh > 0 {
                     let rows = (app.days[item.day]?.counts.count ?? 0) + fresh
                     if item.report.release == item.live {
-                        guard rows <= 2 * Self.maximumRows else { full[item.app, default: 0] += 1; continue }
+                        guard rows <= 2 * Self.maximumRows else { dropped[item.app, default: 0] += 1; continue }
                     } else {
                         let elapsed = now - app.refilled
                         let seconds = max(0, Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)
                         app.newRows = min(Double(newRowBurst), app.newRows + seconds * Double(newRowsPerDay) / 86_400)
                         app.refilled = max(app.refilled, now)
-                        guard rows <= Self.maximumRows, app.newRows >= Double(fresh) else { full[item.app, default: 0] += 1; continue }
+                        guard rows <= Self.maximumRows, app.newRows >= Double(fresh) else { dropped[item.app, default: 0] += 1; continue }
                         app.newRows -= Double(fresh)
                     }
                 }
-                app.days[item.day, default: ReportDay(day: item.day, file: .init(generation: 1, length: 0, snapshotBytes: 0))].addReport(channel: item.report.channel)
-                for (key, pack) in zip(keys, item.report.packs) {
-                    app.days[item.day, default: ReportDay(day: item.day, file: .init(generation: 1, length: 0, snapshotBytes: 0))].add(key, bytes: pack.bytes)
-                }
+                let empty = ReportDay(day: item.day, file: .init(generation: 1, length: 0, snapshotBytes: 0))
+                app.days[item.day, default: empty].addReport(channel: item.report.channel)
+                for (key, pack) in zip(keys, item.report.packs) { app.days[item.day, default: empty].add(key, bytes: pack.bytes) }
             }
         }
-        for (app, count) in full {
+        for (app, count) in dropped {
             for _ in 0..<count { metrics?.report(app: app, result: "rows_full") }
         }
     }
 
-    /// The writer's pass: counts the queue; once a second (or with `force`) writes.
+    /// Counts what waits (so that a reader sees every report answered before it asked). Never
+    /// waits for a write.
+    func settle() { applying.withLock { _ in takeQueue() } }
+
+    /// The writer's pass: counts the queue; once a second writes.
     func tick(now: Date = Date()) {
-        let due = work.withLock { work -> Bool in
-            takeQueue()
-            return ContinuousClock.now - work.flushed >= .seconds(1)
-        }
-        if due { flush(now: now) }
+        settle()
+        if lastFlush.withLock({ ContinuousClock.now - $0 >= .seconds(1) }) { flush(now: now) }
+    }
+
+    /// One day's share of a write, taken out under the lock; the I/O runs without it.
+    private struct Job {
+        var app: String
+        var day: String
+        var reports: [String: Int64]
+        var counts: [DayFigures.Key: ReportCounts]
+        var cursor: ReportDayFile.Cursor
+        /// The day as it stands (for a compaction or a put in the bucket).
+        var whole: ReportDay?
+        var compact: Bool
+        var bucket: Bool
     }
 
     /// Counts the queue, appends every day's changes to its log, compacts days that are over
     /// (or whose log grew; every day with `final`), puts days in the bucket when due, removes
-    /// days past the retention, and tells the listener which apps were written.
+    /// days past the retention, and tells the listener which apps were written. What is written
+    /// is taken out of memory under the lock and written without it: readers (the fleet, the
+    /// guard) never wait for a disk or the bucket.
     func flush(now: Date = Date(), final: Bool = false) {
-        let written = work.withLock { work -> [String] in
-            takeQueue()
-            work.flushed = .now
+        let written = writing.withLock { retention -> [String] in
+            settle()
+            lastFlush.withLock { $0 = .now }
             let today = DayFigures.day(of: now)
-            var apps = Set<String>()
-            book.withLock { book in
+            let clock = ContinuousClock.now
+            let jobs: [Job] = book.withLock { book in
+                var jobs: [Job] = []
                 for (app, counts) in book.apps {
-                    for day in counts.days.keys.sorted() {
+                    for day in counts.days.keys {
                         guard var entry = counts.days[day] else { continue }
                         counts.days[day] = nil
                         defer { counts.days[day] = entry }
-                        let folder = self.folder.reports(app)
-                        do {
-                            if entry.hasPending {
-                                try ReportDayFile.append(&entry, folder: folder)
-                                apps.insert(app)
-                            }
-                            if final || day != today || ReportDayFile.wantsCompaction(entry) { try ReportDayFile.compact(&entry, folder: folder) }
-                        } catch {
-                            logger.warning("could not write device reports", metadata: ["app": .string(app), "day": .string(day), "error": .string("\(error)")])
-                            continue
-                        }
-                        if let mirror, entry.bucketBehind, final || day != today || ContinuousClock.now >= counts.bucketDue {
-                            do {
-                                let started = ContinuousClock.now
-                                try mirror.putReports(app, origin: originID, day: day, bytes: Array(StoredJSON.compact.encode(entry.figures)))
-                                entry.bucketBehind = false
-                                counts.bucketDue = .now + max(Self.bucketInterval, (ContinuousClock.now - started) * 20)
-                            } catch {
-                                logger.warning("could not put device reports in the object store", metadata: ["app": .string(app), "day": .string(day), "error": .string("\(error)")])
-                            }
-                        }
+                        if mirror == nil { entry.bucketBehind = false }
+                        let compact = final || day != today || ReportDayFile.wantsCompaction(entry)
+                        let bucket = entry.bucketBehind && (final || day != today || clock >= counts.bucketDue)
+                        guard entry.hasPending || compact || bucket else { continue }
+                        jobs.append(Job(
+                            app: app, day: day, reports: entry.pendingReports, counts: entry.pendingCounts, cursor: entry.file,
+                            whole: compact || bucket ? entry : nil, compact: compact, bucket: bucket
+                        ))
+                        entry.pendingReports = [:]
+                        entry.pendingCounts = [:]
+                        if bucket { entry.bucketBehind = false }
                     }
+                }
+                return jobs
+            }
+            var apps = Set<String>()
+            var results: [(job: Job, appended: Bool, cursor: ReportDayFile.Cursor, put: Bool?)] = []
+            for job in jobs {
+                let folder = self.folder.reports(job.app)
+                var cursor = job.cursor
+                var appended = true
+                do {
+                    cursor = try ReportDayFile.append(reports: job.reports, counts: job.counts, day: job.day, cursor: cursor, folder: folder)
+                    if !job.reports.isEmpty || !job.counts.isEmpty { apps.insert(job.app) }
+                } catch {
+                    appended = false
+                    logger.warning("could not write device reports", metadata: ["app": .string(job.app), "day": .string(job.day), "error": .string("\(error)")])
+                }
+                if appended, job.compact, let whole = job.whole {
+                    do {
+                        cursor = try ReportDayFile.compact(whole.figures, cursor: cursor, folder: folder)
+                    } catch {
+                        cursor = cursor.afterFailedCompaction
+                        logger.warning("could not compact device reports", metadata: ["app": .string(job.app), "day": .string(job.day), "error": .string("\(error)")])
+                    }
+                }
+                var put: Bool?
+                if let mirror, job.bucket, let whole = job.whole {
+                    let started = ContinuousClock.now
+                    do {
+                        try mirror.putReports(job.app, origin: originID, day: job.day, bytes: Array(StoredJSON.compact.encode(whole.figures)))
+                        put = true
+                    } catch {
+                        put = false
+                        logger.warning("could not put device reports in the object store", metadata: ["app": .string(job.app), "day": .string(job.day), "error": .string("\(error)")])
+                    }
+                    // The next put waits at least five seconds, or twenty times this one's length.
+                    book.withLock { book in
+                        book.apps[job.app]?.bucketDue = .now + max(Self.bucketInterval, (ContinuousClock.now - started) * 20)
+                    }
+                }
+                results.append((job, appended, cursor, put))
+            }
+            book.withLock { book in
+                for (job, appended, cursor, put) in results {
+                    guard let counts = book.apps[job.app], var entry = counts.days[job.day] else { continue }
+                    if appended {
+                        entry.file = cursor
+                    } else {
+                        // Not written: the deltas go back, to be appended with the next ones.
+                        for (channel, count) in job.reports { entry.pendingReports[channel] = Self.adding(entry.pendingReports[channel] ?? 0, count) }
+                        for (key, value) in job.counts { entry.pendingCounts[key, default: ReportCounts()].add(count: value.count, bytes: value.bytes) }
+                    }
+                    if put == false { entry.bucketBehind = true }
                     // A day that is over, written and in the bucket leaves memory.
-                    for (day, entry) in counts.days where day != today && !entry.hasPending && !entry.bucketBehind { counts.days[day] = nil }
+                    counts.days[job.day] = job.day != today && appended && !entry.hasPending && !entry.bucketBehind ? nil : entry
                 }
             }
-            if work.retention != today {
-                work.retention = today
+            if retention != today {
+                retention = today
                 removeExpired(now: now)
             }
             return apps.sorted()
@@ -412,9 +491,15 @@ final class ReportBook: Sendable {
         if !written.isEmpty, let tell = flushed.withLock({ $0 }) { tell(written) }
     }
 
-    /// Removes every app's days past the retention, here and this origin's in the bucket.
+    /// Removes every app's days past the retention, here (in memory too) and this origin's in
+    /// the bucket.
     private func removeExpired(now: Date) {
         let oldest = DayFigures.day(of: now.addingTimeInterval(-86_400 * Double(Self.retentionDays)))
+        book.withLock { book in
+            for counts in book.apps.values {
+                for day in counts.days.keys where day < oldest { counts.days[day] = nil }
+            }
+        }
         for app in FileSystem.contents(of: folder.root + "/apps") where Identifier.isValidApp(app) {
             for day in ReportDayFile.removeDays(before: oldest, folder: folder.reports(app)) {
                 try? mirror?.deleteReports(app, origin: originID, day: day)
@@ -425,13 +510,10 @@ final class ReportBook: Sendable {
 
     // MARK: reading (the guard, publisher routes)
 
-    /// Counts what waits (so that a reader sees every report answered before it asked).
-    func settle() { work.withLock { _ in takeQueue() } }
-
-    /// This origin's figures for a day: memory first, else its files.
+    /// This origin's figures for a day: memory first, else its files (empty if they cannot be read now).
     private func own(_ app: String, _ day: String) -> DayFigures {
         if let entry = book.withLock({ $0.apps[app]?.days[day] }) { return entry.figures }
-        return ReportDayFile.read(folder: folder.reports(app), day: day).figures
+        return (try? ReportDayFile.read(folder: folder.reports(app), day: day).figures) ?? DayFigures(day: day)
     }
 
     /// Every origin's figures for `app`, one per day from `days - 1` days ago to today, oldest
@@ -456,35 +538,35 @@ final class ReportBook: Sendable {
         let wanted = Self.days(back: back, now: now)
         let today = DayFigures.day(of: now)
         let rollout = "\(record.app)\u{0}\(record.channel)\u{0}\(record.countingFrom)\u{0}" + record.candidates.map { "\($0.pack)@\($0.revision)" }.sorted().joined(separator: ",")
+        func tally(_ day: ReportDay) -> CandidateTally { day.tally(channel: record.channel, countingFrom: record.countingFrom, candidates: record.candidates) }
         var total = CandidateTally()
         for day in wanted {
             if day == today {
-                let tally = book.withLock { book -> CandidateTally in
+                // Today is brought into memory (a restart's counts included) and read from the index.
+                total.add(book.withLock { book -> CandidateTally in
                     let app = counts(&book, record.app)
-                    ensure(app, app: record.app, day: day)
-                    return app.days[day]?.tally(channel: record.channel, countingFrom: record.countingFrom, candidates: record.candidates) ?? CandidateTally()
-                }
-                total.add(tally)
-            } else if let tally = book.withLock({ $0.apps[record.app]?.days[day]?.tally(channel: record.channel, countingFrom: record.countingFrom, candidates: record.candidates) }) {
-                total.add(tally)
+                    guard ensure(app, app: record.app, day: day) else { return CandidateTally() }
+                    return app.days[day].map(tally) ?? CandidateTally()
+                })
+            } else if let known = book.withLock({ $0.apps[record.app]?.days[day].map(tally) }) {
+                total.add(known)
             } else {
                 let key = rollout + "\u{0}" + day
                 if let known = pastTallies.withLock({ $0[key] }) {
                     total.add(known)
-                } else {
-                    let tally = ReportDayFile.read(folder: folder.reports(record.app), day: day).tally(
-                        channel: record.channel, countingFrom: record.countingFrom, candidates: record.candidates
-                    )
+                } else if let read = try? ReportDayFile.read(folder: folder.reports(record.app), day: day) {
+                    // A past day no longer changes here: its sum is kept (not when it could not be read).
+                    let sum = tally(read)
                     pastTallies.withLock { tallies in
                         if tallies.count >= 100_000 { tallies = [:] }
-                        tallies[key] = tally
+                        tallies[key] = sum
                     }
-                    total.add(tally)
+                    total.add(sum)
                 }
             }
         }
         for (_, days) in otherDays(record.app, days: Set(wanted), now: now) {
-            for day in days { total.add(day.tally(channel: record.channel, countingFrom: record.countingFrom, candidates: record.candidates)) }
+            for day in days { total.add(tally(day)) }
         }
         return total
     }
@@ -516,7 +598,11 @@ final class ReportBook: Sendable {
                     var day = ReportDay(day: object.day, file: .init(generation: 1, length: 0, snapshotBytes: 0))
                     for (channel, count) in figures.reports { day.loadReports(channel, count) }
                     for row in figures.rows { day.load(row.key, ReportCounts(count: row.count, bytes: row.bytes)) }
-                    others.withLock { $0[object.key] = (object.size, object.modified, day) }
+                    others.withLock { cache in
+                        // Bounded by the rows it holds: a day of another origin is at most 100,000.
+                        if cache.values.reduce(0, { $0 + $1.day.counts.count }) + day.counts.count > Self.otherRowsLimit { cache.removeAll() }
+                        cache[object.key] = (object.size, object.modified, day)
+                    }
                     out[object.day, default: []].append(day)
                 } catch {
                     logger.warning("could not read another origin's reports", metadata: ["key": .string(object.key), "error": .string("\(error)")])

@@ -118,6 +118,9 @@ enum ReportDayFile {
         var length: Int64
         /// The bytes of the snapshot, to decide when to compact.
         var snapshotBytes: Int64
+
+        /// Where appends go after a compaction that threw: a generation no snapshot includes.
+        var afterFailedCompaction: Cursor { Cursor(generation: generation + 1, length: 0, snapshotBytes: snapshotBytes) }
     }
 
     /// One line of a log: a count's delta (`pack` set) or a channel's reports' delta.
@@ -146,31 +149,48 @@ enum ReportDayFile {
         }.sorted()
     }
 
-    /// Reads a day back: the snapshot, then every log past it. An unreadable snapshot is moved
-    /// aside (`<day>.json.unreadable`, never overwritten) and reported through `unreadable`;
-    /// counting goes on from the logs.
-    static func load(folder: String, day: String, unreadable: (String) -> Void) -> ReportDay {
-        load(folder: folder, day: day, moveAside: true, unreadable: unreadable)
+    /// Reads a file, or nil when there is none; any other failure (an I/O error, too many open
+    /// files) is thrown: a day must never be taken as empty because it could not be read now.
+    private static func readIfPresent(_ path: String, limit: Int) throws(SystemError) -> [UInt8]? {
+        do {
+            return try FileSystem.readFile(path, limit: limit)
+        } catch {
+            if error.errno == ENOENT { return nil }
+            throw error
+        }
+    }
+
+    /// Reads a day back: the snapshot, then every log past it. A snapshot that is not the
+    /// day's JSON is moved aside (`<day>.json.unreadable`, or `.unreadable.N` beside an earlier
+    /// one: never overwritten) and reported through `unreadable`; counting goes on from the
+    /// logs. A file that cannot be read now (not a missing one) throws.
+    static func load(folder: String, day: String, unreadable: (String) -> Void) throws(SystemError) -> ReportDay {
+        try load(folder: folder, day: day, moveAside: true, unreadable: unreadable)
     }
 
     /// Reads a day back and changes nothing (an unreadable snapshot counts as empty).
-    static func read(folder: String, day: String) -> ReportDay {
-        load(folder: folder, day: day, moveAside: false) { _ in }
+    static func read(folder: String, day: String) throws(SystemError) -> ReportDay {
+        try load(folder: folder, day: day, moveAside: false) { _ in }
     }
 
-    private static func load(folder: String, day: String, moveAside: Bool, unreadable: (String) -> Void) -> ReportDay {
+    private static func load(folder: String, day: String, moveAside: Bool, unreadable: (String) -> Void) throws(SystemError) -> ReportDay {
         let snapshot = snapshotPath(folder, day)
         var figures = DayFigures(day: day)
         var through = 0
         var snapshotBytes: Int64 = 0
-        if let bytes = try? FileSystem.readFile(snapshot, limit: 256 << 20) {
+        if let bytes = try readIfPresent(snapshot, limit: 256 << 20) {
             if let read = try? StoredJSON.decoder.decode(DayFigures.self, from: Data(bytes)),
                let mark = try? StoredJSON.decoder.decode(SnapshotMark.self, from: Data(bytes)) {
                 figures = read
                 through = mark.log ?? 0
                 snapshotBytes = Int64(bytes.count)
             } else if moveAside {
-                let aside = snapshot + ".unreadable"
+                var aside = snapshot + ".unreadable"
+                var number = 1
+                while FileSystem.exists(aside) {
+                    number += 1
+                    aside = snapshot + ".unreadable.\(number)"
+                }
                 try? FileSystem.durableRename(snapshot, to: aside)
                 unreadable(aside)
             }
@@ -179,7 +199,7 @@ enum ReportDayFile {
         for (channel, count) in figures.reports { day.loadReports(channel, count) }
         for row in figures.rows { day.load(row.key, ReportCounts(count: row.count, bytes: row.bytes)) }
         for generation in logGenerations(FileSystem.contents(of: folder), day: day.day) where generation > through {
-            guard let bytes = try? FileSystem.readFile(logPath(folder, day.day, generation), limit: 1 << 30) else { continue }
+            guard let bytes = try readIfPresent(logPath(folder, day.day, generation), limit: 1 << 30) else { continue }
             var whole = 0
             var start = 0
             for (index, byte) in bytes.enumerated() where byte == 10 {
@@ -209,31 +229,38 @@ enum ReportDayFile {
     /// Appends what changed since the last append to the day's log and fsyncs it; the pending
     /// deltas are cleared only once that succeeded.
     static func append(_ day: inout ReportDay, folder: String) throws {
-        guard day.hasPending else { return }
+        day.file = try append(reports: day.pendingReports, counts: day.pendingCounts, day: day.day, cursor: day.file, folder: folder)
+        day.pendingReports = [:]
+        day.pendingCounts = [:]
+    }
+
+    /// Appends deltas to a day's log at `cursor` (cutting off first whatever a crash left past
+    /// its last whole line) and fsyncs it; returns where the next append goes.
+    static func append(reports: [String: Int64], counts: [DayFigures.Key: ReportCounts], day: String, cursor: Cursor, folder: String) throws -> Cursor {
+        guard !reports.isEmpty || !counts.isEmpty else { return cursor }
         var out: [UInt8] = []
-        for (channel, count) in day.pendingReports.sorted(by: { $0.key < $1.key }) {
+        for (channel, count) in reports.sorted(by: { $0.key < $1.key }) {
             out += try StoredJSON.compact.encode(Line(channel: channel, reports: count)) + [10]
         }
-        for (key, value) in day.pendingCounts {
+        for (key, value) in counts {
             out += try StoredJSON.compact.encode(Line(
                 channel: key.channel, release: key.release, pack: key.pack, revision: key.revision, outcome: key.outcome, error: key.error,
                 count: value.count, bytes: value.bytes
             )) + [10]
         }
-        let path = logPath(folder, day.day, day.file.generation)
+        let path = logPath(folder, day, cursor.generation)
         let fresh = !FileSystem.exists(path)
         if fresh { try FileSystem.createDirectory(folder) }
         let file = try FileDescriptor(path: path, flags: O_WRONLY | O_CREAT | O_CLOEXEC, mode: 0o644)
         defer { try? file.close() }
-        // Whatever a crash left past the last whole line goes first.
-        if !fresh, try file.size() != day.file.length { try file.truncate(to: day.file.length) }
-        try file.seek(to: day.file.length)
+        if !fresh, try file.size() != cursor.length { try file.truncate(to: cursor.length) }
+        try file.seek(to: cursor.length)
         try file.write(out)
         try file.sync()
         if fresh { try FileSystem.syncDirectory(folder) }
-        day.file.length += Int64(out.count)
-        day.pendingReports = [:]
-        day.pendingCounts = [:]
+        var next = cursor
+        next.length += Int64(out.count)
+        return next
     }
 
     /// Whether the log has grown enough that a compaction pays.
@@ -246,7 +273,17 @@ enum ReportDayFile {
     /// right after ``append(_:folder:)`` (nothing pending).
     static func compact(_ day: inout ReportDay, folder: String) throws {
         guard !day.hasPending else { return }
-        let generation = day.file.length > 0 || FileSystem.exists(logPath(folder, day.day, day.file.generation)) ? day.file.generation : day.file.generation - 1
+        day.file = try compact(day.figures, cursor: day.file, folder: folder)
+    }
+
+    /// Writes `figures` — everything the logs up to `cursor` hold, and nothing after — as the
+    /// day's snapshot naming that generation, then removes those logs; returns the cursor of a
+    /// new generation. When it throws, the snapshot may still have been renamed into place (its
+    /// folder's fsync failed): the caller then appends to a new generation all the same
+    /// (``Cursor/afterFailedCompaction``), since the snapshot may include the current one.
+    static func compact(_ figures: DayFigures, cursor: Cursor, folder: String) throws -> Cursor {
+        let day = figures.day
+        let generation = cursor.length > 0 || FileSystem.exists(logPath(folder, day, cursor.generation)) ? cursor.generation : cursor.generation - 1
         struct Snapshot: Encodable {
             var figures: DayFigures
             var log: Int
@@ -257,13 +294,13 @@ enum ReportDayFile {
                 try container.encode(log, forKey: .log)
             }
         }
-        let bytes = Array(try StoredJSON.encoder.encode(Snapshot(figures: day.figures, log: generation))) + [10]
+        let bytes = Array(try StoredJSON.compact.encode(Snapshot(figures: figures, log: generation))) + [10]
         try FileSystem.createDirectory(folder)
-        try FileSystem.writeAtomically(bytes, to: snapshotPath(folder, day.day))
-        for old in logGenerations(FileSystem.contents(of: folder), day: day.day) where old <= generation {
-            FileSystem.remove(logPath(folder, day.day, old))
+        try FileSystem.writeAtomically(bytes, to: snapshotPath(folder, day))
+        for old in logGenerations(FileSystem.contents(of: folder), day: day) where old <= generation {
+            FileSystem.remove(logPath(folder, day, old))
         }
-        day.file = Cursor(generation: generation + 1, length: 0, snapshotBytes: Int64(bytes.count))
+        return Cursor(generation: generation + 1, length: 0, snapshotBytes: Int64(bytes.count))
     }
 
     /// Removes every file of days before `oldest`; returns those days.

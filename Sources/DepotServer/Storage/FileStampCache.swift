@@ -24,9 +24,12 @@ final class FileStampCache<Value: Sendable>: Sendable {
     /// path from there (a shorter walk than from `/`, on every lookup); -1: by the whole path.
     private let folder: Int32
     private let folderPrefix: String
+    /// The entries kept at most; past it the cache starts over.
+    private let limit: Int
 
     /// Files anywhere, or (faster) under `folder`.
-    init(relativeTo folder: String? = nil) {
+    init(relativeTo folder: String? = nil, limit: Int = 4096) {
+        self.limit = limit
         self.folder = folder.map { open($0, O_RDONLY | O_DIRECTORY | O_CLOEXEC) } ?? -1
         folderPrefix = folder.map { $0 + "/" } ?? ""
     }
@@ -56,7 +59,7 @@ final class FileStampCache<Value: Sendable>: Sendable {
         let entry = Entry(path: path, relative: relative, stamp: stamp, value: value)
         entries.withLock { entries in
             // Names come from requests: a flood of made-up ones starts the cache over instead of growing it.
-            if entries.count >= 4096 && entries[key] == nil { entries.removeAll() }
+            if entries.count >= limit && entries[key] == nil { entries.removeAll() }
             entries[key] = entry
         }
         return value

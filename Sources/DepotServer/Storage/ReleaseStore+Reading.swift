@@ -55,6 +55,9 @@ extension ReleaseStore {
 
 /// The caches behind ``ReleaseStore``'s reading routes.
 final class ReleaseReadingCaches: Sendable {
-    let files = FileStampCache<ReleaseStore.ReleaseFileFacts>()
+    /// A few hundred bytes per release file: 262,144 of them (every release of every app, on any
+    /// real origin) is under 100 MiB at worst, so that walking every release of every app does not
+    /// empty it.
+    let files = FileStampCache<ReleaseStore.ReleaseFileFacts>(limit: 262_144)
     let lists = Mutex<[String: (head: Int, stamp: FileStamp?, facts: [ReleaseStore.ReleaseFacts])]>([:])
 }
