@@ -45,8 +45,12 @@ final class BlobResponses: Sendable {
         let response: PreparedResponse
         let stamp: FileStamp
         let inMemory: Bool
+        /// The body, for an answer kept in memory (ranges and conditional requests are served from it).
+        let bytes: SharedBytes?
         let referenced = Atomic<Bool>(true)
-        init(response: PreparedResponse, stamp: FileStamp, inMemory: Bool) { (self.response, self.stamp, self.inMemory) = (response, stamp, inMemory) }
+        init(response: PreparedResponse, stamp: FileStamp, bytes: SharedBytes?) {
+            (self.response, self.stamp, self.inMemory, self.bytes) = (response, stamp, bytes != nil, bytes)
+        }
         /// What it counts against the memory limit, given the server's threads.
         func cost(threads: Int) -> Int {
             inMemory ? Int(response.bodyLength) + BlobResponses.overhead : BlobResponses.fileCost(threads: threads)
@@ -135,6 +139,15 @@ final class BlobResponses: Sendable {
         _ = replaced  // A stale answer, released outside the lock.
         // Not kept: this request still gets the answer (it holds the only reference, freed after queueing).
         return .answer((kept ?? entry).response)
+    }
+
+    /// The body of a blob kept in memory, if it is and its file is still the one it was read
+    /// from (one `fstatat`), with its size and time: a `Range` or conditional request is answered
+    /// from it, without opening the file.
+    func keptBytes(_ key: Key) -> (bytes: SharedBytes, size: Int64, modified: Date)? {
+        guard let entry = state.withLock({ $0.entries[key] }), let bytes = entry.bytes, stamp(key.sha256) == entry.stamp else { return nil }
+        entry.referenced.store(true, ordering: .relaxed)
+        return (bytes, entry.stamp.size, Date(timeIntervalSince1970: Double(entry.stamp.seconds)))
     }
 
     /// Drops the answers of blob `sha256` (removed or stored again). Connections sending it finish.
@@ -226,13 +239,14 @@ final class BlobResponses: Sendable {
         if size <= limits.largestInMemory && size + Self.overhead <= limits.memoryBytes {
             var bytes = [UInt8](repeating: 0, count: size)
             let read = bytes.withUnsafeMutableBytes { buffer in (try? file.read(into: buffer, at: 0)) ?? -1 }
-            guard read == size, let response = PreparedResponse(headers: headers, body: .shared(SharedBytes(bytes))) else { return nil }
-            return Entry(response: response, stamp: stamp, inMemory: true)
+            let shared = SharedBytes(bytes)
+            guard read == size, let response = PreparedResponse(headers: headers, body: .shared(shared)) else { return nil }
+            return Entry(response: response, stamp: stamp, bytes: shared)
         }
         guard limits.files > 0, Self.fileCost(threads: limits.serverThreads) <= limits.memoryBytes,
               let response = PreparedResponse(headers: headers, body: .file(descriptor: file.release(), length: stamp.size), threads: limits.serverThreads)
         else { return nil }
-        return Entry(response: response, stamp: stamp, inMemory: false)
+        return Entry(response: response, stamp: stamp, bytes: nil)
     }
 
     private func remove(_ entry: Entry, _ state: inout State) {

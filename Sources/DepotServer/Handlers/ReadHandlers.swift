@@ -80,19 +80,20 @@ struct ReadHandlers: Sendable {
     /// kept until the releases change; the channels are read per request).
     func releaseList(_ context: RequestContext) throws -> HTTPResponse {
         let app = context.app
-        let channels = releases.channels(app)
-        let facts = try releases.releaseFacts(app)
-        // The body is made again only when the channels or the releases changed.
-        let key = "\(facts.count) \(facts.first?.version ?? 0) \(facts.last?.version ?? 0)"
+        // The files the list is made from, by their stamps (four stats): while none changed, the
+        // body made last is the answer. A pointer is replaced by a rename, which changes its folder.
+        let folder = releases.folder
+        let stamps = [folder.currentPointer(app), folder.channels(app), folder.head(app), folder.releases(app)].map { FileStampCache<Int>.stamp($0) }
         let body: [UInt8]
         let etag: String
-        if let known = plists.lists.withLock({ $0[app] }), known.channels == channels, known.key == key {
+        if let known = plists.lists.withLock({ $0[app] }), known.stamps == stamps {
             (body, etag) = (known.body, known.etag)
         } else {
+            let channels = releases.channels(app)
             let live = channels[ReleaseStore.production]
             var serving: [Int: [String]] = [:]
             for (channel, version) in channels { serving[version, default: []].append(channel) }
-            let list = facts.map { facts in
+            let list = try releases.releaseFacts(app).map { facts in
                 ReleaseSummary(
                     version: facts.version, publishedAt: facts.publishedAt, expiresAt: facts.expiresAt, packs: facts.packs,
                     live: facts.version == live, channels: (serving[facts.version] ?? []).sorted(), url: urls.release(app, facts.version)
@@ -102,7 +103,7 @@ struct ReadHandlers: Sendable {
             etag = Representation.etag(of: body)
             plists.lists.withLock { lists in
                 if lists.count >= 4096 { lists.removeAll() }
-                lists[app] = (channels, key, body, etag)
+                lists[app] = (stamps, body, etag)
             }
         }
         return Representation(
@@ -149,6 +150,22 @@ struct ReadHandlers: Sendable {
             case .missing: break  // Looked for once more by its path below (the store decides).
             }
         }
+        if answers.isEnabled {
+            // A range or a conditional request: a small blob kept in memory answers it, with no file
+            // opened (it is kept by this request if it was not yet).
+            let key = BlobResponses.Key(sha256: sha256, gated: gated)
+            if let kept = answers.keptBytes(key) {
+                return representation(.shared(kept.bytes), size: kept.size, modified: kept.modified).response(to: context.request)
+            }
+            switch try answers.answer(key, headers: { representation(.bytes([]), size: $0, modified: $1).wholeHeaders }) {
+            case .answer:
+                if let kept = answers.keptBytes(key) {
+                    return representation(.shared(kept.bytes), size: kept.size, modified: kept.modified).response(to: context.request)
+                }
+            case .opened(let blob): return representation(.file(blob.file), size: blob.size, modified: blob.modified).response(to: context.request)
+            case .missing: break
+            }
+        }
         guard let blob = try blobs.open(sha256) else { throw DepotError.notFound("blob \(sha256)") }
         return representation(.file(blob.file), size: blob.size, modified: blob.modified).response(to: context.request)
     }
@@ -182,7 +199,7 @@ struct ReadHandlers: Sendable {
 /// (bounded by the apps and their channels).
 final class InfoPlistBodies: Sendable {
     let kept = Mutex<[String: (etag: String, settings: AppSettings?, body: [UInt8])]>([:])
-    let lists = Mutex<[String: (channels: [String: Int], key: String, body: [UInt8], etag: String)]>([:])
+    let lists = Mutex<[String: (stamps: [FileStamp?], body: [UInt8], etag: String)]>([:])
 }
 
 /// The bodies of live envelopes, shared by every response that sends one (a 1,000-pack
