@@ -343,10 +343,16 @@ final class ReportBook: Sendable {
         guard !items.isEmpty else { return }
         let now = ContinuousClock.now
         var dropped: [String: Int] = [:]
+        // Days that could not be read now: tried once per pass, not once per report.
+        var unreadable = Set<String>()
         book.withLock { book in
             for item in items {
                 let app = counts(&book, item.app)
-                guard ensure(app, app: item.app, day: item.day) else { continue }
+                guard !unreadable.contains(item.app + "\u{0}" + item.day) else { continue }
+                guard ensure(app, app: item.app, day: item.day) else {
+                    unreadable.insert(item.app + "\u{0}" + item.day)
+                    continue
+                }
                 let keys = item.report.packs.map { Self.key(item.report, $0) }
                 var fresh = 0
                 for key in keys where app.days[item.day]?.counts[key] == nil { fresh += 1 }
@@ -415,8 +421,9 @@ final class ReportBook: Sendable {
                         counts.days[day] = nil
                         defer { counts.days[day] = entry }
                         if mirror == nil { entry.bucketBehind = false }
-                        let compact = final || day != today || ReportDayFile.wantsCompaction(entry)
-                        let bucket = entry.bucketBehind && (final || day != today || clock >= counts.bucketDue)
+                        // A past day is compacted once (then its log is empty), not at every write.
+                        let compact = final || ReportDayFile.wantsCompaction(entry) || day != today && (entry.hasPending || entry.file.length > 0)
+                        let bucket = entry.bucketBehind && (final || clock >= counts.bucketDue)
                         guard entry.hasPending || compact || bucket else { continue }
                         jobs.append(Job(
                             app: app, day: day, reports: entry.pendingReports, counts: entry.pendingCounts, cursor: entry.file,
@@ -451,7 +458,10 @@ final class ReportBook: Sendable {
                     }
                 }
                 var put: Bool?
-                if let mirror, job.bucket, let whole = job.whole {
+                // Only what is on disk goes to the bucket (a put of counts a crash could still lose
+                // would never be corrected for a past day).
+                if !appended && job.bucket { put = false }
+                if appended, let mirror, job.bucket, let whole = job.whole {
                     let started = ContinuousClock.now
                     do {
                         try mirror.putReports(job.app, origin: originID, day: job.day, bytes: Array(StoredJSON.compact.encode(whole.figures)))
@@ -478,8 +488,15 @@ final class ReportBook: Sendable {
                         for (key, value) in job.counts { entry.pendingCounts[key, default: ReportCounts()].add(count: value.count, bytes: value.bytes) }
                     }
                     if put == false { entry.bucketBehind = true }
-                    // A day that is over, written and in the bucket leaves memory.
-                    counts.days[job.day] = job.day != today && appended && !entry.hasPending && !entry.bucketBehind ? nil : entry
+                    // A day that is over, written and in the bucket leaves memory (and a guard's sum of it
+                    // made meanwhile is made again from its files).
+                    let leaves = job.day != today && appended && !entry.hasPending && !entry.bucketBehind
+                    counts.days[job.day] = leaves ? nil : entry
+                    if leaves {
+                        pastTallies.withLock { tallies in
+                            for key in tallies.keys where key.hasPrefix(job.app + "\u{0}") && key.hasSuffix("\u{0}" + job.day) { tallies[key] = nil }
+                        }
+                    }
                 }
             }
             if retention != today {
