@@ -47,6 +47,9 @@ let package = Package(
         .target(
             name: "DepotCore",
             dependencies: [.target(name: "COpenSSL", condition: .when(platforms: [.linux])), "ZIPFoundation"],
+            // Each module an app links ships its privacy manifest (Apple's required-reason APIs
+            // it calls, with their reasons; checked against the sources by PrivacyManifestTests).
+            resources: [.copy("PrivacyInfo.xcprivacy")],
             swiftSettings: strict
         ),
         .target(name: "DepotHTTP", dependencies: ["CMicroHTTPD"], swiftSettings: strict),
@@ -63,8 +66,8 @@ let package = Package(
         // The HTTP/1.1 client (raw sockets and OpenSSL on Linux, URLSession on Apple platforms):
         // the app's client and the server's S3 store both speak through it, so the server does
         // not depend on the app's module. DepotClient re-exports it.
-        .target(name: "DepotTransport", dependencies: ["DepotCore"], swiftSettings: strict),
-        .target(name: "DepotClient", dependencies: ["DepotCore", "DepotTransport"], swiftSettings: strict),
+        .target(name: "DepotTransport", dependencies: ["DepotCore"], resources: [.copy("PrivacyInfo.xcprivacy")], swiftSettings: strict),
+        .target(name: "DepotClient", dependencies: ["DepotCore", "DepotTransport"], resources: [.copy("PrivacyInfo.xcprivacy")], swiftSettings: strict),
         .executableTarget(
             name: "depot",
             dependencies: [
@@ -87,7 +90,7 @@ let package = Package(
             name: "DepotCoreCryptoKit",
             dependencies: [.product(name: "Crypto", package: "swift-crypto"), "ZIPFoundation"],
             path: "Tests/DepotCoreCryptoKit",
-            exclude: ["Core/Crypto/OpenSSL", "Core/DepotCore.docc"],
+            exclude: ["Core/Crypto/OpenSSL", "Core/DepotCore.docc", "Core/PrivacyInfo.xcprivacy"],
             swiftSettings: strict + [.define("DEPOT_CRYPTOKIT")]
         ),
         .testTarget(

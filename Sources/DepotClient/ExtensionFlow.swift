@@ -6,7 +6,7 @@ import FoundationNetworking
 
 /// A pack download for the system to schedule: what a `BAURLDownload` needs. The planner's
 /// ``PlannedDownload`` itself, so that a plan of thousands of packs is handed over without a
-/// copy (an extension has a few MiB).
+/// copy (an extension's memory limit is tight; Apple publishes no figure).
 public typealias ScheduledDownload = PlannedDownload
 
 extension PlannedDownload {
@@ -72,10 +72,15 @@ public struct ExtensionFlow: Sendable {
     /// The channel this build follows.
     public let channel: String
 
-    /// `destination` is the folder in the App Group container that the app and the extension share.
-    public init(configuration: ClientConfiguration, destination: String, channel: String = ManifestSource.production) throws {
+    /// `destination` is the folder in the App Group container that the app and the extension
+    /// share, for the packs (under `Library/Caches`). `stateFolder`, another folder of that
+    /// container outside `Library/Caches` (`Library/Application Support/…`), keeps the state —
+    /// the channel's floor, the install id, the accepted manifest — through a purge of the packs;
+    /// without it the state lives in `destination/.depot` and a purge resets the floor. A state
+    /// kept there by a former build is moved over the first time.
+    public init(configuration: ClientConfiguration, destination: String, stateFolder: String? = nil, channel: String = ManifestSource.production) throws {
         self.configuration = configuration
-        store = try StateStore(destination: destination)
+        store = try StateStore(destination: destination, stateFolder: stateFolder)
         self.channel = channel
     }
 
@@ -89,21 +94,24 @@ public struct ExtensionFlow: Sendable {
     /// The manifest the system fetched from `BAManifestURL` (a local file): verified, accepted
     /// under the exclusive lock (the channel's floor raised, its bytes kept for the install
     /// step), then planned. Pass the allowances the system reports (`BAAppExtensionInfo`), or
-    /// none, and the identifiers of the downloads the system already has
-    /// (`BADownloadManager.shared.fetchCurrentDownloads()`): they are not asked for again, nor
-    /// are deliveries waiting for the install step. `languages` (most preferred first) pick the
+    /// none. What the system already has is not asked for again, nor are deliveries waiting for
+    /// the install step: by default the downloads this flow handed the system and that have not
+    /// arrived or failed since (noted, see ``noteCurrentDownloads(_:fetchedAt:)``: the
+    /// extension's callback must not call `fetchCurrentDownloads()`); a caller that knows what
+    /// the system has passes it as `scheduled`. `languages` (most preferred first) pick the
     /// localized packs: one of each group. A refused manifest throws and schedules nothing.
+    /// What it returns is noted as scheduled.
     public func schedule(
-        manifestFile path: String, kind: RequestKind, allowance: Int? = nil, essentialAllowance: Int? = nil, scheduled: Set<String> = [],
+        manifestFile path: String, kind: RequestKind, allowance: Int? = nil, essentialAllowance: Int? = nil, scheduled: Set<String>? = nil,
         languages: [String] = Locale.preferredLanguages, now: Date = Date()
     ) throws -> [ScheduledDownload] {
         // The deliveries waiting are listed before the state is read: an install step running
         // meanwhile records a pack before it removes its delivery, so each pack is seen either
         // delivered or installed, never neither (found by the model-based test: the app's install
         // step racing the extension's scheduling made the pack be downloaded twice).
-        let held = scheduled.union(arrivedIdentifiers())
-        // The file is copied beside the kept one first (streamed: an extension's memory is a few
-        // MiB), and that copy is what is verified and, under the lock, renamed into place.
+        let held = (scheduled ?? notedScheduled(now: now)).union(arrivedIdentifiers())
+        // The file is copied beside the kept one first (streamed: an extension's memory is
+        // tight), and that copy is what is verified and, under the lock, renamed into place.
         let cached = store.cachedEnvelope(channel: channel)
         let copy = FileSystem.temporaryPath(besides: cached)
         defer { FileSystem.remove(copy) }
@@ -117,6 +125,7 @@ public struct ExtensionFlow: Sendable {
         // are listed (memory: about the manifest's size in all).
         let plan = try plan(copy: copy, cached: cached, kind: kind, allowance: allowance, essentialAllowance: essentialAllowance,
                             scheduled: held, languages: languages, now: now)
+        noteScheduled(plan.downloads.map(\.identifier), now: now)
         return plan.downloads
     }
 
@@ -173,6 +182,7 @@ public struct ExtensionFlow: Sendable {
     /// second delivery of the same identifier replaces the first.
     public func receive(identifier: String, file path: String) throws {
         guard Self.isIdentifier(identifier) else { throw ClientError.integrity(identifier, "not an identifier this module schedules (pack@revision)") }
+        forgetScheduled(identifier)
         let target = store.arrived + "/" + identifier
         do {
             try FileSystem.durableRename(path, to: target)
@@ -203,6 +213,7 @@ public struct ExtensionFlow: Sendable {
         Installer.removeLeftovers(in: store.packs)
         Installer.removeLeftovers(in: store.arrived)
         Installer.removeLeftovers(in: store.metadata)
+        if store.stateFolder != store.metadata { Installer.removeLeftovers(in: store.stateFolder) }
         Installer.removeLeftovers(in: failedDownloads)
         var report = ArrivedReport()
         let identifiers = arrivedIdentifiers().sorted()
@@ -215,7 +226,8 @@ public struct ExtensionFlow: Sendable {
         for identifier in identifiers {
             // Cancelled (the app's background time ran out): stop between packs; what is left
             // waits for the next run.
-            if Task.isCancelled { break }
+            // Cancelled: the step's task, or the thread it runs on (the guide's app runs it on one).
+            if Task.isCancelled || Thread.current.isCancelled { break }
             let path = store.arrived + "/" + identifier
             let (id, revision, base) = Self.parse(identifier)
             guard let entry = manifest[pack: id], entry.revision == revision else {

@@ -190,23 +190,26 @@ public struct Installer: Sendable {
     }
 
     /// Removes what killed installs left in `folder`: staged `.tmp-*` trees and files, each
-    /// named with its owner's process id (`FileSystem.temporaryOwner(_:)`), removed only when
-    /// that process provably no longer runs. A live owner's tree stays however old it is (an app
-    /// suspended in the middle of an install resumes it). Only a name without an owner (written
-    /// by a build before owners were recorded) goes by age, after `maximumAge`. Returns how many.
+    /// named with its owner's process id (`FileSystem.temporaryOwner(_:)`), removed when that
+    /// process provably no longer runs — or, since a process id is reused (another app's
+    /// process answers `kill(pid, 0)` with `EPERM`, a later one of this app with success), when
+    /// the entry has not changed for `ownedMaximumAge` (a day: an install step writes its tree
+    /// within minutes; one suspended for a day in the middle of an install finds its tree gone,
+    /// fails that pack and plans it again). A name without an owner (written by a build before
+    /// owners were recorded) goes after `maximumAge`. Returns how many.
     @discardableResult
-    public static func removeLeftovers(in folder: String, maximumAge: TimeInterval = 3600, now: Date = Date()) -> Int {
+    public static func removeLeftovers(in folder: String, maximumAge: TimeInterval = 3600, ownedMaximumAge: TimeInterval = 86_400, now: Date = Date()) -> Int {
         var removed = 0
         for name in FileSystem.contents(of: folder) where name.hasPrefix(".tmp-") {
             let path = folder + "/" + name
-            let abandoned: Bool
-            if let owner = FileSystem.temporaryOwner(name) {
-                abandoned = System.processIsGone(owner)
-            } else {
-                let modified = (try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date
-                abandoned = modified.map { now.timeIntervalSince($0) > maximumAge } ?? false
+            let owner = FileSystem.temporaryOwner(name)
+            if let owner, System.processIsGone(owner) {
+                removeTree(path)
+                removed += 1
+                continue
             }
-            if abandoned {
+            let modified = (try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date
+            if let modified, now.timeIntervalSince(modified) > (owner == nil ? maximumAge : ownedMaximumAge) {
                 removeTree(path)
                 removed += 1
             }

@@ -202,7 +202,7 @@ public enum Planner {
         wanted.sort { (rank($0), $0.entry.id) < (rank($1), $1.entry.id) }
 
         // The downloads are kept in `wanted` itself, compacted in place (a manifest of 10,000
-        // packs is planned in an extension's few MiB: no second array of them).
+        // packs is planned in an extension's tight memory: no second array of them).
         var kept = 0
         var deferred: [PlannedDownload] = []
         var nonEssential: Int64 = 0

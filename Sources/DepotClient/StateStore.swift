@@ -4,8 +4,11 @@ import Foundation
 /// The install state of one destination folder, shared by every process that uses it (on a
 /// device, the app and its Background Assets extension, through an App Group folder).
 ///
-/// The state lives in `DEST/.depot/state.json`. It changes only inside
-/// ``withExclusiveControl(timeout:app:_:)`` — an exclusive `flock` on `DEST/.depot/state.lock`,
+/// The state lives in `DEST/.depot/state.json`, or in a folder of its own (``stateFolder``; on
+/// iOS under the App Group's `Library/Application Support`, which the system never purges, while
+/// the packs stay in `Library/Caches`): the channels' floors, the install id and the accepted
+/// envelopes then survive a purge of the packs. It changes only inside
+/// ``withExclusiveControl(timeout:app:_:)`` — an exclusive `flock` on `state.lock` beside it,
 /// with a timeout, as the framework's `withExclusiveControl` — and is saved, atomically and
 /// durably, before the lock is released. The lock is held only for that moment: never across a
 /// download, an `await` or an install (iOS terminates a suspended app that holds a file lock in
@@ -15,21 +18,27 @@ public final class StateStore: Sendable {
     /// The destination folder.
     public let destination: String
 
+    /// Where the state, its lock and the accepted envelopes live: `DEST/.depot` unless given.
+    public let stateFolder: String
+
     var metadata: String { destination + "/.depot" }
-    var statePath: String { metadata + "/state.json" }
+    var statePath: String { stateFolder + "/state.json" }
     /// Where pack downloads wait, possibly partial, until they are verified.
     var downloads: String { metadata + "/downloads" }
     /// Where finished downloads the system delivered wait for the install step
     /// (``ExtensionFlow/installArrived(languages:now:)``), each named by its identifier (`pack@revision`).
     public var arrived: String { metadata + "/arrived" }
     /// Where the last accepted envelope of each channel is kept (for `304 Not Modified`).
-    public func cachedEnvelope(channel: String) -> String { metadata + "/manifest-" + channel + ".json" }
+    public func cachedEnvelope(channel: String) -> String { stateFolder + "/manifest-" + channel + ".json" }
     /// Where installed packs live.
     public var packs: String { destination + "/packs" }
 
-    /// Opens (creating) the destination's folders.
-    public init(destination: String) throws {
+    /// Opens (creating) the destination's folders. With `stateFolder`, the state lives there
+    /// instead of `DEST/.depot`; a state a former build kept in `DEST/.depot` is moved over
+    /// the first time (under the state's lock; the floors and the install id carried across).
+    public init(destination: String, stateFolder: String? = nil) throws {
         self.destination = destination
+        self.stateFolder = stateFolder ?? destination + "/.depot"
         do {
             try FileSystem.createDirectory(destination)
             Self.protect(destination)
@@ -37,8 +46,37 @@ public final class StateStore: Sendable {
             try FileSystem.createDirectory(destination + "/.depot/downloads")
             try FileSystem.createDirectory(destination + "/.depot/arrived")
             try FileSystem.createDirectory(destination + "/packs")
+            if let stateFolder, stateFolder != metadata {
+                try FileSystem.createDirectory(stateFolder)
+                Self.protect(stateFolder)
+            }
         } catch {
             throw ClientError.state("cannot open \(destination): \(error)")
+        }
+        if self.stateFolder != metadata { try migrate() }
+    }
+
+    /// Moves a state kept in `DEST/.depot` (a former build's layout) into ``stateFolder``:
+    /// the accepted envelopes first, then the state, each written durably before the old copy
+    /// goes. Killed in between, the next open finishes it (a copy already there is not replaced).
+    private func migrate() throws {
+        let old = metadata + "/state.json"
+        guard FileSystem.exists(old) else { return }
+        let lock = try Self.lock(stateFolder + "/state.lock", timeout: 10, what: "the install state of \(destination)")
+        defer { _ = lock }
+        do {
+            for name in FileSystem.contents(of: metadata) where name.hasPrefix("manifest-") && name.hasSuffix(".json") {
+                if !FileSystem.exists(stateFolder + "/" + name) {
+                    try FileSystem.writeAtomically(FileSystem.readFile(metadata + "/" + name), to: stateFolder + "/" + name)
+                }
+                FileSystem.remove(metadata + "/" + name)
+            }
+            if !FileSystem.exists(statePath) {
+                try FileSystem.writeAtomically(FileSystem.readFile(old), to: statePath)
+            }
+            FileSystem.remove(old)
+        } catch {
+            throw ClientError.state("cannot move the install state of \(destination) to \(stateFolder): \(error)")
         }
     }
 
@@ -76,7 +114,7 @@ public final class StateStore: Sendable {
 
     /// Runs `body` on the state under the exclusive lock and saves what it leaves, before unlocking.
     public func withExclusiveControl<T>(timeout: TimeInterval = 10, app: String, _ body: (inout InstalledState) throws -> T) throws -> T {
-        let lock = try Self.lock(metadata + "/state.lock", timeout: timeout, what: "the install state of \(destination)")
+        let lock = try Self.lock(stateFolder + "/state.lock", timeout: timeout, what: "the install state of \(destination)")
         defer { _ = lock }
         var state = try load(app: app)
         let before = state
@@ -97,9 +135,10 @@ public final class StateStore: Sendable {
     /// exists; made under the exclusive lock the first time, so that the app and its extension,
     /// asking at once, end up with the same one.
     ///
-    /// It lives in `state.json`, so it goes when the folder does: a purge of `Library/Caches`
-    /// (which also takes the packs, all downloaded again) or a reinstall makes a new one, and the
-    /// device may fall on the other side of a running rollout.
+    /// It lives in `state.json`, so it goes when the state's folder does: with the state in
+    /// `Library/Application Support` (``stateFolder``) only a reinstall makes a new one; with the
+    /// state under the packs' folder in `Library/Caches`, a purge does too, and the device may
+    /// fall on the other side of a running rollout.
     public func installID(app: String) throws -> String {
         if let known = try read(app: app).installID { return known }
         return try withExclusiveControl(app: app) { state in

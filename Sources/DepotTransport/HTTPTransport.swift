@@ -86,6 +86,9 @@ public struct HTTPTransport: Sendable {
     private let trust: LazyTrust
     #endif
 
+    /// Whether this transport's URLSession was made (it is at the first call through it).
+    var engineHasSession: Bool { session.hasSession }
+
     /// One transport for callers that do not make their own (`ManifestSource`'s default): one
     /// URLSession for the process, not one per call.
     public static let shared = HTTPTransport()

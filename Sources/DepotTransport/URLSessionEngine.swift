@@ -12,28 +12,46 @@ import FoundationNetworking
 /// as it comes (so a cut one keeps what arrived, for a `Range` resume), never staged in a
 /// temporary file and copied. A body to send from a file goes by `uploadTask(with:fromFile:)`
 /// when it is the whole file, from memory otherwise (callers send ranges of a few MiB).
+///
+/// The session is made at the first exchange, not with the engine: a process that only
+/// verifies files (the Background Assets extension, whose memory is tight, planning from the
+/// manifest the system fetched) never makes one.
 final class URLSessionEngine: Sendable {
-    private let session: URLSession
+    private let made = Locked<URLSession?>(nil)
     let delegate: SessionDelegate
+    /// Seconds without progress before a call fails.
+    private let timeout: TimeInterval
     /// Seconds an answer held in memory may take in all (see ``TransportOptions/responseDeadline``).
     private let deadline: TimeInterval
 
     init(timeout: TimeInterval, deadline: TimeInterval = 120) {
+        self.timeout = timeout
         self.deadline = deadline
-        let configuration = URLSessionConfiguration.ephemeral
-        configuration.timeoutIntervalForRequest = timeout
-        configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
-        configuration.urlCache = nil
-        configuration.urlCredentialStorage = nil
-        configuration.httpCookieStorage = nil
         delegate = SessionDelegate()
-        // The session keeps its delegate until it is invalidated (below, in deinit).
-        session = URLSession(configuration: configuration, delegate: delegate, delegateQueue: nil)
+    }
+
+    /// Whether the session was made (for tests: a process that makes no call makes none).
+    var hasSession: Bool { made.withLock { $0 != nil } }
+
+    private var session: URLSession {
+        made.withLock { made in
+            if let made { return made }
+            let configuration = URLSessionConfiguration.ephemeral
+            configuration.timeoutIntervalForRequest = timeout
+            configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
+            configuration.urlCache = nil
+            configuration.urlCredentialStorage = nil
+            configuration.httpCookieStorage = nil
+            // The session keeps its delegate until it is invalidated (below, in deinit).
+            let session = URLSession(configuration: configuration, delegate: delegate, delegateQueue: nil)
+            made = session
+            return session
+        }
     }
 
     deinit {
         // Every exchange holds the engine while it runs, so nothing is in flight here.
-        session.invalidateAndCancel()
+        made.withLock { $0?.invalidateAndCancel() }
     }
 
     func exchange(
@@ -48,6 +66,7 @@ final class URLSessionEngine: Sendable {
         for (name, value) in request.headers { urlRequest.setValue(value, forHTTPHeaderField: name) }
         let task: URLSessionTask
         var bounded = !request.largeResponse
+        let session = session
         switch request.body {
         case .none:
             task = session.dataTask(with: urlRequest)
@@ -72,8 +91,10 @@ final class URLSessionEngine: Sendable {
                 // completion must find its exchange.
                 delegate.register(task, exchange)
                 if let early = exchange.start(continuation) {
-                    // Cancelled before the exchange began: the task is never resumed.
+                    // Cancelled before the exchange began: the task is never resumed, and
+                    // cancelled so that the session lets it go.
                     delegate.unregister(task)
+                    task.cancel()
                     continuation.resume(throwing: early)
                     return
                 }

@@ -123,7 +123,10 @@ public protocol BADownloaderExtension: AppExtension {
     func backgroundDownload(_ failedDownload: BADownload, failedWithError error: any Error)
     /// `func backgroundDownload(_ download: BADownload, didReceive challenge: URLAuthenticationChallenge) async -> (URLSession.AuthChallengeDisposition, URLCredential?)`
     func backgroundDownload(_ download: BADownload, didReceive challenge: URLAuthenticationChallenge) async -> (URLSession.AuthChallengeDisposition, URLCredential?)
-    /// `func extensionWillTerminate()`
+    /// `func extensionWillTerminate()` — deprecated in iOS 16.4: "extensionWillTerminate will not
+    /// be invoked in all applicable circumstances and should not be relied upon."
+    @available(iOS, introduced: 16.1, deprecated: 16.4, message: "extensionWillTerminate will not be invoked in all applicable circumstances and should not be relied upon.")
+    @available(macOS, introduced: 13.0, deprecated: 13.3, message: "extensionWillTerminate will not be invoked in all applicable circumstances and should not be relied upon.")
     func extensionWillTerminate()
 }
 
@@ -134,15 +137,49 @@ extension BADownloaderExtension {
     public func backgroundDownload(_ download: BADownload, didReceive challenge: URLAuthenticationChallenge) async -> (URLSession.AuthChallengeDisposition, URLCredential?) {
         (.performDefaultHandling, nil)
     }
+    @available(iOS, introduced: 16.1, deprecated: 16.4)
+    @available(macOS, introduced: 13.0, deprecated: 13.3)
     public func extensionWillTerminate() {}
+}
+
+/// `protocol BADownloadManagerDelegate : NSObjectProtocol` (iOS 16.1+); every method
+/// `optional` (an Objective-C protocol: modelled here by default implementations). Apple's
+/// `BADownloaderExtension.h`: the extension's finished and failed callbacks are called only when
+/// no download manager delegate handles the event.
+public protocol BADownloadManagerDelegate: NSObjectProtocol {
+    /// `optional func downloadDidBegin(_ download: BADownload)`
+    func downloadDidBegin(_ download: BADownload)
+    /// `optional func downloadDidPause(_ download: BADownload)`
+    func downloadDidPause(_ download: BADownload)
+    /// `optional func download(_ download: BADownload, didWriteBytes bytesWritten: Int64, totalBytesWritten: Int64, totalBytesExpectedToWrite totalExpectedBytes: Int64)`
+    func download(_ download: BADownload, didWriteBytes bytesWritten: Int64, totalBytesWritten: Int64, totalBytesExpectedToWrite totalExpectedBytes: Int64)
+    /// `optional func download(_ download: BADownload, didReceive challenge: URLAuthenticationChallenge) async -> (URLSession.AuthChallengeDisposition, URLCredential?)`
+    func download(_ download: BADownload, didReceive challenge: URLAuthenticationChallenge) async -> (URLSession.AuthChallengeDisposition, URLCredential?)
+    /// `optional func download(_ download: BADownload, failedWithError error: any Error)`
+    func download(_ download: BADownload, failedWithError error: any Error)
+    /// `optional func download(_ download: BADownload, finishedWithFileURL fileURL: URL)`
+    func download(_ download: BADownload, finishedWithFileURL fileURL: URL)
+}
+
+extension BADownloadManagerDelegate {
+    public func downloadDidBegin(_ download: BADownload) {}
+    public func downloadDidPause(_ download: BADownload) {}
+    public func download(_ download: BADownload, didWriteBytes bytesWritten: Int64, totalBytesWritten: Int64, totalBytesExpectedToWrite totalExpectedBytes: Int64) {}
+    public func download(_ download: BADownload, didReceive challenge: URLAuthenticationChallenge) async -> (URLSession.AuthChallengeDisposition, URLCredential?) {
+        (.performDefaultHandling, nil)
+    }
+    public func download(_ download: BADownload, failedWithError error: any Error) {}
+    public func download(_ download: BADownload, finishedWithFileURL fileURL: URL) {}
 }
 
 // MARK: The manager
 
 /// `class BADownloadManager` (iOS 16.1+).
 open class BADownloadManager: NSObject, @unchecked Sendable {
-    /// `class var shared: BADownloadManager { get }`
-    nonisolated(unsafe) public static var shared = BADownloadManager()
+    /// `class var shared: BADownloadManager { get }` (iOS 16.1+): get-only.
+    public static let shared = BADownloadManager()
+    /// `weak var delegate: (any BADownloadManagerDelegate)? { get set }` (iOS 16.1+).
+    public weak var delegate: (any BADownloadManagerDelegate)?
     /// What a test says the system has scheduled (not Apple's API).
     public var scheduledForTests: [BADownload] = []
 
@@ -161,13 +198,23 @@ open class BADownloadManager: NSObject, @unchecked Sendable {
     }
     /// `func cancel(_ download: BADownload) throws` (iOS 16.1+).
     open func cancel(_ download: BADownload) throws { scheduledForTests.removeAll { $0.identifier == download.identifier } }
-    /// `func fetchCurrentDownloads() throws -> [BADownload]` (iOS 16.4+; it may block: not on the main thread).
+    /// `func fetchCurrentDownloads() throws -> [BADownload]` (iOS 16.4+; Apple's header: "This
+    /// method can block and should not be called from the main thread").
     open func fetchCurrentDownloads() throws -> [BADownload] { scheduledForTests }
+    /// `func fetchCurrentDownloads(completionHandler: @escaping @Sendable ([BADownload], (any Error)?) -> Void)` (iOS 16.1+).
+    open func fetchCurrentDownloads(completionHandler: @escaping @Sendable ([BADownload], (any Error)?) -> Void) { completionHandler(scheduledForTests, nil) }
+    /// Its `async` form: `var currentDownloads: [BADownload] { get async throws }` (iOS 16.1+).
+    open var currentDownloads: [BADownload] { get async throws { scheduledForTests } }
 
     /// `func withExclusiveControl(_ performHandler: @escaping (Bool, (any Error)?) -> Void)`
-    /// (iOS 16.1+; deprecated in the iOS 27 SDK for the `async` form).
+    /// (iOS 16.1–27.0: deprecated in iOS 27 for the `async` form; a deployment target below 27
+    /// sees no warning).
+    @available(iOS, introduced: 16.1, deprecated: 27.0)
+    @available(macOS, introduced: 13.0, deprecated: 27.0)
     open func withExclusiveControl(_ performHandler: @escaping (Bool, (any Error)?) -> Void) { performHandler(true, nil) }
-    /// `func withExclusiveControl(beforeDate date: Date, perform performHandler: @escaping (Bool, (any Error)?) -> Void)` (iOS 16.1+).
+    /// `func withExclusiveControl(beforeDate date: Date, perform performHandler: @escaping (Bool, (any Error)?) -> Void)` (iOS 16.1–27.0).
+    @available(iOS, introduced: 16.1, deprecated: 27.0)
+    @available(macOS, introduced: 13.0, deprecated: 27.0)
     open func withExclusiveControl(beforeDate date: Date, perform performHandler: @escaping (Bool, (any Error)?) -> Void) { performHandler(true, nil) }
 
     #if BA_SDK_27
@@ -178,15 +225,31 @@ open class BADownloadManager: NSObject, @unchecked Sendable {
 
 // MARK: Errors (iOS 17.0+; an Objective-C NS_ENUM)
 
-/// Apple: `let BAErrorDomain: String`.
+/// Apple: `let BAErrorDomain: String` (iOS 17.0+). (iOS 16 reported the same codes in
+/// `com.apple.backgroundassets.error`.)
+@available(iOS 17.0, macOS 14.0, *)
 public let BAErrorDomain = "BAErrorDomain"
 
-/// Apple: `enum BAErrorCode` (only the cases the guide meets; raw values as the SDK's).
+/// Apple: `enum BAErrorCode` (iOS 17.0+), raw values as the SDK's.
+@available(iOS 17.0, macOS 14.0, *)
 public enum BAErrorCode: Int, Sendable {
     case downloadInvalid = 0
+    case callFromExtensionNotAllowed = 50
+    case callFromInactiveProcessNotAllowed = 51
+    case callerConnectionNotAccepted = 55
+    case callerConnectionInvalid = 56
     case downloadAlreadyScheduled = 100
     case downloadNotScheduled = 101
     case downloadFailedToStart = 102
+    case downloadAlreadyFailed = 103
+    case downloadEssentialDownloadNotPermitted = 109
+    case downloadBackgroundActivityProhibited = 111
+    case downloadWouldExceedAllowance = 112
+    case downloadDoesNotExist = 113
+    case sessionDownloadDisallowedByDomain = 202
+    case sessionDownloadDisallowedByAllowance = 203
+    case sessionDownloadAllowanceExceeded = 204
+    case sessionDownloadNotPermittedBeforeAppLaunch = 206
 }
 
 // MARK: Foundation on Apple platforms only

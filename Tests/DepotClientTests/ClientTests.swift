@@ -307,7 +307,7 @@ struct InitialBudgetTests {
 
 @Suite("Leftovers of killed installs")
 struct LeftoverTests {
-    @Test("A staging tree goes only when the process its writer named is gone: a live owner's stays however old, whatever the pack's own name holds")
+    @Test("A staging tree goes when the process its writer named is gone, whatever the pack's own name holds; one whose owner seems alive (a reused pid) goes after a day unchanged")
     func removeLeftovers() throws {
         let dir = TemporaryDirectory("depot-leftovers")
         defer { dir.remove() }
@@ -341,9 +341,18 @@ struct LeftoverTests {
         try FileSystem.writeAtomically([4], to: dir.path + "/levels")
         #expect(Installer.removeLeftovers(in: dir.path) == 2)
         #expect(Set(FileSystem.contents(of: dir.path)) == Set([living, mine, anonymous, dir.path + "/levels"].map(FileSystem.lastComponent)))
-        // Two days later: still nothing of a live owner goes; only the name without one (an older build's).
-        #expect(Installer.removeLeftovers(in: dir.path, now: Date().addingTimeInterval(2 * 86400)) == 1)
+        // Twelve hours later: nothing of a live owner goes; only the name without one (an older build's).
+        #expect(Installer.removeLeftovers(in: dir.path, now: Date().addingTimeInterval(12 * 3600)) == 1)
         #expect(Set(FileSystem.contents(of: dir.path)) == Set([living, mine, dir.path + "/levels"].map(FileSystem.lastComponent)))
         #expect(try FileSystem.readFile(living + "/entry") == [1])
+        // A day and more unchanged: the pid may be another process's now (pid 1, say, which
+        // answers kill(pid, 0) as alive here and with EPERM in an app's sandbox): the trees go,
+        // the installed copy stays.
+        let reused = dir.path + "/.tmp-movie-p1-dddddddddddd"
+        try FileSystem.createDirectory(reused)
+        #expect(!System.processIsGone(1) && !System.processIsGone(alive))
+        #expect(Installer.removeLeftovers(in: dir.path, now: Date().addingTimeInterval(12 * 3600)) == 0)
+        #expect(Installer.removeLeftovers(in: dir.path, now: Date().addingTimeInterval(25 * 3600)) == 3)
+        #expect(FileSystem.contents(of: dir.path) == ["levels"])
     }
 }

@@ -158,6 +158,20 @@ struct URLSessionEngineTests {
         #expect(received.withLock { $0 } <= 1 << 20)
     }
 
+    @Test("The URLSession is made at the first call, not with the transport: a process that only verifies (the extension) makes none")
+    func sessionMadeAtFirstCall() async throws {
+        let server = try HostileServer { connection in connection.send("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok") }
+        defer { server.stop() }
+        // What `ManifestSource`'s default transport and a flow that plans from a local file do.
+        let transport = HTTPTransport()
+        _ = ManifestSource(url: URL(fileURLWithPath: "/dev/null"), app: "com.example.game", trustedKeys: [], transport: transport)
+        #expect(!transport.engineHasSession)
+        let engine = URLSessionEngine(timeout: 5)
+        #expect(!engine.hasSession)
+        let answer = try await engine.exchange(HTTPTransport.Request(method: "GET", url: server.url, headers: []), progress: nil) { _ in .collect(limit: 16) }
+        #expect(answer.body == Array("ok".utf8) && engine.hasSession)
+    }
+
     @Test("The session and its delegate go with the engine (a session keeps its delegate until invalidated)")
     func invalidatedWithTransport() async throws {
         let server = try HostileServer { connection in connection.send("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok") }

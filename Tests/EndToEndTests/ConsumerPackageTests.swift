@@ -19,6 +19,12 @@ struct ConsumerPackageTests {
         #expect(fetched == ["ZIPFoundation"], "packages fetched for an app: \(fetched)")
         let modules = Set(FileSystem.contents(of: scratch.path + "/debug/Modules").compactMap { $0.split(separator: ".").first.map(String.init) })
         #expect(modules == ["ConsumerApp", "DepotClient", "DepotCore", "DepotTransport", "ZIPFoundation"], "modules built for an app: \(modules.sorted())")
+        // Each module's privacy manifest goes into the app as a resource of its bundle.
+        let products = FileSystem.contents(of: scratch.path + "/debug")
+        for module in ["DepotCore", "DepotTransport", "DepotClient"] {
+            let bundle = products.first { $0.hasSuffix("_\(module).resources") || $0.hasSuffix("_\(module).bundle") }
+            #expect(bundle.map { FileSystem.exists(scratch.path + "/debug/" + $0 + "/PrivacyInfo.xcprivacy") } == true, "\(module)'s privacy manifest in \(products)")
+        }
 
         let work = TemporaryDirectory("depot-consumer-run")
         defer { work.remove() }

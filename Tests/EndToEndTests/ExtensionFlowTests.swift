@@ -13,7 +13,10 @@ struct GuideAssets {
     let group = "group.com.example.game"
     let configuration: ClientConfiguration
     let root: String
-    func flow() throws -> ExtensionFlow { try ExtensionFlow(configuration: configuration, destination: root) }
+    var stateFolder: String { root + "/../../Application Support/assets" }
+    func flow() throws -> ExtensionFlow {
+        try ExtensionFlow(configuration: configuration, destination: root, stateFolder: stateFolder)
+    }
 }
 
 /// The guide's extension, its lines verbatim.
@@ -38,12 +41,10 @@ struct GuideExtension {
         // A test stands in for the device's languages.
         let Locale = (preferredLanguages: languages, 0)
         // guide: schedule
-        let current = (try? BADownloadManager.shared.fetchCurrentDownloads()) ?? []
         let scheduled = try Assets.flow().schedule(
             manifestFile: manifestURL.path, kind: kind,
             allowance: extensionInfo.restrictedDownloadSizeRemaining,
             essentialAllowance: extensionInfo.restrictedEssentialDownloadSizeRemaining,
-            scheduled: Set(current.map(\.identifier)),
             languages: Locale.preferredLanguages
         )
         return Set(scheduled.map { download in
@@ -98,6 +99,14 @@ struct ExtensionFlowTests {
             #expect(try guide.Assets.flow().store.read(app: origin.app).manifestVersion == manifest.version)
             let older = try envelope("/v1/apps/\(origin.app)/releases/1")
             #expect(throws: ClientError.self) { try guide.downloads(manifestURL: older, kind: .periodic, extensionInfo: BAAppExtensionInfo()) }
+            // The system purges Library/Caches whole: the packs' folder goes, the state stays, and
+            // the older manifest is still refused (the floor survived; with the state under the
+            // packs it would have been accepted).
+            try FileManager.default.removeItem(atPath: work.path + "/group/Library/Caches")
+            #expect(throws: ClientError.self) { try guide.downloads(manifestURL: older, kind: .periodic, extensionInfo: BAAppExtensionInfo()) }
+            #expect(try guide.Assets.flow().store.read(app: origin.app).manifestVersion == manifest.version)
+            // (What it scheduled before the purge is still held by the system: not asked for twice.)
+            #expect(try guide.downloads(manifestURL: manifestURL, kind: .periodic, extensionInfo: BAAppExtensionInfo()).isEmpty)
 
             // The system delivers each file; the extension installs it before the callback returns.
             func delivered(_ download: BAURLDownload, tamper: Bool = false) throws -> URL {
@@ -114,12 +123,18 @@ struct ExtensionFlowTests {
             let refused = try guide.Assets.flow().installArrived()
             #expect(refused.installed.isEmpty && refused.discarded["core@1"]?.contains("SHA-256") == true, "\(refused)")
             #expect(!FileSystem.exists(guide.Assets.root + "/packs/core") && FileSystem.contents(of: guide.Assets.root + "/.depot/arrived").isEmpty)
-            // Delivered and waiting, or scheduled with the system: not asked for again.
+            // Delivered and waiting, or handed to the system and not yet delivered: not asked for
+            // again (core's delivery was refused: it is). The extension never asks the system.
             let world = try #require(downloads.first { $0.identifier == "world@1" })
             try guide.backgroundDownload(world, finishedWithFileURL: delivered(world))
-            BADownloadManager.shared.scheduledForTests = [BAURLDownload(identifier: "tutorial@1", request: URLRequest(url: URL(string: "https://x")!), essential: true, fileSize: 1, applicationGroupIdentifier: "g", priority: .default)]
-            defer { BADownloadManager.shared.scheduledForTests = [] }
             #expect(Set(try guide.downloads(manifestURL: manifestURL, kind: .install, extensionInfo: BAAppExtensionInfo()).map(\.identifier)) == ["core@1"])
+            // The app learns what the system has (tutorial@1 and core@1 only)... then the system
+            // drops tutorial@1 and the app says so: it is asked for at the next event.
+            let asked = Date()
+            try guide.Assets.flow().noteCurrentDownloads(["tutorial@1", "core@1"], fetchedAt: asked)
+            #expect(try guide.downloads(manifestURL: manifestURL, kind: .install, extensionInfo: BAAppExtensionInfo()).isEmpty)
+            try guide.Assets.flow().noteCurrentDownloads(["core@1"], fetchedAt: asked.addingTimeInterval(2))
+            #expect(Set(try guide.downloads(manifestURL: manifestURL, kind: .install, extensionInfo: BAAppExtensionInfo()).map(\.identifier)) == ["tutorial@1"])
             for download in downloads where download != world { try guide.backgroundDownload(download, finishedWithFileURL: delivered(download)) }
             #expect(!FileSystem.exists(guide.Assets.root + "/packs/world"), "the callback only moves the file")
             let report = try guide.Assets.flow().installArrived()

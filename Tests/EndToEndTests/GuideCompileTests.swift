@@ -58,6 +58,14 @@ struct GuideCompileTests {
         #expect(files.count >= 5, "the guide's blocks: \(files.count)")
         #expect(files.filter(\.inApp).contains { $0.text.contains("installArrived") } && files.filter(\.inApp).contains { $0.text.contains("withExclusiveControl") }, "the app's part is in the guide")
         #expect(!files.filter { $0.inExtension && !$0.inApp }.contains { $0.text.contains("installArrived") }, "the extension never runs the install step")
+        // Apple's header: a download manager delegate takes the finished and failed downloads
+        // from the extension; the app's delegate hands them to the flow.
+        #expect(files.filter(\.inApp).contains { $0.text.contains("BADownloadManagerDelegate") && $0.text.contains(".receive(") && $0.text.contains(".downloadFailed(") },
+                "the delegate path is in the app's part")
+        // The manager refuses scheduling during downloads(for:) and fetchCurrentDownloads() can block.
+        #expect(!files.filter(\.inExtension).contains { $0.text.contains("fetchCurrentDownloads") }, "the extension never asks the manager")
+        #expect(!files.contains { $0.text.contains("Task.detached") && $0.text.contains("installArrived") } && files.contains { $0.text.contains("Thread {") && $0.text.contains("installArrived") },
+                "the install step runs on a thread of its own, not Swift's cooperative pool")
         let work = TemporaryDirectory("depot-guide-\(sdk)-\(newTargetDefaults)")
         defer { work.remove() }
         let modules = Self.root + "/.build/debug/Modules"
@@ -109,11 +117,13 @@ struct GuideCompileTests {
                 let _: Int64? = info.restrictedDownloadSizeRemaining?.int64Value
                 try await BADownloadManager.shared.withExclusiveControl { 1 }
             }
+            func g() { BADownloadManager.shared = BADownloadManager() }
             """
         try FileSystem.writeAtomically(Array(wrong.utf8), to: work.path + "/Wrong.swift")
         let checked = try Processes.run("/usr/bin/env", ["swiftc", "-typecheck", "-swift-version", "6", "-parse-as-library", "-I", Self.root + "/.build/debug/Modules", work.path + "/Wrong.swift"])
         #expect(checked.status != 0)
         #expect(checked.stderr.contains("int64Value"), "Int? has no int64Value: \(checked.stderr)")
         #expect(checked.stderr.contains("withExclusiveControl") || checked.stderr.contains("async"), "the async form is not in the iOS 26 SDK: \(checked.stderr)")
+        #expect(checked.stderr.contains("'shared' is a 'let' constant") || checked.stderr.contains("cannot assign"), "shared is get-only: \(checked.stderr)")
     }
 }

@@ -69,7 +69,7 @@ struct ResumableUploadEndToEndTests {
         // 3. The server dies in the middle of a chunk: after the restart the upload is where it was.
         // (The dropped request releases the upload just after its commit: an empty PATCH answered
         // 204 shows it is free, so the next PATCH is taken, not refused as busy.)
-        try Eventually.wait(every: .milliseconds(50)) { (try? Self.emptyPatch(server, path, token: token, offset: offset)) == 204 }
+        Eventually.wait(every: .milliseconds(50)) { (try? Self.emptyPatch(server, path, token: token, offset: offset)) == 204 }
         let socket = try Self.partialPatch(server, path, token: token, file: original, offset: offset, count: 1_000_000)
         try await Task.sleep(for: .milliseconds(300))
         kill(server.process.processIdentifier, SIGKILL)
@@ -78,7 +78,7 @@ struct ResumableUploadEndToEndTests {
         server = try ServeProcess(data: data, environment: [:], bootstrap: false)
         // (Asked until answered: a busy machine may miss one exchange's timeout.)
         var after: Int?
-        try Eventually.wait(every: .milliseconds(50)) {
+        Eventually.wait(every: .milliseconds(50)) {
             after = try? Self.head(server, path, token: token)
             return after != nil
         }

@@ -77,6 +77,26 @@ struct RolloutGuardTests {
             let noted = try flow.installArrived(languages: ["en"])
             #expect(noted.deviceReport?.packs == [DeviceReport.PackResult(id: "level", revision: 1, outcome: .failed, error: "http")])
             #expect(try flow.installArrived(languages: ["en"]).deviceReport == nil, "noted once")
+            // Background Assets' own errors: a URL on a domain the build does not allow is the
+            // release's failure; the allowance, Low Power Mode or a failure to start are the
+            // device's; an NSURLErrorDomain error under a Background Assets error is looked at too.
+            let cases: [(NSError, String?)] = [
+                (NSError(domain: "BAErrorDomain", code: 202), "domain"),
+                (NSError(domain: "com.apple.backgroundassets.error", code: 202), "domain"),
+                (NSError(domain: "BAErrorDomain", code: 112), nil),
+                (NSError(domain: "BAErrorDomain", code: 111), nil),
+                (NSError(domain: "BAErrorDomain", code: 102), nil),
+                (NSError(domain: "BAErrorDomain", code: 102, userInfo: [
+                    NSUnderlyingErrorKey: NSError(domain: NSURLErrorDomain, code: URLError.Code.serverCertificateUntrusted.rawValue),
+                ]), "tls"),
+                (NSError(domain: NSURLErrorDomain, code: URLError.Code.resourceUnavailable.rawValue), "http"),
+                (NSError(domain: NSURLErrorDomain, code: URLError.Code.timedOut.rawValue), nil),
+            ]
+            for (error, kind) in cases {
+                flow.downloadFailed(identifier: "level@1", error: error)
+                let packs = try flow.installArrived(languages: ["en"]).deviceReport?.packs
+                #expect(packs?.first?.error == kind, "\(error)")
+            }
         }
     }
 

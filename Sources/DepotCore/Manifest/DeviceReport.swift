@@ -53,7 +53,7 @@ public struct DeviceReport: Codable, Hashable, Sendable {
     /// counts as `other`.
     public static let errorKinds: Set<String> = [
         "http", "transport", "manifest", "rollback", "expired", "wrongApp", "integrity", "install", "state", "cancelled", "tooLarge", "noSpace",
-        "wrongChannel", "tls", "other",
+        "wrongChannel", "tls", "domain", "other",
     ]
 
     /// `name` if it is one of ``errorKinds``, else `other`: what a client reports for an error

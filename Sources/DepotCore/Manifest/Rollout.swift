@@ -74,7 +74,7 @@ extension Manifest {
     }
 
     /// ``resolved(installID:)`` in place (a manifest of thousands of packs is not copied): what an
-    /// extension, with its few MiB, calls. `installID` is asked only when there is a rollout.
+    /// extension, with its tight memory limit, calls. `installID` is asked only when there is a rollout.
     public mutating func resolve(installID: () throws -> String) rethrows {
         guard let rollout else { return }
         self.rollout = nil
