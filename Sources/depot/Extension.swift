@@ -22,6 +22,8 @@ struct ExtensionCommand: ParsableCommand {
     struct Folder: ParsableArguments {
         @Option(help: "The client configuration JSON from `depot keys export`.") var config: String
         @Option(help: "The App Group folder the app and the extension share.") var dest: String
+        @Option(name: .customLong("state-folder"), help: "Where the state lives, outside the packs' folder (an app's Library/Application Support); a state kept in DEST/.depot is moved there. Default: DEST/.depot.")
+        var stateFolder: String?
         @Option(help: "The channel this build follows.") var channel: String = ManifestSource.production
         @Option(help: "The device's languages, most preferred first (fr-CA,en): one pack of each group of localized packs. Default: this machine's.")
         var languages: String?
@@ -29,7 +31,7 @@ struct ExtensionCommand: ParsableCommand {
         var languageList: [String] { languages.map { $0.split(separator: ",").map(String.init) } ?? Locale.preferredLanguages }
 
         func flow() throws -> ExtensionFlow {
-            try ExtensionFlow(configuration: Sync.loadConfiguration(config), destination: dest, channel: channel)
+            try ExtensionFlow(configuration: Sync.loadConfiguration(config), destination: dest, stateFolder: stateFolder, channel: channel)
         }
     }
 
