@@ -96,8 +96,8 @@ public struct ExtensionFlow: Sendable {
     /// step), then planned. Pass the allowances the system reports (`BAAppExtensionInfo`), or
     /// none. What the system already has is not asked for again, nor are deliveries waiting for
     /// the install step: by default the downloads this flow handed the system and that have not
-    /// arrived or failed since (noted, see ``noteCurrentDownloads(_:fetchedAt:)``: the
-    /// extension's callback must not call `fetchCurrentDownloads()`); a caller that knows what
+    /// arrived or failed since (noted, see ``noteCurrentDownloads(_:fetchedAt:)``; the
+    /// extension's callback does not call `fetchCurrentDownloads()`, which may block); a caller that knows what
     /// the system has passes it as `scheduled`. `languages` (most preferred first) pick the
     /// localized packs: one of each group. A refused manifest throws and schedules nothing.
     /// What it returns is noted as scheduled.
@@ -109,7 +109,8 @@ public struct ExtensionFlow: Sendable {
         // meanwhile records a pack before it removes its delivery, so each pack is seen either
         // delivered or installed, never neither (found by the model-based test: the app's install
         // step racing the extension's scheduling made the pack be downloaded twice).
-        let held = (scheduled ?? notedScheduled(now: now)).union(arrivedIdentifiers())
+        // (Notes are ignored at an install event: nothing the system held before it counts.)
+        let held = (scheduled ?? (kind == .install ? [] : notedScheduled(now: now))).union(arrivedIdentifiers())
         // The file is copied beside the kept one first (streamed: an extension's memory is
         // tight), and that copy is what is verified and, under the lock, renamed into place.
         let cached = store.cachedEnvelope(channel: channel)
@@ -213,7 +214,7 @@ public struct ExtensionFlow: Sendable {
         Installer.removeLeftovers(in: store.packs)
         Installer.removeLeftovers(in: store.arrived)
         Installer.removeLeftovers(in: store.metadata)
-        if store.stateFolder != store.metadata { Installer.removeLeftovers(in: store.stateFolder) }
+        if store.stateIsApart { Installer.removeLeftovers(in: store.stateFolder) }
         Installer.removeLeftovers(in: failedDownloads)
         var report = ArrivedReport()
         let identifiers = arrivedIdentifiers().sorted()

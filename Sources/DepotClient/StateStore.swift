@@ -20,6 +20,9 @@ public final class StateStore: Sendable {
 
     /// Where the state, its lock and the accepted envelopes live: `DEST/.depot` unless given.
     public let stateFolder: String
+    /// Whether ``stateFolder`` is another folder than `DEST/.depot` (compared by identity: the
+    /// same folder named another way is the same).
+    let stateIsApart: Bool
 
     var metadata: String { destination + "/.depot" }
     var statePath: String { stateFolder + "/state.json" }
@@ -46,35 +49,49 @@ public final class StateStore: Sendable {
             try FileSystem.createDirectory(destination + "/.depot/downloads")
             try FileSystem.createDirectory(destination + "/.depot/arrived")
             try FileSystem.createDirectory(destination + "/packs")
-            if let stateFolder, stateFolder != metadata {
-                try FileSystem.createDirectory(stateFolder)
-                Self.protect(stateFolder)
-            }
+            if let stateFolder { try FileSystem.createDirectory(stateFolder) }
         } catch {
             throw ClientError.state("cannot open \(destination): \(error)")
         }
-        if self.stateFolder != metadata { try migrate() }
+        stateIsApart = System.identity(self.stateFolder) != System.identity(destination + "/.depot")
+        if stateIsApart {
+            Self.protect(self.stateFolder)
+            try migrate()
+        }
     }
 
-    /// Moves a state kept in `DEST/.depot` (a former build's layout) into ``stateFolder``:
-    /// the accepted envelopes first, then the state, each written durably before the old copy
-    /// goes. Killed in between, the next open finishes it (a copy already there is not replaced).
+    /// What a former build's layout keeps in `DEST/.depot` and this one in ``stateFolder``.
+    private func movable() -> [String] {
+        FileSystem.contents(of: metadata).filter { $0 == "state.json" || ($0.hasPrefix("manifest-") && $0.hasSuffix(".json")) }
+    }
+
+    /// Moves a state kept in `DEST/.depot` (a former build's layout) into ``stateFolder``, under
+    /// the state's lock: the state first (the floor is what a purge must not take), then the
+    /// accepted envelopes, each by one durable rename (one container, one volume; nothing read,
+    /// whatever an envelope's size). Killed in between, the next open moves the rest. A copy
+    /// already in the state folder is newer than the old one: the old one goes.
     private func migrate() throws {
-        let old = metadata + "/state.json"
-        guard FileSystem.exists(old) else { return }
+        guard !movable().isEmpty else { return }
         let lock = try Self.lock(stateFolder + "/state.lock", timeout: 10, what: "the install state of \(destination)")
         defer { _ = lock }
         do {
-            for name in FileSystem.contents(of: metadata) where name.hasPrefix("manifest-") && name.hasSuffix(".json") {
-                if !FileSystem.exists(stateFolder + "/" + name) {
-                    try FileSystem.writeAtomically(FileSystem.readFile(metadata + "/" + name), to: stateFolder + "/" + name)
+            let names = movable()
+            for name in names.filter({ $0 == "state.json" }) + names.filter({ $0 != "state.json" }) {
+                let (old, new) = (metadata + "/" + name, stateFolder + "/" + name)
+                if System.identity(new) != nil {
+                    FileSystem.remove(old)
+                    continue
                 }
-                FileSystem.remove(metadata + "/" + name)
+                do {
+                    try FileSystem.durableRename(old, to: new)
+                } catch where error.errno == EXDEV {
+                    // Another volume (a command-line user's choice): copied in pieces, then removed.
+                    let temporary = FileSystem.temporaryPath(besides: new)
+                    try FileSystem.copyDurably(old, to: temporary)
+                    try FileSystem.durableRename(temporary, to: new)
+                    FileSystem.remove(old)
+                }
             }
-            if !FileSystem.exists(statePath) {
-                try FileSystem.writeAtomically(FileSystem.readFile(old), to: statePath)
-            }
-            FileSystem.remove(old)
         } catch {
             throw ClientError.state("cannot move the install state of \(destination) to \(stateFolder): \(error)")
         }

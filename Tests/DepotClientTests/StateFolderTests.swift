@@ -23,6 +23,13 @@ struct StateFolderTests {
         try FileSystem.writeAtomically(Array("envelope".utf8), to: old.cachedEnvelope(channel: "production"))
         #expect(FileSystem.exists(packs + "/.depot/state.json"))
 
+        // The same folder named another way is the same folder: nothing moves, nothing goes.
+        for same in [packs + "/.depot/", packs + "/./.depot", packs + "/packs/../.depot"] {
+            let kept = try StateStore(destination: packs, stateFolder: same)
+            #expect(try kept.read(app: app).floor(channel: "production") == 42 && FileSystem.exists(packs + "/.depot/state.json"), "\(same)")
+            #expect(try FileSystem.readFile(kept.cachedEnvelope(channel: "production")) == Array("envelope".utf8))
+        }
+
         let store = try StateStore(destination: packs, stateFolder: stateFolder)
         #expect(store.cachedEnvelope(channel: "production") == stateFolder + "/manifest-production.json")
         #expect(try FileSystem.readFile(store.cachedEnvelope(channel: "production")) == Array("envelope".utf8))

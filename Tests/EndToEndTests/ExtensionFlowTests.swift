@@ -105,8 +105,12 @@ struct ExtensionFlowTests {
             try FileManager.default.removeItem(atPath: work.path + "/group/Library/Caches")
             #expect(throws: ClientError.self) { try guide.downloads(manifestURL: older, kind: .periodic, extensionInfo: BAAppExtensionInfo()) }
             #expect(try guide.Assets.flow().store.read(app: origin.app).manifestVersion == manifest.version)
-            // (What it scheduled before the purge is still held by the system: not asked for twice.)
+            // What it scheduled before is noted with the packs, so the purge took the notes too: asked
+            // for again (twice rather than never); noted again, and not asked for a third time.
+            #expect(try guide.downloads(manifestURL: manifestURL, kind: .periodic, extensionInfo: BAAppExtensionInfo()).count == 3)
             #expect(try guide.downloads(manifestURL: manifestURL, kind: .periodic, extensionInfo: BAAppExtensionInfo()).isEmpty)
+            // An install event ignores the notes (nothing the system held before it counts).
+            #expect(try guide.downloads(manifestURL: manifestURL, kind: .install, extensionInfo: BAAppExtensionInfo()).count == 3)
 
             // The system delivers each file; the extension installs it before the callback returns.
             func delivered(_ download: BAURLDownload, tamper: Bool = false) throws -> URL {
@@ -127,14 +131,18 @@ struct ExtensionFlowTests {
             // again (core's delivery was refused: it is). The extension never asks the system.
             let world = try #require(downloads.first { $0.identifier == "world@1" })
             try guide.backgroundDownload(world, finishedWithFileURL: delivered(world))
-            #expect(Set(try guide.downloads(manifestURL: manifestURL, kind: .install, extensionInfo: BAAppExtensionInfo()).map(\.identifier)) == ["core@1"])
+            #expect(Set(try guide.downloads(manifestURL: manifestURL, kind: .update, extensionInfo: BAAppExtensionInfo()).map(\.identifier)) == ["core@1"])
             // The app learns what the system has (tutorial@1 and core@1 only)... then the system
             // drops tutorial@1 and the app says so: it is asked for at the next event.
             let asked = Date()
             try guide.Assets.flow().noteCurrentDownloads(["tutorial@1", "core@1"], fetchedAt: asked)
-            #expect(try guide.downloads(manifestURL: manifestURL, kind: .install, extensionInfo: BAAppExtensionInfo()).isEmpty)
+            #expect(try guide.downloads(manifestURL: manifestURL, kind: .update, extensionInfo: BAAppExtensionInfo()).isEmpty)
             try guide.Assets.flow().noteCurrentDownloads(["core@1"], fetchedAt: asked.addingTimeInterval(2))
-            #expect(Set(try guide.downloads(manifestURL: manifestURL, kind: .install, extensionInfo: BAAppExtensionInfo()).map(\.identifier)) == ["tutorial@1"])
+            #expect(Set(try guide.downloads(manifestURL: manifestURL, kind: .update, extensionInfo: BAAppExtensionInfo()).map(\.identifier)) == ["tutorial@1"])
+            // A note dated in the future (the clock set back since) counts for nothing.
+            let flow = try guide.Assets.flow()
+            flow.noteScheduled(["tutorial@1"], now: Date().addingTimeInterval(2 * 86_400))
+            #expect(Set(try guide.downloads(manifestURL: manifestURL, kind: .update, extensionInfo: BAAppExtensionInfo()).map(\.identifier)) == ["tutorial@1"])
             for download in downloads where download != world { try guide.backgroundDownload(download, finishedWithFileURL: delivered(download)) }
             #expect(!FileSystem.exists(guide.Assets.root + "/packs/world"), "the callback only moves the file")
             let report = try guide.Assets.flow().installArrived()

@@ -61,9 +61,27 @@ public enum FileSystem {
         directory(of: path) + "/" + temporaryName(for: lastComponent(of: path)) + suffix
     }
 
-    /// `.tmp-NAME-pPID-RANDOM`: a temporary name for `name`, owned by this process.
+    /// `.tmp-NAME-pPID-TAG`: a temporary name for `name`, owned by this process. `TAG` is 12 hex
+    /// digits: this process's launch token (8, random once per process, so that a later process
+    /// given the same pid can tell the name is not its own) and a counter (4, so that two names
+    /// this process makes at once differ).
     public static func temporaryName(for name: String) -> String {
-        ".tmp-" + name + "-p\(System.processID)-" + Hex.encode(SecureRandom.bytes(6))
+        let count = temporaryCounter.withLock { value -> UInt16 in
+            value &+= 1
+            return value
+        }
+        return ".tmp-" + name + "-p\(System.processID)-" + launchToken + Hex.encode([UInt8(count >> 8), UInt8(count & 0xff)])
+    }
+
+    /// This process's launch token: 8 hex digits, random once per process.
+    public static let launchToken = Hex.encode(SecureRandom.bytes(4))
+    private static let temporaryCounter = Locked<UInt16>(UInt16.random(in: 0...UInt16.max))
+
+    /// Whether a temporary name is this very process's (its pid and its launch token), not one a
+    /// killed process that had the same pid left.
+    public static func isThisProcesssTemporary(_ name: String) -> Bool {
+        guard let (owner, tag) = temporaryOwnerAndTag(name) else { return false }
+        return owner == System.processID && tag.hasPrefix(launchToken)
     }
 
     /// The process that owns a temporary name (``temporaryName(for:)``, with any suffix after a
@@ -71,12 +89,17 @@ public enum FileSystem {
     /// there (the name before it is a pack's or a file's, and may hold such a part itself).
     /// nil for a name that has none.
     public static func temporaryOwner(_ name: String) -> Int32? {
+        temporaryOwnerAndTag(name)?.owner
+    }
+
+    /// The owner (``temporaryOwner(_:)``) and the 12 hex digits after it.
+    static func temporaryOwnerAndTag(_ name: String) -> (owner: Int32, tag: String)? {
         guard name.hasPrefix(".tmp-") else { return nil }
         let utf8 = Array(name.utf8)
         // Scan from the end for "-p<digits>-<12 hex>" followed by the end or a ".".
         var end = utf8.count
         while end > 0 {
-            if let owner = owner(in: utf8, endingAt: end) { return owner }
+            if let owner = owner(in: utf8, endingAt: end) { return (owner, String(decoding: utf8[(end - 12)..<end], as: UTF8.self)) }
             guard let dot = utf8[..<end].lastIndex(of: 46) else { return nil }
             end = dot
         }
