@@ -65,7 +65,7 @@ int main(int argc, char **argv) {
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_TURBO, (uint16_t)atoi(argv[2]), NULL, NULL, answer, NULL,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)atoi(argv[3]), MHD_OPTION_CONNECTION_LIMIT, (unsigned int)1024,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)30, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(8 << 10),
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)0, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1, MHD_OPTION_END);
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)0, MHD_OPTION_END);
     if (daemon == NULL) { fprintf(stderr, "cannot listen on port %s\n", argv[2]); return 1; }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_BIND_PORT);
     printf("listening on %u\n", info ? info->port : 0);

@@ -29,7 +29,10 @@ public final class HTTPServer: Sendable {
             MHD_OptionItem(option: .CONNECTION_TIMEOUT, value: configuration.connectionTimeout, ptr_value: nil),
             MHD_OptionItem(option: .CONNECTION_MEMORY_LIMIT, value: configuration.connectionMemoryLimit, ptr_value: nil),
             MHD_OptionItem(option: .PER_IP_CONNECTION_LIMIT, value: configuration.perIPConnectionLimit, ptr_value: nil),
-            MHD_OptionItem(option: .LISTENING_ADDRESS_REUSE, value: 1, ptr_value: nil),
+            // No LISTENING_ADDRESS_REUSE: it adds SO_REUSEPORT, with which a second origin on a
+            // taken port (or two on ephemeral ports, as the tests found) silently shares its
+            // connections instead of failing. libmicrohttpd's default, SO_REUSEADDR, is kept (a
+            // restart binds at once past TIME_WAIT).
             MHD_OptionItem(option: .END, value: 0, ptr_value: nil),
         ]
         // ITC lets MHD_quiesce_daemon stop accepting while the threads keep serving (graceful stop).

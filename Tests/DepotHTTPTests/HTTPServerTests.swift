@@ -174,6 +174,19 @@ struct HTTPServerTests {
         #expect(throws: (any Error).self) { try RawHTTP.exchange(port: port, Array("GET / HTTP/1.1\r\n\r\n".utf8)) }
     }
 
+    @Test("A port another server holds is a clear error, for its address and for every address: never two servers sharing one port's connections")
+    func takenPort() throws {
+        let handler = TestHandler(filePath: "/dev/null")
+        let first = try HTTPServer(configuration: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threads: 1), handler: handler)
+        defer { first.stop() }
+        for host in ["127.0.0.1", "0.0.0.0"] {
+            #expect(throws: HTTPServerError.startFailed(host: host, port: first.port), "\(host)") {
+                try HTTPServer(configuration: HTTPServerConfiguration(host: host, port: first.port, threads: 1), handler: handler)
+            }
+        }
+        #expect(try RawHTTP.send(port: first.port, "GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first?.status == 200)
+    }
+
     @Test("An unbindable host is a clear error")
     func badHost() {
         #expect(throws: HTTPServerError.invalidHost("not a host")) {
