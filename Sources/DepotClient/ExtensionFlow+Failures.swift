@@ -91,7 +91,7 @@ extension ExtensionFlow {
             // resumed since): not counted against this one.
             let noted = (try? FileManager.default.attributesOfItem(atPath: path)[.modificationDate]) as? Date
             guard manifest[pack: id]?.revision == revision, (noted ?? .distantFuture) >= manifest.publishedAt,
-                  let kind = try? FileSystem.readFile(path, limit: 32) else { continue }
+                  let kind = Self.readSmallFile(path) else { continue }
             results[id] = DeviceReport.PackResult(id: id, revision: revision, outcome: .failed, error: DeviceReport.errorKind(String(decoding: kind, as: UTF8.self)))
         }
         return results

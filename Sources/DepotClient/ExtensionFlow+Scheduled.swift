@@ -83,10 +83,16 @@ extension ExtensionFlow {
 
     /// A note's time: at most 32 bytes read, not through a link, never blocking.
     private static func readNote(_ path: String) -> Int64? {
+        readSmallFile(path).flatMap { Int64(String(decoding: $0, as: UTF8.self)) }
+    }
+
+    /// The first bytes (at most 32) of a small file this flow wrote in a shared folder: not
+    /// through a link, never blocking on a FIFO left there; nil if it cannot be read.
+    static func readSmallFile(_ path: String) -> [UInt8]? {
         guard let file = try? FileDescriptor(path: path, flags: O_RDONLY | O_NOFOLLOW | O_NONBLOCK) else { return nil }
         defer { try? file.close() }
         var bytes = [UInt8](repeating: 0, count: 32)
         guard let count = try? bytes.withUnsafeMutableBytes({ try file.read(into: $0) }), count > 0 else { return nil }
-        return Int64(String(decoding: bytes[..<count], as: UTF8.self))
+        return Array(bytes[..<count])
     }
 }

@@ -100,7 +100,7 @@ public struct ExtensionFlow: Sendable {
     /// extension's callback does not call `fetchCurrentDownloads()`, which may block); a caller that knows what
     /// the system has passes it as `scheduled`. `languages` (most preferred first) pick the
     /// localized packs: one of each group. A refused manifest throws and schedules nothing.
-    /// What it returns is noted as scheduled.
+    /// With no `scheduled`, what it returns is noted as scheduled.
     public func schedule(
         manifestFile path: String, kind: RequestKind, allowance: Int? = nil, essentialAllowance: Int? = nil, scheduled: Set<String>? = nil,
         languages: [String] = Locale.preferredLanguages, now: Date = Date()
@@ -126,7 +126,9 @@ public struct ExtensionFlow: Sendable {
         // are listed (memory: about the manifest's size in all).
         let plan = try plan(copy: copy, cached: cached, kind: kind, allowance: allowance, essentialAllowance: essentialAllowance,
                             scheduled: held, languages: languages, now: now)
-        noteScheduled(plan.downloads.map(\.identifier), now: now)
+        // Noted only when the caller did not say what the system has (a caller that does keeps
+        // its own account, and no note would ever be read back).
+        if scheduled == nil { noteScheduled(plan.downloads.map(\.identifier), now: now) }
         return plan.downloads
     }
 

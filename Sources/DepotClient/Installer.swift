@@ -191,21 +191,21 @@ public struct Installer: Sendable {
 
     /// Removes what killed installs left in `folder`: staged `.tmp-*` trees and files, each
     /// named with its owner's process id and launch token (`FileSystem.temporaryName(for:)`).
-    /// This process's own stay (a step of it may be using them). One named with this pid and
-    /// another token was left by an earlier process given the same pid: it goes. One whose owner
-    /// provably no longer runs goes. Since a pid is reused (another app's process answers
-    /// `kill(pid, 0)` with `EPERM`, a later one of this app with success), one whose owner seems
-    /// alive goes once unchanged for `ownedMaximumAge` (a day: an install step writes its tree
+    /// This process's own stay (a step of it may be using them). One whose owner provably no
+    /// longer runs goes. Since a pid is reused (another app's process answers `kill(pid, 0)` with
+    /// `EPERM`, a later one of this app with success; this pid with another launch token is an
+    /// earlier process's — or, in containers sharing a folder, another namespace's), one whose
+    /// owner seems alive goes once unchanged for `ownedMaximumAge` (a day: an install step writes its tree
     /// within minutes; one suspended for a day in the middle of an install finds its tree gone,
     /// fails that pack and plans it again). A name without an owner (written by a build before
     /// owners were recorded) goes after `maximumAge`. Returns how many.
     @discardableResult
     public static func removeLeftovers(in folder: String, maximumAge: TimeInterval = 3600, ownedMaximumAge: TimeInterval = 86_400, now: Date = Date()) -> Int {
         var removed = 0
-        for name in FileSystem.contents(of: folder) where name.hasPrefix(".tmp-") && !FileSystem.isThisProcesssTemporary(name) {
+        for name in FileSystem.contents(of: folder) where name.hasPrefix(".tmp-") && !FileSystem.isThisProcessTemporary(name) {
             let path = folder + "/" + name
             let owner = FileSystem.temporaryOwner(name)
-            if let owner, owner == System.processID || System.processIsGone(owner) {
+            if let owner, owner != System.processID, System.processIsGone(owner) {
                 removeTree(path)
                 removed += 1
                 continue

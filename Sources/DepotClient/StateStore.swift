@@ -53,7 +53,8 @@ public final class StateStore: Sendable {
         } catch {
             throw ClientError.state("cannot open \(destination): \(error)")
         }
-        stateIsApart = System.identity(self.stateFolder) != System.identity(destination + "/.depot")
+        // By what the paths lead to (links followed): one folder named two ways is one folder.
+        stateIsApart = System.resolvedIdentity(self.stateFolder) != System.resolvedIdentity(destination + "/.depot")
         if stateIsApart {
             Self.protect(self.stateFolder)
             try migrate()
@@ -78,6 +79,8 @@ public final class StateStore: Sendable {
             let names = movable()
             for name in names.filter({ $0 == "state.json" }) + names.filter({ $0 != "state.json" }) {
                 let (old, new) = (metadata + "/" + name, stateFolder + "/" + name)
+                // One file reached both ways (a link somewhere): nothing to move, nothing to remove.
+                if let here = System.resolvedIdentity(old), here == System.resolvedIdentity(new) { continue }
                 if System.identity(new) != nil {
                     FileSystem.remove(old)
                     continue
@@ -142,8 +145,10 @@ public final class StateStore: Sendable {
 
     /// The state as last saved. It takes no lock and never waits: `state.json` is only ever
     /// replaced whole (written beside it, then renamed over it), so a reader sees one saved state
-    /// or the next, never half of one. An app can call it on its main thread. (`timeout` is
-    /// kept for source compatibility and unused.)
+    /// or the next, never half of one. (`timeout` is kept for source compatibility and unused.)
+    /// Reading does not block; opening the store (``init(destination:stateFolder:)``) may: the
+    /// first open with a state folder moves a former build's state under the lock — open it off
+    /// the main thread.
     public func read(app: String, timeout: TimeInterval = 10) throws -> InstalledState {
         try load(app: app)
     }

@@ -24,7 +24,9 @@ struct StateFolderTests {
         #expect(FileSystem.exists(packs + "/.depot/state.json"))
 
         // The same folder named another way is the same folder: nothing moves, nothing goes.
-        for same in [packs + "/.depot/", packs + "/./.depot", packs + "/packs/../.depot"] {
+        let link = work.path + "/link-to-depot"
+        try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: packs + "/.depot")
+        for same in [packs + "/.depot/", packs + "/./.depot", packs + "/packs/../.depot", link] {
             let kept = try StateStore(destination: packs, stateFolder: same)
             #expect(try kept.read(app: app).floor(channel: "production") == 42 && FileSystem.exists(packs + "/.depot/state.json"), "\(same)")
             #expect(try FileSystem.readFile(kept.cachedEnvelope(channel: "production")) == Array("envelope".utf8))

@@ -79,7 +79,7 @@ public enum FileSystem {
 
     /// Whether a temporary name is this very process's (its pid and its launch token), not one a
     /// killed process that had the same pid left.
-    public static func isThisProcesssTemporary(_ name: String) -> Bool {
+    public static func isThisProcessTemporary(_ name: String) -> Bool {
         guard let (owner, tag) = temporaryOwnerAndTag(name) else { return false }
         return owner == System.processID && tag.hasPrefix(launchToken)
     }

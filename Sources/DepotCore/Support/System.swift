@@ -194,6 +194,14 @@ public enum System {
         return FileIdentity(device: UInt64(truncatingIfNeeded: info.st_dev), inode: UInt64(truncatingIfNeeded: info.st_ino))
     }
 
+    /// The identity of what `path` leads to, links followed (``identity(_:)`` does not follow a
+    /// last link): two paths to one folder or file, however named, have the same.
+    public static func resolvedIdentity(_ path: String) -> FileIdentity? {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        return FileIdentity(device: UInt64(truncatingIfNeeded: info.st_dev), inode: UInt64(truncatingIfNeeded: info.st_ino))
+    }
+
     /// What is at `path`: nil if nothing, else its size and whether it is a folder.
     static func status(_ path: String) -> (size: Int64, isDirectory: Bool)? {
         var info = stat()
