@@ -130,6 +130,7 @@ final class Origin: HTTPHandler {
         }
         reportWriter = writer
         reports.onBacklog { writer.poke() }
+        let (tokens, trust) = (TokenStore(folder: folder), TrustStore(folder: folder))
         router = Router(
             routes: Router.originRoutes(
                 reads: ReadHandlers(
@@ -137,12 +138,17 @@ final class Origin: HTTPHandler {
                 ),
                 publishing: PublishHandlers(publisher: publisher),
                 resumable: ResumableHandlers(uploads: uploads, publisher: publisher, expiry: configuration.uploadExpiry),
-                operations: operations, dashboard: DashboardHandlers(apps: apps),
+                operations: operations, dashboard: DashboardHandlers(apps: apps, trust: trust),
                 rollouts: RolloutHandlers(
                     rollouts: rollouts, limiter: ReportRateLimiter(perAddress: configuration.reportRatePerAddress, total: configuration.reportRateTotal)
+                ),
+                trust: TrustHandlers(
+                    exchange: TokenExchange(trust: trust, tokens: tokens, keys: IssuerKeys(logger: configuration.logger)),
+                    limiter: ReportRateLimiter(perAddress: 2, total: 50), metrics: metrics, logger: configuration.logger, readOnly: readOnly,
+                    settings: { [apps] in apps.settings($0) }
                 )
             ),
-            authenticator: Authenticator(tokens: TokenStore(folder: folder)), settings: settings, readOnly: readOnly
+            authenticator: Authenticator(tokens: tokens, trust: trust), settings: settings, readOnly: readOnly
         )
         if readOnly, let mirror {
             // A replica holds no keys: it serves what it pulls, starting with what is there now.

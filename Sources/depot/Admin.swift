@@ -6,7 +6,7 @@ import Foundation
 extension AppMode: ExpressibleByArgument {}
 
 struct Apps: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Create and list apps.", subcommands: [Create.self, List.self, Credentials.self, Allowances.self, Language.self])
+    static let configuration = CommandConfiguration(abstract: "Create and list apps.", subcommands: [Create.self, List.self, Credentials.self, Allowances.self, Language.self, Trust.self])
 
     struct Create: ParsableCommand {
         static let configuration = CommandConfiguration(
@@ -172,7 +172,7 @@ struct Tokens: ParsableCommand {
 
     struct List: ParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "List tokens: id, app, role, created, expires, state (never the tokens themselves)."
+            abstract: "List tokens: id, app, role, created, expires, state, and for tokens of trusted publishing their channels, rule and job (never the tokens themselves)."
         )
         @OptionGroup var data: DataOptions
         func run() throws {
@@ -180,8 +180,10 @@ struct Tokens: ParsableCommand {
             let now = Date()
             for token in try TokenStore(folder: DataFolder(data.data)).list() {
                 let state = token.revokedAt != nil ? "revoked" : (token.expiresAt.map { $0 <= now } ?? false) ? "expired" : "active"
-                print([token.id, token.app, token.role.rawValue, format.string(from: token.createdAt),
-                       token.expiresAt.map(format.string(from:)) ?? "never", state].joined(separator: "\t"))
+                var fields = [token.id, token.app, token.role.rawValue, format.string(from: token.createdAt),
+                              token.expiresAt.map(format.string(from:)) ?? "never", state]
+                if let rule = token.rule { fields += ["channels=\(token.channels?.joined(separator: ",") ?? "all")", rule, token.subject ?? ""] }
+                print(fields.joined(separator: "\t"))
             }
         }
     }

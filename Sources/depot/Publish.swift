@@ -19,6 +19,7 @@ struct Publish: AsyncParsableCommand {
     @OptionGroup var origin: ServerOptions
     @Option(help: "The pack id (1–64 of A-Z a-z 0-9 . -; no '_'); with --pack-manifest, its assetPackID by default.") var pack: String?
     @OptionGroup var token: TokenOption
+    @OptionGroup var trusted: OIDCOptions
     @Option(help: "essential, prefetch or onDemand.") var policy: String = "prefetch"
     @Option(help: "A tag (repeatable).") var tag: [String] = []
     @Option(name: .customLong("content-type"), help: "The plaintext's media type; application/zip packs are installed unpacked.")
@@ -52,6 +53,8 @@ struct Publish: AsyncParsableCommand {
                 throw ValidationError("a localized pack's id ends with -\(tag) (voice-\(tag)): the part before names its group; \(pack) does not")
             }
         }
+        if trusted.oidc && token.token != nil { throw ValidationError("--oidc and --token exclude each other") }
+        if !trusted.oidc && (trusted.audience != nil || trusted.tokenVariable != nil) { throw ValidationError("--audience and --oidc-token-env go with --oidc") }
         if let verifyEdge {
             guard release else { throw ValidationError("--verify-edge checks a release: give --release") }
             guard let url = URL(string: verifyEdge), url.scheme == "http" || url.scheme == "https" else { throw ValidationError("--verify-edge takes the edge's URL") }
@@ -59,7 +62,13 @@ struct Publish: AsyncParsableCommand {
     }
 
     func run() async throws {
-        guard let bearer = try token.headers()["Authorization"]?.dropFirst("Bearer ".count) else { throw CLIError("no token") }
+        let bearer: Substring
+        if trusted.oidc {
+            bearer = try await trusted.publishToken(server: origin.url, app: origin.app, transport: origin.transport())[...]
+        } else {
+            guard let given = try token.headers()["Authorization"]?.dropFirst("Bearer ".count) else { throw CLIError("no token") }
+            bearer = given
+        }
         guard FileSystem.exists(file), !FileSystem.isDirectory(file) else { throw CLIError("\(file): no such file") }
         // The file is not read before the upload: its SHA-256 is computed while it is sent.
         let (size, modified) = try FileDescriptor.openForReading(file).sizeAndModification()

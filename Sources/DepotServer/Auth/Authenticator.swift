@@ -4,6 +4,7 @@ import DepotHTTP
 /// role, and an app's optional download credentials (HTTP Basic).
 struct Authenticator: Sendable {
     let tokens: TokenStore
+    let trust: TrustStore
 
     /// The token of a request allowed to publish for `app` (with `admin`, to administer it);
     /// with no app, any valid token.
@@ -17,6 +18,10 @@ struct Authenticator: Sendable {
         case .unknown: throw DepotError.badToken
         case .expired: throw DepotError(.unauthorized, "token_expired", "the bearer token has expired")
         case .revoked: throw DepotError(.unauthorized, "token_revoked", "the bearer token was revoked")
+        }
+        // A token of trusted publishing lives only as long as the rule that made it.
+        if let rule = token.rule, !trust.rules(token.app).contains(where: { $0.id == rule }) {
+            throw DepotError(.unauthorized, "token_revoked", "the trust rule that made this token was removed")
         }
         if let app, token.app != app {
             throw DepotError.forbidden("this token is scoped to another app; make one for \(app) with `depot tokens create --app \(app)`")

@@ -25,6 +25,17 @@ public struct StoredToken: Codable, Sendable, Hashable {
     public var expiresAt: Date?
     /// When it was revoked; a revoked token is refused and kept for the record.
     public var revokedAt: Date?
+    /// The channels it may release to, promote and roll out on; nil: every channel.
+    public var channels: [String]? = nil
+    /// The trust rule whose OIDC exchange made it (trusted publishing); removing the rule
+    /// revokes it.
+    public var rule: String? = nil
+    /// The CI job's identity as its OIDC token said: `sub`, and the token's `jti`.
+    public var subject: String? = nil
+    public var jwtID: String? = nil
+
+    /// Whether the token may act on `channel`.
+    public func allows(channel: String) -> Bool { channels?.contains(channel) ?? true }
 }
 
 /// Why a presented token was refused, or the token it names.
@@ -53,6 +64,22 @@ public final class TokenStore: Sendable {
             app: app, role: role, createdAt: Date(), expiresAt: expiresAt, revokedAt: nil
         )
         try modify { $0.append(record) }
+        return (token, record)
+    }
+
+    /// Records a short-lived token an OIDC exchange made, and forgets such tokens that expired
+    /// more than a week ago (each CI run adds one).
+    func mint(app: String, rule: TrustRule, expiresAt: Date, subject: String?, jwtID: String?, now: Date = Date()) throws -> (token: String, record: StoredToken) {
+        let token = "dpt_" + Hex.encode(SecureRandom.bytes(24))
+        let record = StoredToken(
+            id: "tok-" + Hex.encode(SecureRandom.bytes(4)), sha256: Hex.encode(SHA256Hasher.hash(Array(token.utf8))),
+            app: app, role: rule.role, createdAt: now, expiresAt: expiresAt, revokedAt: nil, channels: rule.channels, rule: rule.id,
+            subject: subject.map { String($0.prefix(256)) }, jwtID: jwtID.map { String($0.prefix(128)) }
+        )
+        try modify { tokens in
+            tokens.removeAll { $0.rule != nil && ($0.expiresAt ?? .distantFuture) < now.addingTimeInterval(-7 * 86_400) }
+            tokens.append(record)
+        }
         return (token, record)
     }
 

@@ -6,6 +6,7 @@ import Foundation
 /// app's settings, and the client configuration an app build embeds (admin only).
 struct DashboardHandlers: Sendable {
     let apps: AppStore
+    let trust: TrustStore
 
     /// `GET /v1/session` (any valid bearer token): the app and role the token carries.
     func session(_ context: RequestContext) throws -> HTTPResponse {
@@ -23,7 +24,7 @@ struct DashboardHandlers: Sendable {
         return try Self.private(Summary(
             app: settings.id, createdAt: settings.createdAt, mode: (settings.mode ?? .unmanaged).rawValue, appGroup: settings.appGroup,
             allowances: settings.allowances, downloadCredentials: settings.downloadCredentials != nil,
-            currentPackKey: settings.isManaged ? nil : try apps.packKeys(settings.id).current
+            currentPackKey: settings.isManaged ? nil : try apps.packKeys(settings.id).current, trustRules: trust.rules(settings.id)
         ))
     }
 
@@ -58,5 +59,7 @@ struct DashboardHandlers: Sendable {
         var allowances: BuildAllowances?
         var downloadCredentials: Bool
         var currentPackKey: String?
+        /// Trusted publishing's rules (no secrets in them), shown read-only.
+        var trustRules: [TrustRule]
     }
 }

@@ -27,6 +27,8 @@ struct PublishHandlers: Sendable {
         }
         try parameters.parseManaged(installSize: context.query("installSize"), events: context.query("events"), userInfo: userInfo)
         try parameters.parseLanguage(context.query("language"))
+        parameters.scope = context.scope
+        if parameters.release { try context.requireChannel(parameters.channel) }
         let receiver = PackUploadReceiver(try PackIngest(parameters, publisher: publisher))
         if length == 0 { return .respond(receiver.finish()) }
         return .receiveBody(receiver)
@@ -34,8 +36,10 @@ struct PublishHandlers: Sendable {
 
     /// `POST …/releases[?base=N][&channel=][&force=true]`: the draft becomes the next signed release.
     func release(_ context: RequestContext) throws -> HTTPResponse {
-        try JSONResponse.make(publisher.release(
-            context.app, channel: UploadParameters.channel(context.query("channel")), base: UploadParameters.base(context.query("base")),
+        let channel = try UploadParameters.channel(context.query("channel"))
+        try context.requireChannel(channel)
+        return try JSONResponse.make(publisher.release(
+            context.app, channel: channel, base: UploadParameters.base(context.query("base")),
             force: context.flag("force")
         ))
     }
@@ -43,7 +47,8 @@ struct PublishHandlers: Sendable {
     /// `DELETE …/packs/{pack}[?removeLive=true][&release=true]`: stages the pack's removal (or
     /// drops its staged upload), and publishes at once with `release=true`.
     func removePack(_ context: RequestContext) throws -> HTTPResponse {
-        let removal = try publisher.remove(context["pack"], app: context.app, confirmLive: context.flag("removeLive"))
+        if context.flag("release") { try context.requireChannel(UploadParameters.channel(context.query("channel"))) }
+        let removal = try publisher.remove(context["pack"], app: context.app, confirmLive: context.flag("removeLive"), scope: context.scope)
         guard context.flag("release") else { return try JSONResponse.make(removal, status: 200) }
         return try release(context)
     }
@@ -58,8 +63,10 @@ struct PublishHandlers: Sendable {
         guard let target = context.query("to").flatMap(ReleaseNumber.parse) else {
             throw DepotError.badRequest("name the release to roll back to: ?to=N")
         }
+        let channel = try UploadParameters.channel(context.query("channel"))
+        try context.requireChannel(channel)
         let result = try publisher.rollback(
-            context.app, to: target, channel: UploadParameters.channel(context.query("channel")), force: context.flag("force"),
+            context.app, to: target, channel: channel, force: context.flag("force"),
             confirmRemoval: context.flag("removeLive")
         )
         return try JSONResponse.make(result, status: result.changed ? 201 : 200)
@@ -70,6 +77,7 @@ struct PublishHandlers: Sendable {
         guard let version = context.query("release").flatMap(ReleaseNumber.parse) else {
             throw DepotError.badRequest("name the release to promote: ?release=N")
         }
+        try context.requireChannel(context["channel"])
         let result = try publisher.promote(
             context.app, channel: context["channel"], to: version, force: context.flag("force"), confirmRemoval: context.flag("removeLive")
         )
@@ -78,6 +86,7 @@ struct PublishHandlers: Sendable {
 
     /// `DELETE …/channels/{channel}` (admin): devices following it get 404 from then on.
     func removeChannel(_ context: RequestContext) throws -> HTTPResponse {
+        try context.requireChannel(context["channel"])
         try publisher.removeChannel(context.app, channel: context["channel"])
         var response = HTTPResponse(status: 204)
         response.headers.add("Cache-Control", "no-store")

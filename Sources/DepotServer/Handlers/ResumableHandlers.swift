@@ -56,6 +56,8 @@ struct ResumableHandlers: Sendable {
         )
         try parameters.parseManaged(installSize: metadata["installSize"], events: metadata["events"], userInfo: metadata["userInfo"])
         try parameters.parseLanguage(metadata["language"])
+        parameters.scope = context.scope
+        if parameters.release { try context.requireChannel(parameters.channel) }
         let managed = try publisher.checkMode(parameters)
         // A managed app's archive is stored as uploaded: the header is not written (its fields are unused).
         let header = managed ? PackHeader(keyID: "archive") : PackHeader(keyID: try publisher.apps.packKeys(context.app).current)
@@ -113,6 +115,13 @@ struct ResumableHandlers: Sendable {
         let request = context.request
         try Self.requireVersion(request)
         let state = try uploads.find(context["upload"], app: context.app)
+        // The PATCH that completes an upload made with release=true releases it: its token too must reach the channel.
+        if state.release { try context.requireChannel(state.channel ?? ReleaseStore.production) }
+        // A token scoped to channels writes only into uploads made within its scope: its bytes
+        // are never staged under a wider one.
+        if let mine = context.scope, !(state.scope.map { Set($0).isSubset(of: mine) } ?? false) {
+            throw DepotError(.forbidden, "channel_not_allowed", "this upload was created by a token that may act on more channels than this one")
+        }
         guard request.headers["Content-Type"]?.lowercased() == "application/offset+octet-stream" else {
             throw HTTPFailure(status: 415, code: "unsupported_media_type", message: "a PATCH body is Content-Type: application/offset+octet-stream")
         }

@@ -25,6 +25,7 @@ struct RolloutHandlers: Sendable {
 
     /// `POST …/rollouts/{channel}/start?release=N&fraction=F[&haltOnFailureRate=R&minReports=M][&force=true]`.
     func start(_ context: RequestContext) throws -> HTTPResponse {
+        try context.requireChannel(context["channel"])
         guard let release = context.query("release").flatMap(ReleaseNumber.parse) else {
             throw DepotError.badRequest("name the release to roll out: ?release=N")
         }
@@ -45,11 +46,13 @@ struct RolloutHandlers: Sendable {
 
     /// `POST …/rollouts/{channel}/advance?fraction=F`.
     func advance(_ context: RequestContext) throws -> HTTPResponse {
-        try Self.private(rollouts.advance(context.app, channel: context["channel"], fraction: Self.fraction(context), by: by(context)), status: 201)
+        try context.requireChannel(context["channel"])
+        return try Self.private(rollouts.advance(context.app, channel: context["channel"], fraction: Self.fraction(context), by: by(context)), status: 201)
     }
 
     /// `POST …/rollouts/{channel}/halt`.
     func halt(_ context: RequestContext) throws -> HTTPResponse {
+        try context.requireChannel(context["channel"])
         let status = try rollouts.halt(context.app, channel: context["channel"], by: by(context))
         rollouts.publisher.metrics.rolloutHalted(app: context.app, channel: context["channel"], by: "hand")
         return try Self.private(status, status: 201)
@@ -57,7 +60,8 @@ struct RolloutHandlers: Sendable {
 
     /// `POST …/rollouts/{channel}/complete`.
     func complete(_ context: RequestContext) throws -> HTTPResponse {
-        try Self.private(rollouts.complete(context.app, channel: context["channel"], by: by(context)), status: 201)
+        try context.requireChannel(context["channel"])
+        return try Self.private(rollouts.complete(context.app, channel: context["channel"], by: by(context)), status: 201)
     }
 
     /// `GET …/fleet[?channel=C][&days=D]`: per pack revision, what devices reported each day.

@@ -83,6 +83,11 @@ final class OriginMetrics: Sendable {
         counter("depot_reports_total", [("app", app), ("result", result)]).increment()
     }
 
+    /// An OIDC token exchange: `issued`, or the check that refused it.
+    func oidcExchange(result: String) {
+        counter("depot_oidc_exchanges_total", [("result", result)]).increment()
+    }
+
     func uploaded(bytes: Int64) {
         counter("depot_upload_plaintext_bytes_total", []).increment(by: Int(bytes))
     }

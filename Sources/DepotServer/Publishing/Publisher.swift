@@ -76,6 +76,7 @@ final class Publisher: Sendable {
             }
             staging.upserts[request.pack] = entry
             staging.removals.remove(request.pack)
+            staging.changed(by: request.scope)
         }
         metrics.uploaded(bytes: summary.plaintextSize)
         if request.release {
@@ -162,7 +163,7 @@ final class Publisher: Sendable {
 
     /// Stages a pack's removal (or drops its staged upload). A live pack needs `confirmLive`:
     /// devices that installed it delete it at their next sync. Returns whether it was live.
-    func remove(_ pack: String, app: String, confirmLive: Bool) throws -> RemovalResult {
+    func remove(_ pack: String, app: String, confirmLive: Bool, scope: [String]? = nil) throws -> RemovalResult {
         var isLive = false
         var dropped: String?
         try releases.stage(app) { staging, live in
@@ -174,6 +175,7 @@ final class Publisher: Sendable {
                     throw DepotError.conflict("live_pack", "pack \(pack) is live: devices that installed it will delete it at their next sync; repeat with ?removeLive=true to stage its removal")
                 }
                 staging.removals.insert(pack)
+                staging.changed(by: scope)
             }
             if let staged, !live.contains(where: { $0.sha256 == staged.sha256 }) { dropped = staged.sha256 }
         }

@@ -27,6 +27,9 @@ struct UploadParameters: Sendable {
     var userInfo: [String: JSONValue]? = nil
     /// The language the pack is localized for, normalised (`fr-CA`); nil: not localized.
     var language: String? = nil
+    /// The channels the uploading token may act on (trusted publishing), nil for every one:
+    /// the draft it stages may then be released only on those.
+    var scope: [String]? = nil
 
     /// Whether any value only a managed app's pack can have is given.
     var hasManagedValues: Bool { installSize != nil || installationEventTypes != nil || userInfo != nil }

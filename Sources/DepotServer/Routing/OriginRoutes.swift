@@ -3,7 +3,7 @@
 extension Router {
     static func originRoutes(
         reads: ReadHandlers, publishing: PublishHandlers, resumable: ResumableHandlers, operations: OperationsHandlers,
-        dashboard: DashboardHandlers, rollouts: RolloutHandlers
+        dashboard: DashboardHandlers, rollouts: RolloutHandlers, trust: TrustHandlers
     ) -> [Route] {
         let app = "/v1/apps/:app"
         return [
@@ -39,6 +39,8 @@ extension Router {
             Route("POST", app + "/rollouts/:channel/complete", label: "rollouts", access: .publisher, rollouts.complete),
             Route("GET", app + "/fleet", label: "fleet", access: .publisher, rollouts.fleet),
             Route("POST", app + "/reports", label: "reports", access: .download, receiving: rollouts.report),
+            // Trusted publishing: a CI job's OIDC token for a short-lived publish token (its own checks).
+            Route("POST", app + "/oidc-token", label: "oidc-token", access: .open, trust.exchange),
 
             Route("OPTIONS", app + "/uploads", label: "upload", access: .open, resumable.options).adding(ResumableHandlers.protocolHeaders),
             Route("POST", app + "/uploads", label: "upload", access: .publisher, resumable.create).adding(ResumableHandlers.protocolHeaders),

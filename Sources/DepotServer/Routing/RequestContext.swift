@@ -19,6 +19,15 @@ struct RequestContext: Sendable {
         return value
     }
 
+    /// Refuses a token scoped to other channels (a trusted-publishing rule's): `403 channel_not_allowed`.
+    func requireChannel(_ channel: String) throws {
+        guard let token, !token.allows(channel: channel) else { return }
+        throw DepotError(.forbidden, "channel_not_allowed", "this token may act on channel \((token.channels ?? []).joined(separator: ", ")) only, not \(channel)")
+    }
+
+    /// The channels the token may act on, nil for every channel.
+    var scope: [String]? { token?.channels }
+
     /// The app id of the path.
     var app: String { self["app"] }
 

@@ -40,6 +40,8 @@ public struct DataFolder: Sendable {
     func signedCopies(_ id: String, channel: String) -> String { app(id) + "/signed/" + channel }
     /// The draft's first format, one file, converted on first read (``DraftStore``).
     func staging(_ id: String) -> String { app(id) + "/staging.json" }
+    /// The app's OIDC trust rules (trusted publishing from CI).
+    func trustRules(_ id: String) -> String { app(id) + "/trust-rules.json" }
     /// A channel's rollout record (``RolloutRecord``).
     func rollout(_ id: String, channel: String) -> String { app(id) + "/rollouts/" + channel + ".json" }
     /// This origin's daily aggregates of device reports (``ReportBook``).

@@ -189,6 +189,7 @@ public final class ReleaseStore: Sendable {
             var staging = try self.staging(app)
             try adding?(&staging, live)
             guard !staging.isEmpty else { throw DepotError.conflict("nothing_staged", "nothing is staged for app \(app)") }
+            try staging.checkRelease(on: channel)
             let merged = staging.merged(into: live)
             unused = merged.unusedBlobs
             return merged.packs == live ? nil : merged.packs

@@ -8,6 +8,22 @@ struct Staging: Codable, Sendable, Equatable {
     var upserts: [String: PackEntry] = [:]
     /// Pack ids to drop from the next release.
     var removals: Set<String> = []
+    /// The channels the draft may be released on, when a token scoped to channels (trusted
+    /// publishing) changed it: the intersection of their scopes. Nil: any channel. A draft a
+    /// `beta` job staged never reaches `production` through another publisher's release.
+    var channels: [String]? = nil
+
+    /// Records a change made by a token that may act on `scope` (nil: every channel).
+    mutating func changed(by scope: [String]?) {
+        guard let scope else { return }
+        channels = (channels ?? scope).filter(scope.contains)
+    }
+
+    /// Refuses a release on `channel` that the draft's scope excludes.
+    func checkRelease(on channel: String) throws {
+        guard let channels, !channels.contains(channel) else { return }
+        throw DepotError.conflict("draft_scoped", "the draft holds changes staged by a token for channel \(channels.joined(separator: ", ")) only: release it there, or drop those packs from the draft (DELETE …/packs/{pack}) before releasing on \(channel)")
+    }
 
     var isEmpty: Bool { upserts.isEmpty && removals.isEmpty }
 

@@ -54,6 +54,8 @@ struct ResumableState: Codable, Sendable {
     /// with the result: start-up finds a move half done by it (the container gone, the blob there)
     /// and stages what it names instead of deleting acknowledged bytes.
     var finishing: Finishing? = nil
+    /// The channels the creating token may act on (``UploadParameters/scope``).
+    var scope: [String]? = nil
 
     /// The verified pack whose container is being stored.
     struct Finishing: Codable, Sendable {
@@ -77,7 +79,7 @@ struct ResumableState: Codable, Sendable {
         UploadParameters(
             app: app, pack: pack, policy: policy, tags: tags, contentType: contentType, expectedPlaintextSHA256: expectedPlaintextSHA256,
             release: release, base: base, force: force, channel: channel ?? ReleaseStore.production, installSize: installSize,
-            installationEventTypes: installationEventTypes, userInfo: userInfo, language: language
+            installationEventTypes: installationEventTypes, userInfo: userInfo, language: language, scope: scope
         )
     }
 }
@@ -98,5 +100,6 @@ extension ResumableState {
             archive: archive ? true : nil, installSize: p.installSize, installationEventTypes: p.installationEventTypes, userInfo: p.userInfo,
             language: p.language
         )
+        scope = p.scope
     }
 }

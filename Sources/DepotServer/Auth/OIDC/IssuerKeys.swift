@@ -1,0 +1,174 @@
+import DepotCore
+import DepotTransport
+import Foundation
+import Logging
+import Synchronization
+
+/// The signing keys of the issuers trust rules name, from each issuer's discovery document
+/// (`/.well-known/openid-configuration`) and JWKS. No serving thread ever waits on an issuer:
+/// a lookup that needs keys not held starts a fetch on a thread of its own and answers
+/// ``Lookup/fetching`` (the exchange says 503, retry in a second). Keys are kept an hour, fetched
+/// again on an unknown `kid` (a rotation), and the fetches are bounded: one at a time per issuer,
+/// three in a row, then one per 20 seconds — a flood of tokens with made-up `kid`s costs the
+/// issuer nothing. Only issuers of rules are ever fetched.
+final class IssuerKeys: Sendable {
+    enum Lookup {
+        case key(JWSPublicKey)
+        /// A fetch is under way: ask again in a moment.
+        case fetching
+        /// The keys were fetched and none is this `kid`.
+        case unknown
+        /// No usable keys and no fetch allowed now: why the last fetch failed.
+        case unavailable(String)
+    }
+
+    /// How long fetched keys are used without asking the issuer again.
+    static let lifetime: Duration = .seconds(3_600)
+    /// Fetches in a row an issuer's bucket allows, and the seconds each takes to come back.
+    static let burst = 3.0
+    static let refill = 20.0
+
+    private struct Issuer {
+        var keys: [String: JWSPublicKey] = [:]
+        var unnamed: [JWSPublicKey] = []
+        var fetchedAt: ContinuousClock.Instant?
+        var fetching = false
+        var lastError: String?
+        var tokens = IssuerKeys.burst
+        var at = ContinuousClock.now
+    }
+
+    private let issuers = Mutex<[String: Issuer]>([:])
+    private let logger: Logger
+    private let timeout: TimeInterval
+
+    init(logger: Logger, timeout: TimeInterval = 5) {
+        self.logger = logger
+        self.timeout = timeout
+    }
+
+    /// The key that verifies a token of `issuer` with `keyID` (nil: the issuer's only key of
+    /// `algorithm`), or what to answer instead.
+    func key(issuer: String, allowHTTP: Bool, keyID: String?, algorithm: JWSAlgorithm, now: ContinuousClock.Instant = .now) -> Lookup {
+        let (lookup, fetch) = issuers.withLock { all -> (Lookup, Bool) in
+            var state = all[issuer] ?? Issuer()
+            defer { all[issuer] = state }
+            let fresh = state.fetchedAt.map { now - $0 < Self.lifetime } ?? false
+            if fresh {
+                if let keyID, let key = state.keys[keyID] { return (.key(key), false) }
+                if keyID == nil {
+                    let candidates = state.keys.values.filter { $0.algorithm == algorithm } + state.unnamed.filter { $0.algorithm == algorithm }
+                    if candidates.count == 1 { return (.key(candidates[0]), false) }
+                }
+            }
+            if state.fetching { return (.fetching, false) }
+            let elapsed = Double((now - state.at).components.seconds) + Double((now - state.at).components.attoseconds) / 1e18
+            state.tokens = min(Self.burst, state.tokens + max(0, elapsed) / Self.refill)
+            state.at = now
+            guard state.tokens >= 1 else {
+                return (fresh ? .unknown : .unavailable(state.lastError ?? "the issuer's keys are being fetched too often"), false)
+            }
+            state.tokens -= 1
+            state.fetching = true
+            return (.fetching, true)
+        }
+        if fetch {
+            Thread.detachNewThread { [self] in self.fetch(issuer, allowHTTP: allowHTTP) }
+        }
+        return lookup
+    }
+
+    /// Fetches the issuer's discovery document and JWKS; keeps the keys, or why it failed.
+    private func fetch(_ issuer: String, allowHTTP: Bool) {
+        let result = Result { try Self.keys(of: issuer, allowHTTP: allowHTTP, timeout: timeout) }
+        issuers.withLock { all in
+            var state = all[issuer] ?? Issuer()
+            state.fetching = false
+            switch result {
+            case .success(let (named, unnamed)):
+                (state.keys, state.unnamed, state.fetchedAt, state.lastError) = (named, unnamed, .now, nil)
+            case .failure(let error):
+                state.lastError = "\(error)"
+            }
+            all[issuer] = state
+        }
+        switch result {
+        case .success(let (named, unnamed)):
+            logger.info("oidc keys fetched", metadata: ["issuer": .string(issuer), "keys": .stringConvertible(named.count + unnamed.count)])
+        case .failure(let error):
+            logger.warning("oidc keys not fetched", metadata: ["issuer": .string(issuer), "error": .string("\(error)")])
+        }
+    }
+
+    struct FetchError: Error, CustomStringConvertible {
+        let description: String
+        init(_ description: String) { self.description = description }
+    }
+
+    /// The issuer's keys: by `kid`, and those without one.
+    static func keys(of issuer: String, allowHTTP: Bool, timeout: TimeInterval) throws -> ([String: JWSPublicKey], [JWSPublicKey]) {
+        let base = issuer.hasSuffix("/") ? String(issuer.dropLast()) : issuer
+        guard let discoveryURL = URL(string: base + "/.well-known/openid-configuration") else { throw FetchError("\(issuer) is not a URL") }
+        let discovery = try get(discoveryURL, allowHTTP: allowHTTP, limit: 64 << 10, timeout: timeout)
+        struct Discovery: Decodable {
+            var issuer: String
+            var jwks_uri: String
+        }
+        guard let document = try? JSONDecoder().decode(Discovery.self, from: Data(discovery)) else {
+            throw FetchError("the discovery document of \(issuer) has no issuer and jwks_uri")
+        }
+        // OpenID Connect Discovery §4.3: the document must name the issuer it was asked for.
+        guard document.issuer == issuer else { throw FetchError("the discovery document names issuer \(document.issuer), not \(issuer)") }
+        guard let jwksURL = URL(string: document.jwks_uri) else { throw FetchError("jwks_uri is not a URL") }
+        let body = try get(jwksURL, allowHTTP: allowHTTP, limit: 256 << 10, timeout: timeout)
+        guard case .object(let root)? = try? JSONDecoder().decode(JSONValue.self, from: Data(body)), case .array(let entries)? = root["keys"] else {
+            throw FetchError("the JWKS of \(issuer) has no keys array")
+        }
+        var named: [String: JWSPublicKey] = [:]
+        var unnamed: [JWSPublicKey] = []
+        for case .object(let jwk) in entries.prefix(64) {
+            func text(_ name: String) -> String? { if case .string(let value)? = jwk[name] { value } else { nil } }
+            func bytes(_ name: String) -> [UInt8]? { text(name).flatMap(Base64URL.decode) }
+            if let use = text("use"), use != "sig" { continue }
+            let key: JWSPublicKey?
+            switch text("kty") {
+            case "RSA":
+                guard let n = bytes("n"), let e = bytes("e") else { continue }
+                key = try? JWSPublicKey(rsaModulus: n, exponent: e)
+            case "EC":
+                guard text("crv") == "P-256", let x = bytes("x"), let y = bytes("y") else { continue }
+                key = try? JWSPublicKey(p256X: x, y: y)
+            default: continue
+            }
+            // A key declared for another algorithm is not used for this one.
+            guard let key, text("alg").map({ $0 == key.algorithm.rawValue }) ?? true else { continue }
+            if let kid = text("kid") { named[kid] = key } else { unnamed.append(key) }
+        }
+        guard !named.isEmpty || !unnamed.isEmpty else { throw FetchError("the JWKS of \(issuer) has no RS256 or ES256 signing key") }
+        return (named, unnamed)
+    }
+
+    /// One GET of at most `limit` bytes, answered 200; https, or http to a loopback address when allowed.
+    static func get(_ url: URL, allowHTTP: Bool, limit: Int64, timeout: TimeInterval) throws -> [UInt8] {
+        guard let host = url.host, url.scheme == "https" || (url.scheme == "http" && allowHTTP && isLoopback(host)) else {
+            throw FetchError("\(url.absoluteString): keys are fetched over https only")
+        }
+        do {
+            let trust = url.scheme == "https" ? try TLSClientContext(caFile: nil) : nil
+            var options = TransportOptions()
+            options.responseDeadline = timeout
+            let connection = try HTTPConnection(url: url, timeout: timeout, trust: trust, options: options)
+            defer { connection.close() }
+            try connection.sendHead(method: "GET", headers: [("Accept", "application/json")])
+            let head = try connection.readHead()
+            guard head.status == 200 else { throw FetchError("\(url.absoluteString) answered \(head.status)") }
+            var collected: [UInt8] = []
+            try connection.readBody(head, method: "GET", limit: limit) { collected += $0 }
+            return collected
+        } catch let error as FetchError {
+            throw error
+        } catch {
+            throw FetchError("\(url.absoluteString) cannot be reached: \(error)")
+        }
+    }
+}

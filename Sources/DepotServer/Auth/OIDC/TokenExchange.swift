@@ -1,0 +1,65 @@
+import DepotCore
+import Foundation
+import Logging
+
+/// Trusted publishing: a CI job's OIDC token (its platform's proof of which repository, branch
+/// and workflow it runs) exchanged for a publish token of the app that lives at most 15 minutes,
+/// scoped as the trust rule it matched says. Checks, in order, each refusal naming its check:
+/// size and shape, algorithm (RS256/ES256 only), issuer (one of the app's rules), the issuer's
+/// key (`kid`), the signature, `exp`/`nbf`/`iat` (a minute's leeway), audience, claims.
+struct TokenExchange: Sendable {
+    static let lifetime: TimeInterval = 15 * 60
+    static let leeway: TimeInterval = 60
+
+    let trust: TrustStore
+    let tokens: TokenStore
+    let keys: IssuerKeys
+
+    /// What an exchange gave: the token (shown once), its record, and the rule.
+    struct Minted {
+        let token: String
+        let record: StoredToken
+        let rule: TrustRule
+    }
+
+    /// Verifies `jwt` against the app's rules and mints a token; throws ``OIDCRefusal`` (401)
+    /// or an ``HTTPFailure`` (503 while the issuer's keys are being fetched or cannot be).
+    func exchange(app: String, jwt: Substring, now: Date = Date()) throws -> Minted {
+        let token = try JSONWebToken(jwt)
+        let rules = trust.rules(app)
+        guard !rules.isEmpty else { throw OIDCRefusal("no_rule", "app \(app) trusts no OIDC issuer (depot apps trust)") }
+        guard let issuer = token.issuer, let first = rules.first(where: { $0.issuer == issuer }) else {
+            throw OIDCRefusal("issuer", "no trust rule of app \(app) names the token's issuer")
+        }
+        let key: JWSPublicKey
+        switch keys.key(issuer: issuer, allowHTTP: first.allowHTTP, keyID: token.keyID, algorithm: token.algorithm) {
+        case .key(let found): key = found
+        case .fetching:
+            throw HTTPFailure(status: 503, code: "oidc_keys_fetching", message: "the issuer's signing keys are being fetched; try again in a second", headers: [("Retry-After", "1")])
+        case .unknown: throw OIDCRefusal("unknown_key", "the issuer has no signing key with the token's kid")
+        case .unavailable(let why):
+            throw HTTPFailure(status: 503, code: "oidc_keys_unavailable", message: "the issuer's signing keys cannot be fetched: \(why)", headers: [("Retry-After", "20")])
+        }
+        guard key.algorithm == token.algorithm else { throw OIDCRefusal("algorithm", "the token's algorithm is not its key's") }
+        guard key.isValidSignature(token.signature, for: token.signedPart) else { throw OIDCRefusal("signature", "the token's signature does not verify") }
+        let expiry = try token.checkTimes(now: now, leeway: Self.leeway)
+        let audiences = token.audiences
+        let candidates = rules.filter { $0.issuer == issuer && audiences.contains($0.audience) }
+        guard !candidates.isEmpty else { throw OIDCRefusal("audience", "the token's audience is not one a rule of app \(app) names") }
+        // The first rule (in the order they were made) whose every claim the token carries.
+        guard let rule = candidates.first(where: { rule in rule.claims.allSatisfy { token.text($0.key) == $0.value } }) else {
+            let closest = candidates.min { differing($0, token).count < differing($1, token).count }!
+            throw OIDCRefusal("claims", "the token's claims differ from the rule's: \(differing(closest, token).sorted().joined(separator: ", "))")
+        }
+        // Never past the JWT's own expiry: a stolen JWT gives no more time than it had.
+        let until = min(now.addingTimeInterval(Self.lifetime), expiry)
+        guard until > now else { throw OIDCRefusal("expired", "the token has expired") }
+        let (text, record) = try tokens.mint(app: app, rule: rule, expiresAt: until, subject: token.text("sub"), jwtID: token.text("jti"), now: now)
+        return Minted(token: text, record: record, rule: rule)
+    }
+
+    /// The names of the rule's claims the token does not carry as the rule says.
+    private func differing(_ rule: TrustRule, _ token: JSONWebToken) -> [String] {
+        rule.claims.filter { token.text($0.key) != $0.value }.map(\.key)
+    }
+}
