@@ -144,7 +144,7 @@ final class Origin: HTTPHandler {
                 ),
                 trust: TrustHandlers(
                     exchange: TokenExchange(trust: trust, tokens: tokens, keys: IssuerKeys(logger: configuration.logger)),
-                    limiter: ReportRateLimiter(perAddress: 2, total: 50), metrics: metrics, logger: configuration.logger, readOnly: readOnly,
+                    limiter: ReportRateLimiter(perAddress: 5, total: 50), metrics: metrics, logger: configuration.logger, readOnly: readOnly,
                     settings: { [apps] in apps.settings($0) }
                 )
             ),

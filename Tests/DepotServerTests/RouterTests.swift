@@ -45,7 +45,7 @@ struct RouterTests {
             Route("GET", "/*", label: "static", access: .open) { _ in HTTPResponse(status: 200) },
         ]
         let folder = DataFolder(data.path)
-        let router = Router(routes: routes, authenticator: Authenticator(tokens: TokenStore(folder: folder))) { app in
+        let router = Router(routes: routes, authenticator: Authenticator(tokens: TokenStore(folder: folder), trust: TrustStore(folder: folder))) { app in
             apps.contains(app) ? AppStore(folder: folder).settings(app) : nil
         }
         return (router, token, data)

@@ -1,0 +1,310 @@
+import DepotCore
+import DepotTestSupport
+import Foundation
+import Testing
+
+/// Trusted publishing against a real OIDC issuer on loopback (`Fixtures/oidc_issuer.py`: its own
+/// keys, discovery and JWKS) and the real `depot serve`: CI-shaped jobs publish with no stored
+/// secret, every refusal names its check, and a token's scope holds on every route.
+@Suite("Trusted publishing: CI jobs' OIDC tokens for short-lived, scoped publish tokens")
+struct TrustedPublishingTests {
+    static let app = "com.example.dev"
+
+    /// A running origin and issuer, and the data folder's path for `depot apps trust`.
+    final class Setup {
+        let work = TemporaryDirectory("depot-oidc")
+        static let metricsToken = "metrics-token-for-the-oidc-tests"
+        let issuer: OIDCIssuer
+        let server: ServeProcess
+        var data: String { work.path + "/data" }
+        var port: UInt16 { UInt16(server.port)! }
+
+        init() throws {
+            issuer = try OIDCIssuer()
+            try FileSystem.createDirectory(work.path + "/etc", mode: 0o700)
+            try FileSystem.writeAtomically(Array(Self.metricsToken.utf8), to: work.path + "/etc/metrics-token", mode: 0o600)
+            server = try ServeProcess(data: work.path + "/data", environment: ["DEPOT_LOG_LEVEL": "warning", "DEPOT_METRICS_TOKEN_FILE": work.path + "/etc/metrics-token"])
+        }
+
+        deinit {
+            server.process.terminate()
+            server.process.waitUntilExit()
+            issuer.stop()
+            work.remove()
+        }
+
+        /// `depot apps trust APP …`; returns the rule id it printed.
+        @discardableResult
+        func trust(_ arguments: [String]) throws -> String {
+            let result = try Processes.run(Processes.depotBinary, ["apps", "trust", TrustedPublishingTests.app, "--data", data] + arguments)
+            #expect(result.status == 0, "depot apps trust: \(result.stderr)")
+            return result.stdout.split(separator: "\t").first?.split(separator: " ").last.map(String.init) ?? ""
+        }
+
+        /// `POST …/oidc-token` with `jwt`, asked again while the issuer's keys are being fetched
+        /// and when the origin's rate limit says to wait (its `Retry-After`).
+        func exchange(_ jwt: String?, app: String = TrustedPublishingTests.app) throws -> RawHTTP.Response {
+            let authorization = jwt.map { "Authorization: Bearer \($0)\r\n" } ?? ""
+            var answer: RawHTTP.Response?
+            try Eventually.wait(every: .milliseconds(50)) {
+                answer = try RawHTTP.send(port: port, "POST /v1/apps/\(app)/oidc-token HTTP/1.1\r\nHost: x\r\n\(authorization)Content-Length: 0\r\nConnection: close\r\n\r\n").first
+                if answer?.status == 429, let wait = answer?.header("Retry-After").flatMap(Double.init) {
+                    Thread.sleep(forTimeInterval: wait)
+                    return false
+                }
+                return answer.map(TrustedPublishingTests.code) != "oidc_keys_fetching"
+            }
+            return try #require(answer)
+        }
+
+        /// A call with a bearer token.
+        func call(_ method: String, _ path: String, token: String, body: [UInt8] = []) throws -> RawHTTP.Response {
+            try #require(try RawHTTP.send(port: port, "\(method) /v1/apps/\(TrustedPublishingTests.app)\(path) HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\nContent-Length: \(body.count)\r\nConnection: close\r\n\r\n", body: body, timeout: 30).first)
+        }
+
+        /// The pack ids `channel` serves.
+        func served(_ channel: String) throws -> [String] {
+            let answer = try #require(try RawHTTP.send(port: port, "GET /v1/apps/\(TrustedPublishingTests.app)/channels/\(channel)/manifest HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first)
+            guard answer.status == 200 else { return [] }
+            return try Manifest.decode(Array(try #require(Data(base64Encoded: Envelope.decode(answer.body).payload)))).packs.map(\.id)
+        }
+
+        /// `depot publish FILE --oidc …` as a CI job runs it: `environment` is the platform's.
+        func publish(pack: String, channel: String, _ extra: [String], environment: [String: String]) throws -> Processes.Result {
+            let file = try work.file(pack + ".bin", size: 4096, seed: UInt64(pack.utf8.count))
+            return try Processes.run(Processes.depotBinary, [
+                "publish", file, "--server", server.url, "--app", TrustedPublishingTests.app, "--pack", pack, "--release", "--channel", channel,
+                "--quiet", "--oidc",
+            ] + extra, environment: environment.merging(["DEPOT_TOKEN": "", "XDG_CACHE_HOME": work.path + "/cache"]) { $1 })
+        }
+    }
+
+    /// The error code of an answer (`{"error": {"code": …, "message": …}}`).
+    static func code(_ response: RawHTTP.Response) -> String {
+        (((try? JSONSerialization.jsonObject(with: Data(response.body))) as? [String: Any])?["error"] as? [String: Any])?["code"] as? String ?? ""
+    }
+
+    struct Issued: Decodable {
+        var token: String
+        var tokenID: String
+        var expiresAt: Date
+        var rule: String
+        var channels: [String]?
+    }
+
+    static func issued(_ response: RawHTTP.Response) throws -> Issued {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        return try decoder.decode(Issued.self, from: Data(response.body))
+    }
+
+    @Test("A GitHub-Actions-shaped job publishes to its rule's channel with no stored secret, never to another; a replay gets the same scope; removing the rule ends its tokens")
+    func githubActions() throws {
+        let setup = try Setup()
+        let rule = try setup.trust([
+            "--issuer", setup.issuer.url, "--allow-http", "--audience", "assetdepot", "--claim", "repository=studio/levels",
+            "--claim", "ref=refs/heads/main", "--channel", "beta",
+        ])
+        #expect(rule.hasPrefix("rule-"))
+        try setup.issuer.post("/gha/claims", [
+            "sub": "repo:studio/levels:ref:refs/heads/main", "repository": "studio/levels", "repository_owner": "studio",
+            "ref": "refs/heads/main", "ref_type": "branch", "workflow": "publish", "event_name": "push", "repository_id": "123456",
+        ])
+        let github = [
+            "ACTIONS_ID_TOKEN_REQUEST_URL": setup.issuer.url + "/gha/token?api-version=2.0",
+            "ACTIONS_ID_TOKEN_REQUEST_TOKEN": "gha-request-token", "GITHUB_ACTIONS": "true",
+        ]
+        let published = try setup.publish(pack: "level1", channel: "beta", ["--audience", "assetdepot"], environment: github)
+        #expect(published.status == 0, "\(published.stdout) \(published.stderr)")
+        #expect(published.stderr.contains("exchanged the job's OIDC token") && published.stderr.contains("channels beta"))
+        #expect(try setup.served("beta") == ["level1"])
+
+        // The same job cannot reach production: refused, and production serves nothing of it.
+        let elsewhere = try setup.publish(pack: "level2", channel: "production", ["--audience", "assetdepot"], environment: github)
+        #expect(elsewhere.status != 0)
+        #expect(elsewhere.stderr.contains("channel_not_allowed") || elsewhere.stderr.contains("may act on channel beta only"), "\(elsewhere.stderr)")
+        #expect(try setup.served("production").isEmpty)
+        // Another branch's job: refused at the exchange, naming the claim, not its value.
+        try setup.issuer.post("/gha/claims", ["repository": "studio/levels", "ref": "refs/heads/feature", "sub": "repo:studio/levels:ref:refs/heads/feature"])
+        let branch = try setup.publish(pack: "level3", channel: "beta", ["--audience", "assetdepot"], environment: github)
+        #expect(branch.status != 0 && branch.stderr.contains("oidc_claims") && branch.stderr.contains("ref") && !branch.stderr.contains("feature"), "\(branch.stderr)")
+        // A wrong request token (not the job's) gets no JWT at all.
+        let stolen = try setup.publish(pack: "level3", channel: "beta", ["--audience", "assetdepot"], environment: github.merging(["ACTIONS_ID_TOKEN_REQUEST_TOKEN": "guess"]) { $1 })
+        #expect(stolen.status != 0)
+
+        // A replay of one JWT: a second token, with the same scope and no longer life.
+        let jwt = try setup.issuer.mint(["aud": "assetdepot", "repository": "studio/levels", "ref": "refs/heads/main", "sub": "repo:studio/levels:ref:refs/heads/main"])
+        let first = try Self.issued(setup.exchange(jwt)), second = try Self.issued(setup.exchange(jwt))
+        #expect(first.tokenID != second.tokenID && first.channels == ["beta"] && second.channels == ["beta"] && first.rule == rule && second.rule == rule)
+        #expect(second.expiresAt.timeIntervalSinceNow <= 15 * 60 + 5 && second.expiresAt.timeIntervalSinceNow <= 300 + 5)
+
+        // `depot tokens list` shows it with its rule and job; the rule removed, its tokens are refused.
+        let listed = try Processes.run(Processes.depotBinary, ["tokens", "list", "--data", setup.data])
+        #expect(listed.stdout.contains(first.tokenID) && listed.stdout.contains(rule) && listed.stdout.contains("channels=beta"))
+        #expect(try setup.call("GET", "/staging?channel=beta", token: first.token).status == 200)
+        let removed = try Processes.run(Processes.depotBinary, ["apps", "trust", Self.app, "--data", setup.data, "--remove", rule])
+        #expect(removed.status == 0 && removed.stdout.contains("removed \(rule)"))
+        let after = try setup.call("GET", "/staging?channel=beta", token: first.token)
+        #expect(after.status == 401 && Self.code(after) == "token_revoked", "\(after.bodyText)")
+        let again = try setup.exchange(jwt)
+        #expect(again.status == 401 && Self.code(again) == "oidc_no_rule", "\(again.bodyText)")
+    }
+
+    @Test("A GitLab-shaped job (its id_tokens variable, an ES256 key) publishes to its channel; a protected-ref claim is matched")
+    func gitlab() throws {
+        let setup = try Setup()
+        try setup.trust([
+            "--issuer", setup.issuer.url, "--allow-http", "--audience", "https://assets.example.com", "--claim", "project_path=studio/levels",
+            "--claim", "ref_protected=true", "--channel", "beta", "--channel", "qa",
+        ])
+        let jwt = try setup.issuer.mint([
+            "aud": "https://assets.example.com", "project_path": "studio/levels", "ref": "main", "ref_type": "branch", "ref_protected": "true",
+            "namespace_path": "studio", "pipeline_source": "push", "sub": "project_path:studio/levels:ref_type:branch:ref:main",
+        ], alg: "ES256", key: "ec-1")
+        let job = try setup.publish(pack: "intro", channel: "qa", ["--oidc-token-env", "DEPOT_ID_TOKEN"], environment: ["DEPOT_ID_TOKEN": jwt, "GITLAB_CI": "true"])
+        #expect(job.status == 0, "\(job.stdout) \(job.stderr)")
+        #expect(try setup.served("qa") == ["intro"])
+        // An unprotected ref's job (a boolean claim, as another issuer sends it) is refused.
+        let unprotected = try setup.issuer.mint(["aud": "https://assets.example.com", "project_path": "studio/levels", "ref_protected": false], alg: "ES256", key: "ec-1")
+        let refused = try setup.exchange(unprotected)
+        #expect(refused.status == 401 && Self.code(refused) == "oidc_claims")
+        let missing = try setup.publish(pack: "intro", channel: "qa", ["--oidc-token-env", "DEPOT_ID_TOKEN"], environment: ["GITLAB_CI": "true"])
+        #expect(missing.status != 0 && missing.stderr.contains("DEPOT_ID_TOKEN"))
+    }
+
+    @Test("Each forged or mismatched token is refused with the name of its check (401), logged and counted")
+    func refusals() throws {
+        let setup = try Setup()
+        try setup.trust(["--issuer", setup.issuer.url, "--allow-http", "--audience", "assetdepot", "--claim", "repository=studio/levels"])
+        let good: [String: Any] = ["aud": "assetdepot", "repository": "studio/levels"]
+        let now = Int(Date().timeIntervalSince1970)
+        #expect(try setup.exchange(setup.issuer.mint(good)).status == 201)
+        #expect(try setup.exchange(setup.issuer.mint(good, alg: "ES256", key: "ec-1")).status == 201)
+
+        let valid = try setup.issuer.mint(good)
+        let parts = valid.split(separator: ".").map(String.init)
+        var flipped = Array(parts[2].utf8)
+        flipped[10] = flipped[10] == UInt8(ascii: "A") ? UInt8(ascii: "B") : UInt8(ascii: "A")
+        let cases: [(String, String, String)] = [
+            ("another issuer", try setup.issuer.mint(good.merging(["iss": "https://token.actions.githubusercontent.com"]) { $1 }), "oidc_issuer"),
+            ("another audience", try setup.issuer.mint(good.merging(["aud": "pypi"]) { $1 }), "oidc_audience"),
+            ("an audience list without ours", try setup.issuer.mint(good.merging(["aud": ["a", "b"]]) { $1 }), "oidc_audience"),
+            ("expired", try setup.issuer.mint(good.merging(["exp": now - 120, "iat": now - 600, "nbf": now - 600]) { $1 }), "oidc_expired"),
+            ("no expiry", try setup.issuer.mint(good.merging(["exp": "soon"]) { $1 }), "oidc_expired"),
+            ("not yet valid", try setup.issuer.mint(good.merging(["nbf": now + 600, "exp": now + 900]) { $1 }), "oidc_not_yet_valid"),
+            ("issued in the future", try setup.issuer.mint(good.merging(["iat": now + 600, "exp": now + 900]) { $1 }), "oidc_not_yet_valid"),
+            ("alg none", try setup.issuer.mint(good, alg: "none"), "oidc_algorithm"),
+            ("HS256 keyed with the public key", try setup.issuer.mint(good, alg: "HS256-public"), "oidc_algorithm"),
+            ("an RSA kid on an ES256 token", try setup.issuer.mint(good, alg: "ES256", key: "ec-1", kid: "rsa-1"), "oidc_algorithm"),
+            ("a claim that differs", try setup.issuer.mint(good.merging(["repository": "fork/levels"]) { $1 }), "oidc_claims"),
+            ("a claim missing", try setup.issuer.mint(["aud": "assetdepot"]), "oidc_claims"),
+            ("a changed signature", parts[0] + "." + parts[1] + "." + String(decoding: flipped, as: UTF8.self), "oidc_signature"),
+            ("changed claims", parts[0] + "." + Base64URLText.encode(Array(#"{"iss":"\#(setup.issuer.url)","aud":"assetdepot","repository":"studio/levels","exp":\#(now + 9999)}"#.utf8)) + "." + parts[2], "oidc_signature"),
+            ("not a JWT", "hello", "oidc_malformed"),
+            ("an unknown kid", try setup.issuer.mint(good, kid: "made-up"), "oidc_unknown_key"),
+        ]
+        for (name, jwt, expected) in cases {
+            let answer = try setup.exchange(jwt)
+            #expect(answer.status == 401 && Self.code(answer) == expected, "\(name): \(answer.status) \(answer.bodyText)")
+            #expect(!answer.bodyText.contains("fork/levels") && !answer.bodyText.contains("pypi"), "\(name): a claim's value in \(answer.bodyText)")
+        }
+        let bare = try setup.exchange(nil)
+        #expect(bare.status == 401 && Self.code(bare) == "oidc_missing")
+        let unknownApp = try setup.exchange(valid, app: "com.example.other")
+        #expect(unknownApp.status == 404)
+        // A token larger than the origin's header room is refused before anything reads it.
+        let huge = try setup.exchange(parts[0] + "." + String(repeating: "A", count: 20_000) + "." + parts[2])
+        #expect(huge.status == 431 || Self.code(huge) == "oidc_size", "\(huge.status)")
+
+        let metrics = try #require(try RawHTTP.send(port: setup.port, "GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(Setup.metricsToken)\r\nConnection: close\r\n\r\n").first).bodyText
+        #expect(metrics.contains(#"depot_oidc_exchanges_total{result="issued"} 2"#), "\(metrics.split(separator: "\n").filter { $0.contains("oidc") })")
+        #expect(metrics.contains(#"depot_oidc_exchanges_total{result="algorithm"} 3"#))
+    }
+
+    @Test("A rotated key is picked up at the first token that names it; made-up kids cost the issuer at most a few fetches; the issuer down means refused")
+    func rotationAndOutage() throws {
+        let setup = try Setup()
+        try setup.trust(["--issuer", setup.issuer.url, "--allow-http", "--audience", "assetdepot", "--claim", "repository=studio/levels"])
+        let good: [String: Any] = ["aud": "assetdepot", "repository": "studio/levels"]
+        #expect(try setup.exchange(setup.issuer.mint(good)).status == 201)
+        let kid = try #require((try JSONSerialization.jsonObject(with: Data(setup.issuer.post("/rotate"))) as? [String: String])?["kid"])
+        let rotated = try setup.exchange(setup.issuer.mint(good, key: kid))
+        #expect(rotated.status == 201, "\(rotated.bodyText)")
+        // The old key is gone from the JWKS: its tokens are refused once the keys were fetched again.
+        let old = try setup.exchange(setup.issuer.mint(good))
+        #expect(old.status == 401 && Self.code(old) == "oidc_unknown_key", "\(old.bodyText)")
+
+        let before = try setup.issuer.fetches()
+        let start = Date()
+        for index in 0..<30 {
+            let answer = try setup.exchange(setup.issuer.mint(good, kid: "made-up-\(index)"))
+            #expect(answer.status == 401 || answer.status == 503, "\(answer.bodyText)")
+        }
+        let after = try setup.issuer.fetches()
+        let allowed = 3 + Int(Date().timeIntervalSince(start) / 20) + 1
+        #expect(after.jwks - before.jwks <= allowed, "30 made-up kids made \(after.jwks - before.jwks) JWKS fetches")
+
+        // Down: a new issuer the origin never reached, and the running one once its keys are due.
+        let down = try OIDCIssuer()
+        try setup.trust(["--issuer", down.url, "--allow-http", "--audience", "assetdepot", "--claim", "repository=studio/levels"])
+        let token = try down.mint(good)
+        try down.post("/down")
+        var answers: [String] = []
+        try Eventually.wait(every: .milliseconds(50)) {
+            let answer = try setup.exchange(token)
+            #expect(answer.status != 201, "accepted while the issuer is down")
+            answers.append(Self.code(answer))
+            return Self.code(answer) == "oidc_keys_unavailable"
+        }
+        #expect(answers.last == "oidc_keys_unavailable" && answers.allSatisfy { $0 == "oidc_keys_unavailable" || $0 == "oidc_keys_fetching" }, "\(answers)")
+        down.stop()
+        let gone = try setup.exchange(token)
+        #expect(gone.status == 503 && Self.code(gone) == "oidc_keys_unavailable")
+    }
+
+    @Test("A token for beta never moves production: release, promote, rollouts and a draft it staged are refused there; the token expires with the JWT")
+    func scope() throws {
+        let setup = try Setup()
+        try setup.trust(["--issuer", setup.issuer.url, "--allow-http", "--audience", "assetdepot", "--claim", "repository=studio/levels", "--channel", "beta"])
+        let good: [String: Any] = ["aud": "assetdepot", "repository": "studio/levels"]
+        let beta = try Self.issued(setup.exchange(setup.issuer.mint(good))).token
+        let body = Array("level bytes".utf8)
+        let staged = try setup.call("PUT", "/packs/staged", token: beta, body: body)
+        #expect(staged.status == 202, "\(staged.bodyText)")
+        // The draft it staged goes to beta only, whoever releases it.
+        let human = try setup.call("POST", "/releases", token: setup.server.token)
+        #expect(human.status == 409 && Self.code(human) == "draft_scoped", "\(human.bodyText)")
+        #expect(try setup.call("POST", "/releases?channel=beta", token: beta).status == 201)
+        #expect(try setup.served("beta") == ["staged"])
+        for (method, path) in [
+            ("POST", "/releases"), ("POST", "/releases?channel=production"), ("PUT", "/packs/x?release=true"), ("POST", "/channels/production?release=1"),
+            ("POST", "/rollouts/production/start?release=1&fraction=0.1"), ("POST", "/rollouts/production/halt"),
+            ("POST", "/rollouts/production/advance?fraction=0.5"), ("POST", "/rollouts/production/complete"),
+            ("DELETE", "/packs/staged?release=true&removeLive=true"),
+        ] {
+            let answer = try setup.call(method, path, token: beta, body: method == "PUT" ? body : [])
+            #expect(answer.status == 403 && Self.code(answer) == "channel_not_allowed", "\(method) \(path): \(answer.status) \(answer.bodyText)")
+        }
+        #expect(try setup.call("POST", "/rollback?to=1", token: beta).status == 403)
+        #expect(try setup.served("production").isEmpty)
+
+        // A JWT about to expire gives a token that ends with it.
+        let now = Int(Date().timeIntervalSince1970)
+        let short = try Self.issued(setup.exchange(setup.issuer.mint(good.merging(["exp": now + 3]) { $1 })))
+        #expect(short.expiresAt.timeIntervalSince1970 <= Double(now + 3))
+        var last: RawHTTP.Response?
+        try Eventually.wait(every: .milliseconds(200)) {
+            last = try setup.call("GET", "/staging?channel=beta", token: short.token)
+            return last?.status == 401
+        }
+        #expect(last?.status == 401 && last.map(Self.code) == "token_expired")
+        #expect(Date() >= short.expiresAt)
+    }
+}
+
+/// Base64url without padding, for tokens the tests change by hand.
+enum Base64URLText {
+    static func encode(_ bytes: [UInt8]) -> String {
+        Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+    }
+}
