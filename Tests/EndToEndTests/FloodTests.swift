@@ -96,6 +96,19 @@ struct FloodTests {
             reportFiles.append(file)
             if index == 0 { #expect(try call("POST", "/v1/apps/\(app)/reports", body: report.encoded()).status == 202) }
         }
+        // Trusted publishing: a rule naming a loopback issuer, its keys fetched by one good exchange;
+        // then tokens that reach the signature check (a forged signature) or name made-up keys.
+        let issuer = try OIDCIssuer()
+        defer { issuer.stop() }
+        let trusted = try Processes.run(Processes.depotBinary, [
+            "apps", "trust", app, "--data", work.path + "/data", "--issuer", issuer.url, "--allow-http", "--audience", "flood", "--claim", "repository=studio/levels",
+        ])
+        #expect(trusted.status == 0, "\(trusted.stderr)")
+        let good = try issuer.mint(["aud": "flood", "repository": "studio/levels"])
+        try Eventually.wait(every: .milliseconds(100)) { try call("POST", "/v1/apps/\(app)/oidc-token", token: good).status == 201 }
+        let goodParts = good.split(separator: ".")
+        let forged = goodParts[0] + "." + goodParts[1] + "." + String(goodParts[2].reversed())
+        let madeUpKid = try issuer.mint(["aud": "flood", "repository": "studio/levels"], kid: "made-up")
         let junk = work.path + "/junk.json"
         try FileSystem.writeAtomically(Array("{\"channel\":\"production\",\"release\":".utf8), to: junk)
         let upload = try call("POST", "/v1/apps/\(app)/uploads", token: adminToken)
@@ -122,6 +135,9 @@ struct FloodTests {
             Flood(name: "tus HEAD with a wrong token", method: "HEAD", path: uploadPath, headers: ["Tus-Resumable: 1.0.0", "Authorization: Bearer dpt_" + String(repeating: "x", count: 40)], expected: [401]),
             Flood(name: "publish with a wrong token", method: "PUT", path: "/v1/apps/\(app)/packs/p1", headers: ["Authorization: Bearer dpt_" + String(repeating: "y", count: 40)], expected: [401]),
             Flood(name: "session without a token", path: "/v1/session", expected: [401]),
+            Flood(name: "oidc-token (not a JWT)", method: "POST", path: "/v1/apps/\(app)/oidc-token", headers: ["Authorization: Bearer x.y.z"], expected: [401, 429]),
+            Flood(name: "oidc-token (a forged signature)", method: "POST", path: "/v1/apps/\(app)/oidc-token", headers: ["Authorization: Bearer \(forged)"], expected: [401, 429]),
+            Flood(name: "oidc-token (a made-up kid)", method: "POST", path: "/v1/apps/\(app)/oidc-token", headers: ["Authorization: Bearer \(madeUpKid)"], expected: [401, 429, 503]),
             Flood(name: "dashboard page", path: "/", expected: [200]),
             Flood(name: "dashboard script", path: "/js/main.js", expected: [200]),
         ]
