@@ -22,6 +22,14 @@ export function renderApp(summary, session) {
   for (const [key, value] of Object.entries(summary.allowances ?? {})) {
     facts.push([`Shipped builds' ${keys[key] ?? key}`, `${human(value)} (${exact(value)}); larger releases are refused`]);
   }
+  // Trusted publishing's rules, read-only (`depot apps trust` makes and removes them).
+  const rules = summary.trustRules ?? [];
+  if (!rules.length) facts.push(["Trusted CI publishers", "none (depot apps trust)"]);
+  for (const rule of rules) {
+    const claims = Object.entries(rule.claims ?? {}).sort(([a], [b]) => a.localeCompare(b)).map(([name, value]) => `${name}=${value}`).join(", ");
+    facts.push([`Trusted CI publisher ${rule.id}`,
+      `${rule.issuer}, audience ${rule.audience}, ${claims}: ${rule.role} tokens of at most 15 minutes on ${rule.channels ? rule.channels.join(", ") : "every channel"}`]);
+  }
   $("app-facts").replaceChildren(...facts.flatMap(([term, value]) => [el("dt", {}, term), el("dd", {}, value)]));
 }
 

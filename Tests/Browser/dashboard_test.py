@@ -274,6 +274,8 @@ def run(origin, b, work, args):
 
 def managed(origin, b, args):
     step("a managed app beside the unmanaged one")
+    origin.cli("apps", "trust", DEV, "--issuer", "https://token.actions.githubusercontent.com", "--audience", "assets.example.com",
+               "--claim", "repository=studio/levels", "--channel", "beta")
     token = origin.cli("apps", "create", MANAGED, "--mode", "managed", "--app-group", "group." + MANAGED) and \
         origin.cli("tokens", "create", "--app", MANAGED, "--role", "admin").strip().split()[-1]
     b.click("#add-app")
@@ -289,12 +291,14 @@ def managed(origin, b, args):
     options = [o.text for o in Select(b.find("#app-select")).options]
     assert any(DEV in o and "unmanaged" in o for o in options) and any(MANAGED in o and "(managed" in o for o in options), options
     assert "managed (iOS 26+, app group group." + MANAGED in b.text("#app-facts")
+    assert "none (depot apps trust)" in b.text("#app-facts"), "the managed app trusts no CI publisher"
     b.wait_text('#live-packs tr[data-pack="world"]', "Apple Archive")
     b.wait_text("#plist", "BAHasManagedAssetPacks")
     b.screenshot("managed-app")
     Select(b.find("#app-select")).select_by_value(DEV)
     b.wait_text("#app-title", DEV)
     assert not b.find("#install-size").is_displayed()
+    b.wait_text("#app-facts", "repository=studio/levels: publisher tokens of at most 15 minutes on beta")
     b.check_console()
 
 

@@ -1,0 +1,95 @@
+@testable import DepotServer
+import DepotCore
+import DepotTestSupport
+import Foundation
+import Testing
+
+/// Trust rules as `depot apps trust` makes them, and a JWT's parsing before any key is looked at.
+@Suite("Trusted publishing: rules and token parsing")
+struct TrustRuleTests {
+    func refusal(_ body: () throws -> Void) -> String? {
+        do {
+            try body()
+            return nil
+        } catch let error as DepotError {
+            return error.message
+        } catch {
+            return "\(error)"
+        }
+    }
+
+    @Test("A rule must bind an identity: a claim, the repository or project on the shared platforms, https or loopback http with --allow-http")
+    func validation() {
+        func check(_ issuer: String, claims: [String: String], channels: [String]? = nil, http: Bool = false) -> String? {
+            refusal { try TrustRule.validate(issuer: issuer, audience: "aud", claims: claims, channels: channels, allowHTTP: http) }
+        }
+        let github = "https://token.actions.githubusercontent.com"
+        #expect(check(github, claims: ["repository": "studio/levels"]) == nil)
+        #expect(check("https://gitlab.com", claims: ["project_path": "studio/levels", "ref_protected": "true"]) == nil)
+        #expect(check("https://issuer.example.com/tenant", claims: ["team": "levels"]) == nil)
+        #expect(check(github, claims: [:])?.contains("at least one claim") == true)
+        #expect(check(github, claims: ["ref": "refs/heads/main"])?.contains("name the repository or project") == true)
+        #expect(check("https://gitlab.com", claims: ["ref": "main"])?.contains("project_path") == true)
+        #expect(check("http://issuer.example.com", claims: ["a": "b"], http: true)?.contains("loopback") == true)
+        #expect(check("http://127.0.0.1:8080", claims: ["a": "b"])?.contains("https") == true)
+        #expect(check("http://127.0.0.1:8080", claims: ["a": "b"], http: true) == nil)
+        #expect(check("http://[::1]:8080", claims: ["a": "b"], http: true) == nil)
+        #expect(check("http://127.0.0.1.evil.example:8080", claims: ["a": "b"], http: true) != nil)
+        #expect(check("ftp://issuer.example.com", claims: ["a": "b"]) != nil)
+        #expect(check("https://issuer.example.com/?tenant=1", claims: ["a": "b"]) != nil)
+        #expect(check("https://user:pw@issuer.example.com", claims: ["a": "b"]) != nil)
+        #expect(check(github, claims: ["repository": "x", "aud": "y"]) != nil, "a rule claim may not be a registered time or audience claim")
+        #expect(check(github, claims: ["repository": ""]) != nil)
+        #expect(check(github, claims: ["repository": "x"], channels: ["../prod"]) != nil)
+        #expect(check(github, claims: ["repository": "x"], channels: []) != nil)
+    }
+
+    @Test("Rules are kept per app, listed in order and removed by id; an app that does not exist has none")
+    func store() throws {
+        let data = TemporaryDirectory("depot-trust")
+        defer { data.remove() }
+        _ = try prepareDataFolder(data.path, app: "com.example.game")
+        let store = TrustStore(folder: DataFolder(data.path))
+        let first = try store.add("com.example.game", issuer: "https://gitlab.com", audience: "a", claims: ["project_path": "p"], channels: ["qa", "beta", "qa"], allowHTTP: false)
+        let second = try store.add("com.example.game", issuer: "https://gitlab.com", audience: "b", claims: ["project_path": "q"], channels: nil, allowHTTP: false)
+        #expect(first.channels == ["beta", "qa"] && first.role == .publisher && first.id.hasPrefix("rule-") && first.id != second.id)
+        #expect(store.rules("com.example.game").map(\.id) == [first.id, second.id])
+        #expect(try store.remove("com.example.game", id: first.id))
+        #expect(try !store.remove("com.example.game", id: first.id))
+        #expect(store.rules("com.example.game").map(\.id) == [second.id])
+        #expect(store.rules("com.example.other").isEmpty)
+        #expect(throws: DepotError.self) { try store.add("com.example.other", issuer: "https://gitlab.com", audience: "a", claims: ["project_path": "p"], channels: nil, allowHTTP: false) }
+    }
+
+    @Test("A JWT is refused before any key lookup when it is too large, not three base64url JSON parts, or of an algorithm other than RS256 and ES256")
+    func parsing() {
+        func part(_ json: String) -> String {
+            Data(json.utf8).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+        }
+        func check(_ text: String) -> String? {
+            do {
+                _ = try JSONWebToken(text[...])
+                return nil
+            } catch {
+                return error.check
+            }
+        }
+        let claims = part(#"{"iss":"https://i","aud":["x","y"],"exp":2000000000,"n":7,"b":true,"f":1.5}"#)
+        #expect(check(part(#"{"alg":"RS256","kid":"k"}"#) + "." + claims + ".c2ln") == nil)
+        #expect(check(part(#"{"alg":"ES256"}"#) + "." + claims + ".c2ln") == nil)
+        #expect(check(part(#"{"alg":"none"}"#) + "." + claims + ".") == "algorithm")
+        #expect(check(part(#"{"alg":"HS256"}"#) + "." + claims + ".c2ln") == "algorithm")
+        #expect(check(part(#"{"alg":"RS256","crit":["exp"]}"#) + "." + claims + ".c2ln") == "algorithm")
+        #expect(check(part(#"{"alg":"RS256","kid":7}"#) + "." + claims + ".c2ln") == "malformed")
+        #expect(check(part(#"{"alg":"RS256"}"#) + "." + claims) == "malformed")
+        #expect(check(part(#"{"alg":"RS256"}"#) + "." + part("[1]") + ".c2ln") == "malformed")
+        #expect(check(part(#"{"alg":"RS256"}"#) + ".@@@." + "c2ln") == "malformed")
+        #expect(check(String(repeating: "a", count: 16 << 10 + 1)) == "size")
+        let token = try! JSONWebToken((part(#"{"alg":"RS256"}"#) + "." + claims + ".c2ln")[...])
+        #expect(token.issuer == "https://i" && token.audiences == ["x", "y"] && token.text("n") == "7" && token.text("b") == "true" && token.text("f") == nil)
+        #expect(token.time("exp") == 2_000_000_000)
+        let now = Date(timeIntervalSince1970: 2_000_000_000 + 59)
+        #expect((try? token.checkTimes(now: now, leeway: 60)) != nil)
+        #expect(throws: OIDCRefusal.self) { try token.checkTimes(now: now.addingTimeInterval(2), leeway: 60) }
+    }
+}
