@@ -14,7 +14,8 @@ import Testing
 struct OriginCrashPointTests {
     /// Each sequence: what the base state holds, then the step whose process is killed.
     enum Sequence: String, CaseIterable, Sendable {
-        case putRelease, firstPublish, tus, tusRefused, release, promote, rollback, rollout, rolloutSteps, rotateKey, tokens, collect, patchRelease, reports
+        case putRelease, firstPublish, tus, tusRefused, release, promote, rollback, rollout, rolloutSteps, rotateKey, tokens, collect, patchRelease, reports,
+             trustedPublishing
     }
 
     @Test("Killed at every crash point of each durable step, nothing acknowledged is lost and every channel serves a whole release", .enabled(if: CrashSeam.killsEnabled), arguments: Sequence.allCases)
@@ -42,6 +43,9 @@ final class OriginCrashLab {
     var spareID = ""
     /// Manifest keys the base state's configuration holds.
     var baseSigningKeys = 0
+    /// Trusted publishing's issuer (that sequence only), and the CI job's token it signed.
+    var issuer: OIDCIssuer?
+    var jobToken = ""
 
     /// One port for every start: the manifests name blobs by the public URL, which must stay.
     let port: Int
@@ -84,6 +88,8 @@ final class OriginCrashLab {
         case keyExported(String)
         /// At least this many manifest keys in the exported configuration (a signing key added).
         case signingKeys(Int)
+        /// A trust rule `depot apps trust --list` shows.
+        case ruleListed(String)
     }
 
     struct Response { var status: Int; var body: [UInt8]; var headers: [(String, String)] }
@@ -144,6 +150,10 @@ final class OriginCrashLab {
                 let started = call(server.port, "POST", "/v1/apps/\(app)/rollouts/production/start?release=3&fraction=0.2", token: token)
                 #expect(Self.ok(started), "\(started.map { String(decoding: $0.body, as: UTF8.self) } ?? "")")
             }
+        case .trustedPublishing:
+            let issuer = try OIDCIssuer()
+            self.issuer = issuer
+            jobToken = try issuer.mint(["aud": "crash", "repository": "studio/levels", "exp": Int(Date().timeIntervalSince1970) + 3_600])
         case .tokens:
             let created = try Processes.run(Processes.depotBinary, ["tokens", "create", "--data", data, "--app", app])
             spareToken = String(created.stdout.split(separator: "\n").last ?? "")
@@ -210,10 +220,29 @@ final class OriginCrashLab {
             return acks
         default: break
         }
+        if sequence == .trustedPublishing, let issuer {
+            // The rule (`depot apps trust`), then the exchange at the origin, which records the token.
+            guard let trusted = try cli([
+                "apps", "trust", app, "--data", data, "--issuer", issuer.url, "--allow-http", "--audience", "crash", "--claim", "repository=studio/levels",
+            ]), trusted.status == 0, let rule = trusted.stdout.split(separator: "\t").first?.split(separator: " ").last else { return acks }
+            acks.append(.ruleListed(String(rule)))
+        }
         let server = try start(environment)
         defer { stop(server, gracefully: crash != nil) }
         let port = server.port
         switch sequence {
+        case .trustedPublishing:
+            // Asked again while the issuer's keys are being fetched (a thread of the origin's own).
+            for _ in 0..<600 {
+                guard let answer = call(port, "POST", "/v1/apps/\(app)/oidc-token", token: jobToken) else { break }
+                if answer.status == 201, let issued = try? JSONDecoder().decode([String: JSONValue].self, from: Data(answer.body)),
+                   case .string(let minted)? = issued["token"] {
+                    acks.append(.tokenWorks(minted))
+                    break
+                }
+                guard answer.status == 503 else { break }
+                usleep(50_000)
+            }
         case .putRelease, .firstPublish:
             put(port, "movie", size: 100_000, seed: 5, into: &acks)
         case .tus, .tusRefused:
@@ -308,6 +337,7 @@ final class OriginCrashLab {
 
     func run(modes: [CrashSeam.Mode]) async throws {
         defer { work.remove() }
+        defer { issuer?.stop() }
         try prepare()
         try CrashSeam.copy(base, to: data)
         let trace = work.path + "/trace"
@@ -395,6 +425,9 @@ final class OriginCrashLab {
                 expect(exported.contains("\"\(id)\""), "\(what): the acknowledged key \(id) is not in the app's configuration")
             case .tokenWorks(let token):
                 expect(call(port, "GET", "/v1/apps/\(app)/staging", token: token)?.status == 200, "\(what): an acknowledged token does not work")
+            case .ruleListed(let rule):
+                let listed = try Processes.run(Processes.depotBinary, ["apps", "trust", app, "--list", "--data", data]).stdout
+                expect(listed.contains(rule), "\(what): the acknowledged rule \(rule) is not listed")
             case .tokenRefused(let token):
                 expect(call(port, "GET", "/v1/apps/\(app)/staging", token: token)?.status == 401, "\(what): a revoked token still works")
             case .rollout(let states):
