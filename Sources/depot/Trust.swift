@@ -61,6 +61,9 @@ struct Trust: ParsableCommand {
         do {
             let rule = try store.add(app, issuer: issuer!, audience: audience!, claims: claims, channels: channel.isEmpty ? nil : channel, allowHTTP: allowHTTP)
             print("added " + Self.describe(rule))
+            if !TrustRule.isKnownPlatform(rule.issuer) {
+                FileHandle.standardError.write(Data("warning: \(rule.issuer) is not GitHub's or gitlab.com's issuer: make sure the claims say who may publish (sub, or the claim naming the project), since anyone who can get a token of this issuer with these claims can publish\n".utf8))
+            }
         } catch let error as DepotError {
             throw CLIError(error.message)
         }

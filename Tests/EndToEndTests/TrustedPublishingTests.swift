@@ -15,7 +15,9 @@ struct TrustedPublishingTests {
         let work = TemporaryDirectory("depot-oidc")
         static let metricsToken = "metrics-token-for-the-oidc-tests"
         let issuer: OIDCIssuer
-        let server: ServeProcess
+        private(set) var server: ServeProcess
+        /// The publisher token the bootstrap printed (a person's, of every channel).
+        let human: String
         var data: String { work.path + "/data" }
         var port: UInt16 { UInt16(server.port)! }
 
@@ -23,7 +25,19 @@ struct TrustedPublishingTests {
             issuer = try OIDCIssuer()
             try FileSystem.createDirectory(work.path + "/etc", mode: 0o700)
             try FileSystem.writeAtomically(Array(Self.metricsToken.utf8), to: work.path + "/etc/metrics-token", mode: 0o600)
-            server = try ServeProcess(data: work.path + "/data", environment: ["DEPOT_LOG_LEVEL": "warning", "DEPOT_METRICS_TOKEN_FILE": work.path + "/etc/metrics-token"])
+            server = try ServeProcess(data: work.path + "/data", environment: Self.environment(work))
+            human = server.token
+        }
+
+        static func environment(_ work: TemporaryDirectory) -> [String: String] {
+            ["DEPOT_LOG_LEVEL": "warning", "DEPOT_METRICS_TOKEN_FILE": work.path + "/etc/metrics-token"]
+        }
+
+        /// Stops the origin and starts it again on the same data folder (a deploy, a crash).
+        func restart() throws {
+            server.process.terminate()
+            server.process.waitUntilExit()
+            server = try ServeProcess(data: data, environment: Self.environment(work), bootstrap: false)
         }
 
         deinit {
@@ -137,6 +151,10 @@ struct TrustedPublishingTests {
         let first = try Self.issued(setup.exchange(jwt)), second = try Self.issued(setup.exchange(jwt))
         #expect(first.tokenID != second.tokenID && first.channels == ["beta"] && second.channels == ["beta"] && first.rule == rule && second.rule == rule)
         #expect(second.expiresAt.timeIntervalSinceNow <= 15 * 60 + 5 && second.expiresAt.timeIntervalSinceNow <= 300 + 5)
+        // At most three tokens per JWT: a stolen one adds little to the file, and nothing to the scope.
+        #expect(try setup.exchange(jwt).status == 201)
+        let fourth = try setup.exchange(jwt)
+        #expect(fourth.status == 401 && Self.code(fourth) == "oidc_replayed", "\(fourth.bodyText)")
 
         // `depot tokens list` shows it with its rule and job; the rule removed, its tokens are refused.
         let listed = try Processes.run(Processes.depotBinary, ["tokens", "list", "--data", setup.data])
@@ -180,6 +198,7 @@ struct TrustedPublishingTests {
         let now = Int(Date().timeIntervalSince1970)
         #expect(try setup.exchange(setup.issuer.mint(good)).status == 201)
         #expect(try setup.exchange(setup.issuer.mint(good, alg: "ES256", key: "ec-1")).status == 201)
+        #expect(try setup.exchange(setup.issuer.mint(good.merging(["aud": ["another", "assetdepot"]]) { $1 })).status == 201)
 
         let valid = try setup.issuer.mint(good)
         let parts = valid.split(separator: ".").map(String.init)
@@ -217,7 +236,7 @@ struct TrustedPublishingTests {
         #expect(huge.status == 431 || Self.code(huge) == "oidc_size", "\(huge.status)")
 
         let metrics = try #require(try RawHTTP.send(port: setup.port, "GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(Setup.metricsToken)\r\nConnection: close\r\n\r\n").first).bodyText
-        #expect(metrics.contains(#"depot_oidc_exchanges_total{result="issued"} 2"#), "\(metrics.split(separator: "\n").filter { $0.contains("oidc") })")
+        #expect(metrics.contains(#"depot_oidc_exchanges_total{result="issued"} 3"#), "\(metrics.split(separator: "\n").filter { $0.contains("oidc") })")
         #expect(metrics.contains(#"depot_oidc_exchanges_total{result="algorithm"} 3"#))
     }
 
@@ -267,15 +286,41 @@ struct TrustedPublishingTests {
         let setup = try Setup()
         try setup.trust(["--issuer", setup.issuer.url, "--allow-http", "--audience", "assetdepot", "--claim", "repository=studio/levels", "--channel", "beta"])
         let good: [String: Any] = ["aud": "assetdepot", "repository": "studio/levels"]
-        let beta = try Self.issued(setup.exchange(setup.issuer.mint(good))).token
+        var beta = try Self.issued(setup.exchange(setup.issuer.mint(good))).token
         let body = Array("level bytes".utf8)
         let staged = try setup.call("PUT", "/packs/staged", token: beta, body: body)
         #expect(staged.status == 202, "\(staged.bodyText)")
-        // The draft it staged goes to beta only, whoever releases it.
-        let human = try setup.call("POST", "/releases", token: setup.server.token)
+        // The change it staged goes to beta only, whoever releases it — after a restart too.
+        try setup.restart()
+        let human = try setup.call("POST", "/releases", token: setup.human)
         #expect(human.status == 409 && Self.code(human) == "draft_scoped", "\(human.bodyText)")
+        // A job of another rule (qa) stages beside it: neither job may drop or release the other's.
+        try setup.trust(["--issuer", setup.issuer.url, "--allow-http", "--audience", "qa", "--claim", "repository=studio/levels", "--channel", "qa"])
+        let qa = try Self.issued(setup.exchange(setup.issuer.mint(good.merging(["aud": "qa"]) { $1 }))).token
+        #expect(try setup.call("PUT", "/packs/qa-only", token: qa, body: body).status == 202)
+        let dropOther = try setup.call("DELETE", "/packs/qa-only", token: beta)
+        #expect(dropOther.status == 403 && Self.code(dropOther) == "channel_not_allowed", "\(dropOther.bodyText)")
+        let mixed = try setup.call("POST", "/releases?channel=beta", token: beta)
+        #expect(mixed.status == 409 && Self.code(mixed) == "draft_scoped", "\(mixed.bodyText)")
+        // A person drops the qa change; then beta's job releases its own on beta.
+        #expect(try setup.call("DELETE", "/packs/qa-only", token: setup.human).status == 200)
+        beta = try Self.issued(setup.exchange(setup.issuer.mint(good))).token
         #expect(try setup.call("POST", "/releases?channel=beta", token: beta).status == 201)
         #expect(try setup.served("beta") == ["staged"])
+        // What a person staged, a job does not release (nor replace), on any channel.
+        #expect(try setup.call("PUT", "/packs/by-hand", token: setup.human, body: body).status == 202)
+        let notYours = try setup.call("POST", "/releases?channel=beta", token: beta)
+        #expect(notYours.status == 409 && Self.code(notYours) == "draft_not_yours", "\(notYours.bodyText)")
+        let replace = try setup.call("PUT", "/packs/by-hand", token: beta, body: body + [1])
+        #expect(replace.status == 403 && Self.code(replace) == "channel_not_allowed", "\(replace.bodyText)")
+        #expect(try setup.call("DELETE", "/packs/by-hand", token: setup.human).status == 200)
+        // Nor writes into, or ends, a person's resumable upload.
+        let created = try #require(try RawHTTP.send(port: setup.port, "POST /v1/apps/\(Self.app)/uploads HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(setup.human)\r\nTus-Resumable: 1.0.0\r\nUpload-Length: 11\r\nUpload-Metadata: pack \(Data("tus".utf8).base64EncodedString())\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").first)
+        let location = try #require(created.header("Location").flatMap { URL(string: $0)?.path })
+        let patched = try #require(try RawHTTP.send(port: setup.port, "PATCH \(location) HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(beta)\r\nTus-Resumable: 1.0.0\r\nUpload-Offset: 0\r\nContent-Type: application/offset+octet-stream\r\nContent-Length: 11\r\nConnection: close\r\n\r\n", body: body).first)
+        #expect(patched.status == 403, "\(patched.bodyText)")
+        let ended = try #require(try RawHTTP.send(port: setup.port, "DELETE \(location) HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(beta)\r\nTus-Resumable: 1.0.0\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").first)
+        #expect(ended.status == 403, "\(ended.bodyText)")
         for (method, path) in [
             ("POST", "/releases"), ("POST", "/releases?channel=production"), ("PUT", "/packs/x?release=true"), ("POST", "/channels/production?release=1"),
             ("POST", "/rollouts/production/start?release=1&fraction=0.1"), ("POST", "/rollouts/production/halt"),
@@ -290,8 +335,8 @@ struct TrustedPublishingTests {
 
         // A JWT about to expire gives a token that ends with it.
         let now = Int(Date().timeIntervalSince1970)
-        let short = try Self.issued(setup.exchange(setup.issuer.mint(good.merging(["exp": now + 3]) { $1 })))
-        #expect(short.expiresAt.timeIntervalSince1970 <= Double(now + 3))
+        let short = try Self.issued(setup.exchange(setup.issuer.mint(good.merging(["exp": now + 15]) { $1 })))
+        #expect(short.expiresAt.timeIntervalSince1970 <= Double(now + 15))
         var last: RawHTTP.Response?
         try Eventually.wait(every: .milliseconds(200)) {
             last = try setup.call("GET", "/staging?channel=beta", token: short.token)

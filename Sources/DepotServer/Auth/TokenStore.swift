@@ -67,17 +67,31 @@ public final class TokenStore: Sendable {
         return (token, record)
     }
 
-    /// Records a short-lived token an OIDC exchange made, and forgets such tokens that expired
-    /// more than a week ago (each CI run adds one).
-    func mint(app: String, rule: TrustRule, expiresAt: Date, subject: String?, jwtID: String?, now: Date = Date()) throws -> (token: String, record: StoredToken) {
+    /// The most tokens one CI token (one `jti`) may be exchanged for, and the most unexpired
+    /// tokens one rule may have: what a stolen JWT, or a flood of valid ones, can add to the file.
+    static let exchangesPerJWT = 3
+    static let liveTokensPerRule = 100
+
+    /// Why ``mint(app:rule:expiresAt:subject:jwtID:now:)`` refused.
+    enum MintRefusal: Error {
+        case replayed
+        case tooMany
+    }
+
+    /// Records a short-lived token an OIDC exchange made, after forgetting such tokens that have
+    /// expired (each CI run adds one; the log keeps the record). Refuses a fourth exchange of one
+    /// JWT (`jwtID`: its `jti`, or a digest of it) and a 101st live token of one rule.
+    func mint(app: String, rule: TrustRule, expiresAt: Date, subject: String?, jwtID: String, now: Date = Date()) throws -> (token: String, record: StoredToken) {
         let token = "dpt_" + Hex.encode(SecureRandom.bytes(24))
         let record = StoredToken(
             id: "tok-" + Hex.encode(SecureRandom.bytes(4)), sha256: Hex.encode(SHA256Hasher.hash(Array(token.utf8))),
             app: app, role: rule.role, createdAt: now, expiresAt: expiresAt, revokedAt: nil, channels: rule.channels, rule: rule.id,
-            subject: subject.map { String($0.prefix(256)) }, jwtID: jwtID.map { String($0.prefix(128)) }
+            subject: subject.map { String($0.prefix(256)) }, jwtID: String(jwtID.prefix(128))
         )
         try modify { tokens in
-            tokens.removeAll { $0.rule != nil && ($0.expiresAt ?? .distantFuture) < now.addingTimeInterval(-7 * 86_400) }
+            tokens.removeAll { $0.rule != nil && ($0.expiresAt ?? .distantFuture) <= now }
+            guard tokens.count(where: { $0.rule == rule.id && $0.jwtID == record.jwtID }) < Self.exchangesPerJWT else { throw MintRefusal.replayed }
+            guard tokens.count(where: { $0.rule == rule.id && $0.revokedAt == nil }) < Self.liveTokensPerRule else { throw MintRefusal.tooMany }
             tokens.append(record)
         }
         return (token, record)

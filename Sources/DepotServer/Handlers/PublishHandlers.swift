@@ -40,7 +40,7 @@ struct PublishHandlers: Sendable {
         try context.requireChannel(channel)
         return try JSONResponse.make(publisher.release(
             context.app, channel: channel, base: UploadParameters.base(context.query("base")),
-            force: context.flag("force")
+            force: context.flag("force"), scope: context.scope
         ))
     }
 

@@ -106,8 +106,16 @@ struct ResumableHandlers: Sendable {
     func terminate(_ context: RequestContext) throws -> HTTPResponse {
         try Self.requireVersion(context.request)
         let state = try uploads.find(context["upload"], app: context.app)
+        try Self.requireScope(context, state)
         try uploads.terminate(state.id)
         return Self.response(204, [])
+    }
+
+    /// A token scoped to channels (trusted publishing) writes into or ends only uploads made
+    /// within its scope: its bytes are never staged under a wider one, nor another's work dropped.
+    static func requireScope(_ context: RequestContext, _ state: ResumableState) throws {
+        guard let mine = context.scope, !(state.scope.map { Set($0).isSubset(of: mine) } ?? false) else { return }
+        throw DepotError(.forbidden, "channel_not_allowed", "this upload was created by a token that may act on more channels than this one")
     }
 
     /// `PATCH …/uploads/{upload}`: appends at `Upload-Offset`.
@@ -117,11 +125,7 @@ struct ResumableHandlers: Sendable {
         let state = try uploads.find(context["upload"], app: context.app)
         // The PATCH that completes an upload made with release=true releases it: its token too must reach the channel.
         if state.release { try context.requireChannel(state.channel ?? ReleaseStore.production) }
-        // A token scoped to channels writes only into uploads made within its scope: its bytes
-        // are never staged under a wider one.
-        if let mine = context.scope, !(state.scope.map { Set($0).isSubset(of: mine) } ?? false) {
-            throw DepotError(.forbidden, "channel_not_allowed", "this upload was created by a token that may act on more channels than this one")
-        }
+        try Self.requireScope(context, state)
         guard request.headers["Content-Type"]?.lowercased() == "application/offset+octet-stream" else {
             throw HTTPFailure(status: 415, code: "unsupported_media_type", message: "a PATCH body is Content-Type: application/offset+octet-stream")
         }

@@ -69,21 +69,23 @@ final class Publisher: Sendable {
         )
         // A pack staged twice: the earlier upload's blob is deleted once the draft no longer needs it.
         var superseded: String?
-        let add: (inout Staging, [PackEntry]) -> Void = { staging, live in
+        let add: (inout Staging, [PackEntry]) throws -> Void = { staging, live in
             // (Not when it is this very blob: an upload finished again after a crash stores the same container.)
             if let earlier = staging.upserts[request.pack], earlier.sha256 != entry.sha256, !live.contains(where: { $0.sha256 == earlier.sha256 }) {
                 superseded = earlier.sha256
             }
+            try staging.checkChange(request.pack, by: request.scope)
             staging.upserts[request.pack] = entry
             staging.removals.remove(request.pack)
-            staging.changed(by: request.scope)
+            staging.record(request.pack, scope: request.scope)
         }
         metrics.uploaded(bytes: summary.plaintextSize)
         if request.release {
             let result: PublishResult
             do {
                 result = try release(
-                    request.app, channel: request.channel, base: request.base, force: request.force, pack: request.pack, adding: add, storingItself: summary.sha256
+                    request.app, channel: request.channel, base: request.base, force: request.force, pack: request.pack, adding: add, storingItself: summary.sha256,
+                    scope: request.scope
                 )
             } catch let error as DepotError where error.kind == .conflict {
                 // Refused before anything changed: nothing was staged. The blob goes only if
@@ -109,10 +111,10 @@ final class Publisher: Sendable {
     /// upload calling this, which may end up unused (identical content) and goes then.
     func release(
         _ app: String, channel: String, base: Int?, force: Bool, pack: String? = nil, adding: ((inout Staging, [PackEntry]) throws -> Void)? = nil,
-        storingItself: String? = nil
+        storingItself: String? = nil, scope: [String]? = nil
     ) throws -> PublishResult {
         let (release, unused) = try releases.publishStaged(
-            app, channel: channel, base: base, adding: adding, check: force ? nil : allowanceGuard(app, channel: channel)
+            app, channel: channel, base: base, adding: adding, check: force ? nil : allowanceGuard(app, channel: channel), scope: scope
         )
         removeUnneeded(unused, storingItself: storingItself)
         metrics.published(app: app, changed: release != nil)
@@ -168,6 +170,7 @@ final class Publisher: Sendable {
         var dropped: String?
         try releases.stage(app) { staging, live in
             isLive = live.contains { $0.id == pack }
+            try staging.checkChange(pack, by: scope)
             let staged = staging.upserts.removeValue(forKey: pack)
             guard isLive || staged != nil else { throw DepotError.notFound("pack \(pack) in the live release or the draft of app \(app)") }
             if isLive {
@@ -175,8 +178,8 @@ final class Publisher: Sendable {
                     throw DepotError.conflict("live_pack", "pack \(pack) is live: devices that installed it will delete it at their next sync; repeat with ?removeLive=true to stage its removal")
                 }
                 staging.removals.insert(pack)
-                staging.changed(by: scope)
             }
+            staging.record(pack, scope: scope)
             if let staged, !live.contains(where: { $0.sha256 == staged.sha256 }) { dropped = staged.sha256 }
         }
         // Only once the draft no longer references it.

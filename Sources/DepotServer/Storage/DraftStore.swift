@@ -12,6 +12,8 @@ final class DraftStore: Sendable {
     struct Change: Codable, Equatable {
         var upsert: PackEntry?
         var removal: Bool?
+        /// The channels of the token of trusted publishing that staged it; nil: any token's.
+        var scope: [String]? = nil
     }
 
     let folder: DataFolder
@@ -30,6 +32,7 @@ final class DraftStore: Sendable {
             let pack = String(name.dropLast(5))
             let change = try StoredJSON.read(Change.self, from: directory(app) + "/" + name)
             if let entry = change.upsert { staging.upserts[pack] = entry } else if change.removal == true { staging.removals.insert(pack) }
+            if let scope = change.scope { staging.scopes[pack] = scope }
         }
         if FileSystem.exists(folder.staging(app)) {
             // The first format: fold it in, write it the new way, then drop it.
@@ -55,8 +58,8 @@ final class DraftStore: Sendable {
         let packs = Set(before.upserts.keys).union(after.upserts.keys).union(before.removals).union(after.removals)
         var removedAny = false
         for pack in packs {
-            let old = Change(upsert: before.upserts[pack], removal: before.removals.contains(pack) ? true : nil)
-            let new = Change(upsert: after.upserts[pack], removal: after.removals.contains(pack) ? true : nil)
+            let old = Change(upsert: before.upserts[pack], removal: before.removals.contains(pack) ? true : nil, scope: before.scopes[pack])
+            let new = Change(upsert: after.upserts[pack], removal: after.removals.contains(pack) ? true : nil, scope: after.scopes[pack])
             guard old != new else { continue }
             if new.upsert == nil && new.removal == nil {
                 FileSystem.remove(path(app, pack))

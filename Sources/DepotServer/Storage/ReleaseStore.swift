@@ -182,14 +182,14 @@ public final class ReleaseStore: Sendable {
     /// is staged and published in one step, or (on a conflict) not staged at all.
     func publishStaged(
         _ app: String, channel: String = ReleaseStore.production, base: Int?, adding: ((inout Staging, [PackEntry]) throws -> Void)? = nil,
-        check: ((Manifest, Int64) throws -> Void)? = nil
+        check: ((Manifest, Int64) throws -> Void)? = nil, scope: [String]? = nil
     ) throws -> (release: LiveManifest?, unusedBlobs: [String]) {
         var unused: [String] = []
         let release = try publish(app, channel: channel, base: base, rolloutChange: .content, change: { live in
             var staging = try self.staging(app)
             try adding?(&staging, live)
             guard !staging.isEmpty else { throw DepotError.conflict("nothing_staged", "nothing is staged for app \(app)") }
-            try staging.checkRelease(on: channel)
+            try staging.checkRelease(on: channel, by: scope)
             let merged = staging.merged(into: live)
             unused = merged.unusedBlobs
             return merged.packs == live ? nil : merged.packs

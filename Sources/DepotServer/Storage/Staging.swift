@@ -8,21 +8,40 @@ struct Staging: Codable, Sendable, Equatable {
     var upserts: [String: PackEntry] = [:]
     /// Pack ids to drop from the next release.
     var removals: Set<String> = []
-    /// The channels the draft may be released on, when a token scoped to channels (trusted
-    /// publishing) changed it: the intersection of their scopes. Nil: any channel. A draft a
-    /// `beta` job staged never reaches `production` through another publisher's release.
-    var channels: [String]? = nil
+    /// Per changed pack, the channels of the token that staged the change when it was a token
+    /// of trusted publishing (stored with the change); absent: a token of every channel. A change
+    /// a `beta` job staged never reaches `production` through anyone's release.
+    var scopes: [String: [String]] = [:]
 
-    /// Records a change made by a token that may act on `scope` (nil: every channel).
-    mutating func changed(by scope: [String]?) {
-        guard let scope else { return }
-        channels = (channels ?? scope).filter(scope.contains)
+    private enum CodingKeys: String, CodingKey { case upserts, removals }
+
+    /// The packs the draft changes.
+    var changedPacks: Set<String> { Set(upserts.keys).union(removals) }
+
+    /// Records who changed `pack`: a token that may act on `scope` (nil: every channel).
+    mutating func record(_ pack: String, scope: [String]?) {
+        scopes[pack] = changedPacks.contains(pack) ? scope : nil
     }
 
-    /// Refuses a release on `channel` that the draft's scope excludes.
-    func checkRelease(on channel: String) throws {
-        guard let channels, !channels.contains(channel) else { return }
-        throw DepotError.conflict("draft_scoped", "the draft holds changes staged by a token for channel \(channels.joined(separator: ", ")) only: release it there, or drop those packs from the draft (DELETE …/packs/{pack}) before releasing on \(channel)")
+    /// Refuses a token scoped to channels that would replace or drop what a token of wider
+    /// scope staged for `pack`.
+    func checkChange(_ pack: String, by scope: [String]?) throws {
+        guard let scope, changedPacks.contains(pack), !(scopes[pack].map { Set($0).isSubset(of: scope) } ?? false) else { return }
+        throw DepotError(.forbidden, "channel_not_allowed", "pack \(pack)'s staged change was made by a token that may act on more channels than this one")
+    }
+
+    /// Refuses a release on `channel` of changes staged for other channels only, and (for a
+    /// token scoped to channels) of changes it could not have staged itself.
+    func checkRelease(on channel: String, by scope: [String]?) throws {
+        let excluded = scopes.filter { $0.value.contains(channel) == false && changedPacks.contains($0.key) }.keys.sorted()
+        if !excluded.isEmpty {
+            throw DepotError.conflict("draft_scoped", "the draft holds changes staged by a token of trusted publishing for other channels (\(excluded.prefix(10).joined(separator: ", "))): release them on their channel, or drop them from the draft (DELETE …/packs/{pack}) before releasing on \(channel)")
+        }
+        guard let scope else { return }
+        let foreign = changedPacks.filter { pack in !(scopes[pack].map { Set($0).isSubset(of: scope) } ?? false) }.sorted()
+        if !foreign.isEmpty {
+            throw DepotError.conflict("draft_not_yours", "the draft holds changes staged by a publisher of wider scope (\(foreign.prefix(10).joined(separator: ", "))): a token of trusted publishing releases only what tokens of its channels staged; release or drop them first")
+        }
     }
 
     var isEmpty: Bool { upserts.isEmpty && removals.isEmpty }

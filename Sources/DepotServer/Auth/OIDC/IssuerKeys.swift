@@ -18,8 +18,8 @@ final class IssuerKeys: Sendable {
         case fetching
         /// The keys were fetched and none is this `kid`.
         case unknown
-        /// No usable keys and no fetch allowed now: why the last fetch failed.
-        case unavailable(String)
+        /// No usable keys and no fetch allowed now (why the last fetch failed is in the log).
+        case unavailable
     }
 
     /// How long fetched keys are used without asking the issuer again.
@@ -33,7 +33,6 @@ final class IssuerKeys: Sendable {
         var unnamed: [JWSPublicKey] = []
         var fetchedAt: ContinuousClock.Instant?
         var fetching = false
-        var lastError: String?
         var tokens = IssuerKeys.burst
         var at = ContinuousClock.now
     }
@@ -66,7 +65,7 @@ final class IssuerKeys: Sendable {
             state.tokens = min(Self.burst, state.tokens + max(0, elapsed) / Self.refill)
             state.at = now
             guard state.tokens >= 1 else {
-                return (fresh ? .unknown : .unavailable(state.lastError ?? "the issuer's keys are being fetched too often"), false)
+                return (fresh ? .unknown : .unavailable, false)
             }
             state.tokens -= 1
             state.fetching = true
@@ -86,9 +85,8 @@ final class IssuerKeys: Sendable {
             state.fetching = false
             switch result {
             case .success(let (named, unnamed)):
-                (state.keys, state.unnamed, state.fetchedAt, state.lastError) = (named, unnamed, .now, nil)
-            case .failure(let error):
-                state.lastError = "\(error)"
+                (state.keys, state.unnamed, state.fetchedAt) = (named, unnamed, .now)
+            case .failure: break
             }
             all[issuer] = state
         }

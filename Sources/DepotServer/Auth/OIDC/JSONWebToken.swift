@@ -82,11 +82,12 @@ struct JSONWebToken {
         }
     }
 
-    /// The times: `exp` required and not past, `nbf` and `iat` not ahead, each with `leeway`.
+    /// The times: `exp` required and not past (exactly: the token minted ends with it); `nbf` and
+    /// `iat` not ahead, with `leeway` for the issuer's clock.
     func checkTimes(now: Date, leeway: TimeInterval) throws(OIDCRefusal) -> Date {
         let seconds = now.timeIntervalSince1970
         guard let expiry = time("exp") else { throw OIDCRefusal("expired", "the token has no expiry (exp)") }
-        guard expiry + leeway > seconds else { throw OIDCRefusal("expired", "the token has expired") }
+        guard expiry > seconds else { throw OIDCRefusal("expired", "the token has expired") }
         if let notBefore = time("nbf"), notBefore - leeway > seconds { throw OIDCRefusal("not_yet_valid", "the token is not valid yet (nbf)") }
         if let issued = time("iat"), issued - leeway > seconds { throw OIDCRefusal("not_yet_valid", "the token was issued in the future (iat)") }
         return Date(timeIntervalSince1970: expiry)

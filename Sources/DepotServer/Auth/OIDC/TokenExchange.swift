@@ -37,8 +37,9 @@ struct TokenExchange: Sendable {
         case .fetching:
             throw HTTPFailure(status: 503, code: "oidc_keys_fetching", message: "the issuer's signing keys are being fetched; try again in a second", headers: [("Retry-After", "1")])
         case .unknown: throw OIDCRefusal("unknown_key", "the issuer has no signing key with the token's kid")
-        case .unavailable(let why):
-            throw HTTPFailure(status: 503, code: "oidc_keys_unavailable", message: "the issuer's signing keys cannot be fetched: \(why)", headers: [("Retry-After", "20")])
+        case .unavailable:
+            // (Why is logged, not told: it names the issuer's addresses and errors.)
+            throw HTTPFailure(status: 503, code: "oidc_keys_unavailable", message: "the issuer's signing keys cannot be fetched now (the origin's log says why)", headers: [("Retry-After", "20")])
         }
         guard key.algorithm == token.algorithm else { throw OIDCRefusal("algorithm", "the token's algorithm is not its key's") }
         guard key.isValidSignature(token.signature, for: token.signedPart) else { throw OIDCRefusal("signature", "the token's signature does not verify") }
@@ -54,8 +55,16 @@ struct TokenExchange: Sendable {
         // Never past the JWT's own expiry: a stolen JWT gives no more time than it had.
         let until = min(now.addingTimeInterval(Self.lifetime), expiry)
         guard until > now else { throw OIDCRefusal("expired", "the token has expired") }
-        let (text, record) = try tokens.mint(app: app, rule: rule, expiresAt: until, subject: token.text("sub"), jwtID: token.text("jti"), now: now)
-        return Minted(token: text, record: record, rule: rule)
+        // A JWT without `jti` is known by its signature's digest.
+        let jwtID = token.text("jti") ?? "sha256:" + Hex.encode(SHA256Hasher.hash(token.signature))
+        do {
+            let (text, record) = try tokens.mint(app: app, rule: rule, expiresAt: until, subject: token.text("sub"), jwtID: jwtID, now: now)
+            return Minted(token: text, record: record, rule: rule)
+        } catch TokenStore.MintRefusal.replayed {
+            throw OIDCRefusal("replayed", "this token was already exchanged \(TokenStore.exchangesPerJWT) times; ask the platform for a new one")
+        } catch TokenStore.MintRefusal.tooMany {
+            throw HTTPFailure(status: 429, code: "oidc_too_many_tokens", message: "rule \(rule.id) has \(TokenStore.liveTokensPerRule) unexpired tokens; try again when some expire, or revoke them", headers: [("Retry-After", "60")])
+        }
     }
 
     /// The names of the rule's claims the token does not carry as the rule says.

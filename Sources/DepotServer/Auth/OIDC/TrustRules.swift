@@ -20,12 +20,21 @@ public struct TrustRule: Codable, Sendable, Hashable {
     public var allowHTTP: Bool
     public var createdAt: Date
 
-    /// The issuers whose tokens any job on the platform can get: a rule for them must name
-    /// the repository or project, or every repository on the platform could publish.
-    static let platformIdentityClaims: [String: Set<String>] = [
-        "https://token.actions.githubusercontent.com": ["repository", "repository_id", "sub", "repository_owner_id"],
-        "https://gitlab.com": ["project_path", "project_id", "sub", "namespace_id", "namespace_path"],
-    ]
+    /// Claims that name a GitHub repository, and those that pin which of its runs (a branch, an
+    /// environment, a workflow): a pull request's run — a fork's code, on a private repository
+    /// that sends it tokens — has the repository's own `repository`, so that alone is not enough.
+    static let githubIdentity: Set<String> = ["repository", "repository_id", "repository_owner_id", "sub"]
+    static let githubContext: Set<String> = ["sub", "ref", "environment", "workflow_ref", "job_workflow_ref"]
+    static let gitlabIdentity: Set<String> = ["project_path", "project_id", "namespace_id", "namespace_path", "sub"]
+
+    /// GitHub.com's issuer, or a GitHub Enterprise Server's (`https://HOST/_services/token`).
+    static func isGitHub(_ issuer: String) -> Bool {
+        issuer == "https://token.actions.githubusercontent.com" || (issuer.hasPrefix("https://") && issuer.hasSuffix("/_services/token"))
+    }
+
+    /// An issuer AssetDepot knows the claims of (GitHub's, gitlab.com's): for others, the rule's
+    /// maker must know which claims say who may publish.
+    public static func isKnownPlatform(_ issuer: String) -> Bool { isGitHub(issuer) || issuer == "https://gitlab.com" }
 
     /// Checks a rule as `depot apps trust` makes it; the error says what to change.
     public static func validate(issuer: String, audience: String, claims: [String: String], channels: [String]?, allowHTTP: Bool) throws {
@@ -51,8 +60,16 @@ public struct TrustRule: Codable, Sendable, Hashable {
                 throw DepotError.badRequest("claim \(name): names of 1–64 bytes other than iss, aud, exp, nbf, iat, jti; values of 1–512 bytes")
             }
         }
-        if let identity = platformIdentityClaims[issuer], identity.isDisjoint(with: claims.keys) {
-            throw DepotError.badRequest("every job on \(issuer) can get a token: name the repository or project (one of \(identity.sorted().joined(separator: ", ")))")
+        if isGitHub(issuer) {
+            guard !githubIdentity.isDisjoint(with: claims.keys) else {
+                throw DepotError.badRequest("every job on GitHub can get a token: name the repository (one of \(githubIdentity.sorted().joined(separator: ", ")))")
+            }
+            guard !githubContext.isDisjoint(with: claims.keys) else {
+                throw DepotError.badRequest("pin which runs of the repository may publish (one of \(githubContext.sorted().joined(separator: ", ")), e.g. ref=refs/heads/main): a pull request's run has the repository's own name")
+            }
+        }
+        if issuer == "https://gitlab.com", gitlabIdentity.isDisjoint(with: claims.keys) {
+            throw DepotError.badRequest("every job on gitlab.com can get a token: name the project (one of \(gitlabIdentity.sorted().joined(separator: ", ")))")
         }
         if let channels {
             guard !channels.isEmpty, channels.allSatisfy(Identifier.isValidChannel) else { throw DepotError.invalidID("channel") }
