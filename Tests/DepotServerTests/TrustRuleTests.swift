@@ -28,6 +28,10 @@ struct TrustRuleTests {
         #expect(check(github, claims: ["sub": "repo:studio/levels:environment:production"]) == nil)
         #expect(check(github, claims: ["repository": "studio/levels"])?.contains("pull request") == true, "a repository alone admits its pull requests' runs")
         #expect(check("https://github.example.com/_services/token", claims: ["repository": "studio/levels"]) != nil, "GitHub Enterprise Server's issuer")
+        #expect(check("https://github.example.com/_services/token", claims: ["repository": "studio/levels", "environment": "production"]) == nil)
+        #expect(check("https://token.actions.githubusercontent.com/acme", claims: ["ref": "refs/heads/main"]) != nil, "GitHub Enterprise Cloud's issuer")
+        #expect(check("https://token.actions.acme.ghe.com", claims: ["repository": "studio/levels"]) != nil, "a GHE.com tenant's issuer")
+        #expect(check(github, claims: ["repository_owner_id": "42", "ref": "refs/heads/main"]) != nil, "an owner names every repository of an organisation")
         #expect(check("https://gitlab.com", claims: ["project_path": "studio/levels", "ref_protected": "true"]) == nil)
         #expect(check("https://issuer.example.com/tenant", claims: ["team": "levels"]) == nil)
         #expect(check(github, claims: [:])?.contains("at least one claim") == true)
@@ -62,6 +66,31 @@ struct TrustRuleTests {
         #expect(store.rules("com.example.game").map(\.id) == [second.id])
         #expect(store.rules("com.example.other").isEmpty)
         #expect(throws: DepotError.self) { try store.add("com.example.other", issuer: "https://gitlab.com", audience: "a", claims: ["project_path": "p"], channels: nil, allowHTTP: false) }
+    }
+
+    @Test("Minted tokens: ten per JWT for as long as the JWT lives, a hundred unexpired per rule, the expired forgotten")
+    func mintingCaps() throws {
+        let data = TemporaryDirectory("depot-mint")
+        defer { data.remove() }
+        _ = try prepareDataFolder(data.path, app: "com.example.game")
+        let folder = DataFolder(data.path)
+        let rule = try TrustStore(folder: folder).add("com.example.game", issuer: "https://gitlab.com", audience: "a", claims: ["project_path": "p"], channels: ["beta"], allowHTTP: false)
+        let tokens = TokenStore(folder: folder)
+        let now = Date()
+        func mint(_ jwt: String, at time: Date, lasting: TimeInterval = 900, jwtLife: TimeInterval = 3_600) throws -> StoredToken {
+            try tokens.mint(app: "com.example.game", rule: rule, expiresAt: time.addingTimeInterval(lasting), jwtExpiresAt: time.addingTimeInterval(jwtLife), subject: "s", jwtID: jwt, now: time).record
+        }
+        for _ in 0..<10 { _ = try mint("jwt-1", at: now) }
+        #expect(throws: TokenStore.MintRefusal.self) { try mint("jwt-1", at: now) }
+        // Later in the JWT's life, its minted tokens expired: still counted, still refused.
+        #expect(throws: TokenStore.MintRefusal.self) { try mint("jwt-1", at: now.addingTimeInterval(1_800)) }
+        // Once the JWT itself expired, its records are forgotten.
+        _ = try mint("jwt-2", at: now.addingTimeInterval(3_700))
+        #expect(try tokens.list().filter { $0.jwtID == "jwt-1" }.isEmpty)
+        let later = now.addingTimeInterval(4_000)
+        for index in 0..<99 { _ = try mint("many-\(index)", at: later) }
+        #expect(throws: TokenStore.MintRefusal.self) { try mint("one-more", at: later) }
+        #expect(try mint("one-more", at: later.addingTimeInterval(901)).channels == ["beta"], "unexpired tokens are what the cap counts")
     }
 
     @Test("A JWT is refused before any key lookup when it is too large, not three base64url JSON parts, or of an algorithm other than RS256 and ES256")

@@ -27,6 +27,9 @@ public struct StoredToken: Codable, Sendable, Hashable {
     public var revokedAt: Date?
     /// The channels it may release to, promote and roll out on; nil: every channel.
     public var channels: [String]? = nil
+    /// Tokens of trusted publishing: when the JWT it was exchanged for expires (the record is
+    /// kept until then, so that the JWT's exchanges are counted for as long as it can be used).
+    public var jwtExpiresAt: Date? = nil
     /// The trust rule whose OIDC exchange made it (trusted publishing); removing the rule
     /// revokes it.
     public var rule: String? = nil
@@ -69,7 +72,7 @@ public final class TokenStore: Sendable {
 
     /// The most tokens one CI token (one `jti`) may be exchanged for, and the most unexpired
     /// tokens one rule may have: what a stolen JWT, or a flood of valid ones, can add to the file.
-    static let exchangesPerJWT = 3
+    static let exchangesPerJWT = 10
     static let liveTokensPerRule = 100
 
     /// Why ``mint(app:rule:expiresAt:subject:jwtID:now:)`` refused.
@@ -78,23 +81,29 @@ public final class TokenStore: Sendable {
         case tooMany
     }
 
-    /// Records a short-lived token an OIDC exchange made, after forgetting such tokens that have
-    /// expired (each CI run adds one; the log keeps the record). Refuses a fourth exchange of one
-    /// JWT (`jwtID`: its `jti`, or a digest of it) and a 101st live token of one rule.
-    func mint(app: String, rule: TrustRule, expiresAt: Date, subject: String?, jwtID: String, now: Date = Date()) throws -> (token: String, record: StoredToken) {
+    /// Records a short-lived token an OIDC exchange made, after forgetting such tokens whose JWT
+    /// has expired (each CI run adds one; the log keeps the record). Refuses an eleventh exchange
+    /// of one JWT (`jwtID`: its `jti`, or a digest of it) and a 101st unexpired token of one rule.
+    func mint(
+        app: String, rule: TrustRule, expiresAt: Date, jwtExpiresAt: Date, subject: String?, jwtID: String, now: Date = Date()
+    ) throws -> (token: String, record: StoredToken) {
         let token = "dpt_" + Hex.encode(SecureRandom.bytes(24))
         let record = StoredToken(
             id: "tok-" + Hex.encode(SecureRandom.bytes(4)), sha256: Hex.encode(SHA256Hasher.hash(Array(token.utf8))),
             app: app, role: rule.role, createdAt: now, expiresAt: expiresAt, revokedAt: nil, channels: rule.channels, rule: rule.id,
             subject: subject.map { String($0.prefix(256)) }, jwtID: String(jwtID.prefix(128))
         )
+        var stored = record
+        stored.jwtExpiresAt = jwtExpiresAt
         try modify { tokens in
-            tokens.removeAll { $0.rule != nil && ($0.expiresAt ?? .distantFuture) <= now }
+            tokens.removeAll { $0.rule != nil && max($0.expiresAt ?? .distantFuture, $0.jwtExpiresAt ?? .distantPast) <= now }
             guard tokens.count(where: { $0.rule == rule.id && $0.jwtID == record.jwtID }) < Self.exchangesPerJWT else { throw MintRefusal.replayed }
-            guard tokens.count(where: { $0.rule == rule.id && $0.revokedAt == nil }) < Self.liveTokensPerRule else { throw MintRefusal.tooMany }
-            tokens.append(record)
+            guard tokens.count(where: { $0.rule == rule.id && $0.revokedAt == nil && ($0.expiresAt ?? .distantFuture) > now }) < Self.liveTokensPerRule else {
+                throw MintRefusal.tooMany
+            }
+            tokens.append(stored)
         }
-        return (token, record)
+        return (token, stored)
     }
 
     /// Revokes a token by id; returns false if there is no such token.

@@ -29,6 +29,8 @@ struct PublishHandlers: Sendable {
         try parameters.parseLanguage(context.query("language"))
         parameters.scope = context.scope
         if parameters.release { try context.requireChannel(parameters.channel) }
+        // Refused before the body is read (checked again under the draft's lock when it is staged).
+        try publisher.releases.staging(context.app).checkChange(parameters.pack, by: parameters.scope)
         let receiver = PackUploadReceiver(try PackIngest(parameters, publisher: publisher))
         if length == 0 { return .respond(receiver.finish()) }
         return .receiveBody(receiver)
@@ -48,7 +50,9 @@ struct PublishHandlers: Sendable {
     /// drops its staged upload), and publishes at once with `release=true`.
     func removePack(_ context: RequestContext) throws -> HTTPResponse {
         if context.flag("release") { try context.requireChannel(UploadParameters.channel(context.query("channel"))) }
-        let removal = try publisher.remove(context["pack"], app: context.app, confirmLive: context.flag("removeLive"), scope: context.scope)
+        let removal = try publisher.remove(
+            context["pack"], app: context.app, confirmLive: context.flag("removeLive"), stagedOnly: context.flag("staged"), scope: context.scope
+        )
         guard context.flag("release") else { return try JSONResponse.make(removal, status: 200) }
         return try release(context)
     }

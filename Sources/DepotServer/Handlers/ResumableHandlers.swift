@@ -58,6 +58,7 @@ struct ResumableHandlers: Sendable {
         try parameters.parseLanguage(metadata["language"])
         parameters.scope = context.scope
         if parameters.release { try context.requireChannel(parameters.channel) }
+        try publisher.releases.staging(context.app).checkChange(parameters.pack, by: parameters.scope)
         let managed = try publisher.checkMode(parameters)
         // A managed app's archive is stored as uploaded: the header is not written (its fields are unused).
         let header = managed ? PackHeader(keyID: "archive") : PackHeader(keyID: try publisher.apps.packKeys(context.app).current)
@@ -84,6 +85,7 @@ struct ResumableHandlers: Sendable {
     func offset(_ context: RequestContext) throws -> HTTPResponse {
         try Self.requireVersion(context.request)
         let state = try uploads.find(context["upload"], app: context.app)
+        try Self.requireScope(context, state)
         var headers = [("Upload-Offset", String(state.offset)), ("Upload-Length", String(state.length)),
                        ("Upload-Expires", HTTPDate.format(state.expires))]
         if let metadata = state.metadata { headers.append(("Upload-Metadata", metadata)) }
@@ -94,6 +96,7 @@ struct ResumableHandlers: Sendable {
     func status(_ context: RequestContext) throws -> HTTPResponse {
         try Self.requireVersion(context.request)
         let state = try uploads.find(context["upload"], app: context.app)
+        try Self.requireScope(context, state)
         var response = try JSONResponse.make(UploadStatus(
             id: state.id, app: state.app, pack: state.pack, offset: state.offset, length: state.length, expires: state.expires,
             complete: state.result != nil, result: state.publishResult
@@ -111,8 +114,9 @@ struct ResumableHandlers: Sendable {
         return Self.response(204, [])
     }
 
-    /// A token scoped to channels (trusted publishing) writes into or ends only uploads made
-    /// within its scope: its bytes are never staged under a wider one, nor another's work dropped.
+    /// A token scoped to channels (trusted publishing) reads, writes into or ends only uploads
+    /// made within its scope: its bytes are never staged under a wider one, nor another's work
+    /// read or dropped.
     static func requireScope(_ context: RequestContext, _ state: ResumableState) throws {
         guard let mine = context.scope, !(state.scope.map { Set($0).isSubset(of: mine) } ?? false) else { return }
         throw DepotError(.forbidden, "channel_not_allowed", "this upload was created by a token that may act on more channels than this one")

@@ -43,6 +43,8 @@ struct StagingView: Codable, Sendable {
     var changed: [String]
     var removed: [String]
     var next: [PackEntry]
+    /// The channels each change may be released on, for changes a token of trusted publishing staged.
+    var scopes: [String: [String]]? = nil
 }
 
 /// What a promotion did.

@@ -87,7 +87,7 @@ final class Publisher: Sendable {
                     request.app, channel: request.channel, base: request.base, force: request.force, pack: request.pack, adding: add, storingItself: summary.sha256,
                     scope: request.scope
                 )
-            } catch let error as DepotError where error.kind == .conflict {
+            } catch let error as DepotError where error.kind == .conflict || error.kind == .forbidden {
                 // Refused before anything changed: nothing was staged. The blob goes only if
                 // nothing else names it (the same bytes may be live here or in another app) and no
                 // other upload is storing it.
@@ -97,7 +97,15 @@ final class Publisher: Sendable {
             removeUnneeded([superseded].compactMap { $0 })
             return result
         }
-        let live = try releases.stage(request.app, channel: request.channel, add)
+        let live: [PackEntry]
+        do {
+            live = try releases.stage(request.app, channel: request.channel, add)
+        } catch let error as DepotError where error.kind == .forbidden {
+            // A change the token may not make: nothing was staged, so the stored blob goes
+            // unless something else names it.
+            removeUnneeded([summary.sha256], storingItself: summary.sha256)
+            throw error
+        }
         removeUnneeded([superseded].compactMap { $0 })
         let preview = Staging(upserts: [request.pack: entry]).merged(into: live).packs.first { $0.id == request.pack } ?? entry
         return PublishResult(
@@ -164,18 +172,28 @@ final class Publisher: Sendable {
     }
 
     /// Stages a pack's removal (or drops its staged upload). A live pack needs `confirmLive`:
-    /// devices that installed it delete it at their next sync. Returns whether it was live.
-    func remove(_ pack: String, app: String, confirmLive: Bool, scope: [String]? = nil) throws -> RemovalResult {
+    /// devices that installed it delete it at their next sync. Returns whether it was live. With
+    /// `stagedOnly`, only the pack's staged change (an upload or a removal) goes: the live pack
+    /// stays as it is.
+    func remove(_ pack: String, app: String, confirmLive: Bool, stagedOnly: Bool = false, scope: [String]? = nil) throws -> RemovalResult {
         var isLive = false
         var dropped: String?
         try releases.stage(app) { staging, live in
             isLive = live.contains { $0.id == pack }
             try staging.checkChange(pack, by: scope)
+            if stagedOnly {
+                guard staging.changedPacks.contains(pack) else { throw DepotError.notFound("a staged change of pack \(pack) in the draft of app \(app)") }
+                let staged = staging.upserts.removeValue(forKey: pack)
+                staging.removals.remove(pack)
+                if let staged, !live.contains(where: { $0.sha256 == staged.sha256 }) { dropped = staged.sha256 }
+                staging.record(pack, scope: nil)
+                return
+            }
             let staged = staging.upserts.removeValue(forKey: pack)
             guard isLive || staged != nil else { throw DepotError.notFound("pack \(pack) in the live release or the draft of app \(app)") }
             if isLive {
                 guard confirmLive else {
-                    throw DepotError.conflict("live_pack", "pack \(pack) is live: devices that installed it will delete it at their next sync; repeat with ?removeLive=true to stage its removal")
+                    throw DepotError.conflict("live_pack", "pack \(pack) is live: devices that installed it will delete it at their next sync; repeat with ?removeLive=true to stage its removal (or ?staged=true to drop only its staged change)")
                 }
                 staging.removals.insert(pack)
             }
@@ -184,7 +202,8 @@ final class Publisher: Sendable {
         }
         // Only once the draft no longer references it.
         removeUnneeded([dropped].compactMap { $0 })
-        let note = isLive ? "staged: the next release drops \(pack), and devices that installed it will delete it" : "the staged upload of \(pack) was dropped"
+        let note = stagedOnly ? "the staged change of \(pack) was dropped; the live pack is unchanged"
+            : isLive ? "staged: the next release drops \(pack), and devices that installed it will delete it" : "the staged upload of \(pack) was dropped"
         return RemovalResult(app: app, pack: pack, live: isLive, note: note)
     }
 
@@ -193,7 +212,10 @@ final class Publisher: Sendable {
         let staging = try releases.staging(app)
         let live = try releases.current(app, channel: channel)
         let next = staging.merged(into: live?.manifest.packs ?? []).packs
-        return StagingView(app: app, base: live?.version ?? 0, changed: staging.upserts.keys.sorted(), removed: staging.removals.sorted(), next: next)
+        return StagingView(
+            app: app, base: live?.version ?? 0, changed: staging.upserts.keys.sorted(), removed: staging.removals.sorted(), next: next,
+            scopes: staging.scopes.isEmpty ? nil : staging.scopes
+        )
     }
 
     /// Publishes a new release (versions only go up) whose packs are release `target`'s. A pack

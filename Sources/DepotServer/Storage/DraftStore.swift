@@ -37,7 +37,9 @@ final class DraftStore: Sendable {
         if FileSystem.exists(folder.staging(app)) {
             // The first format: fold it in, write it the new way, then drop it.
             let legacy = try StoredJSON.read(Staging.self, from: folder.staging(app))
-            let merged = Staging(upserts: staging.upserts.merging(legacy.upserts) { _, new in new }, removals: staging.removals.union(legacy.removals))
+            var merged = Staging(upserts: staging.upserts.merging(legacy.upserts) { _, new in new }, removals: staging.removals.union(legacy.removals))
+            // (The first format had no scopes: a pack it names is a change of every channel's.)
+            merged.scopes = staging.scopes.filter { legacy.upserts[$0.key] == nil && !legacy.removals.contains($0.key) }
             try write(app, from: Staging(), to: merged)
             FileSystem.remove(folder.staging(app))
             try FileSystem.syncDirectory(folder.app(app))

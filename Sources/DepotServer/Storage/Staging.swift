@@ -35,12 +35,12 @@ struct Staging: Codable, Sendable, Equatable {
     func checkRelease(on channel: String, by scope: [String]?) throws {
         let excluded = scopes.filter { $0.value.contains(channel) == false && changedPacks.contains($0.key) }.keys.sorted()
         if !excluded.isEmpty {
-            throw DepotError.conflict("draft_scoped", "the draft holds changes staged by a token of trusted publishing for other channels (\(excluded.prefix(10).joined(separator: ", "))): release them on their channel, or drop them from the draft (DELETE …/packs/{pack}) before releasing on \(channel)")
+            throw DepotError.conflict("draft_scoped", "the draft holds changes staged by a token of trusted publishing for other channels (\(excluded.prefix(10).joined(separator: ", "))): release them on their channel, or drop those changes (DELETE …/packs/{pack}?staged=true) before releasing on \(channel)")
         }
         guard let scope else { return }
         let foreign = changedPacks.filter { pack in !(scopes[pack].map { Set($0).isSubset(of: scope) } ?? false) }.sorted()
         if !foreign.isEmpty {
-            throw DepotError.conflict("draft_not_yours", "the draft holds changes staged by a publisher of wider scope (\(foreign.prefix(10).joined(separator: ", "))): a token of trusted publishing releases only what tokens of its channels staged; release or drop them first")
+            throw DepotError.conflict("draft_not_yours", "the draft holds changes staged by a publisher of wider scope (\(foreign.prefix(10).joined(separator: ", "))): a token of trusted publishing releases only what tokens of its channels staged; release them, or drop them (DELETE …/packs/{pack}?staged=true), first")
         }
     }
 

@@ -6,7 +6,7 @@ import Logging
 /// and workflow it runs) exchanged for a publish token of the app that lives at most 15 minutes,
 /// scoped as the trust rule it matched says. Checks, in order, each refusal naming its check:
 /// size and shape, algorithm (RS256/ES256 only), issuer (one of the app's rules), the issuer's
-/// key (`kid`), the signature, `exp`/`nbf`/`iat` (a minute's leeway), audience, claims.
+/// key (`kid`), the signature, `exp` (exactly) and `nbf`/`iat` (a minute's leeway), audience, claims.
 struct TokenExchange: Sendable {
     static let lifetime: TimeInterval = 15 * 60
     static let leeway: TimeInterval = 60
@@ -55,10 +55,13 @@ struct TokenExchange: Sendable {
         // Never past the JWT's own expiry: a stolen JWT gives no more time than it had.
         let until = min(now.addingTimeInterval(Self.lifetime), expiry)
         guard until > now else { throw OIDCRefusal("expired", "the token has expired") }
-        // A JWT without `jti` is known by its signature's digest.
-        let jwtID = token.text("jti") ?? "sha256:" + Hex.encode(SHA256Hasher.hash(token.signature))
+        // A JWT without `jti` is known by its signed part's digest (not its signature's: an ECDSA
+        // signature has a second valid form).
+        let jwtID = token.text("jti") ?? "sha256:" + Hex.encode(SHA256Hasher.hash(token.signedPart))
         do {
-            let (text, record) = try tokens.mint(app: app, rule: rule, expiresAt: until, subject: token.text("sub"), jwtID: jwtID, now: now)
+            let (text, record) = try tokens.mint(
+                app: app, rule: rule, expiresAt: until, jwtExpiresAt: expiry, subject: token.text("sub"), jwtID: jwtID, now: now
+            )
             return Minted(token: text, record: record, rule: rule)
         } catch TokenStore.MintRefusal.replayed {
             throw OIDCRefusal("replayed", "this token was already exchanged \(TokenStore.exchangesPerJWT) times; ask the platform for a new one")

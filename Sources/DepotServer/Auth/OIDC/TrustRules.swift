@@ -23,13 +23,17 @@ public struct TrustRule: Codable, Sendable, Hashable {
     /// Claims that name a GitHub repository, and those that pin which of its runs (a branch, an
     /// environment, a workflow): a pull request's run — a fork's code, on a private repository
     /// that sends it tokens — has the repository's own `repository`, so that alone is not enough.
-    static let githubIdentity: Set<String> = ["repository", "repository_id", "repository_owner_id", "sub"]
+    static let githubIdentity: Set<String> = ["repository", "repository_id", "sub"]
     static let githubContext: Set<String> = ["sub", "ref", "environment", "workflow_ref", "job_workflow_ref"]
     static let gitlabIdentity: Set<String> = ["project_path", "project_id", "namespace_id", "namespace_path", "sub"]
 
-    /// GitHub.com's issuer, or a GitHub Enterprise Server's (`https://HOST/_services/token`).
+    /// GitHub.com's issuer (with an enterprise's slug after it, GitHub Enterprise Cloud's), a
+    /// GHE.com tenant's (`https://token.actions.TENANT.ghe.com`), or a GitHub Enterprise
+    /// Server's (`https://HOST/_services/token`).
     static func isGitHub(_ issuer: String) -> Bool {
-        issuer == "https://token.actions.githubusercontent.com" || (issuer.hasPrefix("https://") && issuer.hasSuffix("/_services/token"))
+        guard let url = URL(string: issuer), url.scheme == "https", let host = url.host?.lowercased() else { return false }
+        return host == "token.actions.githubusercontent.com" || (host.hasPrefix("token.actions.") && host.hasSuffix(".ghe.com"))
+            || url.path.hasSuffix("/_services/token")
     }
 
     /// An issuer AssetDepot knows the claims of (GitHub's, gitlab.com's): for others, the rule's
