@@ -74,6 +74,9 @@ public struct HTTPResponse: Sendable {
 
     /// Escapes a string for inclusion inside JSON quotes.
     public static func jsonEscaped(_ text: String) -> String {
+        // Most messages need nothing escaped: one pass over the bytes, no copy (error answers
+        // are what floods of 404s and 401s cost).
+        if !text.utf8.contains(where: { $0 == 0x22 || $0 == 0x5C || $0 < 0x20 }) { return text }
         var out = ""
         for scalar in text.unicodeScalars {
             switch scalar {
