@@ -275,7 +275,7 @@ def run(origin, b, work, args):
 def managed(origin, b, args):
     step("a managed app beside the unmanaged one")
     origin.cli("apps", "trust", DEV, "--issuer", "https://token.actions.githubusercontent.com", "--audience", "assets.example.com",
-               "--claim", "repository=studio/levels", "--channel", "beta")
+               "--claim", "repository=studio/levels", "--claim", "ref=refs/heads/main", "--channel", "beta")
     token = origin.cli("apps", "create", MANAGED, "--mode", "managed", "--app-group", "group." + MANAGED) and \
         origin.cli("tokens", "create", "--app", MANAGED, "--role", "admin").strip().split()[-1]
     b.click("#add-app")
