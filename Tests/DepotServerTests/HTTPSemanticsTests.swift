@@ -179,6 +179,24 @@ struct HTTPSemanticsTests {
             #expect(list.releases.map(\.version) == [1, 2])
             #expect(list.releases.map(\.live) == [false, true])
             #expect(list.releases[0].url.hasSuffix("/v1/apps/\(origin.app)/releases/1"))
+            // A release file above `head` is a publish in progress: not served, even after its
+            // neighbours were (what is visible is known from the stamps, kept between requests).
+            let releases = origin.data.path + "/apps/\(origin.app)/releases/"
+            let names = try FileManager.default.contentsOfDirectory(atPath: releases).sorted()
+            #expect(names.count == 2)
+            let third = names[1].replacingOccurrences(of: "2", with: "3")
+            try FileSystem.writeAtomically(second.body, to: releases + third)
+            #expect(try request(origin, "GET", "/v1/apps/\(origin.app)/releases/3").status == 404)
+            #expect(try upload(origin, pack: "a", [3]).status == 201)
+            let newLive = try request(origin, "GET", "/v1/apps/\(origin.app)/manifest")
+            // (numbered past every file: 4)
+            let number = try Envelope.decode(newLive.body).verifiedManifest(trusting: keys).version
+            let third3 = try request(origin, "GET", "/v1/apps/\(origin.app)/releases/\(number)")
+            #expect(number == 4 && third3.status == 200 && third3.body == newLive.body && third3.body != second.body)
+            // A release file replaced by hand: the bytes sent are the new ones, with their ETag.
+            try FileSystem.writeAtomically(third3.body, to: releases + names[0])
+            let replaced = try request(origin, "GET", "/v1/apps/\(origin.app)/releases/1")
+            #expect(replaced.body == third3.body && replaced.header("ETag") == third3.header("ETag"))
         }
     }
 

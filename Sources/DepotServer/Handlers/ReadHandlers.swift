@@ -68,10 +68,15 @@ struct ReadHandlers: Sendable {
     /// `GET …/releases/{release}`: an envelope, immutable.
     func release(_ context: RequestContext) throws -> HTTPResponse {
         let version = ReleaseNumber.parse(context["release"])!
-        // Its file as it is (sendfile), with the ETag and date kept per file version: no decoding per request.
-        guard let (file, facts) = try releases.releaseFile(context.app, version) else { throw DepotError.notFound("release \(version) of app \(context.app)") }
+        // Its bytes as they are (kept, or its file by sendfile), with the ETag and date kept per file version: no decoding per request.
+        guard let (body, facts) = try releases.releaseFile(context.app, version) else { throw DepotError.notFound("release \(version) of app \(context.app)") }
+        let source: Representation.Source
+        switch body {
+        case .kept(let bytes): source = .shared(bytes)
+        case .file(let file): source = .file(file)
+        }
         return Representation(
-            source: .file(file), size: facts.size, etag: facts.etag, lastModified: facts.publishedAt,
+            source: source, size: facts.size, etag: facts.etag, lastModified: facts.publishedAt,
             contentType: "application/json", cacheControl: Representation.cacheControl("public, max-age=31536000, immutable", gated: context.gated)
         ).response(to: context.request)
     }

@@ -1,4 +1,5 @@
 import DepotCore
+import DepotHTTP
 import Foundation
 import Synchronization
 
@@ -22,19 +23,65 @@ extension ReleaseStore {
         var packs: Int
     }
 
-    /// Release `version` of `app` as a file to send, or nil if there is none (see ``release(_:_:)``).
-    func releaseFile(_ app: String, _ version: Int) throws -> (file: FileDescriptor, facts: ReleaseFileFacts)? {
-        guard version <= head(app) else { return nil }
+    /// What the release route sends: the bytes kept in memory, or the file (by `sendfile`).
+    enum ReleaseBody {
+        case kept(SharedBytes)
+        case file(FileDescriptor)
+    }
+
+    /// Release `version` of `app` as it is sent, or nil if there is none (see ``release(_:_:)``).
+    /// A request costs a few `stat`s: whether the release is visible is known from the stamps of
+    /// `head`, the production pointer and the channels folder; its facts from its own stamp; its
+    /// bytes (up to 1 MiB each, 32 MiB in all) are kept.
+    func releaseFile(_ app: String, _ version: Int) throws -> (body: ReleaseBody, facts: ReleaseFileFacts)? {
+        guard version <= visibleHead(app) else { return nil }
         let path = folder.release(app, version)
         guard let facts = reading.files.value(at: path, load: { path in
             let loaded = try load(path: path, version)
             return ReleaseFileFacts(etag: loaded.etag, publishedAt: loaded.manifest.publishedAt, size: Int64(loaded.envelope.count))
         }) else { return nil }
+        if let kept = reading.bodies.withLock({ $0.byPath[path] }), kept.etag == facts.etag { return (.kept(kept.body), facts) }
         guard let file = try? FileDescriptor.openForReading(path) else { return nil }
         // Replaced between the stat and the open (a release file never is, but a hand may):
         // the facts must be those of the bytes sent.
         guard (try? file.size()) == facts.size else { throw DepotError(.failure, "storage_error", "release \(version) of app \(app) changed while it was read") }
-        return (file, facts)
+        guard facts.size <= ReleaseReadingCaches.keptBodyLimit, let bytes = Self.readWhole(file, count: Int(facts.size)) else { return (.file(file), facts) }
+        let body = SharedBytes(bytes)
+        reading.bodies.withLock { bodies in
+            if bodies.bytes + bytes.count > ReleaseReadingCaches.keptBodiesLimit { bodies = (0, [:]) }
+            bodies.byPath[path] = (facts.etag, body)
+            bodies.bytes += bytes.count
+        }
+        return (.kept(body), facts)
+    }
+
+    /// The `count` bytes of `file` from its start, or nil if it has fewer or cannot be read.
+    private static func readWhole(_ file: FileDescriptor, count: Int) -> [UInt8]? {
+        var bytes = [UInt8](repeating: 0, count: count)
+        let read = bytes.withUnsafeMutableBytes { buffer in
+            var done = 0
+            while done < count {
+                guard let got = try? file.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[done...]), at: Int64(done)), got > 0 else { break }
+                done += got
+            }
+            return done
+        }
+        return read == count ? bytes : nil
+    }
+
+    /// The highest release number made visible, as ``head(_:)`` says, read again only when the
+    /// `head` file, the production pointer or the channels folder changed (each is replaced by
+    /// a rename, which gives it a new stamp or its folder a new one).
+    func visibleHead(_ app: String) -> Int {
+        let stamps = [folder.head(app), folder.currentPointer(app), folder.channels(app)].map { FileStampCache<Int>.stamp($0) }
+        if let known = reading.heads.withLock({ $0[app] }), known.stamps == stamps { return known.head }
+        let head = head(app)
+        reading.heads.withLock { heads in
+            // Keyed by app ids the route checked exist: bounded by the apps.
+            if heads.count >= 4096 { heads.removeAll() }
+            heads[app] = (stamps, head)
+        }
+        return head
     }
 
     /// Every visible release of `app`, oldest first, as the list shows it: made again only when
@@ -60,4 +107,12 @@ final class ReleaseReadingCaches: Sendable {
     /// empty it.
     let files = FileStampCache<ReleaseStore.ReleaseFileFacts>(limit: 262_144)
     let lists = Mutex<[String: (head: Int, stamp: FileStamp?, facts: [ReleaseStore.ReleaseFacts])]>([:])
+    /// Per app, ``ReleaseStore/visibleHead(_:)`` and the stamps it was read under.
+    let heads = Mutex<[String: (stamps: [FileStamp?], head: Int)]>([:])
+    /// Release files' bytes by path (with the ETag they were read under), sent from memory.
+    let bodies = Mutex<(bytes: Int, byPath: [String: (etag: String, body: SharedBytes)])>((0, [:]))
+    /// A release file larger than this is sent from its file.
+    static let keptBodyLimit: Int64 = 1 << 20
+    /// The kept bytes in all; past it the cache starts over.
+    static let keptBodiesLimit = 32 << 20
 }
