@@ -54,7 +54,7 @@ struct RolloutCommand: AsyncParsableCommand {
             The channel's signed manifest then carries the current packs and the candidate's, with the \
             fraction and a salt; each device decides from an install id it keeps and never sends. Every step \
             publishes the channel's next release (versions only go up). Managed apps refuse rollouts (the \
-            system chooses their downloads). See the README's "Guarded rollouts".
+            system chooses their downloads). See docs/Publishing.md, "Guarded rollouts and device reports".
             """,
         subcommands: [Start.self, Advance.self, Halt.self, Complete.self, Status.self],
         defaultSubcommand: Status.self

@@ -1,7 +1,7 @@
 import DepotCore
 
 /// Why an operation on the origin's data was refused or failed: what kind of failure it is,
-/// a stable machine-readable code (documented in the README) and a sentence for people.
+/// a stable machine-readable code (documented in docs/HTTP-API.md) and a sentence for people.
 ///
 /// The stores and the ``Publisher`` throw it and know nothing of HTTP; the HTTP layer turns
 /// it into a status in one place (``ErrorResponse``).

@@ -2,7 +2,7 @@ import DepotCore
 import Foundation
 
 /// The layout of the data folder. Every write is crash-safe (temporary file, fsync, rename,
-/// fsync of the folder); see the README's "Data folder" section.
+/// fsync of the folder); see docs/Operating.md, "Data folder".
 ///
 /// ```
 /// blobs/ab/abcdef…         encrypted packs, named by SHA-256 of the container; immutable
