@@ -89,17 +89,29 @@ final class Origin: HTTPHandler {
             maximumPackSize: configuration.maximumPackSize, storing: storing, settings: settings
         )
         self.publisher = publisher
+        let patchLimits = configuration.patchLimits ?? PatchLimits(scratchBytes: 4 * max(configuration.maximumPackSize, 1 << 30))
         let maker = readOnly ? nil : PatchMaker(
             releases: releases, blobs: blobs, apps: apps, folder: folder, urls: urls, storing: storing, metrics: metrics, logger: configuration.logger,
             depth: configuration.patchDepth,
-            limits: configuration.patchLimits ?? PatchLimits(scratchBytes: 4 * max(configuration.maximumPackSize, 1 << 30)), settings: settings
+            limits: patchLimits, settings: settings
         )
         patchMaker = maker
         afterChange.withLock { $0 = maker }
         // The collector leaves alone what publishes are storing and staging at that moment.
         garbage = GarbageCollector(releases: releases, blobs: blobs, inFlight: storing, finishing: { [uploads] in uploads.finishingBlobs() })
         operations = OperationsHandlers(
-            metrics: metrics, staticFiles: configuration.publicDirectory.map(StaticFiles.init(root:)), metricsToken: configuration.metricsToken
+            metrics: metrics, staticFiles: configuration.publicDirectory.map(StaticFiles.init(root:)), metricsToken: configuration.metricsToken,
+            observe: { [releases, apps, folder, manifestLifetime = configuration.manifestLifetime] in
+                // Every live channel's manifest (cached in memory; the channel pointers are read).
+                var expiries: [(app: String, channel: String, expiresAt: Date)] = []
+                for app in apps.list() {
+                    for channel in releases.channels(app).keys.sorted() {
+                        if let live = try? releases.current(app, channel: channel) { expiries.append((app, channel, live.manifest.expiresAt)) }
+                    }
+                }
+                let space = ScratchBudget.space(of: folder.root).map { (free: $0.free, total: $0.total) }
+                return OriginMetrics.Observations(volume: space, reserve: patchLimits.reserve, manifestLifetime: manifestLifetime, expiries: expiries)
+            }
         )
         reports = try ReportBook(folder: folder, releases: releases, mirror: mirror, logger: configuration.logger, metrics: metrics)
         let rollouts = Rollouts(publisher: publisher, reports: reports)

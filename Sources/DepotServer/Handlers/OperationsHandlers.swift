@@ -9,9 +9,12 @@ final class OperationsHandlers: Sendable {
     /// The SHA-256 of the token `/metrics` asks for, or nil: metrics are off.
     private let metricsTokenDigest: [UInt8]?
     private let inFlightProvider = Mutex<(@Sendable () -> Int)?>(nil)
+    /// What each scrape reads of the volume and the releases (on the scraping request's thread).
+    private let observe: @Sendable () -> OriginMetrics.Observations?
 
-    init(metrics: OriginMetrics, staticFiles: StaticFiles?, metricsToken: String? = nil) {
+    init(metrics: OriginMetrics, staticFiles: StaticFiles?, metricsToken: String? = nil, observe: @escaping @Sendable () -> OriginMetrics.Observations? = { nil }) {
         self.metrics = metrics
+        self.observe = observe
         self.staticFiles = staticFiles
         metricsTokenDigest = metricsToken.map { SHA256Hasher.hash(Array($0.utf8)) }
     }
@@ -42,7 +45,7 @@ final class OperationsHandlers: Sendable {
             throw DepotError(.unauthorized, "metrics_token", "/metrics needs the metrics token: Authorization: Bearer <the token in --metrics-token-file>")
         }
         let inFlight = inFlightProvider.withLock { $0 }?() ?? 0
-        var response = HTTPResponse.bytes(metrics.render(inFlightRequests: inFlight), contentType: "text/plain; version=0.0.4; charset=utf-8")
+        var response = HTTPResponse.bytes(metrics.render(inFlightRequests: inFlight, observations: observe()), contentType: "text/plain; version=0.0.4; charset=utf-8")
         response.headers.add("Cache-Control", "no-store")
         return response
     }

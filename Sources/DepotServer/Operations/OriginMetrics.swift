@@ -1,4 +1,5 @@
 import DepotHTTP
+import Foundation
 import Metrics
 import Prometheus
 import Synchronization
@@ -12,6 +13,21 @@ final class OriginMetrics: Sendable {
     /// The handles of each route, resolved once: its timer, its bytes counter, a counter per status.
     private let routes = Mutex<[String: RouteMetrics]>([:])
     private let inFlight: Metrics.Gauge
+    /// What each scrape reads anew (``Observations``): the data volume's gauges, and one expiry
+    /// gauge per live channel, removed when its channel is.
+    private let observed: Mutex<(volume: [String: Prometheus.Gauge], expiries: [String: Prometheus.Gauge])> = Mutex(([:], [:]))
+
+    /// What `/metrics` reads at each scrape, for the alerts in `Deploy/prometheus/alerts.yml`.
+    struct Observations {
+        /// Free and total bytes of the data folder's volume (as an unprivileged writer sees them).
+        var volume: (free: Int64, total: Int64)?
+        /// The share of the volume patch making leaves free (`--patch-disk-reserve`).
+        var reserve: Double
+        /// How long a signed manifest is valid (`--manifest-lifetime-days`).
+        var manifestLifetime: TimeInterval
+        /// When the manifest each channel of each app serves expires.
+        var expiries: [(app: String, channel: String, expiresAt: Date)]
+    }
 
     private final class RouteMetrics: Sendable {
         let timer: Metrics.Timer
@@ -93,8 +109,42 @@ final class OriginMetrics: Sendable {
     }
 
     /// The Prometheus text exposition.
-    func render(inFlightRequests: Int) -> [UInt8] {
+    func render(inFlightRequests: Int, observations: Observations? = nil) -> [UInt8] {
         inFlight.record(inFlightRequests)
+        if let observations { observe(observations) }
         return registry.emitToBuffer()
+    }
+
+    private func observe(_ observations: Observations) {
+        observed.withLock { observed in
+            func volume(_ name: String, _ help: String, _ value: Double) {
+                let gauge = observed.volume[name] ?? registry.makeGauge(descriptor: MetricNameDescriptor(metricName: name, unitName: "", helpText: help))
+                observed.volume[name] = gauge
+                gauge.set(value)
+            }
+            if let space = observations.volume {
+                volume("depot_data_volume_free_bytes", "Free bytes of the data folder's volume", Double(space.free))
+                volume("depot_data_volume_size_bytes", "Total bytes of the data folder's volume", Double(space.total))
+            }
+            volume("depot_patch_disk_reserve_ratio", "The share of the data volume patch making leaves free", observations.reserve)
+            volume("depot_manifest_lifetime_seconds", "How long a signed manifest is valid", observations.manifestLifetime)
+            var seen: Set<String> = []
+            for expiry in observations.expiries {
+                let key = expiry.app + "\u{0}" + expiry.channel
+                seen.insert(key)
+                let gauge = observed.expiries[key] ?? registry.makeGauge(
+                    descriptor: MetricNameDescriptor(
+                        metricName: "depot_manifest_expiry_timestamp_seconds", unitName: "",
+                        helpText: "When the signed manifest a channel serves expires (the origin signs it again with a third of its lifetime left)"
+                    ), labels: [("app", expiry.app), ("channel", expiry.channel)]
+                )
+                observed.expiries[key] = gauge
+                gauge.set(expiry.expiresAt.timeIntervalSince1970)
+            }
+            for (key, gauge) in observed.expiries where !seen.contains(key) {
+                registry.unregisterGauge(gauge)
+                observed.expiries[key] = nil
+            }
+        }
     }
 }

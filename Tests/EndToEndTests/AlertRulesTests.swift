@@ -1,0 +1,92 @@
+import DepotCore
+import DepotServer
+import DepotTestSupport
+import Foundation
+import Testing
+
+/// The alert rules an operator loads (`Deploy/prometheus/alerts.yml`): Prometheus's own checker
+/// takes them, and every metric they name is one the origin serves at `/metrics` once the event
+/// it counts has happened (a patch skipped, a rollout halted, a report, a live manifest).
+@Suite("Operations: the Prometheus alert rules load and name metrics the origin serves")
+struct AlertRulesTests {
+    static let rules = ReadmeTests.root + "/Deploy/prometheus/alerts.yml"
+
+    /// The metric names the rules' expressions use (`depot_…`, and Prometheus's own `up`).
+    static func metricNames() throws -> Set<String> {
+        let text = try String(contentsOfFile: rules, encoding: .utf8)
+        var names: Set<String> = []
+        for line in text.split(separator: "\n") where !line.trimmingCharacters(in: .whitespaces).hasPrefix("#") {
+            var rest = line[...]
+            while let start = rest.range(of: "depot_") {
+                let name = rest[start.lowerBound...].prefix { $0.isLetter || $0.isNumber || $0 == "_" }
+                names.insert(String(name))
+                rest = rest[name.endIndex...]
+            }
+        }
+        return names
+    }
+
+    @Test("promtool check rules passes on Deploy/prometheus/alerts.yml")
+    func promtool() throws {
+        let tool = "/usr/bin/promtool"
+        guard FileManager.default.isExecutableFile(atPath: tool) else {
+            Issue.record("\(tool) is not installed (Deploy/setup.sh test installs Debian's prometheus)")
+            return
+        }
+        let checked = try Processes.run(tool, ["check", "rules", Self.rules])
+        #expect(checked.status == 0, "\(checked.stdout)\n\(checked.stderr)")
+        #expect(checked.stdout.contains("SUCCESS: 7 rules found"), "\(checked.stdout)")
+    }
+
+    @Test("Every metric the rules name is in /metrics once its event happened: the volume, the reserve, each live channel's expiry, a skipped patch, a halted rollout, a report")
+    func metricsExist() async throws {
+        let names = try Self.metricNames()
+        #expect(names.isSuperset(of: [
+            "depot_http_requests_total", "depot_data_volume_free_bytes", "depot_data_volume_size_bytes", "depot_patch_disk_reserve_ratio",
+            "depot_patches_skipped_total", "depot_reports_total", "depot_rollouts_halted_total", "depot_manifest_expiry_timestamp_seconds",
+            "depot_manifest_lifetime_seconds",
+        ]), "\(names.sorted())")
+        let metricsToken = "metrics-" + String(repeating: "m", count: 24)
+        try await withServer(configure: {
+            $0.metricsToken = metricsToken
+            // One byte of scratch space: every patch is skipped (`scratch_limit`).
+            $0.patchDepth = 1
+            $0.patchLimits = PatchLimits(scratchBytes: 1, reserve: 0.1)
+        }) { origin in
+            try put(origin, "level", bytes(5_000, seed: 1))
+            try put(origin, "level", bytes(5_000, seed: 2))
+            try put(origin, "level", bytes(5_000, seed: 3), query: "&channel=beta")
+            #expect(try call(origin, "POST", "/v1/apps/\(origin.app)/rollouts/production/start?release=3&fraction=0.5").status == 201)
+            #expect(try call(origin, "POST", "/v1/apps/\(origin.app)/rollouts/production/halt").status == 201)
+            let report = DeviceReport(channel: "production", release: 2, packs: [.init(id: "level", revision: 2, outcome: .installed, bytes: 5_000)])
+            #expect(try call(origin, "POST", "/v1/apps/\(origin.app)/reports", token: "", body: report.encoded()).status == 202)
+            func scrape() throws -> String {
+                try call(origin, "GET", "/metrics", token: metricsToken).bodyText
+            }
+            // The patch maker works in the background: wait for its skip to be counted.
+            try Eventually.wait(every: .milliseconds(50)) { try scrape().contains("depot_patches_skipped_total") }
+            let text = try scrape()
+            let served = Set(text.split(separator: "\n").compactMap { line -> String? in
+                guard !line.hasPrefix("#") else { return nil }
+                return String(line.prefix { $0 != "{" && $0 != " " })
+            })
+            let missing = names.subtracting(served)
+            #expect(missing.isEmpty, "the rules name metrics /metrics does not serve: \(missing.sorted())\n\(text)")
+            // The values the rules compare: both channels' expiries, 90 days out; the volume's sizes; the reserve.
+            let now = Date().timeIntervalSince1970
+            for channel in ["production", "beta"] {
+                let line = try #require(text.split(separator: "\n").first { $0.hasPrefix("depot_manifest_expiry_timestamp_seconds") && $0.contains("channel=\"\(channel)\"") })
+                let expiry = try #require(Double(line.split(separator: " ").last ?? ""))
+                #expect(abs(expiry - (now + 90 * 86_400)) < 3_600, "\(line)")
+            }
+            #expect(text.contains("depot_patch_disk_reserve_ratio 0.1"))
+            #expect(text.contains("depot_manifest_lifetime_seconds 7776000"))
+            #expect(text.contains("depot_rollouts_halted_total{app=\"\(origin.app)\",channel=\"production\",by=\"hand\"} 1"))
+            #expect(text.contains("reason=\"scratch_limit\""))
+            // A removed channel's expiry goes with it.
+            let admin = try TokenStore(folder: DataFolder(origin.data.path)).create(app: origin.app, role: .admin).token
+            #expect(try call(origin, "DELETE", "/v1/apps/\(origin.app)/channels/beta", token: admin).status == 204)
+            #expect(!(try scrape()).contains("channel=\"beta\""))
+        }
+    }
+}
