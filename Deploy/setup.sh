@@ -16,7 +16,8 @@ serve_packages=(libmicrohttpd-dev libssl-dev openssl pkg-config curl)
 # What only the tests and benchmarks need: the peers and tools they start themselves.
 test_packages=(python3 python3-pip python3-cryptography nginx-light systemd wrk slowhttptest time
   python3-swift memcached  # the S3 engine the object-storage tests start (Deploy/s3/swift-s3.sh)
-  chromium chromium-driver)  # the browser the dashboard's test drives (Tests/Browser)
+  chromium chromium-driver  # the browser the dashboard's test drives (Tests/Browser)
+  prometheus)  # its promtool checks Deploy/prometheus/alerts.yml (Tests/EndToEndTests/AlertRulesTests.swift)
 
 install_missing() {  # install_missing PACKAGE…
   local missing=()

@@ -26,7 +26,7 @@ struct AlertRulesTests {
         return names
     }
 
-    @Test("promtool check rules passes on Deploy/prometheus/alerts.yml")
+    @Test("promtool check rules passes on Deploy/prometheus/alerts.yml, and promtool test rules shows each alert firing when it should")
     func promtool() throws {
         let tool = "/usr/bin/promtool"
         guard FileManager.default.isExecutableFile(atPath: tool) else {
@@ -36,6 +36,13 @@ struct AlertRulesTests {
         let checked = try Processes.run(tool, ["check", "rules", Self.rules])
         #expect(checked.status == 0, "\(checked.stdout)\n\(checked.stderr)")
         #expect(checked.stdout.contains("SUCCESS: 7 rules found"), "\(checked.stdout)")
+        // Each alert fires on the series it is for (a counter's first event too) and not on healthy ones.
+        let tested = try Processes.run(tool, ["test", "rules", "alerts_test.yml"], cwd: ReadmeTests.root + "/Deploy/prometheus")
+        #expect(tested.status == 0 && tested.stdout.contains("SUCCESS"), "\(tested.stdout)\n\(tested.stderr)")
+        let cases = try String(contentsOfFile: ReadmeTests.root + "/Deploy/prometheus/alerts_test.yml", encoding: .utf8)
+        for alert in ["OriginDown", "ServerErrors", "DiskReserveReached", "PatchesSkipped", "ReportsShed", "RolloutHalted", "ManifestNearExpiry"] {
+            #expect(cases.contains("alertname: AssetDepot\(alert)\n        exp_alerts:"), "alerts_test.yml has a firing case for AssetDepot\(alert)")
+        }
     }
 
     @Test("Every metric the rules name is in /metrics once its event happened: the volume, the reserve, each live channel's expiry, a skipped patch, a halted rollout, a report")
