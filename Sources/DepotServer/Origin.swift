@@ -27,7 +27,7 @@ final class Origin: HTTPHandler {
     /// Hot blobs' answers, made once.
     let answers: BlobResponses
     let reportWriter: ReportWriter
-    private let router: Router
+    let router: Router
     let metrics: OriginMetrics
     private let accessLog: AccessLog
     /// The data folder's lock, as a raw descriptor (-1 once released).
