@@ -104,13 +104,14 @@ final class Origin: HTTPHandler {
             observe: { [releases, apps, folder, manifestLifetime = configuration.manifestLifetime] in
                 // Every live channel's manifest (cached in memory; the channel pointers are read).
                 var expiries: [(app: String, channel: String, expiresAt: Date)] = []
-                for app in apps.list() {
+                let all = apps.list()
+                for app in all {
                     for channel in releases.channels(app).keys.sorted() {
                         if let live = try? releases.current(app, channel: channel) { expiries.append((app, channel, live.manifest.expiresAt)) }
                     }
                 }
                 let space = ScratchBudget.space(of: folder.root).map { (free: $0.free, total: $0.total) }
-                return OriginMetrics.Observations(volume: space, reserve: patchLimits.reserve, manifestLifetime: manifestLifetime, expiries: expiries)
+                return OriginMetrics.Observations(volume: space, reserve: patchLimits.reserve, manifestLifetime: manifestLifetime, expiries: expiries, apps: all)
             }
         )
         reports = try ReportBook(folder: folder, releases: releases, mirror: mirror, logger: configuration.logger, metrics: metrics)

@@ -1,5 +1,5 @@
 import DepotCore
-import DepotServer
+@testable import DepotServer
 import DepotTestSupport
 import Foundation
 import Testing
@@ -193,10 +193,16 @@ struct HTTPSemanticsTests {
             let number = try Envelope.decode(newLive.body).verifiedManifest(trusting: keys).version
             let third3 = try request(origin, "GET", "/v1/apps/\(origin.app)/releases/\(number)")
             #expect(number == 4 && third3.status == 200 && third3.body == newLive.body && third3.body != second.body)
+            // Served from memory: release 1's bytes are kept after its first answer, counted once.
+            let kept = origin.server.origin.releases.reading.bodies.withLock { ($0.bytes, $0.byPath[releases + names[0]]?.body.count) }
+            #expect(kept.1 == first.body.count && kept.0 >= first.body.count)
             // A release file replaced by hand: the bytes sent are the new ones, with their ETag.
             try FileSystem.writeAtomically(third3.body, to: releases + names[0])
             let replaced = try request(origin, "GET", "/v1/apps/\(origin.app)/releases/1")
             #expect(replaced.body == third3.body && replaced.header("ETag") == third3.header("ETag"))
+            // …and they took the old bytes' place in the count, not a second share.
+            let after = origin.server.origin.releases.reading.bodies.withLock { ($0.bytes, $0.byPath[releases + names[0]]?.body.count) }
+            #expect(after.1 == third3.body.count && after.0 == kept.0 - first.body.count + third3.body.count)
         }
     }
 

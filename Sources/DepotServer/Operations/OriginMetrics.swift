@@ -27,7 +27,12 @@ final class OriginMetrics: Sendable {
         var manifestLifetime: TimeInterval
         /// When the manifest each channel of each app serves expires.
         var expiries: [(app: String, channel: String, expiresAt: Date)]
+        /// Every app.
+        var apps: [String]
     }
+
+    /// Why a patch can be skipped (``patchSkipped(app:reason:)``).
+    static let patchSkipReasons = ["scratch_limit", "disk_reserve", "oversized_zip", "too_many_entries", "allowance"]
 
     private final class RouteMetrics: Sendable {
         let timer: Metrics.Timer
@@ -84,7 +89,7 @@ final class OriginMetrics: Sendable {
         counter("depot_publishes_total", [("app", app), ("result", changed ? "published" : "unchanged")]).increment()
     }
 
-    /// A patch not made or not released: `scratch_limit`, `disk_reserve` or `allowance`.
+    /// A patch not made or not released: one of ``patchSkipReasons``.
     func patchSkipped(app: String, reason: String) {
         counter("depot_patches_skipped_total", [("app", app), ("reason", reason)]).increment()
     }
@@ -125,6 +130,11 @@ final class OriginMetrics: Sendable {
             if let space = observations.volume {
                 volume("depot_data_volume_free_bytes", "Free bytes of the data folder's volume", Double(space.free))
                 volume("depot_data_volume_size_bytes", "Total bytes of the data folder's volume", Double(space.total))
+            } else {
+                // Unreadable now: no figure rather than the last one.
+                for name in ["depot_data_volume_free_bytes", "depot_data_volume_size_bytes"] {
+                    if let gauge = observed.volume.removeValue(forKey: name) { registry.unregisterGauge(gauge) }
+                }
             }
             volume("depot_patch_disk_reserve_ratio", "The share of the data volume patch making leaves free", observations.reserve)
             volume("depot_manifest_lifetime_seconds", "How long a signed manifest is valid", observations.manifestLifetime)
@@ -145,6 +155,16 @@ final class OriginMetrics: Sendable {
                 registry.unregisterGauge(gauge)
                 observed.expiries[key] = nil
             }
+        }
+        // The event counters the alert rules watch, at 0 before their first event: Prometheus's
+        // increase() sees nothing in a series' first sample, so a counter that first appeared at
+        // 1 (an app's first skipped patch, a channel's first halt) would never alert.
+        for app in observations.apps {
+            for reason in Self.patchSkipReasons { _ = counter("depot_patches_skipped_total", [("app", app), ("reason", reason)]) }
+            _ = counter("depot_reports_total", [("app", app), ("result", "shed")])
+        }
+        for expiry in observations.expiries {
+            for by in ["automatic", "hand"] { _ = counter("depot_rollouts_halted_total", [("app", expiry.app), ("channel", expiry.channel), ("by", by)]) }
         }
     }
 }

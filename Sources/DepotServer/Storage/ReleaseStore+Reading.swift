@@ -4,9 +4,10 @@ import Foundation
 import Synchronization
 
 /// What anonymous readers of an app's releases get, at a bounded cost per request: no release
-/// file is decoded per request. A release's own route sends its file by `sendfile` with its
-/// ETag and date kept per file version (a stat per request); the release list is made once per
-/// change of the releases folder and kept (a small summary per release).
+/// file is decoded per request. A release's own route sends its bytes from memory (or its file
+/// by `sendfile` once the kept bytes are full) with its ETag and date kept per file version (a
+/// few stats per request); the release list is made once per change of the releases folder and
+/// kept (a small summary per release).
 extension ReleaseStore {
     /// The ETag and publication date of one release file (kept per file version).
     struct ReleaseFileFacts: Sendable {
@@ -32,7 +33,9 @@ extension ReleaseStore {
     /// Release `version` of `app` as it is sent, or nil if there is none (see ``release(_:_:)``).
     /// A request costs a few `stat`s: whether the release is visible is known from the stamps of
     /// `head`, the production pointer and the channels folder; its facts from its own stamp; its
-    /// bytes (up to 1 MiB each, 32 MiB in all) are kept.
+    /// bytes (up to 1 MiB each, 32 MiB in all) are kept. Once 32 MiB are kept, other releases go
+    /// by `sendfile` (a descriptor per request, no buffer): nothing a client asks for evicts
+    /// what is kept, so walking every release costs what `sendfile` costs, never an allocation.
     func releaseFile(_ app: String, _ version: Int) throws -> (body: ReleaseBody, facts: ReleaseFileFacts)? {
         guard version <= visibleHead(app) else { return nil }
         let path = folder.release(app, version)
@@ -45,12 +48,19 @@ extension ReleaseStore {
         // Replaced between the stat and the open (a release file never is, but a hand may):
         // the facts must be those of the bytes sent.
         guard (try? file.size()) == facts.size else { throw DepotError(.failure, "storage_error", "release \(version) of app \(app) changed while it was read") }
-        guard facts.size <= ReleaseReadingCaches.keptBodyLimit, let bytes = Self.readWhole(file, count: Int(facts.size)) else { return (.file(file), facts) }
+        // Kept only where there is room (a replaced file's old bytes give theirs back).
+        let size = Int(facts.size)
+        let room = reading.bodies.withLock { bodies in
+            size <= ReleaseReadingCaches.keptBodyLimit && bodies.bytes - (bodies.byPath[path]?.body.count ?? 0) + size <= ReleaseReadingCaches.keptBodiesLimit
+        }
+        guard room, let bytes = Self.readWhole(file, count: size) else { return (.file(file), facts) }
         let body = SharedBytes(bytes)
         reading.bodies.withLock { bodies in
-            if bodies.bytes + bytes.count > ReleaseReadingCaches.keptBodiesLimit { bodies = (0, [:]) }
+            let freed = bodies.byPath[path]?.body.count ?? 0
+            // Another thread took the room meanwhile: these bytes are sent, and not kept.
+            guard bodies.bytes - freed + size <= ReleaseReadingCaches.keptBodiesLimit else { return }
             bodies.byPath[path] = (facts.etag, body)
-            bodies.bytes += bytes.count
+            bodies.bytes += size - freed
         }
         return (.kept(body), facts)
     }
@@ -112,7 +122,7 @@ final class ReleaseReadingCaches: Sendable {
     /// Release files' bytes by path (with the ETag they were read under), sent from memory.
     let bodies = Mutex<(bytes: Int, byPath: [String: (etag: String, body: SharedBytes)])>((0, [:]))
     /// A release file larger than this is sent from its file.
-    static let keptBodyLimit: Int64 = 1 << 20
-    /// The kept bytes in all; past it the cache starts over.
+    static let keptBodyLimit = 1 << 20
+    /// The kept bytes in all; past it, release files are sent from their file.
     static let keptBodiesLimit = 32 << 20
 }
