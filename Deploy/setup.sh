@@ -35,6 +35,10 @@ install_missing() {  # install_missing PACKAGE…
     if [ ! -e $policy ]; then printf '#!/bin/sh\nexit 101\n' | $sudo tee $policy >/dev/null && $sudo chmod +x $policy && own_policy=1; fi
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
     [ $own_policy = 0 ] || $sudo rm -f $policy
+    # Only promtool is wanted of prometheus: its server (open on :9090) must not start at boot.
+    if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null; then
+      $sudo systemctl disable prometheus >/dev/null 2>&1 || true
+    fi
   fi
   if ! command -v swift >/dev/null; then
     echo "error: no Swift toolchain on PATH; install Swift 6 from https://www.swift.org/install/linux/" >&2

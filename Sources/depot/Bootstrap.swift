@@ -20,7 +20,7 @@ struct Bootstrap {
         return Bootstrap(token: token, adminToken: admin)
     }
 
-    /// What a developer needs to try every command of the README's tour and workflow, printed once.
+    /// What a developer needs to try every command of the README's tour and the Publishing guide's workflow, printed once.
     func instructions(server: String, dataPath: String, depot: String) -> String {
         let onPath = Self.isOnPath(depot)
         let pathLine = onPath ? "" : "\n    export PATH=\"\(FileSystem.directory(of: depot)):$PATH\"   # where this depot is\n"

@@ -14,7 +14,7 @@ struct Depot: AsyncParsableCommand {
     )
 
     /// Runs the command; a failure is one line on stderr (a usage error points at `depot help`),
-    /// as the README promises, and a non-zero exit.
+    /// as docs/Publishing.md promises ("The command line"), and a non-zero exit.
     static func main() async {
         do {
             var command = try parseAsRoot()

@@ -71,7 +71,10 @@ struct AlertRulesTests {
                 try call(origin, "GET", "/metrics", token: metricsToken).bodyText
             }
             // The patch maker works in the background: wait for its skip to be counted.
-            try Eventually.wait(every: .milliseconds(50)) { try scrape().contains("reason=\"scratch_limit\"} 1") }
+            let skipped = try Eventually.wait(every: .milliseconds(50)) {
+                try scrape().split(separator: "\n").contains { $0.hasPrefix("depot_patches_skipped_total{") && $0.contains("reason=\"scratch_limit\"") && !$0.hasSuffix(" 0") }
+            }
+            #expect(skipped, "a patch skipped for want of scratch space is counted")
             let text = try scrape()
             let served = Set(text.split(separator: "\n").compactMap { line -> String? in
                 guard !line.hasPrefix("#") else { return nil }

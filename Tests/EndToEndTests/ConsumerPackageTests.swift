@@ -4,7 +4,7 @@ import Foundation
 import Testing
 
 /// What an app pulls in: `Tests/ConsumerApp`, a package that depends on this one by path with its
-/// default trait off (as the README tells an app to) and uses only `DepotClient`, resolves and
+/// default trait off (as docs/Integrating.md tells an app to) and uses only `DepotClient`, resolves and
 /// builds with nothing but DepotCore, DepotClient and ZIPFoundation, and fetches no server package.
 @Suite("What an app pulls in")
 struct ConsumerPackageTests {
