@@ -37,7 +37,7 @@ install_missing() {  # install_missing PACKAGE…
     [ $own_policy = 0 ] || $sudo rm -f $policy
     # Only promtool is wanted of prometheus: its server (open on :9090) must not start at boot.
     if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null; then
-      $sudo systemctl disable prometheus >/dev/null 2>&1 || true
+      $sudo systemctl disable --now prometheus >/dev/null 2>&1 || true
     fi
   fi
   if ! command -v swift >/dev/null; then

@@ -104,7 +104,10 @@ struct AlertRulesTests {
             // A removed channel's expiry goes with it.
             let admin = try TokenStore(folder: DataFolder(origin.data.path)).create(app: origin.app, role: .admin).token
             #expect(try call(origin, "DELETE", "/v1/apps/\(origin.app)/channels/beta", token: admin).status == 204)
-            #expect(!(try scrape()).split(separator: "\n").contains { $0.hasPrefix("depot_manifest_expiry_timestamp_seconds") && $0.contains("channel=\"beta\"") })
+            let afterRemoval = try scrape().split(separator: "\n")
+            #expect(!afterRemoval.contains { $0.hasPrefix("depot_manifest_expiry_timestamp_seconds") && $0.contains("channel=\"beta\"") })
+            #expect(!afterRemoval.contains { $0.hasPrefix("depot_rollouts_halted_total") && $0.contains("channel=\"beta\"") })
+            #expect(afterRemoval.contains { $0.hasPrefix("depot_rollouts_halted_total") && $0.contains("channel=\"production\"") })
         }
     }
 }

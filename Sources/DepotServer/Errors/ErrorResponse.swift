@@ -40,6 +40,10 @@ enum ErrorResponse {
         if let failure = error as? HTTPFailure {
             var response = HTTPResponse.error(status: failure.status, code: failure.code, message: failure.message)
             for (name, value) in failure.headers { response.headers.add(name, value) }
+            // A 503 the origin gives on purpose (reports shed, an issuer's keys awaited) is told
+            // apart in the metrics from one it suffers (storage unavailable): anonymous clients
+            // can cause the first, and an alert on server errors must not page for it.
+            if failure.status == 503 { response.route = "busy" }
             return response
         }
         let error = DepotError.storage(error)

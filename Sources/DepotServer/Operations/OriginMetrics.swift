@@ -16,6 +16,8 @@ final class OriginMetrics: Sendable {
     /// What each scrape reads anew (``Observations``): the data volume's gauges, and one expiry
     /// gauge per live channel, removed when its channel is.
     private let observed: Mutex<(volume: [String: Prometheus.Gauge], expiries: [String: Prometheus.Gauge])> = Mutex(([:], [:]))
+    /// The channels whose rollout-halt counters the last scrape served (`app` NUL `channel`).
+    private let haltChannels = Mutex<Set<String>>([])
 
     /// What `/metrics` reads at each scrape, for the alerts in `Deploy/prometheus/alerts.yml`.
     struct Observations {
@@ -163,8 +165,29 @@ final class OriginMetrics: Sendable {
             for reason in Self.patchSkipReasons { _ = counter("depot_patches_skipped_total", [("app", app), ("reason", reason)]) }
             _ = counter("depot_reports_total", [("app", app), ("result", "shed")])
         }
+        var channels: Set<String> = []
         for expiry in observations.expiries {
-            for by in ["automatic", "hand"] { _ = counter("depot_rollouts_halted_total", [("app", expiry.app), ("channel", expiry.channel), ("by", by)]) }
+            channels.insert(expiry.app + "\u{0}" + expiry.channel)
+            for by in Self.haltedBy { _ = counter("depot_rollouts_halted_total", [("app", expiry.app), ("channel", expiry.channel), ("by", by)]) }
         }
+        // A channel that went away takes its halt counters with it (as its expiry gauge).
+        let gone = haltChannels.withLock { known in
+            defer { known = channels }
+            return known.subtracting(channels)
+        }
+        for key in gone {
+            let parts = key.split(separator: "\u{0}", omittingEmptySubsequences: false).map(String.init)
+            guard parts.count == 2 else { continue }
+            for by in Self.haltedBy { forget("depot_rollouts_halted_total", [("app", parts[0]), ("channel", parts[1]), ("by", by)]) }
+        }
+    }
+
+    /// Who halts a rollout (``rolloutHalted(app:channel:by:)``).
+    static let haltedBy = ["automatic", "hand"]
+
+    /// Removes a counter from the exposition (a channel that no longer exists).
+    private func forget(_ label: String, _ dimensions: [(String, String)]) {
+        let key = label + dimensions.map { "|\($0.0)=\($0.1)" }.joined()
+        counters.withLock { $0.removeValue(forKey: key) }?.destroy()
     }
 }
