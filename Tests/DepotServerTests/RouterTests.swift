@@ -78,6 +78,11 @@ struct RouterTests {
         #expect(dispatch(router, "GET", "/v1/other").status == 404)
         #expect(dispatch(router, "GET", "/index.html").route == "static")
         #expect(ran.entries == [blob])
+        // A 503 the origin gives on purpose (a shed report) is labelled apart from one it suffers
+        // (storage unavailable), for the alert on server errors.
+        let shed = ErrorResponse.response(for: HTTPFailure(status: 503, code: "reports_busy", message: "busy"))
+        let storage = ErrorResponse.response(for: DepotError(.unavailable, "storage_unavailable", "down"))
+        #expect(shed.status == 503 && shed.route == "busy" && storage.status == 503 && storage.route == "error")
     }
 }
 
