@@ -43,10 +43,12 @@ export async function publish(app, channel, staging, channels, reload) {
     (r) => (r.changed ? `Published release ${r.release} to ${r.channel}.` : `Nothing changed: ${r.channel} keeps release ${r.release}.`), reload);
 }
 
+/** `channels`: the app's channel names in the dashboard's order; the first few are named. */
 export async function promote(app, version, channels, reload) {
+  const named = channels.length > 8 ? `${channels.slice(0, 8).join(", ")} and ${channels.length - 8} more` : channels.join(", ") || "none";
   const channel = await confirmAction(
     `Promote release ${version}`,
-    `The channel you name serves release ${version} from now on (a new channel is created). Known channels: ${channels.join(", ") || "none"}.`,
+    `The channel you name serves release ${version} from now on (a new channel is created). Known channels: ${named}.`,
     "Promote", { label: "Channel", value: channels.find((c) => c !== "production") ?? "beta" });
   if (!channel) return null;
   return perform(appPath(app, `/channels/${encodeURIComponent(channel)}`), { release: version }, "POST",

@@ -4,12 +4,17 @@
 
 import { call, appPath, release, sessions, currentSession, selectApp, signIn, forget, OriginError } from "./api.js";
 import { $, el, button, alertError, clearAlert, notify, copy } from "./ui.js";
-import { renderApp, renderChannels, renderLivePacks, renderDraft, renderHistory, renderComparison } from "./views.js";
+import { renderApp, renderLivePacks, renderDraft, renderComparison } from "./views.js";
+import { ReleaseHistory } from "./history.js";
+import { showHistory, markRollout, setUpHistory } from "./history-view.js";
+import { showChannels, setUpChannels } from "./channels-view.js";
+import { channelOrder } from "./order.js";
 import { publish, promote, rollback, removeLive } from "./actions.js";
 import { setUpUpload, resetUpload } from "./upload-view.js";
 import { setUpRollout, showRollout } from "./rollout-view.js";
 
-const state = { list: null, staging: null, channel: "production", config: null };
+// `history`: the app's releases and channels (a ReleaseHistory), its older pages fetched on demand.
+const state = { history: null, staging: null, channel: "production", config: null };
 
 async function health() {
   const node = $("health");
@@ -46,30 +51,33 @@ async function load() {
   $("sign-in").hidden = true;
   $("app-view").hidden = false;
   try {
+    const releases = appPath(session.app, "/releases");
     const [summary, list, staging] = await Promise.all([
       call(appPath(session.app)),
-      call(appPath(session.app, "/releases")).catch((error) => {
+      call(releases).catch((error) => {
         if (error.status === 404) return { app: session.app, channels: {}, releases: [] };
         throw error;
       }),
       call(appPath(session.app, "/staging")),
     ]);
-    Object.assign(state, { list, staging });
+    const history = new ReleaseHistory({ ...list, app: session.app }, releases, (path) => call(path));
+    Object.assign(state, { history, staging });
     renderApp(summary, session);
     for (const node of document.querySelectorAll(".managed-only")) node.hidden = summary.mode !== "managed";
-    const channels = Object.keys(list.channels ?? {});
+    const channels = channelOrder(history.channels);
     if (!channels.includes(state.channel)) state.channel = channels.includes("production") ? "production" : channels[0] ?? "production";
-    renderChannels(list, (channel) => [
+    const views = showChannels(history, (channel) => [
       button("Show packs", () => { state.channel = channel; showLive(); }, { ariaLabel: `Show the packs of ${channel}` }),
       button("Info.plist keys", () => { $("plist-channel").value = channel; showPlist(); }, { ariaLabel: `Info.plist keys of ${channel}` }),
     ]);
-    renderHistory(list, (r) => [
+    const shown = showHistory(history, (r) => [
       button("Promote…", () => promote(session.app, r.version, channels, load), { ariaLabel: `Promote release ${r.version}` }),
       session.role === "admin" && !r.live
         ? button("Roll back to this…", () => rollback(session.app, r.version, "production", load), { ariaLabel: `Roll production back to release ${r.version}` })
         : null,
     ]);
     renderDraft(staging);
+    await Promise.all([views, shown]);
     $("plist-channel").replaceChildren(...(channels.length ? channels : ["production"]).map((c) => el("option", { value: c }, c)));
     // Managed apps refuse rollouts: the system chooses what every device downloads.
     $("rollout-section").hidden = summary.mode === "managed";
@@ -80,7 +88,10 @@ async function load() {
     $("config-section").hidden = session.role !== "admin";
     $("config").hidden = true;
     $("config-copy").hidden = true;
-    await Promise.all([showLive(), showPlist(), summary.mode === "managed" ? null : showRollout(session.app, $("rollout-channel").value || "production")]);
+    const rollout = summary.mode === "managed" ? null : showRollout(session.app, $("rollout-channel").value || "production")
+      .then((status) => markRollout($("rollout-channel").value || "production", status));
+    if (!rollout) markRollout(null, null);
+    await Promise.all([showLive(), showPlist(), rollout]);
   } catch (error) {
     if (error instanceof OriginError && error.status === 401) {
       forget(session.app);
@@ -93,7 +104,7 @@ async function load() {
 
 async function showLive() {
   const session = currentSession();
-  const version = state.list?.channels?.[state.channel];
+  const version = state.history?.channels?.[state.channel];
   const manifest = version ? await release(session.app, version) : null;
   renderLivePacks(state.channel, manifest, (pack) => removeLive(session.app, pack, load));
 }
@@ -101,7 +112,7 @@ async function showLive() {
 async function showPlist() {
   const session = currentSession();
   const channel = $("plist-channel").value || "production";
-  if (!state.list?.channels?.[channel]) {
+  if (!state.history?.channels?.[channel]) {
     $("plist").textContent = `Nothing is released on ${channel} yet: the keys follow from a release.`;
     return;
   }
@@ -142,7 +153,7 @@ function wire() {
   $("app-select").addEventListener("change", () => { selectApp($("app-select").value); clearAlert(); resetUpload(); load(); });
   $("publish-form").addEventListener("submit", (event) => {
     event.preventDefault();
-    publish(currentSession().app, $("publish-channel").value.trim() || "production", state.staging, state.list?.channels ?? {}, load);
+    publish(currentSession().app, $("publish-channel").value.trim() || "production", state.staging, state.history?.channels ?? {}, load);
   });
   $("compare-form").addEventListener("submit", async (event) => {
     event.preventDefault();
@@ -168,6 +179,8 @@ function wire() {
   });
   $("config-copy").addEventListener("click", () => copy(state.config ?? "", "App configuration"));
   setUpUpload(currentSession, load);
+  setUpChannels(alertError);
+  setUpHistory(alertError);
   setUpRollout(() => currentSession().app, () => $("rollout-channel").value || "production", load);
 }
 

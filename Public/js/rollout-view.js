@@ -88,16 +88,16 @@ function facts(status) {
   return rows.flatMap(([term, value]) => [el("dt", {}, term), el("dd", {}, value)]);
 }
 
-/** Shows the channel's rollout and figures. */
+/** Shows the channel's rollout and figures; returns the rollout's status (null for none). */
 export async function showRollout(app, channel) {
   let fleet;
   try {
     fleet = await call(appPath(app, "/fleet"), { query: { channel, days: 14 } });
   } catch (error) {
     alertError(error);
-    return;
+    return null;
   }
-  const status = fleet.rollout;
+  const status = fleet.rollout ?? null;
   const node = $("rollout-state");
   node.dataset.state = status?.state ?? "none";
   node.textContent = status
@@ -110,6 +110,7 @@ export async function showRollout(app, channel) {
   $("rollout-start-form").hidden = status?.state === "running";
   $("adoption-chart").replaceChildren(adoptionChart(fleet));
   $("failure-chart").replaceChildren(failureChart(fleet));
+  return status;
 }
 
 function fraction(text) {

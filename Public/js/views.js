@@ -1,5 +1,5 @@
-// Renders what the origin reports about an app: its settings, the release each channel serves
-// with its packs, the draft, the history, a comparison, the Info.plist keys.
+// Renders what the origin reports about an app: its settings, the packs of a channel's release,
+// the draft, a comparison (the channels and the history have their own views).
 
 import { $, el, button, labelCells } from "./ui.js";
 import { human, exact, date, protection, difference, patchLines } from "./format.js";
@@ -33,22 +33,6 @@ export function renderApp(summary, session) {
   $("app-facts").replaceChildren(...facts.flatMap(([term, value]) => [el("dt", {}, term), el("dd", {}, value)]));
 }
 
-/** The channels' table; `actions(channel)` gives its buttons. */
-export function renderChannels(list, actions) {
-  const body = $("channels").tBodies[0];
-  const byVersion = new Map(list.releases.map((r) => [r.version, r]));
-  const rows = Object.entries(list.channels ?? {}).sort(([a], [b]) => (a === "production" ? -1 : b === "production" ? 1 : a.localeCompare(b)));
-  body.replaceChildren(...rows.map(([channel, version]) => {
-    const release = byVersion.get(version);
-    return el("tr", { dataChannel: channel },
-      el("th", { scope: "row" }, channel), el("td", { className: "num" }, version),
-      el("td", {}, date(release?.publishedAt)), el("td", {}, date(release?.expiresAt)), el("td", { className: "num" }, release?.packs ?? "—"),
-      el("td", { className: "row-actions" }, actions(channel, version)));
-  }));
-  if (!rows.length) body.replaceChildren(el("tr", {}, el("td", { colSpan: 6 }, "Nothing is released yet: upload a pack and publish the draft.")));
-  labelCells($("channels"));
-}
-
 /** The packs of the release a channel serves. */
 export function renderLivePacks(channel, manifest, remove) {
   $("live-title").textContent = manifest ? `Packs of release ${manifest.version} (${channel})` : "Packs";
@@ -76,20 +60,6 @@ export function renderDraft(staging) {
     ? `${staging.changed.length} pack(s) staged, ${removed.length} removal(s), on top of ${base}; the next release lists ${staging.next.length} pack(s).`
     : `Nothing staged (on top of ${base}). Upload a pack to stage it.`;
   $("publish").disabled = rows.length === 0;
-}
-
-/** The history table and the comparison selectors. */
-export function renderHistory(list, actions) {
-  const releases = [...list.releases].sort((a, b) => b.version - a.version);
-  $("history").tBodies[0].replaceChildren(...releases.map((release) => el("tr", { dataRelease: release.version },
-    el("th", { scope: "row" }, release.version), el("td", {}, date(release.publishedAt)), el("td", { className: "num" }, release.packs),
-    el("td", {}, release.channels.join(", ") || "—"), el("td", { className: "row-actions" }, actions(release)))));
-  labelCells($("history"));
-  for (const [id, pick] of [["compare-from", 1], ["compare-to", 0]]) {
-    const select = $(id), previous = select.value;
-    select.replaceChildren(...releases.map((r) => el("option", { value: r.version }, `release ${r.version}`)));
-    select.value = previous && releases.some((r) => String(r.version) === previous) ? previous : String(releases[Math.min(pick, releases.length - 1)]?.version ?? "");
-  }
 }
 
 export function renderComparison(from, to) {

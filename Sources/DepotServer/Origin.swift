@@ -67,7 +67,8 @@ final class Origin: HTTPHandler {
         let writerMirror = readOnly ? nil : mirror
         // Every change goes to the bucket (with one) and to the patch maker, made just below.
         let afterChange = Mutex<PatchMaker?>(nil)
-        releases = ReleaseStore(folder: folder, apps: apps, manifestLifetime: configuration.manifestLifetime, changed: { app in
+        let urls = PublicURL()
+        releases = ReleaseStore(folder: folder, apps: apps, manifestLifetime: configuration.manifestLifetime, urls: urls, maximumChannels: configuration.maximumChannels, changed: { app in
             writerMirror?.schedule(app)
             afterChange.withLock { $0 }?.schedule(app)
         })
@@ -76,7 +77,7 @@ final class Origin: HTTPHandler {
         unfinishedUploads = readOnly ? [] : unfinished
         uploadExpiry = configuration.uploadExpiry
         accessLog = AccessLog(logger: configuration.logger, sink: configuration.accessLogSink)
-        let folder = folder, cache = FileStampCache<AppSettings>(relativeTo: folder.apps), urls = PublicURL(), metrics = OriginMetrics()
+        let folder = folder, cache = FileStampCache<AppSettings>(relativeTo: folder.apps), metrics = OriginMetrics()
         (self.urls, self.metrics) = (urls, metrics)
         // An app's settings, re-read only when app.json changes.
         let settings: @Sendable (String) -> AppSettings? = { app in

@@ -43,6 +43,9 @@ public struct OriginConfiguration: Sendable {
     /// What one patch may take of the data volume; nil: scratch space of four times the largest
     /// pack, and a quarter of the volume always left free.
     public var patchLimits: PatchLimits?
+    /// The most channels an app may have besides production: a publisher cannot grow an app's
+    /// channels (and what each costs: a pointer, a manifest kept in memory) without bound.
+    public var maximumChannels = ReleaseStore.defaultMaximumChannels
     /// Device reports (`POST …/reports`) accepted per second from one client address (with a
     /// burst of twice as many): generous, since an edge or a carrier's NAT speaks for many devices.
     public var reportRatePerAddress: Double = 200

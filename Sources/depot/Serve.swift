@@ -91,6 +91,9 @@ struct Serve: ParsableCommand {
     @Option(name: .customLong("report-rate-total"), help: "Device reports accepted per second in all, burst twice that (env DEPOT_REPORT_RATE_TOTAL).")
     var reportRateTotal: Int = Environment.int("DEPOT_REPORT_RATE_TOTAL", 2000)
 
+    @Option(name: .customLong("max-channels"), help: "Most channels an app may have besides production; creating one more is refused with 409 too_many_channels (env DEPOT_MAX_CHANNELS).")
+    var maxChannels: Int = Environment.int("DEPOT_MAX_CHANNELS", ReleaseStore.defaultMaximumChannels)
+
     @Option(name: .customLong("patch-depth"), help: "How many earlier revisions of a changed pack get a patch (a delta download) to the new one, made in the background after each release; 0 turns patches off (env DEPOT_PATCH_DEPTH).")
     var patchDepth: Int = Environment.int("DEPOT_PATCH_DEPTH", 3)
 
@@ -124,6 +127,7 @@ struct Serve: ParsableCommand {
         }
         guard replicaInterval >= 1 else { throw ValidationError("--replica-interval must be at least 1") }
         guard reportRatePerAddress >= 1, reportRateTotal >= 1 else { throw ValidationError("--report-rate-per-address and --report-rate-total must be at least 1") }
+        guard maxChannels >= 1 else { throw ValidationError("--max-channels must be at least 1") }
         guard (0...16).contains(patchDepth) else { throw ValidationError("--patch-depth must be 0–16") }
         guard patchScratchLimit >= 0, (0...90).contains(patchDiskReserve) else { throw ValidationError("--patch-scratch-limit must not be negative, --patch-disk-reserve must be 0–90") }
     }
@@ -190,6 +194,7 @@ struct Serve: ParsableCommand {
         configuration.reportRatePerAddress = Double(reportRatePerAddress)
         configuration.reportRateTotal = Double(reportRateTotal)
         configuration.patchDepth = patchDepth
+        configuration.maximumChannels = maxChannels
         configuration.patchLimits = PatchLimits(
             scratchBytes: patchScratchLimit > 0 ? patchScratchLimit : 4 * max(maxPackSize, 1 << 30), reserve: Double(patchDiskReserve) / 100
         )

@@ -35,9 +35,9 @@ struct ChannelTests {
 
             let list = try request(origin, "GET", "/v1/apps/\(app)/channels")
             #expect(list.status == 200)
-            #expect(list.bodyText.contains("\"name\" : \"beta\"") && list.bodyText.contains("\"release\" : 2"))
+            #expect(list.bodyText.contains("{\"manifestURL\":\"http://127.0.0.1:\(origin.port)/v1/apps/\(app)/channels/beta/manifest\",\"name\":\"beta\",\"release\":2}"))
             let releases = try request(origin, "GET", "/v1/apps/\(app)/releases")
-            #expect(releases.bodyText.contains("\"beta\" : 2") && releases.bodyText.contains("\"production\" : 1"))
+            #expect(releases.bodyText.contains("\"channels\":{\"beta\":2,\"production\":1}"))
             let plist = try request(origin, "GET", "/v1/apps/\(app)/info-plist?channel=beta")
             #expect(plist.bodyText.contains("/v1/apps/\(app)/channels/beta/manifest"))
 

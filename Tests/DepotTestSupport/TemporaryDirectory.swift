@@ -6,8 +6,18 @@ public struct TemporaryDirectory: Sendable {
     public let path: String
 
     public init(_ label: String = "depot") {
-        path = FileManager.default.temporaryDirectory.path + "/\(label)-" + Hex.encode(SecureRandom.bytes(6))
+        self.init(label, under: FileManager.default.temporaryDirectory.path)
+    }
+
+    private init(_ label: String, under parent: String) {
+        path = parent + "/\(label)-" + Hex.encode(SecureRandom.bytes(6))
         try! FileSystem.createDirectory(path)
+    }
+
+    /// A fresh folder in memory (`/dev/shm`, where `fsync` costs nothing), or under the system
+    /// temporary directory where there is none: for fixtures of thousands of files.
+    public static func inMemory(_ label: String) -> TemporaryDirectory {
+        FileSystem.isDirectory("/dev/shm") && access("/dev/shm", W_OK) == 0 ? TemporaryDirectory(label, under: "/dev/shm") : TemporaryDirectory(label)
     }
 
     public func remove() { try? FileManager.default.removeItem(atPath: path) }

@@ -39,11 +39,18 @@ struct FloodTests {
             Issue.record("\(tool) is not installed (Deploy/setup.sh installs it)")
             return
         }
-        let work = TemporaryDirectory("depot-flood")
+        // In memory: the history fixture is thousands of files, each made durable as it is written.
+        let work = TemporaryDirectory.inMemory("depot-flood")
         defer { work.remove() }
+        // The origin has lived for years: apps with 3,000 releases, 300 channels, a window of 64
+        // releases of 3,500 packs, a 10,000-pack manifest (HistoryFixture), beside the victim.
+        let shape = HistoryFixture.Shape.large
+        let built = ContinuousClock.now
+        try HistoryFixture.build(data: work.path + "/data", shape: shape)
+        print("flood: history fixture (\(shape)) written in \(ContinuousClock.now - built)")
         let server = try ServeProcess(data: work.path + "/data", environment: [
-            "DEPOT_LOG_LEVEL": "warning", "DEPOT_PUBLIC_DIR": Self.repository + "/Public", "DEPOT_PATCH_DEPTH": "0",
-        ])
+            "DEPOT_LOG_LEVEL": "warning", "DEPOT_PUBLIC_DIR": Self.repository + "/Public", "DEPOT_PATCH_DEPTH": "0", "DEPOT_PUBLIC_URL": HistoryFixture.publicURL,
+        ], bootstrap: false)
         defer { server.process.terminate(); server.process.waitUntilExit() }
         let port = UInt16(server.port)!
         let pid = server.process.processIdentifier
@@ -54,10 +61,8 @@ struct FloodTests {
         // The victim: one 1 KiB pack. The attacker's app: 100 packs in three releases.
         let (victim, app) = ("com.example.victim", "com.example.dev")
         func token(_ app: String) throws -> String {
-            if app != "com.example.dev" {
-                let created = try Processes.run(Processes.depotBinary, ["apps", "create", "--data", work.path + "/data", app])
-                #expect(created.status == 0, "\(created.stderr)")
-            }
+            let created = try Processes.run(Processes.depotBinary, ["apps", "create", "--data", work.path + "/data", app])
+            #expect(created.status == 0, "\(created.stderr)")
             let made = try Processes.run(Processes.depotBinary, ["tokens", "create", "--data", work.path + "/data", "--app", app, "--role", "admin"])
             return try #require(made.stdout.split(separator: "\n").last.map(String.init))
         }
@@ -82,14 +87,14 @@ struct FloodTests {
         // The measured request is checked first: 200 and the right bytes.
         let answer = try call("GET", target)
         #expect(answer.status == 200 && Hex.encode(SHA256Hasher.hash(answer.body)) == targetSHA256)
-        let live = 3
+        let liveOfDev = 3
         // Valid reports: every pack of the live release, each client another error kind.
         let started = ContinuousClock.now
         let kinds = ["http", "transport", "manifest", "integrity", "install", "tooLarge", "tls", "other"]
         var reportFiles: [String] = []
         for (index, kind) in kinds.enumerated() {
-            let report = DeviceReport(channel: "production", release: live, packs: (0..<100).map {
-                .init(id: "p\($0)", revision: live, outcome: .failed, error: kind, bytes: 100)
+            let report = DeviceReport(channel: "production", release: liveOfDev, packs: (0..<100).map {
+                .init(id: "p\($0)", revision: liveOfDev, outcome: .failed, error: kind, bytes: 100)
             })
             let file = work.path + "/report-\(index).json"
             try FileSystem.writeAtomically(report.encoded(), to: file)
@@ -113,7 +118,9 @@ struct FloodTests {
         try FileSystem.writeAtomically(Array("{\"channel\":\"production\",\"release\":".utf8), to: junk)
         let upload = try call("POST", "/v1/apps/\(app)/uploads", token: adminToken)
         let uploadPath = upload.header("Location").flatMap { URL(string: $0)?.path } ?? "/v1/apps/\(app)/uploads/0123456789abcdef0123456789abcdef"
-        let floods: [Flood] = [
+        let pastWindow = work.path + "/past-window.json"
+        try FileSystem.writeAtomically(DeviceReport(channel: "production", release: shape.releases - 100, packs: [.init(id: "p1", revision: 1, outcome: .installed, error: nil, bytes: 10)]).encoded(), to: pastWindow)
+        var floods: [Flood] = [
             Flood(name: "manifest", path: "/v1/apps/\(app)/manifest", expected: [200]),
             Flood(name: "manifest?query", path: "/v1/apps/\(app)/manifest?v=QUERY", expected: [200]),
             Flood(name: "channel manifest", path: "/v1/apps/\(app)/channels/production/manifest", expected: [200]),
@@ -141,6 +148,32 @@ struct FloodTests {
             Flood(name: "dashboard page", path: "/", expected: [200]),
             Flood(name: "dashboard script", path: "/js/main.js", expected: [200]),
         ]
+        // The same routes of the apps with years of history, cycling where a client can.
+        let (old1, old2, big) = (HistoryFixture.historyApps[0], HistoryFixture.historyApps[1], HistoryFixture.bigApp)
+        let live = shape.releases
+        // Reports about every release of the window of both apps, each client starting at
+        // another one (curl runs the list in order, `#[1-1000]` times each).
+        let steady = "w\(shape.windowPacks - 1)"
+        var windowReports: [String] = []
+        for (app, release) in [old1, old2].flatMap({ app in (live - shape.window + 1...live).map { (app, $0) } }) {
+            let file = work.path + "/window-\(app)-\(release).json"
+            let report = DeviceReport(channel: "production", release: release, packs: [.init(id: steady, revision: 1, outcome: .installed, error: nil, bytes: 10)])
+            try FileSystem.writeAtomically(report.encoded(), to: file)
+            windowReports.append("/v1/apps/\(app)/reports|" + file)
+        }
+        floods += [
+            Flood(name: "history: manifest (3,500 packs)", path: "/v1/apps/\(old1)/manifest", expected: [200]),
+            Flood(name: "history: 10,000-pack manifest", path: "/v1/apps/\(big)/manifest", expected: [200]),
+            Flood(name: "history: 10,000-pack info-plist", path: "/v1/apps/\(big)/info-plist", expected: [200]),
+            Flood(name: "history: channel manifests (300, cycling)", path: "/v1/apps/\(old1)/channels/c[1-300]/manifest", expected: [200]),
+            Flood(name: "history: releases (3,000)", path: "/v1/apps/\(old1)/releases", expected: [200]),
+            Flood(name: "history: release pages (cycling)", path: "/v1/apps/\(old1)/releases?limit=500&before=[1-3000]", expected: [200]),
+            Flood(name: "history: releases by number (3,000, cycling)", path: "/v1/apps/\(old1)/releases/[1-3000]", expected: [200]),
+            Flood(name: "history: channels (300)", path: "/v1/apps/\(old1)/channels", expected: [200]),
+            Flood(name: "history: info-plist of channels (cycling)", path: "/v1/apps/\(old1)/info-plist?channel=c[1-300]", expected: [200]),
+            Flood(name: "history: reports across the window of two apps", method: "POST", path: "", headers: ["Content-Type: application/json"], bodies: windowReports, expected: [202, 429, 503]),
+            Flood(name: "history: reports about a release past the window", method: "POST", path: "/v1/apps/\(old1)/reports", headers: ["Content-Type: application/json"], bodies: [pastWindow], expected: [422, 429]),
+        ]
         let control = Flood(name: "healthz (control)", path: "/healthz", expected: [200])
 
         /// Starts the 8 flooding curl processes; each checked first to get an expected status.
@@ -148,6 +181,29 @@ struct FloodTests {
             var processes: [Process] = []
             for client in 0..<8 {
                 let source = "127.0.0.\(2 + client)"
+                if flood.path.isEmpty {
+                    // A list of (path|body) pairs: a curl config naming each in turn, from this client's place in it.
+                    let config = work.path + "/flood-\(client).curl"
+                    var text = ""
+                    for index in 0..<flood.bodies.count {
+                        let parts = flood.bodies[(index + client * flood.bodies.count / 8) % flood.bodies.count].split(separator: "|")
+                        text += "url = \"http://127.0.0.1:\(port)\(parts[0])#[1-1000]\"\ndata-binary = \"@\(parts[1])\"\n"
+                        for header in flood.headers { text += "header = \"\(header)\"\n" }
+                        text += "output = \"/dev/null\"\nrequest = \"\(flood.method)\"\nnext\n"
+                    }
+                    try FileSystem.writeAtomically(Array(text.utf8), to: config)
+                    let first = flood.bodies[(client * flood.bodies.count / 8) % flood.bodies.count].split(separator: "|")
+                    let probe = try Processes.run("/usr/bin/curl", ["-s", "-o", "/dev/null", "--interface", source, "-X", flood.method, "-w", "%{http_code}", "--data-binary", "@" + first[1]] + flood.headers.flatMap { ["-H", $0] } + ["http://127.0.0.1:\(port)" + first[0]])
+                    #expect(flood.expected.contains(Int(probe.stdout) ?? 0), "\(flood.name): \(probe.stdout) \(probe.stderr)")
+                    let process = Process()
+                    process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
+                    process.arguments = ["-s", "--interface", source, "--parallel", "--parallel-max", "4", "--parallel-immediate", "-K", config]
+                    process.standardOutput = FileHandle.nullDevice
+                    process.standardError = FileHandle.nullDevice
+                    try process.run()
+                    processes.append(process)
+                    continue
+                }
                 // curl's glob makes the one command a flood: in the query string where the route asks
                 // for one, else in the fragment (never sent: the same request again and again).
                 let url = "http://127.0.0.1:\(port)" + (flood.path.contains("QUERY") ? flood.path.replacingOccurrences(of: "QUERY", with: "[1-100000000]") : flood.path + "#[1-100000000]")
@@ -156,7 +212,9 @@ struct FloodTests {
                 for header in flood.headers { arguments += ["-H", header] }
                 if !flood.bodies.isEmpty { arguments += ["--data-binary", "@" + flood.bodies[client % flood.bodies.count]] }
                 // The route answers as the docs say before it is timed.
-                let probe = try Processes.run("/usr/bin/curl", arguments + ["-w", "%{http_code}", url.replacingOccurrences(of: "#[1-100000000]", with: "").replacingOccurrences(of: "[1-100000000]", with: "0")])
+                let probed = url.replacingOccurrences(of: "#[1-100000000]", with: "").replacingOccurrences(of: "[1-100000000]", with: "0")
+                    .replacingOccurrences(of: #"\[(\d+)-\d+\]"#, with: "$1", options: .regularExpression)
+                let probe = try Processes.run("/usr/bin/curl", arguments + ["-w", "%{http_code}", probed])
                 #expect(flood.expected.contains(Int(probe.stdout) ?? 0), "\(flood.name): \(probe.stdout) \(probe.stderr)")
                 let process = Process()
                 process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")

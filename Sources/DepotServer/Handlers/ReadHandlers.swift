@@ -41,7 +41,7 @@ struct ReadHandlers: Sendable {
             throw DepotError.notFound(channel == ReleaseStore.production ? "a release of app \(context.app)" : "channel \(channel) of app \(context.app)")
         }
         return Representation(
-            source: .shared(envelopes.body(live.envelope, etag: live.etag)), size: Int64(live.envelope.count), etag: live.etag, lastModified: live.manifest.publishedAt,
+            source: .shared(envelopes.body(live.envelope, etag: live.etag, key: context.app + "\u{0}" + channel)), size: Int64(live.envelope.count), etag: live.etag, lastModified: live.manifest.publishedAt,
             contentType: "application/json",
             cacheControl: Representation.cacheControl("public, max-age=\(manifestMaxAge), must-revalidate", gated: context.gated)
         ).response(to: context.request)
@@ -58,7 +58,7 @@ struct ReadHandlers: Sendable {
         guard let live = try releases.current(context.app, channel: channel) else {
             throw DepotError.notFound(channel == ReleaseStore.production ? "a release of app \(context.app)" : "channel \(channel) of app \(context.app)")
         }
-        let (body, etag) = downloadManifests.body(of: live)
+        let (body, etag) = downloadManifests.body(of: live, key: context.app + "\u{0}" + channel)
         return Representation(
             source: .shared(body), size: Int64(body.count), etag: etag, lastModified: live.manifest.publishedAt, contentType: "application/json",
             cacheControl: Representation.cacheControl("public, max-age=\(manifestMaxAge), must-revalidate", gated: context.gated)
@@ -81,49 +81,49 @@ struct ReadHandlers: Sendable {
         ).response(to: context.request)
     }
 
-    /// `GET …/releases`: every release and the channels serving it (the releases' summaries are
-    /// kept until the releases change; the channels are read per request).
+    /// `GET …/releases[?before=V][&limit=N]`: a page of the app's releases (the newest `limit`,
+    /// 100 by default and 500 at most, below release `before`), oldest first, with the app's
+    /// channels, the count of all its releases and the path of the next (older) page. What a
+    /// request costs does not depend on the history: the first page is kept, made once per
+    /// change; another is copied from the kept summaries of its releases.
     func releaseList(_ context: RequestContext) throws -> HTTPResponse {
         let app = context.app
-        // The files the list is made from, by their stamps (four stats): while none changed, the
-        // body made last is the answer. A pointer is replaced by a rename, which changes its folder.
-        let folder = releases.folder
-        let stamps = [folder.currentPointer(app), folder.channels(app), folder.head(app), folder.releases(app)].map { FileStampCache<Int>.stamp($0) }
-        let body: [UInt8]
+        var limit = ReleaseHistory.defaultPage
+        if let text = context.query("limit") {
+            guard let value = Int(text), (1...ReleaseHistory.largestPage).contains(value) else { throw DepotError.badRequest("limit is 1 to \(ReleaseHistory.largestPage)") }
+            limit = value
+        }
+        var before: Int?
+        if let text = context.query("before") {
+            guard let value = Int(text), value >= 1 else { throw DepotError.badRequest("before is a release number") }
+            before = value
+        }
+        let history = try releases.history.snapshot(app)
+        let source: Representation.Source
+        let size: Int
         let etag: String
-        if let known = plists.lists.withLock({ $0[app] }), known.stamps == stamps {
-            (body, etag) = (known.body, known.etag)
+        if before == nil && limit == ReleaseHistory.defaultPage {
+            (source, size, etag) = (.shared(history.firstPage.body), history.firstPage.body.count, history.firstPage.etag)
         } else {
-            let channels = releases.channels(app)
-            let live = channels[ReleaseStore.production]
-            var serving: [Int: [String]] = [:]
-            for (channel, version) in channels { serving[version, default: []].append(channel) }
-            let list = try releases.releaseFacts(app).map { facts in
-                ReleaseSummary(
-                    version: facts.version, publishedAt: facts.publishedAt, expiresAt: facts.expiresAt, packs: facts.packs,
-                    live: facts.version == live, channels: (serving[facts.version] ?? []).sorted(), url: urls.release(app, facts.version)
-                )
-            }
-            body = Array(try StoredJSON.encoder.encode(ReleaseList(app: app, live: live, channels: channels, releases: list))) + [10]
-            etag = Representation.etag(of: body)
-            plists.lists.withLock { lists in
-                if lists.count >= 4096 { lists.removeAll() }
-                lists[app] = (stamps, body, etag)
-            }
+            let body = try ReleaseHistory.page(
+                app: app, live: history.channels[ReleaseStore.production], channels: history.channels, releases: history.releases,
+                summaries: history.summaries, before: before, limit: limit
+            )
+            (source, size, etag) = (.bytes(body), body.count, "\"\(history.digest)-b\(before ?? 0)-l\(limit)\"")
         }
         return Representation(
-            source: .bytes(body), size: Int64(body.count), etag: etag, lastModified: nil, contentType: "application/json",
+            source: source, size: Int64(size), etag: etag, lastModified: nil, contentType: "application/json",
             cacheControl: Representation.cacheControl("public, max-age=0, must-revalidate", gated: context.gated)
         ).response(to: context.request)
     }
 
-    /// `GET …/channels`: the channels and the release each serves.
+    /// `GET …/channels`: the channels and the release each serves (kept, made once per change).
     func channelList(_ context: RequestContext) throws -> HTTPResponse {
-        let app = context.app
-        let channels = releases.channels(app).sorted { $0.key < $1.key }.map {
-            ChannelList.Channel(name: $0.key, release: $0.value, manifestURL: urls.manifest(app, channel: $0.key))
-        }
-        return try JSONResponse.listing(ChannelList(app: app, channels: channels), gated: context.gated, to: context.request)
+        let kept = try releases.history.snapshot(context.app).channelList
+        return Representation(
+            source: .shared(kept.body), size: Int64(kept.body.count), etag: kept.etag, lastModified: nil, contentType: "application/json",
+            cacheControl: Representation.cacheControl("public, max-age=0, must-revalidate", gated: context.gated)
+        ).response(to: context.request)
     }
 
     /// `GET …/blobs/{sha256}`: a pack's container, by sendfile. Only a blob that a release of
@@ -200,43 +200,40 @@ struct ReadHandlers: Sendable {
     }
 }
 
-/// The Info.plist keys' bodies, per app and channel, and the release lists' bodies, per app
-/// (bounded by the apps and their channels).
+/// The Info.plist keys' bodies, per app and channel (bounded by the apps and their channels).
 final class InfoPlistBodies: Sendable {
     let kept = Mutex<[String: (etag: String, settings: AppSettings?, body: [UInt8])]>([:])
-    let lists = Mutex<[String: (stamps: [FileStamp?], body: [UInt8], etag: String)]>([:])
 }
 
 /// The bodies of live envelopes, shared by every response that sends one (a 1,000-pack
 /// manifest is about 600 KB; copied per request, it cost a memcpy and its memory per connection).
+/// One per app and channel, the live one: a new release replaces its channel's body, so the
+/// memory is bounded by the live manifests, whatever the history.
 final class EnvelopeBodies: Sendable {
-    private let bodies = Mutex<[String: SharedBytes]>([:])
+    private let bodies = Mutex<[String: (etag: String, body: SharedBytes)]>([:])
 
-    func body(_ envelope: [UInt8], etag: String) -> SharedBytes {
-        if let hit = bodies.withLock({ $0[etag] }) { return hit }
+    func body(_ envelope: [UInt8], etag: String, key: String) -> SharedBytes {
+        if let hit = bodies.withLock({ $0[key] }), hit.etag == etag { return hit.body }
         let made = SharedBytes(envelope)
         bodies.withLock { cache in
-            // Channels and apps are few; a full cache starts over rather than tracking age.
-            if cache.count >= 256 { cache.removeAll() }
-            cache[etag] = made
+            // Keyed by channels that exist (the route found a live release): bounded by the apps' channels.
+            cache[key] = (etag, made)
         }
         return made
     }
 }
 
-/// Managed apps' download manifests, made once per live release and shared by every response.
+/// Managed apps' download manifests, made once per live release and shared by every response;
+/// one per app and channel, as ``EnvelopeBodies``.
 final class DownloadManifestBodies: Sendable {
-    private let bodies = Mutex<[String: (SharedBytes, String)]>([:])
+    private let bodies = Mutex<[String: (etag: String, made: (SharedBytes, String))]>([:])
 
-    /// The download manifest of `live` and its ETag.
-    func body(of live: LiveManifest) -> (SharedBytes, String) {
-        if let hit = bodies.withLock({ $0[live.etag] }) { return hit }
+    /// The download manifest of `live` (served on the channel `key` names) and its ETag.
+    func body(of live: LiveManifest, key: String) -> (SharedBytes, String) {
+        if let hit = bodies.withLock({ $0[key] }), hit.etag == live.etag { return hit.made }
         let bytes = DownloadManifest(release: live.manifest).encoded()
         let made = (SharedBytes(bytes), Representation.etag(of: bytes))
-        bodies.withLock { cache in
-            if cache.count >= 256 { cache.removeAll() }
-            cache[live.etag] = made
-        }
+        bodies.withLock { $0[key] = (live.etag, made) }
         return made
     }
 }

@@ -97,7 +97,8 @@ struct RolloutHandlers: Sendable {
             // a new connection per request.
             return .receiveBody(DiscardingReceiver(answer: ErrorResponse.response(for: refusal)))
         }
-        return .receiveBody(ReportReceiver(app: app, book: rollouts.reports, metrics: metrics))
+        let address = ReportRateLimiter.key(context.request.clientAddress ?? "")
+        return .receiveBody(ReportReceiver(app: app, book: rollouts.reports, metrics: metrics, charge: { [limiter] cost in limiter.charge(address: address, cost: cost) }))
     }
 
     static func `private`(_ value: some Encodable, status: Int = 200) throws -> HTTPResponse {
@@ -112,11 +113,13 @@ final class ReportReceiver: HTTPBodyReceiver {
     private let app: String
     private let book: ReportBook
     private let metrics: OriginMetrics
+    /// Charges the sender's rate buckets for the work its report made (a release's listing read).
+    private let charge: (Double) -> Void
     private var body: [UInt8] = []
     private var failed = false
 
-    init(app: String, book: ReportBook, metrics: OriginMetrics) {
-        (self.app, self.book, self.metrics) = (app, book, metrics)
+    init(app: String, book: ReportBook, metrics: OriginMetrics, charge: @escaping (Double) -> Void = { _ in }) {
+        (self.app, self.book, self.metrics, self.charge) = (app, book, metrics, charge)
     }
 
     func receive(_ chunk: UnsafeRawBufferPointer) -> HTTPResponse? {
@@ -140,7 +143,7 @@ final class ReportReceiver: HTTPBodyReceiver {
                 throw DepotError.badRequest(error.description + "; the report was not counted")
             }
             do {
-                try book.accept(report, app: app)
+                try book.accept(report, app: app, charge: charge)
             } catch let error as DepotError {
                 metrics.report(app: app, result: error.code)
                 throw error
@@ -238,6 +241,17 @@ final class ReportRateLimiter: Sendable {
             }
             state.byAddress[address] = mine
             return nil
+        }
+    }
+
+    /// Charges an address for work its report caused beyond its size (a release's listing read):
+    /// its bucket may go into debt, down to minus a burst, which its next reports wait out. (Not
+    /// the bucket of all: one sender's debt would refuse every other sender's reports.)
+    func charge(address: String, cost: Double) {
+        state.withLock { state in
+            guard var mine = state.byAddress[address] else { return }
+            mine.tokens = max(-perAddress * 2, mine.tokens - cost)
+            state.byAddress[address] = mine
         }
     }
 }

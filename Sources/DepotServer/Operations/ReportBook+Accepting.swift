@@ -8,7 +8,14 @@ extension ReportBook {
     /// Checks `report` against what its channel served and queues it to be counted; throws
     /// ``DepotError`` (422) for a report about something the channel did not serve, and
     /// `503` with `Retry-After` when the queue is full.
-    func accept(_ report: DeviceReport, app: String, now: Date = Date()) throws {
+    ///
+    /// What a report costs does not depend on the app's history: the channel, the release
+    /// number and the channel the release was published for are checked against kept facts
+    /// (``ReleaseHistory``) before any listing is looked at; a listing not kept is read off the
+    /// serving thread (``ReleaseListings``), the report answered `503` meanwhile. `charge` is
+    /// told the extra work a report made the origin do (a listing read), in the rate limiter's
+    /// tokens.
+    func accept(_ report: DeviceReport, app: String, now: Date = Date(), charge: (Double) -> Void = { _ in }) throws {
         // The channel's live release (cached: no file is read per report once it is known).
         guard let live = try releases.current(app, channel: report.channel) else {
             throw DepotError(.unprocessable, "unknown_channel", "app \(app) has no channel \(report.channel); the report was not counted")
@@ -19,12 +26,30 @@ extension ReportBook {
         guard report.release >= live.version - Self.servedWindow else {
             throw DepotError(.unprocessable, "release_not_served", "channel \(report.channel) of app \(app) serves release \(live.version); reports about release \(report.release) are no longer counted")
         }
-        let listing = try listing(app, release: report.release)
-        guard report.release == live.version || served(listing, app: app, channel: report.channel, release: report.release) else {
-            throw DepotError(.unprocessable, "release_not_served", "channel \(report.channel) of app \(app) did not serve release \(report.release); the report was not counted")
+        let listing: ReleaseListings.Listing
+        if report.release == live.version {
+            // The live release is in memory: its listing is made from it once.
+            listing = listings.kept(app, live.version) ?? listings.keep(app, live.manifest)
+        } else {
+            guard let facts = try releases.history.snapshot(app).release(report.release) else {
+                throw DepotError(.unprocessable, "unknown_release", "app \(app) has no release \(report.release); the report was not counted")
+            }
+            guard facts.channel == report.channel || promoted(app: app, channel: report.channel, release: report.release) else {
+                throw DepotError(.unprocessable, "release_not_served", "channel \(report.channel) of app \(app) did not serve release \(report.release); the report was not counted")
+            }
+            if let kept = listings.kept(app, report.release) {
+                listing = kept
+            } else if facts.packs <= ReleaseListings.inlinePacks, let manifest = try releases.release(app, report.release)?.manifest {
+                charge(Double(facts.packs) / 64)
+                listing = listings.keep(app, manifest)
+            } else {
+                // Charged to the sender whose report has it read (not to those that ask again meanwhile).
+                if listings.request(app, report.release) { charge(Double(facts.packs) / 64) }
+                throw HTTPFailure(status: 503, code: "reports_busy", message: "the origin is reading release \(report.release) of app \(app); send the report again in a second", headers: [("Retry-After", "1")])
+            }
         }
         for pack in report.packs {
-            guard let most = listing.sizes["\(pack.id)@\(pack.revision)"] else {
+            guard let most = listing.most(pack.id, pack.revision) else {
                 throw DepotError(.unprocessable, "unknown_revision", "release \(report.release) of app \(app) does not list revision \(pack.revision) of pack \(pack.id); the report was not counted")
             }
             guard pack.bytes <= most else {
@@ -48,38 +73,16 @@ extension ReportBook {
         if backlog, let wake = wake.withLock({ $0 }) { wake() }
     }
 
-    /// Whether `channel` served `release` (besides the live one): published for it, or signed
-    /// for it by a promotion (a file that appears once and stays; only its presence is cached).
-    private func served(_ listing: Listing, app: String, channel: String, release: Int) -> Bool {
-        if listing.channel == channel { return true }
+    /// Whether `channel` was given `release` by a promotion (a signed copy: a file that
+    /// appears once and stays; only its presence is cached).
+    private func promoted(app: String, channel: String, release: Int) -> Bool {
         let key = app + "\u{0}" + channel + "\u{0}\(release)"
-        if listed.withLock({ $0.promoted.contains(key) }) { return true }
+        if promotions.withLock({ $0.contains(key) }) { return true }
         guard FileSystem.exists(releases.signedCopyPath(app, channel: channel, release)) else { return false }
-        listed.withLock { cache in
-            if cache.promoted.count >= Self.listingLimit { cache.promoted = [] }
-            cache.promoted.insert(key)
+        promotions.withLock { cache in
+            if cache.count >= Self.promotionLimit { cache.remove(cache.first!) }
+            cache.insert(key)
         }
         return true
-    }
-
-    /// What release `release` of `app` lists (its packs and its rollout's candidates), each with
-    /// the most bytes a device downloads for it (the container, or a larger patch).
-    private func listing(_ app: String, release: Int) throws -> Listing {
-        let cacheKey = app + "\u{0}\(release)"
-        if let known = listed.withLock({ $0.byRelease[cacheKey] }) { return known }
-        guard let manifest = try releases.release(app, release)?.manifest else {
-            throw DepotError(.unprocessable, "unknown_release", "app \(app) has no release \(release); the report was not counted")
-        }
-        var sizes: [String: Int64] = [:]
-        for entry in manifest.allEntries {
-            sizes["\(entry.id)@\(entry.revision)"] = max(entry.size, (entry.patches ?? []).map(\.size).max() ?? 0)
-        }
-        let listing = Listing(sizes: sizes, channel: manifest.channel ?? ReleaseStore.production)
-        listed.withLock { cache in
-            if cache.entries + sizes.count > Self.listingLimit { (cache.entries, cache.byRelease) = (0, [:]) }
-            cache.byRelease[cacheKey] = listing
-            cache.entries += sizes.count
-        }
-        return listing
     }
 }

@@ -83,14 +83,11 @@ final class ReportBook: Sendable {
     /// When the last write began.
     let lastFlush = Mutex(ContinuousClock.now)
 
-    /// What a release lists (per `pack@revision`, the most bytes a device downloads for it) and
-    /// the channel it was published for; releases never change. At most ``listingLimit`` entries.
-    struct Listing: Sendable {
-        var sizes: [String: Int64]
-        var channel: String
-    }
-    let listed = Mutex<(entries: Int, byRelease: [String: Listing], promoted: Set<String>)>((0, [:], []))
-    static let listingLimit = 200_000
+    /// What the releases reports name list (kept, least recently used evicted one at a time).
+    let listings: ReleaseListings
+    /// Promotions seen (app, channel, release), at most ``promotionLimit``.
+    let promotions = Mutex<Set<String>>([])
+    static let promotionLimit = 200_000
     /// The rows of other origins' days kept decoded, at most.
     static let otherRowsLimit = 400_000
     /// The guard's sums over past days (which no longer change here), by rollout and day.
@@ -106,6 +103,10 @@ final class ReportBook: Sendable {
     ) throws {
         (self.folder, self.releases, self.mirror, self.logger, self.metrics) = (folder, releases, mirror, logger, metrics)
         (self.newRowBurst, self.newRowsPerDay) = (newRowBurst, newRowsPerDay)
+        let listings = ReleaseListings { [releases] app, version in try? releases.release(app, version)?.manifest }
+        self.listings = listings
+        // A release's listing is kept as it is published: reports about it never wait.
+        releases.published.withLock { $0 = { app, manifest in listings.keep(app, manifest) } }
         if let id = (try? FileSystem.readFile(folder.originID, limit: 64)).map({ String(decoding: $0, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines) }),
            id.utf8.count == 32, Hex.decode(id) != nil {
             originID = id

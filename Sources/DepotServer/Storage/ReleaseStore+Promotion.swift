@@ -25,6 +25,7 @@ extension ReleaseStore {
             if let now, now > version {
                 throw DepotError.conflict("channel_backwards", "channel \(channel) serves release \(now); it only moves forward. To go back, roll back (a new release with release \(version)'s packs)")
             }
+            try checkRoom(for: channel, app: app)
             let release = try load(app, version)
             // Checked as the channel will serve it: without the release's rollout.
             var target = release.manifest
@@ -43,6 +44,7 @@ extension ReleaseStore {
             let served = try signed(release, for: channel, app: app, packs: swept ? packs : nil, withoutRollout: true)
             try FileSystem.createDirectory(folder.channels(app))
             try FileSystem.writeAtomically(Array("\(version)\n".utf8), to: pointerPath(app, channel))
+            history.record(app, channel: channel, version: version)
             live.withLock { $0[app + "\u{0}" + channel] = served }
             return true
         }
@@ -62,6 +64,7 @@ extension ReleaseStore {
             if let rollout = try current(app, channel: channel)?.manifest.rollout, rollout.fraction > 0 { throw Self.rolloutRunning(rollout, channel: channel) }
             FileSystem.remove(pointerPath(app, channel))
             try FileSystem.syncDirectory(folder.channels(app))
+            history.record(app, channel: channel, version: nil)
             live.withLock { $0[app + "\u{0}" + channel] = nil }
         }
         changed(app)

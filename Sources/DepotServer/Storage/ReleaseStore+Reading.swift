@@ -6,22 +6,13 @@ import Synchronization
 /// What anonymous readers of an app's releases get, at a bounded cost per request: no release
 /// file is decoded per request. A release's own route sends its bytes from memory (or its file
 /// by `sendfile` once the kept bytes are full) with its ETag and date kept per file version (a
-/// few stats per request); the release list is made once per change of the releases folder and
-/// kept (a small summary per release).
+/// few stats per request). The listings' facts are ``ReleaseHistory``'s.
 extension ReleaseStore {
     /// The ETag and publication date of one release file (kept per file version).
     struct ReleaseFileFacts: Sendable {
         var etag: String
         var publishedAt: Date
         var size: Int64
-    }
-
-    /// One release's summary in the list (without its channels, which are read per request).
-    struct ReleaseFacts: Sendable {
-        var version: Int
-        var publishedAt: Date
-        var expiresAt: Date
-        var packs: Int
     }
 
     /// What the release route sends: the bytes kept in memory, or the file (by `sendfile`).
@@ -93,21 +84,6 @@ extension ReleaseStore {
         }
         return head
     }
-
-    /// Every visible release of `app`, oldest first, as the list shows it: made again only when
-    /// the releases folder or `head` changed.
-    func releaseFacts(_ app: String) throws -> [ReleaseFacts] {
-        let head = head(app)
-        let stamp = FileStampCache<Int>.stamp(folder.releases(app))
-        if let known = reading.lists.withLock({ $0[app] }), known.head == head, known.stamp == stamp { return known.facts }
-        let facts = try list(app).map { ReleaseFacts(version: $0.version, publishedAt: $0.publishedAt, expiresAt: $0.expiresAt, packs: $0.packs.count) }
-        reading.lists.withLock { lists in
-            // Keyed by app ids the route checked exist: bounded by the apps.
-            if lists.count >= 4096 { lists.removeAll() }
-            lists[app] = (head, stamp, facts)
-        }
-        return facts
-    }
 }
 
 /// The caches behind ``ReleaseStore``'s reading routes.
@@ -116,7 +92,6 @@ final class ReleaseReadingCaches: Sendable {
     /// real origin) is under 100 MiB at worst, so that walking every release of every app does not
     /// empty it.
     let files = FileStampCache<ReleaseStore.ReleaseFileFacts>(limit: 262_144)
-    let lists = Mutex<[String: (head: Int, stamp: FileStamp?, facts: [ReleaseStore.ReleaseFacts])]>([:])
     /// Per app, ``ReleaseStore/visibleHead(_:)`` and the stamps it was read under.
     let heads = Mutex<[String: (stamps: [FileStamp?], head: Int)]>([:])
     /// Release files' bytes by path (with the ETag they were read under), sent from memory.

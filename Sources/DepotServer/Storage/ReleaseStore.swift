@@ -29,23 +29,48 @@ public final class ReleaseStore: Sendable {
     /// Per app, what its releases hold (the highest revision of each pack id, every blob they
     /// name): loaded once, kept up to date by every publish.
     let indexes = Mutex<(generation: Int, byApp: [String: ReleaseIndex])>((0, [:]))
-    /// What the reading routes keep (``releaseFile(_:_:)``, ``releaseFacts(_:)``).
+    /// What the reading routes keep (``releaseFile(_:_:)``; the listings are ``history``'s).
     let reading = ReleaseReadingCaches()
     /// How long a signed manifest stays valid.
     let manifestLifetime: TimeInterval
-    /// Told the app after each change of its releases or channels (the bucket mirror).
+    /// Told the app after each change of its releases or channels (the bucket mirror, the patch maker).
     let changed: @Sendable (String) -> Void
+    /// Told each release as it is made visible (the report book keeps its listing).
+    let published = Mutex<(@Sendable (String, Manifest) -> Void)?>(nil)
+    /// What the anonymous listings know of each app's releases and channels, kept.
+    let history: ReleaseHistory
+    /// The most channels an app may have besides production (`depot serve --max-channels`).
+    let maximumChannels: Int
 
-    init(folder: DataFolder, apps: AppStore, manifestLifetime: TimeInterval, changed: @escaping @Sendable (String) -> Void = { _ in }) {
+    init(
+        folder: DataFolder, apps: AppStore, manifestLifetime: TimeInterval, urls: PublicURL = PublicURL(), maximumChannels: Int = ReleaseStore.defaultMaximumChannels,
+        changed: @escaping @Sendable (String) -> Void = { _ in }
+    ) {
         self.folder = folder
         self.apps = apps
         drafts = DraftStore(folder: folder)
         self.manifestLifetime = manifestLifetime
+        self.maximumChannels = maximumChannels
+        history = ReleaseHistory(folder: folder, urls: urls)
         self.changed = changed
+    }
+
+    /// Channels per app besides production, unless the operator says otherwise.
+    public static let defaultMaximumChannels = 1_000
+
+    /// Refuses a new channel past ``maximumChannels`` (call under the publish lock, before the
+    /// channel's first pointer is written).
+    func checkRoom(for channel: String, app: String) throws {
+        guard channel != Self.production, !FileSystem.exists(pointerPath(app, channel)) else { return }
+        let count = FileSystem.contents(of: folder.channels(app)).count { Identifier.isValidChannel($0) }
+        guard count < maximumChannels else {
+            throw DepotError.conflict("too_many_channels", "app \(app) has \(count) channels besides production, the most this origin keeps (depot serve --max-channels \(maximumChannels)); remove one (depot channels remove) or raise the limit. Nothing changed")
+        }
     }
 
     /// Drops what is cached of `app` (a replica, after its files changed underneath).
     func forget(_ app: String) {
+        history.forget(app)
         live.withLock { cache in
             for key in cache.keys where key.hasPrefix(app + "\u{0}") { cache[key] = nil }
         }
@@ -241,6 +266,7 @@ public final class ReleaseStore: Sendable {
                 try then?()
                 return nil
             }
+            try checkRoom(for: channel, app: app)
             let packs = try raisingRevisions(edited, over: base?.manifest.packs ?? [], candidates: liveRollout?.packs ?? [], app: app)
             // Start-up removed any release a crash left unpublished, so the next number is free;
             // the files still count, so that a number is never written twice.
@@ -271,6 +297,8 @@ public final class ReleaseStore: Sendable {
             try noteReleased(manifest.allEntries, app: app)
             if channel != Self.production { try FileSystem.createDirectory(folder.channels(app)) }
             try FileSystem.writeAtomically(Array("\(version)\n".utf8), to: pointerPath(app, channel))
+            history.record(app, release: ReleaseHistory.Release(manifest), channel: channel, version: version)
+            published.withLock { $0 }?(app, manifest)
             let published = LiveManifest(
                 version: version, envelope: envelope, etag: "\"" + Hex.encode(SHA256Hasher.hash(envelope)) + "\"", manifest: manifest
             )

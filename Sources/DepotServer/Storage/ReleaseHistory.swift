@@ -1,0 +1,234 @@
+import DepotCore
+import DepotHTTP
+import Foundation
+import Synchronization
+
+/// What the anonymous routes know of an app's releases and channels, kept so that a request
+/// costs the same whatever the app's history: per release a few facts (its dates, its pack
+/// count, the channel it was published for), every channel's release, and the answers of
+/// `GET …/channels` and of `GET …/releases`'s first page, made once per change.
+///
+/// Every change this process makes (a publish, a promotion, a channel removed) is recorded into
+/// the kept snapshot as it is made (``record(_:release:channel:version:)``): nothing is read
+/// again. A change made underneath (a replica's pull, a hand) is seen by four stamps (`head`,
+/// the production pointer, the channels folder, the releases folder: every change replaces a
+/// file by a rename, which restamps its folder); a request that finds them changed rebuilds
+/// the snapshot under one lock (one builder, however many requests arrive meanwhile), reading
+/// the channel pointers (at most `--max-channels`), the folder's names, and only the release
+/// files it has not read before (they are immutable). History is read once per process.
+final class ReleaseHistory: Sendable {
+    /// One release as the listings show it.
+    struct Release: Sendable, Equatable {
+        var version: Int
+        var publishedAt: Date
+        var expiresAt: Date
+        var packs: Int
+        /// The channel it was published for (production for releases that named none).
+        var channel: String
+
+        init(_ manifest: Manifest) {
+            (version, publishedAt, expiresAt, packs) = (manifest.version, manifest.publishedAt, manifest.expiresAt, manifest.packs.count)
+            channel = manifest.channel ?? ReleaseStore.production
+        }
+    }
+
+    /// One app's history at its stamps; immutable.
+    final class Snapshot: Sendable {
+        let stamps: [FileStamp?]
+        let generation: Int
+        let head: Int
+        let channels: [String: Int]
+        /// Visible releases, oldest first; `index[version]` is a release's place.
+        let releases: [Release]
+        let index: [Int: Int]
+        /// Each release's summary as `GET …/releases` lists it (compact JSON), by place.
+        let summaries: [[UInt8]]
+        /// The answers kept: the channel list, and the release list's first page.
+        let channelList: (body: SharedBytes, etag: String)
+        let firstPage: (body: SharedBytes, etag: String)
+        /// Identifies this snapshot's content (the ETag of any other page is made from it).
+        let digest: String
+
+        init(
+            stamps: [FileStamp?], generation: Int, head: Int, channels: [String: Int], releases: [Release], summaries: [[UInt8]],
+            channelList: (SharedBytes, String), firstPage: (SharedBytes, String), digest: String
+        ) {
+            (self.stamps, self.generation, self.head, self.channels, self.releases) = (stamps, generation, head, channels, releases)
+            var index: [Int: Int] = [:]
+            index.reserveCapacity(releases.count)
+            for (place, release) in releases.enumerated() { index[release.version] = place }
+            self.index = index
+            (self.summaries, self.channelList, self.firstPage, self.digest) = (summaries, channelList, firstPage, digest)
+        }
+
+        func release(_ version: Int) -> Release? { index[version].map { releases[$0] } }
+    }
+
+    /// The summaries a page of `GET …/releases` holds by default, and at most.
+    static let defaultPage = 100
+    static let largestPage = 500
+
+    private let folder: DataFolder
+    private let urls: PublicURL
+    private let kept = Mutex<[String: Snapshot]>([:])
+    private let generations = Mutex<[String: Int]>([:])
+    /// Held while a snapshot is rebuilt: one builder at a time, never by a request that found a valid one.
+    private let building = Mutex(())
+
+    init(folder: DataFolder, urls: PublicURL) {
+        (self.folder, self.urls) = (folder, urls)
+    }
+
+    /// Forgets `app` (its files were replaced underneath: a replica's pull).
+    func forget(_ app: String) {
+        generations.withLock { $0[app, default: 0] += 1 }
+        kept.withLock { $0[app] = nil }
+    }
+
+    private func stamps(_ app: String) -> [FileStamp?] {
+        [folder.head(app), folder.currentPointer(app), folder.channels(app), folder.releases(app)].map { FileStampCache<Int>.stamp($0) }
+    }
+
+    /// `app`'s history now: four `stat`s when nothing changed.
+    func snapshot(_ app: String) throws -> Snapshot {
+        let stamps = stamps(app)
+        let generation = generations.withLock { $0[app] ?? 0 }
+        if let known = kept.withLock({ $0[app] }), known.stamps == stamps, known.generation == generation { return known }
+        return try building.withLock { _ in
+            // Another request may have rebuilt it while this one waited.
+            let stamps = self.stamps(app)
+            let generation = generations.withLock { $0[app] ?? 0 }
+            let previous = kept.withLock { $0[app] }
+            if let previous, previous.stamps == stamps, previous.generation == generation { return previous }
+            let made = try build(app, stamps: stamps, generation: generation, previous: previous)
+            kept.withLock { snapshots in
+                // Keyed by app ids the routes checked exist: bounded by the apps.
+                snapshots[app] = made
+            }
+            return made
+        }
+    }
+
+    private static func readNumber(_ path: String) -> Int? {
+        guard let text = try? FileSystem.readFile(path, limit: 64) else { return nil }
+        return Int(String(decoding: text, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
+    }
+
+    private func build(_ app: String, stamps: [FileStamp?], generation: Int, previous: Snapshot?) throws -> Snapshot {
+        var channels: [String: Int] = [:]
+        if let production = Self.readNumber(folder.currentPointer(app)) { channels[ReleaseStore.production] = production }
+        for name in FileSystem.contents(of: folder.channels(app)) where Identifier.isValidChannel(name) {
+            if let version = Self.readNumber(folder.channels(app) + "/" + name) { channels[name] = version }
+        }
+        let head = max(Self.readNumber(folder.head(app)) ?? 0, channels.values.max() ?? 0)
+        var releases: [Release] = []
+        for version in ReleaseStore.versions(in: folder.releases(app)) where version <= head {
+            if let known = previous?.release(version) {
+                releases.append(known)
+                continue
+            }
+            // Read once per process: releases are immutable.
+            guard let bytes = try? FileSystem.readFile(folder.release(app, version)), let envelope = try? Envelope.decode(bytes),
+                  let payload = Data(base64Encoded: envelope.payload), let manifest = try? Manifest.decode(Array(payload)) else { continue }
+            releases.append(Release(manifest))
+        }
+        return try assemble(app, stamps: stamps, generation: generation, head: head, channels: channels, releases: releases, previous: previous)
+    }
+
+    /// Records a change this process made (under the release store's publish lock, after its
+    /// files were written): a release made visible, a channel moved or removed. The kept
+    /// snapshot gains it without reading anything but the four stamps; with none kept, the next
+    /// request reads the folder.
+    func record(_ app: String, release: Release? = nil, channel: String, version: Int?) {
+        building.withLock { _ in
+            guard let previous = kept.withLock({ $0[app] }) else { return }
+            var channels = previous.channels
+            channels[channel] = version
+            var releases = previous.releases
+            if let release, previous.index[release.version] == nil {
+                // Numbers only grow: a new release goes last.
+                guard release.version > (releases.last?.version ?? 0) else {
+                    kept.withLock { $0[app] = nil }
+                    return
+                }
+                releases.append(release)
+            }
+            let head = max(previous.head, release?.version ?? 0, version ?? 0)
+            let made = try? assemble(app, stamps: stamps(app), generation: previous.generation, head: head, channels: channels, releases: releases, previous: previous)
+            kept.withLock { $0[app] = made }
+        }
+    }
+
+    /// A snapshot of `releases` and `channels`: each release's summary encoded again only when
+    /// the channels serving it changed since `previous`.
+    private func assemble(
+        _ app: String, stamps: [FileStamp?], generation: Int, head: Int, channels: [String: Int], releases: [Release], previous: Snapshot?
+    ) throws -> Snapshot {
+        var serving: [Int: [String]] = [:]
+        for (channel, version) in channels { serving[version, default: []].append(channel) }
+        var previousServing: [Int: [String]] = [:]
+        for (channel, version) in previous?.channels ?? [:] { previousServing[version, default: []].append(channel) }
+        let live = channels[ReleaseStore.production]
+        var summaries: [[UInt8]] = []
+        summaries.reserveCapacity(releases.count)
+        for release in releases {
+            let version = release.version
+            let names = (serving[version] ?? []).sorted()
+            // A release's summary changes only with the channels serving it.
+            if let previous, let place = previous.index[version], previous.releases[place] == release, (previousServing[version] ?? []).sorted() == names,
+               (version == previous.channels[ReleaseStore.production]) == (version == live) {
+                summaries.append(previous.summaries[place])
+                continue
+            }
+            let summary = ReleaseSummary(
+                version: version, publishedAt: release.publishedAt, expiresAt: release.expiresAt, packs: release.packs,
+                live: version == live, channels: names, url: urls.release(app, version)
+            )
+            summaries.append(Array(try StoredJSON.compact.encode(summary)))
+        }
+        let channelList = ChannelList(app: app, channels: channels.sorted { $0.key < $1.key }.map {
+            ChannelList.Channel(name: $0.key, release: $0.value, manifestURL: urls.manifest(app, channel: $0.key))
+        })
+        let channelBody = Array(try StoredJSON.compact.encode(channelList)) + [10]
+        // Names this snapshot's content in the ETags of the pages made from it: a new one per
+        // change (a page asked again after a change is sent again, never a stale one kept).
+        let digest = Hex.encode(SecureRandom.bytes(12))
+        let page = try Self.page(app: app, live: live, channels: channels, releases: releases, summaries: summaries, before: nil, limit: Self.defaultPage)
+        return Snapshot(
+            stamps: stamps, generation: generation, head: head, channels: channels, releases: releases, summaries: summaries,
+            channelList: (SharedBytes(channelBody), Representation.etag(of: channelBody)),
+            firstPage: (SharedBytes(page), "\"\(digest)-p\(Self.defaultPage)\""), digest: digest
+        )
+    }
+
+    /// A page of `GET …/releases`: the newest `limit` releases below `before` (all when nil),
+    /// oldest first, with the app's channels, the count of every release and the next page's path.
+    static func page(
+        app: String, live: Int?, channels: [String: Int], releases: [Release], summaries: [[UInt8]], before: Int?, limit: Int
+    ) throws -> [UInt8] {
+        // The releases below `before`: a binary search (versions ascend).
+        var end = releases.count
+        if let before {
+            var (low, high) = (0, releases.count)
+            while low < high {
+                let middle = (low + high) / 2
+                if releases[middle].version < before { low = middle + 1 } else { high = middle }
+            }
+            end = low
+        }
+        let start = max(0, end - limit)
+        var body = Array("{\"app\":".utf8) + Array(try StoredJSON.compact.encode(app))
+        body += Array(",\"channels\":".utf8) + Array(try StoredJSON.compact.encode(channels))
+        if let live { body += Array(",\"live\":\(live)".utf8) }
+        if start > 0 {
+            body += Array(",\"next\":".utf8) + Array(try StoredJSON.compact.encode("/v1/apps/\(app)/releases?before=\(releases[start].version)&limit=\(limit)"))
+        }
+        body += Array(",\"releases\":[".utf8)
+        for place in start..<end {
+            if place > start { body.append(0x2C) }
+            body += summaries[place]
+        }
+        body += Array("],\"total\":\(releases.count)}\n".utf8)
+        return body
+    }
+}
