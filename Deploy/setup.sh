@@ -17,7 +17,8 @@ serve_packages=(libmicrohttpd-dev libssl-dev openssl pkg-config curl)
 test_packages=(python3 python3-pip python3-cryptography nginx-light systemd wrk slowhttptest time
   python3-swift memcached  # the S3 engine the object-storage tests start (Deploy/s3/swift-s3.sh)
   chromium chromium-driver  # the browser the dashboard's test drives (Tests/Browser)
-  prometheus)  # its promtool checks Deploy/prometheus/alerts.yml (Tests/EndToEndTests/AlertRulesTests.swift)
+  prometheus  # its promtool checks Deploy/prometheus/alerts.yml (Tests/EndToEndTests/AlertRulesTests.swift)
+  strace)  # counts each anonymous route's system calls at small and large history (Tests/EndToEndTests/CostTests.swift)
 
 install_missing() {  # install_missing PACKAGE…
   local missing=()
@@ -74,9 +75,9 @@ case "${1:-}" in
     done
     # Then the suites that load the whole machine or time themselves, alone (in the parallel run
     # they would make others' timing flaky, or be made flaky).
-    DEPOT_HEAVY_TESTS=1 swift test --disable-xctest --skip-build --filter 'LoadTests|HostileHTTPTests|TokenTimingTests|ConcurrentUploadTests|InstallStepTests|LargePatchTests|RolloutEndToEndTests'
+    DEPOT_HEAVY_TESTS=1 swift test --disable-xctest --skip-build --filter 'LoadTests|HostileHTTPTests|TokenTimingTests|ConcurrentUploadTests|InstallStepTests|LargePatchTests|RolloutEndToEndTests|CostTests'
     # Every route an anonymous client reaches, flooded from 8 addresses while another app's blob
-    # is measured: alone, as it compares rates (about 4 minutes).
+    # is measured, on an origin with years of history (HistoryFixture): alone, as it compares rates.
     DEPOT_HEAVY_TESTS=1 swift test --disable-xctest --skip-build --filter FloodTests
     # The power cuts at the crash points of every durable sequence (the kills ran in the parallel
     # run), after the suites that time themselves: each crash point is a few processes.

@@ -115,6 +115,9 @@ public final class SharedBytes: @unchecked Sendable {
     /// The number of bytes.
     public let count: Int
 
+    /// A copy of the bytes.
+    public var bytes: [UInt8] { Array(UnsafeRawBufferPointer(rebasing: storage[0..<count])) }
+
     deinit { storage.deallocate() }
 }
 

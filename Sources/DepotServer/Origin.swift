@@ -108,7 +108,7 @@ final class Origin: HTTPHandler {
                 let all = apps.list()
                 for app in all {
                     for channel in releases.channels(app).keys.sorted() {
-                        if let live = try? releases.current(app, channel: channel) { expiries.append((app, channel, live.manifest.expiresAt)) }
+                        if let live = try? releases.current(app, channel: channel) { expiries.append((app, channel, live.expiresAt)) }
                     }
                 }
                 let space = ScratchBudget.space(of: folder.root).map { (free: $0.free, total: $0.total) }

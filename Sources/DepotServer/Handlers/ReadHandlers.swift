@@ -13,8 +13,6 @@ struct ReadHandlers: Sendable {
     let urls: PublicURL
     /// `max-age` of a live manifest, in seconds.
     let manifestMaxAge: Int
-    /// Live envelopes as responses send them, by ETag: one copy in memory for every request.
-    let envelopes = EnvelopeBodies()
     /// Managed apps' download manifests, by the ETag of the release they come from.
     let downloadManifests = DownloadManifestBodies()
     /// An app's settings (cached by the caller).
@@ -41,7 +39,7 @@ struct ReadHandlers: Sendable {
             throw DepotError.notFound(channel == ReleaseStore.production ? "a release of app \(context.app)" : "channel \(channel) of app \(context.app)")
         }
         return Representation(
-            source: .shared(envelopes.body(live.envelope, etag: live.etag, key: context.app + "\u{0}" + channel)), size: Int64(live.envelope.count), etag: live.etag, lastModified: live.manifest.publishedAt,
+            source: .shared(live.body), size: Int64(live.body.count), etag: live.etag, lastModified: live.publishedAt,
             contentType: "application/json",
             cacheControl: Representation.cacheControl("public, max-age=\(manifestMaxAge), must-revalidate", gated: context.gated)
         ).response(to: context.request)
@@ -58,9 +56,9 @@ struct ReadHandlers: Sendable {
         guard let live = try releases.current(context.app, channel: channel) else {
             throw DepotError.notFound(channel == ReleaseStore.production ? "a release of app \(context.app)" : "channel \(channel) of app \(context.app)")
         }
-        let (body, etag) = downloadManifests.body(of: live, key: context.app + "\u{0}" + channel)
+        let (body, etag) = try downloadManifests.body(of: live, key: context.app + "\u{0}" + channel)
         return Representation(
-            source: .shared(body), size: Int64(body.count), etag: etag, lastModified: live.manifest.publishedAt, contentType: "application/json",
+            source: .shared(body), size: Int64(body.count), etag: etag, lastModified: live.publishedAt, contentType: "application/json",
             cacheControl: Representation.cacheControl("public, max-age=\(manifestMaxAge), must-revalidate", gated: context.gated)
         ).response(to: context.request)
     }
@@ -187,14 +185,15 @@ struct ReadHandlers: Sendable {
         if let known = plists.kept.withLock({ $0[key] }), known.etag == live.etag, known.settings == appSettings {
             body = known.body
         } else {
-            body = Array(BackgroundAssetsKeys(release: live.manifest, envelopeSize: Int64(live.envelope.count), app: appSettings, channel: channel, urls: urls).xml.utf8)
+            body = Array(BackgroundAssetsKeys(release: try live.manifest, envelopeSize: Int64(live.body.count), app: appSettings, channel: channel, urls: urls).xml.utf8)
             plists.kept.withLock { plists in
-                if plists.count >= 4096 { plists.removeAll() }
+                // Keyed by live channels (the route found a release): one goes when full, never all.
+                if plists.count >= 4096 && plists[key] == nil { plists.remove(at: plists.startIndex) }
                 plists[key] = (live.etag, appSettings, body)
             }
         }
         return Representation(
-            source: .bytes(body), size: Int64(body.count), etag: Representation.etag(of: body), lastModified: live.manifest.publishedAt,
+            source: .bytes(body), size: Int64(body.count), etag: Representation.etag(of: body), lastModified: live.publishedAt,
             contentType: "application/xml; charset=utf-8", cacheControl: Representation.cacheControl("public, max-age=0, must-revalidate", gated: context.gated)
         ).response(to: context.request)
     }
@@ -205,33 +204,15 @@ final class InfoPlistBodies: Sendable {
     let kept = Mutex<[String: (etag: String, settings: AppSettings?, body: [UInt8])]>([:])
 }
 
-/// The bodies of live envelopes, shared by every response that sends one (a 1,000-pack
-/// manifest is about 600 KB; copied per request, it cost a memcpy and its memory per connection).
-/// One per app and channel, the live one: a new release replaces its channel's body, so the
-/// memory is bounded by the live manifests, whatever the history.
-final class EnvelopeBodies: Sendable {
-    private let bodies = Mutex<[String: (etag: String, body: SharedBytes)]>([:])
-
-    func body(_ envelope: [UInt8], etag: String, key: String) -> SharedBytes {
-        if let hit = bodies.withLock({ $0[key] }), hit.etag == etag { return hit.body }
-        let made = SharedBytes(envelope)
-        bodies.withLock { cache in
-            // Keyed by channels that exist (the route found a live release): bounded by the apps' channels.
-            cache[key] = (etag, made)
-        }
-        return made
-    }
-}
-
 /// Managed apps' download manifests, made once per live release and shared by every response;
-/// one per app and channel, as ``EnvelopeBodies``.
+/// one per app and channel (a new release replaces its channel's, whatever the history).
 final class DownloadManifestBodies: Sendable {
     private let bodies = Mutex<[String: (etag: String, made: (SharedBytes, String))]>([:])
 
     /// The download manifest of `live` (served on the channel `key` names) and its ETag.
-    func body(of live: LiveManifest, key: String) -> (SharedBytes, String) {
+    func body(of live: LiveManifest, key: String) throws -> (SharedBytes, String) {
         if let hit = bodies.withLock({ $0[key] }), hit.etag == live.etag { return hit.made }
-        let bytes = DownloadManifest(release: live.manifest).encoded()
+        let bytes = DownloadManifest(release: try live.manifest).encoded()
         let made = (SharedBytes(bytes), Representation.etag(of: bytes))
         bodies.withLock { $0[key] = (live.etag, made) }
         return made

@@ -1,6 +1,9 @@
 import DepotCore
 import Foundation
 import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Re-signs manifests, sweeps unneeded blobs and expired resumable uploads at start-up and then every `refreshInterval`,
 /// on a thread of its own.
@@ -34,6 +37,9 @@ final class ManifestRefresher: Sendable {
                     }
                     // Whatever a push after a change missed (the store was down, a CLI changed settings).
                     try origin.mirror?.pushAll()
+                    // The pass decoded every release (the sweep's needs); what it freed goes back to
+                    // the system instead of staying in this thread's heap as resident memory.
+                    MemoryTrim.afterLargeWork()
                 } catch {
                     origin.publisher.logger.error("maintenance failed: \(error)")
                 }
@@ -109,5 +115,18 @@ public struct OfflineMaintenance {
     public func collectGarbage(retention: TimeInterval, grace: TimeInterval, dryRun: Bool) throws -> (blobs: [String], bytes: Int64) {
         _ = lock
         return try garbage.collect(retention: retention, grace: grace, dryRun: dryRun)
+    }
+}
+
+/// Hands freed heap memory back to the system after work that allocated much and kept little
+/// (glibc keeps it otherwise, per thread arena, as resident memory).
+enum MemoryTrim {
+    static func afterLargeWork() {
+        #if canImport(Glibc)
+        // Glibc's module map leaves out malloc.h: looked up by name (nil on another C library).
+        typealias Trim = @convention(c) (Int) -> Int32
+        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "malloc_trim") else { return }
+        _ = unsafeBitCast(symbol, to: Trim.self)(0)
+        #endif
     }
 }

@@ -29,7 +29,7 @@ extension ReportBook {
         let listing: ReleaseListings.Listing
         if report.release == live.version {
             // The live release is in memory: its listing is made from it once.
-            listing = listings.kept(app, live.version) ?? listings.keep(app, live.manifest)
+            listing = try listings.kept(app, live.version) ?? listings.keep(app, live.manifest)
         } else {
             guard let facts = try releases.history.snapshot(app).release(report.release) else {
                 throw DepotError(.unprocessable, "unknown_release", "app \(app) has no release \(report.release); the report was not counted")

@@ -119,7 +119,7 @@ final class PatchMaker: Sendable {
         for channel in channels.keys.sorted() {
             guard let live = try releases.current(app, channel: channel) else { continue }
             let pending = work.withLock { $0.made[app]?[channel] ?? [:] }
-            for entry in live.manifest.packs where entry.patches == nil && !entry.keyID.isEmpty {
+            for entry in try live.manifest.packs where entry.patches == nil && !entry.keyID.isEmpty {
                 if let held = pending[entry.id], held.entry.sha256 == entry.sha256, held.entry.revision == entry.revision { continue }
                 let key = Self.key(app, channel, entry)
                 guard !tried.withLock({ $0.contains(key) }) else { continue }

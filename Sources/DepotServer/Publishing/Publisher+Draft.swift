@@ -44,7 +44,7 @@ extension Publisher {
     func staging(_ app: String, channel: String) throws -> StagingView {
         let staging = try releases.staging(app)
         let live = try releases.current(app, channel: channel)
-        let next = staging.merged(into: live?.manifest.packs ?? []).packs
+        let next = staging.merged(into: try live?.manifest.packs ?? []).packs
         return StagingView(
             app: app, base: live?.version ?? 0, changed: staging.upserts.keys.sorted(), removed: staging.removals.sorted(), next: next,
             scopes: staging.scopes.isEmpty ? nil : staging.scopes

@@ -129,7 +129,7 @@ final class Publisher: Sendable {
         // The release this publish made (a patch release may follow at once), else the live one.
         let live = try release ?? releases.current(app, channel: channel)
         return PublishResult(
-            app: app, pack: pack.flatMap { live?.manifest[pack: $0] }, release: live?.version, staged: false, changed: release != nil,
+            app: app, pack: try pack.flatMap { try live?.manifest[pack: $0] }, release: live?.version, staged: false, changed: release != nil,
             channel: channel, manifestURL: urls.manifest(app, channel: channel)
         )
     }
@@ -175,16 +175,16 @@ final class Publisher: Sendable {
     /// whose content differs from the live one gets the next revision, so devices replace it;
     /// blobs are never deleted, so every older release stays installable.
     func rollback(_ app: String, to target: Int, channel: String, force: Bool, confirmRemoval: Bool = false) throws -> RollbackResult {
-        guard let old = try releases.release(app, target) else { throw DepotError.notFound("release \(target) of app \(app)") }
+        guard let old = try releases.release(app, target)?.manifest else { throw DepotError.notFound("release \(target) of app \(app)") }
         let managed = settings(app)?.isManaged ?? false
         var removed: [String] = []
         let blobs = blobs
         let published = try releases.publish(app, channel: channel, rolloutChange: .content, change: { live in
-            try Self.requireStored(old.manifest, version: target, in: blobs)
-            removed = live.map(\.id).filter { id in !old.manifest.packs.contains { $0.id == id } }
+            try Self.requireStored(old, version: target, in: blobs)
+            removed = live.map(\.id).filter { id in !old.packs.contains { $0.id == id } }
             if managed && !removed.isEmpty && !confirmRemoval { throw Self.removalRefused(removed, app: app) }
             let current = Dictionary(live.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
-            let restored = old.manifest.packs.map { pack -> PackEntry in
+            let restored = old.packs.map { pack -> PackEntry in
                 // Patches are made anew for the restored revision (``PatchMaker``).
                 guard let now = current[pack.id] else {
                     var restored = pack
@@ -201,7 +201,7 @@ final class Publisher: Sendable {
         }, check: force ? nil : allowanceGuard(app, channel: channel))
         let version = try published?.version ?? releases.current(app, channel: channel)?.version ?? 0
         return RollbackResult(
-            app: app, channel: channel, rolledBackTo: target, release: version, changed: published != nil, packs: old.manifest.packs.map(\.id),
+            app: app, channel: channel, rolledBackTo: target, release: version, changed: published != nil, packs: old.packs.map(\.id),
             removed: removed
         )
     }

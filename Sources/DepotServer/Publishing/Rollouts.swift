@@ -36,19 +36,19 @@ final class Rollouts: Sendable {
     private func reconciled(_ app: String, channel: String) throws -> RolloutRecord? {
         var record = record(app, channel: channel)
         let live = try releases.current(app, channel: channel)
-        if let live, let rollout = live.manifest.rollout {
+        if let live, let rollout = live.rollout {
             let state: RolloutRecord.State = rollout.fraction > 0 ? .running : .halted
             if var known = record, known.salt == rollout.salt, known.state != .completed {
                 guard known.fraction != rollout.fraction || known.state != state || known.steps.isEmpty else { return known }
                 (known.fraction, known.state) = (rollout.fraction, state)
-                known.steps.append(RolloutRecord.Step(at: live.manifest.publishedAt, action: "recovered", fraction: rollout.fraction, manifest: live.version, by: "origin"))
+                known.steps.append(RolloutRecord.Step(at: live.publishedAt, action: "recovered", fraction: rollout.fraction, manifest: live.version, by: "origin"))
                 record = known
             } else {
                 record = RolloutRecord(
                     app: app, channel: channel, release: rollout.release, baseRelease: 0, state: state, fraction: rollout.fraction, salt: rollout.salt,
                     candidates: rollout.packs.map { RolloutRecord.Candidate(pack: $0.id, revision: $0.revision) }, removed: rollout.removed,
                     haltOnFailureRate: nil, minReports: nil, haltedBy: state == .halted ? "unknown (recovered)" : nil, trigger: nil,
-                    steps: [RolloutRecord.Step(at: live.manifest.publishedAt, action: "recovered", fraction: rollout.fraction, manifest: live.version, by: "origin")]
+                    steps: [RolloutRecord.Step(at: live.publishedAt, action: "recovered", fraction: rollout.fraction, manifest: live.version, by: "origin")]
                 )
             }
             try save(record!)
@@ -99,15 +99,16 @@ final class Rollouts: Sendable {
             let published: LiveManifest?
             do { published = try releases.publish(app, channel: channel, rolloutChange: .compute({ [releases, publisher] live in
                 guard let live else { throw DepotError.notFound("a release on channel \(channel) of app \(app)") }
-                if let running = live.manifest.rollout, running.fraction > 0 { throw ReleaseStore.rolloutRunning(running, channel: channel) }
+                if let running = live.rollout, running.fraction > 0 { throw ReleaseStore.rolloutRunning(running, channel: channel) }
                 guard release != live.version else {
                     throw DepotError.conflict("release_live", "channel \(channel) serves release \(release) already: a rollout offers a release the channel does not serve yet. Nothing changed")
                 }
                 guard let target = try releases.release(app, release) else { throw DepotError.notFound("release \(release) of app \(app)") }
-                try Publisher.requireStored(target.manifest, version: release, in: publisher.blobs)
+                let (targetManifest, liveManifest) = (try target.manifest, try live.manifest)
+                try Publisher.requireStored(targetManifest, version: release, in: publisher.blobs)
                 let blobs = publisher.blobs
                 let rollout = Self.candidate(
-                    target.manifest, over: live.manifest, release: release, fraction: fraction, highest: try releases.index(app).highestRevisions,
+                    targetManifest, over: liveManifest, release: release, fraction: fraction, highest: try releases.index(app).highestRevisions,
                     isMissing: { blobs.isMissing($0) }
                 )
                 guard !rollout.packs.isEmpty || !rollout.removed.isEmpty else {
@@ -117,7 +118,7 @@ final class Rollouts: Sendable {
                 made = rollout
                 // Only what changes revision is the candidate's to measure: a pack whose policy or
                 // tags alone changed keeps the live revision, which the other devices report too.
-                candidates = rollout.packs.filter { live.manifest[pack: $0.id]?.revision != $0.revision }
+                candidates = rollout.packs.filter { liveManifest[pack: $0.id]?.revision != $0.revision }
                     .map { RolloutRecord.Candidate(pack: $0.id, revision: $0.revision) }
                 // The record (its guard above all) is written before the release: a crash between
                 // them leaves a record without steps, completed or dropped by ``reconciled``.
@@ -193,7 +194,7 @@ final class Rollouts: Sendable {
             }
             var fraction = 0.0
             let published = try releases.publish(app, channel: channel, rolloutChange: .compute({ live in
-                guard let rollout = live?.manifest.rollout, rollout.salt == record.salt else {
+                guard let rollout = live?.rollout, rollout.salt == record.salt else {
                     throw DepotError.conflict("rollout_gone", "channel \(channel) no longer carries the rollout of release \(record.release) (a publish replaced it after a halt). Nothing changed")
                 }
                 if complete { return nil }

@@ -24,7 +24,7 @@ final class FileStampCache<Value: Sendable>: Sendable {
     /// path from there (a shorter walk than from `/`, on every lookup); -1: by the whole path.
     private let folder: Int32
     private let folderPrefix: String
-    /// The entries kept at most; past it the cache starts over.
+    /// The entries kept at most; past it one goes for each new one.
     private let limit: Int
 
     /// Files anywhere, or (faster) under `folder`.
@@ -58,8 +58,13 @@ final class FileStampCache<Value: Sendable>: Sendable {
         let value = stamp == nil ? nil : try? load(path)
         let entry = Entry(path: path, relative: relative, stamp: stamp, value: value)
         entries.withLock { entries in
-            // Names come from requests: a flood of made-up ones starts the cache over instead of growing it.
-            if entries.count >= limit && entries[key] == nil { entries.removeAll() }
+            // Names come from requests: a missing file is not kept (a flood of made-up names
+            // adds nothing), and a full cache lets one entry go, never all of them.
+            guard stamp != nil else {
+                entries[key] = nil
+                return
+            }
+            if entries.count >= limit && entries[key] == nil { entries.remove(at: entries.startIndex) }
             entries[key] = entry
         }
         return value

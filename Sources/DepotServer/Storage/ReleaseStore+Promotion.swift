@@ -21,17 +21,18 @@ extension ReleaseStore {
             let serving = try current(app, channel: channel)
             let now = serving?.version
             if now == version { return false }
-            if let rollout = serving?.manifest.rollout, rollout.fraction > 0 { throw Self.rolloutRunning(rollout, channel: channel) }
+            if let rollout = serving?.rollout, rollout.fraction > 0 { throw Self.rolloutRunning(rollout, channel: channel) }
             if let now, now > version {
                 throw DepotError.conflict("channel_backwards", "channel \(channel) serves release \(now); it only moves forward. To go back, roll back (a new release with release \(version)'s packs)")
             }
             try checkRoom(for: channel, app: app)
             let release = try load(app, version)
             // Checked as the channel will serve it: without the release's rollout.
-            var target = release.manifest
+            let manifest = try release.manifest
+            var target = manifest
             target.rollout = nil
-            try check?(target, Int64(release.envelope.count))
-            var packs = release.manifest.packs
+            try check?(target, Int64(release.body.count))
+            var packs = manifest.packs
             var swept = false
             for index in packs.indices {
                 guard let patches = packs[index].patches else { continue }
@@ -61,7 +62,7 @@ extension ReleaseStore {
         try publishLock.withLock { _ in
             guard channel != Self.production else { throw DepotError.conflict("production_channel", "the production channel cannot be removed") }
             guard FileSystem.exists(pointerPath(app, channel)) else { throw DepotError.notFound("channel \(channel) of app \(app)") }
-            if let rollout = try current(app, channel: channel)?.manifest.rollout, rollout.fraction > 0 { throw Self.rolloutRunning(rollout, channel: channel) }
+            if let rollout = try current(app, channel: channel)?.rollout, rollout.fraction > 0 { throw Self.rolloutRunning(rollout, channel: channel) }
             FileSystem.remove(pointerPath(app, channel))
             try FileSystem.syncDirectory(folder.channels(app))
             history.record(app, channel: channel, version: nil)

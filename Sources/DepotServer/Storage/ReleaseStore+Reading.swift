@@ -32,7 +32,7 @@ extension ReleaseStore {
         let path = folder.release(app, version)
         guard let facts = reading.files.value(at: path, load: { path in
             let loaded = try load(path: path, version)
-            return ReleaseFileFacts(etag: loaded.etag, publishedAt: loaded.manifest.publishedAt, size: Int64(loaded.envelope.count))
+            return ReleaseFileFacts(etag: loaded.etag, publishedAt: loaded.publishedAt, size: Int64(loaded.body.count))
         }) else { return nil }
         if let kept = reading.bodies.withLock({ $0.byPath[path] }), kept.etag == facts.etag { return (.kept(kept.body), facts) }
         guard let file = try? FileDescriptor.openForReading(path) else { return nil }
@@ -79,7 +79,7 @@ extension ReleaseStore {
         let head = head(app)
         reading.heads.withLock { heads in
             // Keyed by app ids the route checked exist: bounded by the apps.
-            if heads.count >= 4096 { heads.removeAll() }
+            if heads.count >= 4096 && heads[app] == nil { heads.remove(at: heads.startIndex) }
             heads[app] = (stamps, head)
         }
         return head

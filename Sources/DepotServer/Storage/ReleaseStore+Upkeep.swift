@@ -24,7 +24,7 @@ extension ReleaseStore {
     func refresh(_ app: String, channel: String, now: Date = Date()) throws -> Bool {
         guard var live = try current(app, channel: channel) else { return false }
         var relabelled = false
-        if live.manifest.channel != channel {
+        if live.channel != channel {
             // Signed before manifests named their channel: the same release, signed naming it.
             let version = live.version
             guard let signed = try exclusively({ () throws -> LiveManifest? in
@@ -40,7 +40,7 @@ extension ReleaseStore {
         // so that builds trusting only the new key can read the live manifest at once.
         let signers = Set((try? Envelope.decode(live.envelope))?.signatures.map(\.keyid) ?? [])
         let inForce = Set(try apps.signingKeys(now: now).map { ManifestSigningKey.keyID(for: $0.publicKey) })
-        guard live.manifest.expiresAt.timeIntervalSince(now) < manifestLifetime / 3 || signers != inForce else { return relabelled }
+        guard live.expiresAt.timeIntervalSince(now) < manifestLifetime / 3 || signers != inForce else { return relabelled }
         let version = live.version
         return try publish(app, channel: channel, rolloutChange: .keep, change: { packs in
             try self.current(app, channel: channel)?.version == version ? packs : nil
@@ -56,7 +56,7 @@ extension ReleaseStore {
                 for pack in try current(app, channel: channel)?.manifest.allEntries ?? [] { needed.formUnion(pack.blobs) }
                 // And the release the pointer on disk names (what the channel serves after a
                 // restart), should the cached one ever differ from it.
-                if let pointed = try? load(app, version) { for pack in pointed.manifest.allEntries { needed.formUnion(pack.blobs) } }
+                if let pointed = try? load(app, version).manifest { for pack in pointed.allEntries { needed.formUnion(pack.blobs) } }
             }
             for version in Self.versions(in: folder.releases(app)) {
                 let manifest = try load(app, version).manifest

@@ -1,13 +1,37 @@
 import DepotCore
+import DepotHTTP
 import Foundation
 import Synchronization
 
-/// A live release as served: the envelope's bytes and its ETag.
+/// A live release as served: the envelope's bytes (held once, in the memory responses are sent
+/// from), its ETag and the few facts the routes read per request. The decoded manifest is not
+/// kept: a channel's live release costs its bytes, not the several times as much its decoded
+/// packs take (300 channels each serving a 3,500-pack release kept ~1.5 GB decoded); the paths
+/// that need the packs (a publish, the Info.plist keys once per release, a report's listing once
+/// per release, the hourly sweep) decode them again.
 struct LiveManifest: Sendable {
     let version: Int
-    let envelope: [UInt8]
+    /// The envelope as every response sends it.
+    let body: SharedBytes
     let etag: String
-    let manifest: Manifest
+    let publishedAt: Date
+    let expiresAt: Date
+    /// The channel the manifest names (nil: signed before manifests named one).
+    let channel: String?
+    let rollout: Rollout?
+
+    init(version: Int, envelope: [UInt8], etag: String, manifest: Manifest) {
+        (self.version, body, self.etag) = (version, SharedBytes(envelope), etag)
+        (publishedAt, expiresAt, channel, rollout) = (manifest.publishedAt, manifest.expiresAt, manifest.channel, manifest.rollout)
+    }
+
+    /// A copy of the envelope's bytes.
+    var envelope: [UInt8] { body.bytes }
+
+    /// The manifest, decoded from the envelope again.
+    var manifest: Manifest {
+        get throws { try ReleaseStore.decodeManifest(body.bytes) }
+    }
 }
 
 /// Signed releases per app: `releases/NNNNNN.json` (immutable), numbered across the app, and
@@ -119,8 +143,8 @@ public final class ReleaseStore: Sendable {
     /// `withoutRollout`: the copy leaves out the release's rollout (a rollout step promoted to
     /// another channel: that channel gets the packs every device of the first one had).
     func signed(_ release: LiveManifest, for channel: String, app: String, packs: [PackEntry]? = nil, withoutRollout: Bool = false, now: Date = Date()) throws -> LiveManifest {
-        guard release.manifest.channel != channel || packs != nil || withoutRollout && release.manifest.rollout != nil else { return release }
-        var manifest = release.manifest
+        guard release.channel != channel || packs != nil || withoutRollout && release.rollout != nil else { return release }
+        var manifest = try release.manifest
         manifest.channel = channel
         if let packs { manifest.packs = packs }
         if withoutRollout { manifest.rollout = nil }
@@ -150,11 +174,16 @@ public final class ReleaseStore: Sendable {
         try load(path: folder.release(app, version), version)
     }
 
-    func load(path: String, _ version: Int) throws -> LiveManifest {
-        let bytes = try FileSystem.readFile(path)
+    /// The manifest an envelope's bytes carry (its signatures are not checked: the origin signed it).
+    static func decodeManifest(_ bytes: [UInt8]) throws -> Manifest {
         let envelope = try Envelope.decode(bytes)
         guard let payload = Data(base64Encoded: envelope.payload) else { throw EnvelopeError.malformed }
-        let manifest = try Manifest.decode(Array(payload))
+        return try Manifest.decode(Array(payload))
+    }
+
+    func load(path: String, _ version: Int) throws -> LiveManifest {
+        let bytes = try FileSystem.readFile(path)
+        let manifest = try Self.decodeManifest(bytes)
         return LiveManifest(version: version, envelope: bytes, etag: "\"" + Hex.encode(SHA256Hasher.hash(bytes)) + "\"", manifest: manifest)
     }
 
@@ -243,7 +272,7 @@ public final class ReleaseStore: Sendable {
         try publishLock.withLock { _ in
             let channelRelease = try current(app, channel: channel)
             let base = try channelRelease ?? current(app)
-            let liveRollout = channelRelease?.manifest.rollout
+            let liveRollout = channelRelease?.rollout
             let rollout: Rollout?
             switch rolloutChange {
             case .content:
@@ -258,16 +287,17 @@ public final class ReleaseStore: Sendable {
                 // A release the origin made on its own since (patches named, a manifest re-signed
                 // before expiry) holds the same content: the publisher's base is still current.
                 guard let channelRelease, expected < channelRelease.version, let based = try release(app, expected),
-                      Self.sameContent(based.manifest.packs, channelRelease.manifest.packs) else {
+                      Self.sameContent(try based.manifest.packs, try channelRelease.manifest.packs) else {
                     throw DepotError.conflict("conflict", "channel \(channel) serves release \(channelRelease?.version ?? 0), not \(expected): another publish came first; nothing was published")
                 }
             }
-            guard let edited = try change(base?.manifest.packs ?? []) else {
+            let basePacks = try base?.manifest.packs ?? []
+            guard let edited = try change(basePacks) else {
                 try then?()
                 return nil
             }
             try checkRoom(for: channel, app: app)
-            let packs = try raisingRevisions(edited, over: base?.manifest.packs ?? [], candidates: liveRollout?.packs ?? [], app: app)
+            let packs = try raisingRevisions(edited, over: basePacks, candidates: liveRollout?.packs ?? [], app: app)
             // Start-up removed any release a crash left unpublished, so the next number is free;
             // the files still count, so that a number is never written twice.
             let version = max(head(app), Self.versions(in: folder.releases(app)).last ?? 0) + 1

@@ -178,7 +178,7 @@ final class ResumableUploads: Sendable {
               state.offset == state.length, !FileSystem.exists(containerPath(id)) else { return nil }
         var parameters = state.parameters
         if let base = parameters.base, let live = try publisher.releases.current(state.app, channel: parameters.channel),
-           live.version > base, live.manifest[pack: state.pack]?.sha256 == finishing.summary.sha256 {
+           live.version > base, try live.manifest[pack: state.pack]?.sha256 == finishing.summary.sha256 {
             parameters.base = nil
         }
         let result: PublishResult?
