@@ -40,7 +40,8 @@ export class ReleaseHistory {
     if (!inSequence) return;
     const oldest = this.oldestLoaded ?? Infinity;
     this.loaded.push(...releases.filter((r) => r.version < oldest));
-    this.next = answer.next ?? null;
+    // Followed only as a path of this app's release list (it is fetched with the token).
+    this.next = typeof answer.next === "string" && answer.next.startsWith("/v1/apps/") && answer.next.includes("/releases?") ? answer.next : null;
   }
 
   get newest() {

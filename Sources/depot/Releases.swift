@@ -12,12 +12,24 @@ struct Releases: AsyncParsableCommand {
     struct List: Decodable {
         struct Release: Decodable { var version: Int; var publishedAt: String; var packs: Int; var channels: [String]? }
         var releases: [Release]
+        /// The path of the older page (the origin pages the list: 100 releases a page).
+        var next: String?
     }
 
     func run() async throws {
-        let response = try await origin.transport().get(origin.endpoint("releases"), headers: credentials.headers)
-        guard response.status == 200 else { throw CLIError("releases failed: HTTP \(response.status): \(Publish.message(response.body))") }
-        for release in try JSONDecoder().decode(List.self, from: Data(response.body)).releases {
+        // Every page, newest first, printed oldest first.
+        var releases: [List.Release] = []
+        var query: [URLQueryItem] = [URLQueryItem(name: "limit", value: "500")]
+        while true {
+            let response = try await origin.transport().get(origin.endpoint("releases", query), headers: credentials.headers)
+            guard response.status == 200 else { throw CLIError("releases failed: HTTP \(response.status): \(Publish.message(response.body))") }
+            let page = try JSONDecoder().decode(List.self, from: Data(response.body))
+            releases = page.releases + releases
+            guard !page.releases.isEmpty, let next = page.next.flatMap({ URLComponents(string: $0)?.queryItems }),
+                  let before = next.first(where: { $0.name == "before" }) else { break }
+            query = [URLQueryItem(name: "limit", value: "500"), before]
+        }
+        for release in releases {
             let channels = release.channels ?? []
             print("\(release.version)\t\(release.publishedAt)\t\(release.packs) packs\(channels.isEmpty ? "" : "\t" + channels.joined(separator: ", "))")
         }

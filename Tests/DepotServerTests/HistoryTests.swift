@@ -92,6 +92,30 @@ struct HistoryTests {
         }
     }
 
+    @Test("A large live manifest is answered from a file: the same bytes, HEAD, 304 and ranges; a new release replaces it")
+    func largeManifest() async throws {
+        try await withServer { origin in
+            for index in 0..<40 { #expect(try upload(origin, pack: "level\(index)", Array("content \(index)".utf8), release: false).status == 202) }
+            #expect(try ChannelTests.post(origin, "/v1/apps/\(origin.app)/releases").status == 201)
+            let path = "/v1/apps/\(origin.app)/manifest"
+            let whole = try request(origin, "GET", path)
+            #expect(whole.status == 200 && whole.body.count >= LargeManifestAnswers.threshold)
+            let file = try FileSystem.readFile(DataFolder(origin.data.path).release(origin.app, 1))
+            #expect(whole.body == file, "the envelope as published")
+            #expect(try liveManifest(origin).packs.count == 40)
+            let head = try request(origin, "HEAD", path)
+            #expect(head.status == 200 && head.header("Content-Length") == String(file.count) && head.body.isEmpty)
+            let etag = try #require(whole.header("ETag"))
+            #expect(try request(origin, "GET", path, headers: ["If-None-Match: \(etag)"]).status == 304)
+            let range = try request(origin, "GET", path, headers: ["Range: bytes=10-19"])
+            #expect(range.status == 206 && range.body == Array(file[10...19]))
+            #expect(try upload(origin, pack: "level0", Array("changed".utf8)).status == 201)
+            let next = try request(origin, "GET", path)
+            let second = try FileSystem.readFile(DataFolder(origin.data.path).release(origin.app, 2))
+            #expect(next.status == 200 && next.header("ETag") != etag && next.body == second)
+        }
+    }
+
     @Test("Release listings: the least recently used one goes when full, never all; the loader reads a release once, off the caller's thread")
     func listings() throws {
         @Sendable func manifest(_ version: Int, packs: Int) -> Manifest {

@@ -84,12 +84,12 @@ struct ChannelBindingTests {
         #expect(try releases.refreshExpiring().sorted() == [app, app + " (beta)"])
         for channel in ["production", "beta"] {
             let live = try #require(try releases.current(app, channel: channel))
-            #expect(live.version == 1 && live.manifest.channel == channel)
+            #expect(live.version == 1 && live.channel == channel)
             #expect(try ManifestSource(url: url, app: app, channel: channel, trustedKeys: keys).verify(live.envelope, floor: 0, now: Date()).version == 1)
         }
         #expect(try releases.refreshExpiring().isEmpty, "signed once")
         // A new store (a restart) reads the copies back.
         let again = ReleaseStore(folder: folder, apps: apps, manifestLifetime: 86_400 * 90)
-        #expect(try again.current(app, channel: "beta")?.manifest.channel == "beta")
+        #expect(try again.current(app, channel: "beta")?.channel == "beta")
     }
 }

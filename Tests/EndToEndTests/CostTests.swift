@@ -8,7 +8,8 @@ import Testing
 /// Counted, not timed: the real `depot serve` on ``HistoryFixture``'s small and large shapes
 /// (100× the releases, channels and window), each route asked the same thing 20 times on one
 /// connection while `strace` follows the process; the system calls that touch the data folder,
-/// made by the thread that served the connection, are divided by the requests. Each route's
+/// made by the thread that served the connection (its `sendfile`s of the body aside), are
+/// divided by the requests. Each route's
 /// count must be the same at both sizes (a rate on this VM drifts ±25%; a count does not), and
 /// bounded. `FloodTests` keeps the rates, for what counts cannot see (CPU, locks, memory).
 @Suite("Cost", .serialized, .enabled(if: HeavyTests.enabled, "run with the heavy suites, DEPOT_HEAVY_TESTS=1"))
@@ -104,9 +105,12 @@ struct CostTests {
             let publish = {
                 published += 1
                 let put = "PUT /v1/apps/\(HistoryFixture.historyApps[0])/packs/fresh?release=true HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\nContent-Length: 16\r\nConnection: close\r\n\r\n"
-                let answer = try RawHTTP.send(port: port, put, body: Array(String(format: "fresh %010d", published).utf8))
+                // The first publish reads the app's history once (its pack revisions): a debug build takes seconds.
+                let answer = try RawHTTP.send(port: port, put, body: Array(String(format: "fresh %010d", published).utf8), timeout: 120)
                 #expect(answer.first?.status == 201, "publish: \(answer.first?.bodyText ?? "no answer")")
             }
+            // Once first, untraced: the first publish reads the app's pack revisions from its history.
+            try publish()
             for probe in Self.probes(shape) where ["manifest", "releases", "channels", "report (live release)"].contains(probe.name) {
                 var probe = probe
                 probe.name += ", after a publish"
@@ -126,7 +130,9 @@ struct CostTests {
             try #require(pair.count == 2)
             rows.append(String(format: "| %@ | %.2f | %.2f | %.1f | %.1f |", name, pair[0].data, pair[1].data, pair[0].all, pair[1].all))
             #expect(pair[0].data == pair[1].data, "\(name): \(pair[0].data) data-folder system calls per request at 1×, \(pair[1].data) at 100×")
-            #expect(pair[1].data <= 8, "\(name): \(pair[1].data) data-folder system calls per request")
+            // A few stats steady; the first request after a publish also makes the new manifest's
+            // answer file (create, unlink, write, a descriptor per server thread).
+            #expect(pair[1].data <= (name.hasSuffix("after a publish") ? 16 : 8), "\(name): \(pair[1].data) data-folder system calls per request")
         }
         print("cost: route | data-folder syscalls/request 1× | 100× | all syscalls/request 1× | 100×\n" + rows.joined(separator: "\n"))
     }
@@ -189,7 +195,9 @@ struct CostTests {
         var (inData, all) = (0, 0)
         for line in lines[first...] where line.split(separator: " ").first == thread && !line.contains("resumed>") {
             all += 1
-            if line.contains(data) { inData += 1 }
+            // The body's bytes going out by sendfile (a large manifest from its file) are the
+            // answer itself, not work to find it: counted in `all` only.
+            if line.contains(data) && !line.drop(while: { $0 != " " }).drop(while: { $0 == " " }).hasPrefix("sendfile(") { inData += 1 }
         }
         return Count(data: Double(inData) / Double(requests), all: Double(all) / Double(requests))
     }

@@ -98,4 +98,24 @@ struct HistoryFixture {
 
     /// The live production release of a history app.
     var live: Int { shape.releases }
+
+    /// The bytes of every channel's live envelope in the data folder `data` (each app's
+    /// production and other channels; a promoted release's signed copy where it has one): what
+    /// an origin keeps in memory to serve them.
+    static func liveEnvelopeBytes(data: String) -> Int64 {
+        let folder = DataFolder(data)
+        var total: Int64 = 0
+        for app in FileSystem.contents(of: folder.apps) {
+            var pointers = [(ReleaseStore.production, folder.currentPointer(app))]
+            for name in FileSystem.contents(of: folder.channels(app)) { pointers.append((name, folder.channels(app) + "/" + name)) }
+            for (channel, pointer) in pointers {
+                guard let text = try? FileSystem.readFile(pointer, limit: 64),
+                      let version = Int(String(decoding: text, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) else { continue }
+                let copy = folder.signedCopies(app, channel: channel) + "/" + DataFolder.releaseName(version)
+                let path = FileSystem.exists(copy) ? copy : folder.release(app, version)
+                total += (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int64) ?? 0
+            }
+        }
+        return total
+    }
 }

@@ -13,6 +13,8 @@ struct ReadHandlers: Sendable {
     let urls: PublicURL
     /// `max-age` of a live manifest, in seconds.
     let manifestMaxAge: Int
+    /// Large live envelopes' answers, sent by sendfile.
+    let largeManifests: LargeManifestAnswers
     /// Managed apps' download manifests, by the ETag of the release they come from.
     let downloadManifests = DownloadManifestBodies()
     /// An app's settings (cached by the caller).
@@ -30,6 +32,7 @@ struct ReadHandlers: Sendable {
         (self.releases, self.blobs, self.urls, self.manifestMaxAge, self.settings) = (releases, blobs, urls, manifestMaxAge, settings)
         bucket = blobs as? S3BlobStore
         self.answers = answers
+        largeManifests = LargeManifestAnswers(folder: releases.folder)
     }
 
     /// `GET …/manifest` and `GET …/channels/{channel}/manifest`: the live envelope.
@@ -38,11 +41,18 @@ struct ReadHandlers: Sendable {
         guard let live = try releases.current(context.app, channel: channel) else {
             throw DepotError.notFound(channel == ReleaseStore.production ? "a release of app \(context.app)" : "channel \(channel) of app \(context.app)")
         }
-        return Representation(
+        let representation = Representation(
             source: .shared(live.body), size: Int64(live.body.count), etag: live.etag, lastModified: live.publishedAt,
             contentType: "application/json",
             cacheControl: Representation.cacheControl("public, max-age=\(manifestMaxAge), must-revalidate", gated: context.gated)
-        ).response(to: context.request)
+        )
+        // A large envelope's plain GET or HEAD: its answer made once, sent by sendfile.
+        if !Representation.isConditional(context.request), let answer = largeManifests.answer(
+            live, key: context.app + "\u{0}" + channel + (context.gated ? "\u{0}gated" : ""), headers: representation.wholeHeaders, threads: answers.limits.serverThreads
+        ) {
+            return HTTPResponse(status: 200, body: .prepared(answer))
+        }
+        return representation.response(to: context.request)
     }
 
     /// `GET …/download-manifest` and `GET …/channels/{channel}/download-manifest`: a managed
@@ -187,8 +197,8 @@ struct ReadHandlers: Sendable {
         } else {
             body = Array(BackgroundAssetsKeys(release: try live.manifest, envelopeSize: Int64(live.body.count), app: appSettings, channel: channel, urls: urls).xml.utf8)
             plists.kept.withLock { plists in
-                // Keyed by live channels (the route found a release): one goes when full, never all.
-                if plists.count >= 4096 && plists[key] == nil { plists.remove(at: plists.startIndex) }
+                // Keyed by live channels (the route found a release): bounded by the apps and
+                // --max-channels, so a miss is only a channel's first request or a new release.
                 plists[key] = (live.etag, appSettings, body)
             }
         }

@@ -29,6 +29,9 @@ final class ManifestRefresher: Sendable {
                     for app in try origin.releases.refreshExpiring() {
                         origin.publisher.logger.notice("re-signed the live manifest", metadata: ["app": .string(app)])
                     }
+                    // Each app's listings' facts read here, off the serving threads, before a
+                    // request would (once per process: then kept up to date by every change).
+                    origin.releases.warmHistory()
                     let swept = try origin.garbage.collect(retention: configuration.blobRetention, grace: configuration.blobGrace)
                     let expired = origin.uploads.removeExpired()
                     if expired > 0 { origin.publisher.logger.notice("removed expired resumable uploads", metadata: ["count": .stringConvertible(expired)]) }

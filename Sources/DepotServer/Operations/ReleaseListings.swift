@@ -56,8 +56,12 @@ final class ReleaseListings: Sendable {
     static let entryLimit = 1 << 20
     /// A release of at most this many packs is read on the serving thread when it is not kept.
     static let inlinePacks = 256
-    /// Releases waiting for the loader, at most.
+    /// Releases waiting for the loader, at most, and at most of one app (one app's flood of
+    /// reports does not keep another's releases out).
     static let queueLimit = 64
+    static let queueLimitPerApp = 8
+    /// Releases kept at most (what an eviction looks through).
+    static let releaseLimit = 4_096
 
     private struct Kept {
         var entries = 0
@@ -106,9 +110,10 @@ final class ReleaseListings: Sendable {
         let listing = Listing(manifest)
         let key = Self.key(app, manifest.version)
         kept.withLock { kept in
-            if let old = kept.byRelease[key] { kept.entries -= old.listing.keys.count }
+            if let old = kept.byRelease.removeValue(forKey: key) { kept.entries -= old.listing.keys.count }
             // The least recently used releases go, one at a time, until this one fits.
-            while kept.entries + listing.keys.count > entryLimit, let oldest = kept.byRelease.min(by: { $0.value.used < $1.value.used }) {
+            while kept.entries + listing.keys.count > entryLimit || kept.byRelease.count >= Self.releaseLimit,
+                  let oldest = kept.byRelease.min(by: { $0.value.used < $1.value.used }) {
                 kept.entries -= oldest.value.listing.keys.count
                 kept.byRelease[oldest.key] = nil
             }
@@ -126,7 +131,7 @@ final class ReleaseListings: Sendable {
         let key = Self.key(app, version)
         let queued = waiting.withLock { waiting -> Bool in
             if waiting.keys.contains(key) { return false }
-            guard waiting.queue.count < Self.queueLimit else { return false }
+            guard waiting.queue.count < Self.queueLimit, waiting.queue.count(where: { $0.0 == app }) < Self.queueLimitPerApp else { return false }
             waiting.queue.append((app, version))
             waiting.keys.insert(key)
             return true

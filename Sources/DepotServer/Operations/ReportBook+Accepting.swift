@@ -26,10 +26,9 @@ extension ReportBook {
         guard report.release >= live.version - Self.servedWindow else {
             throw DepotError(.unprocessable, "release_not_served", "channel \(report.channel) of app \(app) serves release \(live.version); reports about release \(report.release) are no longer counted")
         }
-        let listing: ReleaseListings.Listing
+        let entries: Int
         if report.release == live.version {
-            // The live release is in memory: its listing is made from it once.
-            listing = try listings.kept(app, live.version) ?? listings.keep(app, live.manifest)
+            entries = live.entryCount
         } else {
             guard let facts = try releases.history.snapshot(app).release(report.release) else {
                 throw DepotError(.unprocessable, "unknown_release", "app \(app) has no release \(report.release); the report was not counted")
@@ -37,16 +36,22 @@ extension ReportBook {
             guard facts.channel == report.channel || promoted(app: app, channel: report.channel, release: report.release) else {
                 throw DepotError(.unprocessable, "release_not_served", "channel \(report.channel) of app \(app) did not serve release \(report.release); the report was not counted")
             }
-            if let kept = listings.kept(app, report.release) {
-                listing = kept
-            } else if facts.packs <= ReleaseListings.inlinePacks, let manifest = try releases.release(app, report.release)?.manifest {
-                charge(Double(facts.packs) / 64)
-                listing = listings.keep(app, manifest)
-            } else {
-                // Charged to the sender whose report has it read (not to those that ask again meanwhile).
-                if listings.request(app, report.release) { charge(Double(facts.packs) / 64) }
-                throw HTTPFailure(status: 503, code: "reports_busy", message: "the origin is reading release \(report.release) of app \(app); send the report again in a second", headers: [("Retry-After", "1")])
+            entries = facts.packs
+        }
+        let listing: ReleaseListings.Listing
+        if let kept = listings.kept(app, report.release) {
+            listing = kept
+        } else if entries <= ReleaseListings.inlinePacks {
+            // A small release: read here (the snapshot has shown it exists), a bounded decode.
+            guard let manifest = try? releases.load(app, report.release).manifest else {
+                throw DepotError(.unprocessable, "unknown_release", "app \(app) has no release \(report.release); the report was not counted")
             }
+            charge(Double(entries) / 64)
+            listing = listings.keep(app, manifest)
+        } else {
+            // Charged to the sender whose report has it read (not to those that ask again meanwhile).
+            if listings.request(app, report.release) { charge(Double(entries) / 64) }
+            throw HTTPFailure(status: 503, code: "reports_busy", message: "the origin is reading release \(report.release) of app \(app); send the report again in a second", headers: [("Retry-After", "1")])
         }
         for pack in report.packs {
             guard let most = listing.most(pack.id, pack.revision) else {

@@ -103,7 +103,7 @@ final class ReportBook: Sendable {
     ) throws {
         (self.folder, self.releases, self.mirror, self.logger, self.metrics) = (folder, releases, mirror, logger, metrics)
         (self.newRowBurst, self.newRowsPerDay) = (newRowBurst, newRowsPerDay)
-        let listings = ReleaseListings { [releases] app, version in try? releases.release(app, version)?.manifest }
+        let listings = ReleaseListings { [releases] app, version in try? releases.load(app, version).manifest }
         self.listings = listings
         // A release's listing is kept as it is published: reports about it never wait.
         releases.published.withLock { $0 = { app, manifest in listings.keep(app, manifest) } }

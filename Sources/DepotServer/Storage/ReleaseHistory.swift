@@ -72,17 +72,32 @@ final class ReleaseHistory: Sendable {
     private let urls: PublicURL
     private let kept = Mutex<[String: Snapshot]>([:])
     private let generations = Mutex<[String: Int]>([:])
-    /// Held while a snapshot is rebuilt: one builder at a time, never by a request that found a valid one.
-    private let building = Mutex(())
+    /// Per app, held while its snapshot is rebuilt or a change recorded: one builder per app (a
+    /// request for another app never waits), never taken by a request that found a valid one.
+    private let builders = Mutex<[String: Builder]>([:])
+    private final class Builder: Sendable {
+        let lock = Mutex(())
+    }
+
+    private func builder(_ app: String) -> Builder {
+        builders.withLock { builders in
+            if let known = builders[app] { return known }
+            // Keyed by app ids the routes checked exist: bounded by the apps.
+            let made = Builder()
+            builders[app] = made
+            return made
+        }
+    }
 
     init(folder: DataFolder, urls: PublicURL) {
         (self.folder, self.urls) = (folder, urls)
     }
 
-    /// Forgets `app` (its files were replaced underneath: a replica's pull).
+    /// Makes `app`'s snapshot stale (its files were replaced underneath: a replica's pull). Its
+    /// releases' facts stay for the rebuild (release files are immutable): only the channels,
+    /// `head` and new release files are read again.
     func forget(_ app: String) {
         generations.withLock { $0[app, default: 0] += 1 }
-        kept.withLock { $0[app] = nil }
     }
 
     private func stamps(_ app: String) -> [FileStamp?] {
@@ -94,7 +109,7 @@ final class ReleaseHistory: Sendable {
         let stamps = stamps(app)
         let generation = generations.withLock { $0[app] ?? 0 }
         if let known = kept.withLock({ $0[app] }), known.stamps == stamps, known.generation == generation { return known }
-        return try building.withLock { _ in
+        return try builder(app).lock.withLock { _ in
             // Another request may have rebuilt it while this one waited.
             let stamps = self.stamps(app)
             let generation = generations.withLock { $0[app] ?? 0 }
@@ -140,8 +155,8 @@ final class ReleaseHistory: Sendable {
     /// snapshot gains it without reading anything but the four stamps; with none kept, the next
     /// request reads the folder.
     func record(_ app: String, release: Release? = nil, channel: String, version: Int?) {
-        building.withLock { _ in
-            guard let previous = kept.withLock({ $0[app] }) else { return }
+        builder(app).lock.withLock { _ in
+            guard let previous = kept.withLock({ $0[app] }), previous.generation == generations.withLock({ $0[app] ?? 0 }) else { return }
             var channels = previous.channels
             channels[channel] = version
             var releases = previous.releases

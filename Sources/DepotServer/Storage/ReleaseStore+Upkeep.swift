@@ -67,6 +67,14 @@ extension ReleaseStore {
         return needed
     }
 
+    /// Builds every app's ``ReleaseHistory`` snapshot that is not kept (the maintenance thread,
+    /// at start-up and after a replica's pull), so that no serving thread reads an app's history.
+    func warmHistory() {
+        for app in FileSystem.contents(of: folder.apps) where FileSystem.isDirectory(folder.releases(app)) {
+            _ = try? history.snapshot(app)
+        }
+    }
+
     /// Crash recovery, at start-up: removes release files that a publish wrote but never made
     /// visible (the process died before writing `head`). Their draft is still there to publish.
     func removeUnpublishedReleases() throws {

@@ -19,18 +19,48 @@ struct LiveManifest: Sendable {
     /// The channel the manifest names (nil: signed before manifests named one).
     let channel: String?
     let rollout: Rollout?
+    /// Its packs and its rollout's candidates.
+    let entryCount: Int
 
     init(version: Int, envelope: [UInt8], etag: String, manifest: Manifest) {
         (self.version, body, self.etag) = (version, SharedBytes(envelope), etag)
         (publishedAt, expiresAt, channel, rollout) = (manifest.publishedAt, manifest.expiresAt, manifest.channel, manifest.rollout)
+        entryCount = manifest.allEntries.count
+        DecodedManifests.shared.keep(manifest, etag: etag)
     }
 
     /// A copy of the envelope's bytes.
     var envelope: [UInt8] { body.bytes }
 
-    /// The manifest, decoded from the envelope again.
+    /// The manifest, decoded from the envelope again (the last few decoded are kept: a publisher
+    /// staging packs one by one decodes the live manifest once, not once per pack).
     var manifest: Manifest {
-        get throws { try ReleaseStore.decodeManifest(body.bytes) }
+        get throws {
+            if let kept = DecodedManifests.shared.kept(etag) { return kept }
+            let decoded = try ReleaseStore.decodeManifest(body.bytes)
+            DecodedManifests.shared.keep(decoded, etag: etag)
+            return decoded
+        }
+    }
+}
+
+/// The last few live manifests decoded, by ETag (a handful: their memory is what keeping every
+/// channel's decoded manifest cost).
+final class DecodedManifests: Sendable {
+    static let shared = DecodedManifests()
+    static let limit = 2
+    private let recent = Mutex<[(etag: String, manifest: Manifest)]>([])
+
+    func kept(_ etag: String) -> Manifest? {
+        recent.withLock { recent in recent.first { $0.etag == etag }?.manifest }
+    }
+
+    func keep(_ manifest: Manifest, etag: String) {
+        recent.withLock { recent in
+            recent.removeAll { $0.etag == etag }
+            recent.insert((etag, manifest), at: 0)
+            if recent.count > Self.limit { recent.removeLast() }
+        }
     }
 }
 
