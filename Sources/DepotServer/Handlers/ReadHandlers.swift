@@ -113,10 +113,7 @@ struct ReadHandlers: Sendable {
         if before == nil && limit == ReleaseHistory.defaultPage {
             (source, size, etag) = (.shared(history.firstPage.body), history.firstPage.body.count, history.firstPage.etag)
         } else {
-            let body = try ReleaseHistory.page(
-                app: app, live: history.channels[ReleaseStore.production], channels: history.channels, releases: history.releases,
-                summaries: history.summaries, before: before, limit: limit
-            )
+            let body = history.page(before: before, limit: limit)
             (source, size, etag) = (.bytes(body), body.count, "\"\(history.digest)-b\(before ?? 0)-l\(limit)\"")
         }
         return Representation(

@@ -43,6 +43,12 @@ final class ReleaseHistory: Sendable {
         let index: [Int: Int]
         /// Each release's summary as `GET …/releases` lists it (compact JSON), by place.
         let summaries: [[UInt8]]
+        /// The summaries one after another, separated by commas, and where each begins (one more
+        /// past the end): a page's releases are one slice of it.
+        let joined: [UInt8]
+        let offsets: [Int]
+        /// A page's beginning: `{"app":…,"channels":{…}` and the live release.
+        let prefix: [UInt8]
         /// The answers kept: the channel list, and the release list's first page.
         let channelList: (body: SharedBytes, etag: String)
         let firstPage: (body: SharedBytes, etag: String)
@@ -50,15 +56,65 @@ final class ReleaseHistory: Sendable {
         let digest: String
 
         init(
-            stamps: [FileStamp?], generation: Int, head: Int, channels: [String: Int], releases: [Release], summaries: [[UInt8]],
-            channelList: (SharedBytes, String), firstPage: (SharedBytes, String), digest: String
+            app: String, stamps: [FileStamp?], generation: Int, head: Int, channels: [String: Int], releases: [Release], summaries: [[UInt8]],
+            channelList: (SharedBytes, String), digest: String
         ) {
             (self.stamps, self.generation, self.head, self.channels, self.releases) = (stamps, generation, head, channels, releases)
             var index: [Int: Int] = [:]
             index.reserveCapacity(releases.count)
             for (place, release) in releases.enumerated() { index[release.version] = place }
             self.index = index
-            (self.summaries, self.channelList, self.firstPage, self.digest) = (summaries, channelList, firstPage, digest)
+            (self.summaries, self.channelList, self.digest) = (summaries, channelList, digest)
+            var joined: [UInt8] = []
+            joined.reserveCapacity(summaries.reduce(0) { $0 + $1.count + 1 })
+            var offsets: [Int] = []
+            offsets.reserveCapacity(summaries.count + 1)
+            for summary in summaries {
+                offsets.append(joined.count)
+                joined += summary
+                joined.append(0x2C)
+            }
+            offsets.append(joined.count)
+            (self.joined, self.offsets) = (joined, offsets)
+            var prefix = Array("{\"app\":\"".utf8) + Array(app.utf8) + Array("\",\"channels\":".utf8)
+            prefix += (try? StoredJSON.compact.encode(channels)).map(Array.init) ?? Array("{}".utf8)
+            if let live = channels[ReleaseStore.production] { prefix += Array(",\"live\":\(live)".utf8) }
+            self.prefix = prefix
+            self.app = app
+            let first = Self.page(app: app, prefix: prefix, joined: joined, offsets: offsets, releases: releases, before: nil, limit: ReleaseHistory.defaultPage)
+            firstPage = (SharedBytes(first), "\"\(digest)-p\(ReleaseHistory.defaultPage)\"")
+        }
+
+        let app: String
+
+        /// A page of `GET …/releases`: the newest `limit` releases below `before` (all when nil),
+        /// oldest first, with the app's channels, the count of every release and the next page's
+        /// path. Two copies of kept bytes, whatever the page.
+        func page(before: Int?, limit: Int) -> [UInt8] {
+            Self.page(app: app, prefix: prefix, joined: joined, offsets: offsets, releases: releases, before: before, limit: limit)
+        }
+
+        private static func page(app: String, prefix: [UInt8], joined: [UInt8], offsets: [Int], releases: [Release], before: Int?, limit: Int) -> [UInt8] {
+            // The releases below `before`: a binary search (versions ascend).
+            var end = releases.count
+            if let before {
+                var (low, high) = (0, releases.count)
+                while low < high {
+                    let middle = (low + high) / 2
+                    if releases[middle].version < before { low = middle + 1 } else { high = middle }
+                }
+                end = low
+            }
+            let start = max(0, end - limit)
+            var body: [UInt8] = []
+            body.reserveCapacity(prefix.count + offsets[end] - offsets[start] + 160)
+            body += prefix
+            if start > 0 { body += Array(",\"next\":\"/v1/apps/\(app)/releases?before=\(releases[start].version)&limit=\(limit)\"".utf8) }
+            body += Array(",\"releases\":[".utf8)
+            // Without the comma after the last summary.
+            if end > start { body += joined[offsets[start]..<(offsets[end] - 1)] }
+            body += Array("],\"total\":\(releases.count)}\n".utf8)
+            return body
         }
 
         func release(_ version: Int) -> Release? { index[version].map { releases[$0] } }
@@ -208,42 +264,9 @@ final class ReleaseHistory: Sendable {
         // Names this snapshot's content in the ETags of the pages made from it: a new one per
         // change (a page asked again after a change is sent again, never a stale one kept).
         let digest = Hex.encode(SecureRandom.bytes(12))
-        let page = try Self.page(app: app, live: live, channels: channels, releases: releases, summaries: summaries, before: nil, limit: Self.defaultPage)
         return Snapshot(
-            stamps: stamps, generation: generation, head: head, channels: channels, releases: releases, summaries: summaries,
-            channelList: (SharedBytes(channelBody), Representation.etag(of: channelBody)),
-            firstPage: (SharedBytes(page), "\"\(digest)-p\(Self.defaultPage)\""), digest: digest
+            app: app, stamps: stamps, generation: generation, head: head, channels: channels, releases: releases, summaries: summaries,
+            channelList: (SharedBytes(channelBody), Representation.etag(of: channelBody)), digest: digest
         )
-    }
-
-    /// A page of `GET …/releases`: the newest `limit` releases below `before` (all when nil),
-    /// oldest first, with the app's channels, the count of every release and the next page's path.
-    static func page(
-        app: String, live: Int?, channels: [String: Int], releases: [Release], summaries: [[UInt8]], before: Int?, limit: Int
-    ) throws -> [UInt8] {
-        // The releases below `before`: a binary search (versions ascend).
-        var end = releases.count
-        if let before {
-            var (low, high) = (0, releases.count)
-            while low < high {
-                let middle = (low + high) / 2
-                if releases[middle].version < before { low = middle + 1 } else { high = middle }
-            }
-            end = low
-        }
-        let start = max(0, end - limit)
-        var body = Array("{\"app\":".utf8) + Array(try StoredJSON.compact.encode(app))
-        body += Array(",\"channels\":".utf8) + Array(try StoredJSON.compact.encode(channels))
-        if let live { body += Array(",\"live\":\(live)".utf8) }
-        if start > 0 {
-            body += Array(",\"next\":".utf8) + Array(try StoredJSON.compact.encode("/v1/apps/\(app)/releases?before=\(releases[start].version)&limit=\(limit)"))
-        }
-        body += Array(",\"releases\":[".utf8)
-        for place in start..<end {
-            if place > start { body.append(0x2C) }
-            body += summaries[place]
-        }
-        body += Array("],\"total\":\(releases.count)}\n".utf8)
-        return body
     }
 }
