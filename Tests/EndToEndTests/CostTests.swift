@@ -21,6 +21,11 @@ struct CostTests {
         var path: String
         var body: [UInt8] = []
         var expected: Int
+        /// Paths and bodies sent in turn instead of `path` and `body` (reports cycling over releases).
+        var cycle: [(path: String, body: [UInt8])] = []
+
+        /// The path and body of request `index`.
+        func request(_ index: Int) -> (path: String, body: [UInt8]) { cycle.isEmpty ? (path, body) : cycle[index % cycle.count] }
     }
 
     static let requests = 20
@@ -54,6 +59,11 @@ struct CostTests {
             Probe(name: "unknown app", path: "/v1/apps/com.example.nope/manifest", expected: 404),
             Probe(name: "report (live release)", method: "POST", path: "/v1/apps/\(app)/reports", body: report(app, release: live, packs: [steady]), expected: 202),
             Probe(name: "report (release in the window)", method: "POST", path: "/v1/apps/\(other)/reports", body: report(other, release: live - 1, packs: [steady]), expected: 202),
+            Probe(
+                // Releases before the live one: each read from a kept listing (the live one's check is cheaper).
+                name: "reports cycling over the window of two apps", method: "POST", path: "/v1/apps/\(app)/reports", expected: 202,
+                cycle: [app, other].flatMap { app in (live - shape.window + 1..<live).map { ("/v1/apps/\(app)/reports", report(app, release: $0, packs: [steady])) } }
+            ),
             Probe(name: "report (a release not made: 422)", method: "POST", path: "/v1/apps/\(app)/reports", body: report(app, release: live + 1, packs: ["p1"]), expected: 422),
             Probe(name: "report (a pack the release lacks: 422)", method: "POST", path: "/v1/apps/\(app)/reports", body: report(app, release: live - 1, packs: ["nope"]), expected: 422),
             Probe(name: "session without a token", path: "/v1/session", expected: 401),
@@ -90,10 +100,12 @@ struct CostTests {
                 if shape.releases == HistoryFixture.Shape.small.releases { names.append(probe.name) }
                 // What a route keeps, it keeps from its first requests (a report's release is read
                 // off the serving thread meanwhile: 503 until it is kept).
-                let warm = try Eventually.wait(every: .milliseconds(100)) {
-                    RawHTTP.parse(try RawHTTP.exchange(port: port, Self.requestBytes(probe, last: true, marker: ""))).first?.status == probe.expected
+                for index in 0..<max(1, probe.cycle.count) {
+                    let warm = try Eventually.wait(every: .milliseconds(100)) {
+                        RawHTTP.parse(try RawHTTP.exchange(port: port, Self.requestBytes(probe, index: index, last: true, marker: ""))).first?.status == probe.expected
+                    }
+                    #expect(warm, "\(probe.name): never answered \(probe.expected)")
                 }
-                #expect(warm, "\(probe.name): never answered \(probe.expected)")
                 _ = try Self.exchange(probe, port: port, count: 1)
                 let count = try Self.count(probe, port: port, pid: server.process.processIdentifier, data: work.path + "/data")
                 counts[probe.name, default: []].append(count)
@@ -142,7 +154,7 @@ struct CostTests {
     static func exchange(_ probe: Probe, port: UInt16, count: Int, marker: String = "") throws -> [RawHTTP.Response] {
         var bytes: [UInt8] = []
         for index in 0..<count {
-            bytes += requestBytes(probe, last: index == count - 1, marker: index == 0 ? marker : "")
+            bytes += requestBytes(probe, index: index, last: index == count - 1, marker: index == 0 ? marker : "")
         }
         let responses = RawHTTP.parse(try RawHTTP.exchange(port: port, bytes, timeout: 30))
         #expect(responses.count == count, "\(probe.name): \(responses.count) answers to \(count) requests")
@@ -154,9 +166,10 @@ struct CostTests {
     }
 
     /// One request of `probe`, marked with `marker` (a header strace shows) unless it is empty.
-    static func requestBytes(_ probe: Probe, last: Bool, marker: String) -> [UInt8] {
+    static func requestBytes(_ probe: Probe, index: Int = 0, last: Bool, marker: String) -> [UInt8] {
         let mark = marker.isEmpty ? "" : "X-Cost: \(marker)\r\n"
-        return Array("\(probe.method) \(probe.path) HTTP/1.1\r\n\(mark)Host: x\r\nContent-Length: \(probe.body.count)\r\nConnection: \(last ? "close" : "keep-alive")\r\n\r\n".utf8) + probe.body
+        let (path, body) = probe.request(index)
+        return Array("\(probe.method) \(path) HTTP/1.1\r\n\(mark)Host: x\r\nContent-Length: \(body.count)\r\nConnection: \(last ? "close" : "keep-alive")\r\n\r\n".utf8) + body
     }
 
     /// The serving thread's system calls per request while `strace` follows the origin.
