@@ -15,9 +15,10 @@ final class LargeManifestAnswers: Sendable {
     /// Envelopes this large or larger are answered from a file (as blobs are: `sendfile`
     /// measured faster than a copy from memory from 16 KiB on).
     static let threshold = 16 << 10
-    /// Answers kept at most; a channel past them is sent from memory (never made and dropped in
-    /// turn: a flood cycling through channels would make a file per request).
-    static let limit = 64
+    /// Answers kept at most (each holds a descriptor per server thread: 64 at 4 threads); a
+    /// channel past them is sent from memory (never made and dropped in turn: a flood cycling
+    /// through channels would make a file per request).
+    static let limit = 16
 
     private let folder: DataFolder
     /// One answer per app, channel and gating: the live one (a new release replaces it).
