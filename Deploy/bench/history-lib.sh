@@ -30,13 +30,15 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# fixture SCALE DIR: writes the history fixture at SCALE (1, 10, 100) into DIR (a new folder).
+# fixture SCALE DIR: writes the history fixture at SCALE (1, 10, 100) into DIR (a new folder);
+# sets fixture_seconds (the writing alone, not the waits).
 fixture() {
-  local out
+  local out t0
   quiet
   for attempt in 1 2 3 4 5 6 7 8 9 10; do
+    t0=$(now)
     out=$(DEPOT_HISTORY_FIXTURE="$2" DEPOT_HISTORY_SCALE="$1" swift test --disable-xctest --skip-build --filter HistoryFixtureTool 2>&1) || true
-    if grep -q '^history fixture:' <<<"$out"; then grep '^history fixture:' <<<"$out" | sed "s|$work/||"; return; fi
+    if grep -q '^history fixture:' <<<"$out"; then fixture_seconds=$(elapsed "$t0" "$(now)"); grep '^history fixture:' <<<"$out" | sed "s|$work/||"; return; fi
     # The test target may not have been built with the fixture tool yet: wait for a build.
     echo "the fixture tool did not run (attempt $attempt); waiting 60 s:" >&2; tail -3 <<<"$out" >&2
     rm -rf "$2"; sleep 60; quiet
@@ -57,6 +59,18 @@ serve() {
   started=$(elapsed "$t0" "$(now)")
   url=$(head -1 "$work/serve.log" | sed -E 's/.*listening on ([^,]+),.*/http:\/\/\1/')
 }
+# settle [CAP]: waits until the origin's CPU time stops growing (under 2 ticks in 2 s), at most
+# CAP seconds (600): at start it works through the history in the background (with patches on,
+# the patch maker's start-up pass over every channel's packs). Sets settled (seconds waited, or
+# "over CAP") and settle_cpu (CPU seconds the origin used meanwhile).
+settle() {
+  local cap=${1:-600} t0 c0 prev cur quiet_now=
+  t0=$(now); c0=$(cpu_ticks); prev=$c0
+  for _ in $(seq $((cap / 2))); do sleep 2; cur=$(cpu_ticks); [ $((cur - prev)) -le 1 ] && { quiet_now=1; break; }; prev=$cur; done
+  settled=$(elapsed "$t0" "$(now)"); [ -n "$quiet_now" ] || settled="over $cap"
+  settle_cpu=$(awk -v a="$c0" -v b="$(cpu_ticks)" -v t="$(getconf CLK_TCK)" 'BEGIN { printf "%.0f", (b - a) / t }')
+}
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$pid/stat"; }
 # stop: stops the origin started last.
 stop() { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
 

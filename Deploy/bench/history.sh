@@ -11,9 +11,15 @@
 #     alternating route, healthz, route, …); the table's ratio to 1× is (route / healthz at this
 #     scale) / (route / healthz at 1×), so machine drift between scales cancels;
 #   - the origin's peak RSS (VmHWM) once every route has been run.
+# The routes are measured with --patch-depth 0: with patches on, an origin starts by going
+# through every channel's packs for patches to make, reading the app's whole history again for
+# each pack (PatchMaker.turn: ReleaseStore.list), which at 100× keeps a core busy for longer than
+# the run and would be counted with the requests. That start-up pass is measured first, on its
+# own, with every default: the time until the origin's CPU time stops growing (at most
+# START_CAP seconds, 300), the CPU seconds spent and the RSS then.
 # Each route is first asked once and must answer its status (200, 202 or 404) before it is counted
 # or timed. The claim tested: the counts are flat across scales.
-#   Deploy/bench/history.sh [REQUESTS]     (default 2000; SECONDS=3 ROUNDS=3 SCALES="1 10 100")
+#   Deploy/bench/history.sh [REQUESTS]     (default 2000; SECONDS_PER_RUN=3 ROUNDS=3 SCALES="1 10 100")
 # Writes the table to Deploy/bench/last-history.txt.
 set -euo pipefail
 requests=${1:-2000}
@@ -34,7 +40,9 @@ declare -A label=(
   [blob-unknown]="GET old1 /blobs/ (made up)" [big-manifest]="GET big /manifest" [big-info-plist]="GET big /info-plist"
   [report-live]="POST old1 /reports (live)" [report-window]="POST old1 /reports (window)" [healthz]="GET /healthz")
 declare -A method path body expect
-declare -A calls rate control norm names hwm rss_start startup fixture_time fixture_size background
+declare -A calls rate control norm names hwm rss_start startup settle_time fixture_time fixture_size background
+declare -A d_startup d_settle d_cpu d_rss d_hwm size
+start_cap=${START_CAP:-300}
 
 # client METHOD PATH BODY EXPECT COUNT: COUNT requests on 8 keep-alive connections, each answer's
 # status checked.
@@ -93,6 +101,8 @@ check() {
     sleep 0.2
   done
   [ "$got" = "${expect[$1]}" ] || { echo "scale $scale: ${label[$1]} answered $got, not ${expect[$1]}" >&2; exit 1; }
+  if [ "${body[$1]}" = - ]; then size[$1,$scale]=$(curl -s -o /dev/null -w '%{size_download}' "$url${path[$1]}")
+  else size[$1,$scale]=$(curl -s -o /dev/null -w '%{size_download}' -X POST -H 'Content-Type: application/json' --data-binary @"${body[$1]}" "$url${path[$1]}"); fi
 }
 # bench NAME: one wrk run; prints req/s, or req/s! when answers were not all the route's status.
 bench() {
@@ -111,15 +121,19 @@ bench() {
 
 busy_note=""
 for scale in $scales; do
-  data="$work/data-$scale"
-  t0=$(now)
+  data="$work/data-${scale}x"
   fixture "$scale" "$data" >&2
-  fixture_time[$scale]=$(elapsed "$t0" "$(now)")
+  fixture_time[$scale]=$fixture_seconds
   fixture_size[$scale]=$(du -sm "$data" | awk '{ print $1 }')
   live=$((30 * scale)); window=$(( 64 * scale / 100 > 3 ? 64 * scale / 100 : 3 )); window=$(( window > 64 ? 64 : window ))
   first_window=$((live - window + 1)); last_pack="w$((35 * scale - 1))"
-  serve "$data" --threads 2 --report-rate-per-address 100000000 --report-rate-total 100000000
-  startup[$scale]=$started; rss_start[$scale]=$(rss VmRSS)
+  # Every default: the start-up pass.
+  serve "$data" --threads 2
+  d_startup[$scale]=$started; settle "$start_cap"; d_settle[$scale]=$settled; d_cpu[$scale]=$settle_cpu; d_rss[$scale]=$(rss VmRSS); d_hwm[$scale]=$(rss VmHWM)
+  stop
+  # Measured: patches off, report rate limits lifted.
+  serve "$data" --threads 2 --patch-depth 0 --report-rate-per-address 100000000 --report-rate-total 100000000
+  startup[$scale]=$started; settle 120; settle_time[$scale]=$settled; rss_start[$scale]=$(rss VmRSS)
   python3 - "$work" "$live" "$first_window" "$last_pack" <<'PY'
 import json, sys
 work, live, first, pack = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
@@ -151,6 +165,7 @@ print(m["packs"][0]["url"].rsplit("/", 1)[1])')
   background[$scale]=$(count "$work/strace.idle" | awk '{ printf "%.1f", $1 / 3 }')
   for r in "${route_names[@]}"; do
     check "$r"; client "${method[$r]}" "${path[$r]}" "${body[$r]}" "${expect[$r]}" 20
+    sleep 1.2  # the report writer's pass for the route before (it writes within a second)
     read -r total detail < <(trace "$r" "$requests")
     calls[$r,$scale]=$(awk -v t="$total" -v n="$requests" 'BEGIN { printf "%.2f", t / n }')
     names[$r,$scale]=$detail
@@ -174,12 +189,12 @@ print(m["packs"][0]["url"].rsplit("/", 1)[1])')
 done
 
 {
-  echo "AssetDepot history benchmark, $(date -u +%Y-%m-%d), $(nproc) cores, $(uname -r), $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- Sources || echo ' (Sources with uncommitted changes)'); release build, origin --threads 2"
+  echo "AssetDepot history benchmark, $(date -u +%Y-%m-%d), $(nproc) cores, $(uname -r), $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- Sources && [ -z "$(git ls-files --others --exclude-standard Sources)" ] || echo ' (Sources with uncommitted changes)'); release build of $(date -u -r "$depot" '+%H:%M UTC'), origin --threads 2 --patch-depth 0, report rate limits lifted"
   echo "data-folder system calls per request: strace -f -yy, $requests requests on 8 keep-alive connections (every status checked), after 20 warm-up requests"
   echo "req/s: wrk -t2 -c32 ${seconds}s x $rounds rounds, each beside a /healthz run; (x) = (route/healthz) / (route/healthz at 1x)"
   for s in $scales; do
-    printf 'fixture %sx: %s MiB on /dev/shm, written in %s s; origin listening after %s s, RSS %s MiB; background data-folder calls while idle %s/s\n' \
-      "$s" "${fixture_size[$s]}" "${fixture_time[$s]}" "${startup[$s]}" "${rss_start[$s]}" "${background[$s]}"
+    printf 'fixture %sx: %s MiB on /dev/shm, written in %s s; origin listening after %s s, its start-up work done %s s later (RSS then %s MiB); data-folder calls while idle after that %s/s\n' \
+      "$s" "${fixture_size[$s]}" "${fixture_time[$s]}" "${startup[$s]}" "${settle_time[$s]}" "${rss_start[$s]}" "${background[$s]}"
   done
   [ -z "$busy_note" ] || echo "note: another swift build or test ran during some timed rounds (the healthz control is beside each)"
   echo
@@ -199,8 +214,20 @@ done
   echo
   printf '| origin | '; for s in $scales; do printf '%sx | ' "$s"; done; echo
   printf '| --- | '; for s in $scales; do printf -- '---: | '; done; echo
-  printf '| RSS after start, MiB | '; for s in $scales; do printf '%s | ' "${rss_start[$s]}"; done; echo
+  printf '| RSS once started (start-up work done), MiB | '; for s in $scales; do printf '%s | ' "${rss_start[$s]}"; done; echo
   printf '| peak RSS (VmHWM) after every route, MiB | '; for s in $scales; do printf '%s | ' "${hwm[$s]}"; done; echo
+  printf '| every default (patches on): listening after, s | '; for s in $scales; do printf '%s | ' "${d_startup[$s]}"; done; echo
+  printf '| every default: start-up work done after, s | '; for s in $scales; do printf '%s | ' "${d_settle[$s]}"; done; echo
+  printf '| every default: CPU seconds until then | '; for s in $scales; do printf '%s | ' "${d_cpu[$s]}"; done; echo
+  printf '| every default: RSS then (peak), MiB | '; for s in $scales; do printf '%s (%s) | ' "${d_rss[$s]}" "${d_hwm[$s]}"; done; echo
+  echo
+  printf '| answer body, bytes (and MB/s at the median req/s) |'; for s in $scales; do printf ' %sx |' "$s"; done; echo
+  printf '| --- |'; for s in $scales; do printf ' ---: |'; done; echo
+  for r in "${route_names[@]}"; do
+    printf '| %s |' "${label[$r]}"
+    for s in $scales; do printf ' %s (%s) |' "${size[$r,$s]}" "$(awk -v b="${size[$r,$s]}" -v r="${rate[$r,$s]:-${control[manifest,$s]}}" 'BEGIN { printf "%.0f", b * r / 1e6 }')"; done
+    echo
+  done
   echo
   echo "data-folder calls by name (all $requests requests):"
   for r in "${route_names[@]}"; do

@@ -16,6 +16,8 @@
 # against the second's (levels off: within 2% or 1 MiB), and the slope over the second half.
 # Only loopback; everything started is stopped on exit.
 #   Deploy/bench/soak.sh [MINUTES] [PUBLISH_EVERY_SECONDS]     (defaults 60, 2)
+# To tell causes apart: PUBLISH_EVERY_SECONDS 0 runs the load alone, LOAD=0 the publisher alone,
+# SOAK_SERVE_OPTIONS adds depot serve options (e.g. --patch-depth 0).
 # Writes the table to Deploy/bench/last-soak.txt.
 set -euo pipefail
 minutes=${1:-60}; every=${2:-2}
@@ -26,7 +28,11 @@ app=com.example.old1; scale=10; pack=w$((35 * scale - 1))
 data="$work/data"
 fixture "$scale" "$data" >&2
 token=$("$depot" tokens create --data "$data" --app "$app" --role admin | tail -1)
-serve "$data" --threads 2 --report-rate-per-address 100000000 --report-rate-total 100000000
+# SOAK_SERVE_OPTIONS: more depot serve options (--patch-depth 0, …).
+# shellcheck disable=SC2086
+serve "$data" --threads 2 --report-rate-per-address 100000000 --report-rate-total 100000000 ${SOAK_SERVE_OPTIONS:-}
+# The start-up pass (patches looked for in the whole history) runs its course first.
+settle 300
 echo $((30 * scale)) > "$work/live"
 : > "$work/published"; : > "$work/failures"
 
@@ -60,29 +66,40 @@ done
 
 # The publisher, a release every PUBLISH_EVERY_SECONDS (the next one is due every seconds after
 # the last one was due, however long it took).
+# PUBLISH_EVERY_SECONDS 0: no publisher (the load alone).
 (
   trap 'exit 0' TERM
+  [ "$every" != 0 ] || exec sleep infinity
   due=$(date +%s.%N)
   while :; do
     due=$(awk -v d="$due" -v e="$every" 'BEGIN { printf "%.3f", d + e }')
-    wait_s=$(awk -v d="$due" -v n="$(date +%s.%N)" 'BEGIN { w = d - n; printf "%.3f", w > 0 ? w : 0 }')
+    wait_s=$(awk -v d="$due" -v n="$(date +%s.%N)" 'BEGIN { w = d - n; printf "%.3f", (w > 0 ? w : 0) }')
     sleep "$wait_s"
     publish
   done
 ) &
 pids+=($!)
 
-# The load, for MINUTES.
-SOAK_APP=$app SOAK_PACK=$pack SOAK_LIVE_FILE=$work/live \
-  wrk -t2 -c16 -d"$((minutes * 60))s" --timeout 10s -s "$root/Deploy/bench/soak-mix.lua" "$url" > "$work/wrk.txt" 2>&1 &
+# The load, for MINUTES (LOAD=0: none, the publisher alone).
+if [ "${LOAD:-1}" = 0 ]; then sleep "$((minutes * 60))" > "$work/wrk.txt" &
+else
+  SOAK_APP=$app SOAK_PACK=$pack SOAK_LIVE_FILE=$work/live \
+    wrk -t2 -c16 -d"$((minutes * 60))s" --timeout 10s -s "$root/Deploy/bench/soak-mix.lua" "$url" > "$work/wrk.txt" 2>&1 &
+fi
 wrk_pid=$!
 pids+=($wrk_pid)
 
-# The samples: seconds, releases published, VmRSS and RssAnon (MiB).
+# The samples: seconds, releases published, VmRSS and RssAnon (MiB), the live release, the
+# origin's CPU share since the last sample (% of one core).
 t0=$(date +%s)
 published0=$(wc -l < "$work/published")
 : > "$work/samples"
-sample() { echo "$(( $(date +%s) - t0 )) $(( $(wc -l < "$work/published") - published0 )) $(rss VmRSS) $(rss RssAnon)" >> "$work/samples"; }
+last_ticks=$(cpu_ticks); last_t=$(now)
+sample() {
+  local ticks t; ticks=$(cpu_ticks); t=$(now)
+  echo "$(( $(date +%s) - t0 )) $(( $(wc -l < "$work/published") - published0 )) $(rss VmRSS) $(rss RssAnon) $(cat "$work/live") $(awk -v a="$last_ticks" -v b="$ticks" -v s="$(elapsed "$last_t" "$t")" -v h="$(getconf CLK_TCK)" 'BEGIN { printf "%.0f", (s > 0 ? (b - a) / h / s * 100 : 0) }')" >> "$work/samples"
+  last_ticks=$ticks; last_t=$t
+}
 sample
 while kill -0 "$wrk_pid" 2>/dev/null; do
   for _ in $(seq 30); do kill -0 "$wrk_pid" 2>/dev/null || break; sleep 1; done
@@ -91,17 +108,18 @@ while kill -0 "$wrk_pid" 2>/dev/null; do
 done
 wait "$wrk_pid" || true
 hwm=$(rss VmHWM)
-kill "${pids[-2]}" 2>/dev/null || true
+kill "${pids[-2]}" 2>/dev/null || true; wait "${pids[-2]}" 2>/dev/null || true
 
 {
-  echo "AssetDepot soak, $(date -u +%Y-%m-%d), $(nproc) cores, $(uname -r), $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- Sources || echo ' (Sources with uncommitted changes)'); release build, origin --threads 2"
-  echo "data: the history fixture at ${scale}x ($app: $((30 * scale)) releases before the run; a new release every ${every} s); wrk -t2 -c16 ${minutes} min, soak-mix.lua"
+  echo "AssetDepot soak, $(date -u +%Y-%m-%d), $(nproc) cores, $(uname -r), $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- Sources && [ -z "$(git ls-files --others --exclude-standard Sources)" ] || echo ' (Sources with uncommitted changes)'); release build of $(date -u -r "$depot" '+%H:%M UTC'), origin --threads 2 ${SOAK_SERVE_OPTIONS:-}"
+  echo "data: the history fixture at ${scale}x ($app: $((30 * scale)) releases before the run; $([ "$every" = 0 ] && echo "no publisher" || echo "a new release every ${every} s")); $([ "${LOAD:-1}" = 0 ] && echo "no load" || echo "wrk -t2 -c16 ${minutes} min, soak-mix.lua")"
+  echo "origin: listening after $started s, its start-up work (patches looked for) done after $settled s ($settle_cpu CPU seconds)"
   echo "published: $(( $(wc -l < "$work/published") - published0 )) releases during the run, $(wc -l < "$work/failures") publishes failed$( [ -s "$work/failures" ] && echo ": $(head -3 "$work/failures" | tr '\n' ' ')")"
   echo "wrk: $(awk '/ requests in / { print $1, "requests in", $4 }' "$work/wrk.txt" | tr -d ','), $(awk '/^Requests\/sec:/ { printf "%.0f req/s", $2 }' "$work/wrk.txt"); by status: $(awk '/^status / { printf "%s %s; ", $2, $3 }' "$work/wrk.txt")$(grep -h 'Socket errors' "$work/wrk.txt" || true)"
   echo
-  echo "| minute | releases published | RSS MiB | anonymous MiB |"
-  echo "| ---: | ---: | ---: | ---: |"
-  awk '{ printf "| %.1f | %d | %s | %s |\n", $1 / 60, $2, $3, $4 }' "$work/samples"
+  echo "| minute | releases published | live release | RSS MiB | anonymous MiB | origin CPU, % of a core |"
+  echo "| ---: | ---: | ---: | ---: | ---: | ---: |"
+  awk '{ printf "| %.1f | %d | %d | %s | %s | %s |\n", $1 / 60, $2, $5, $3, $4, $6 }' "$work/samples"
   echo
   echo "peak RSS (VmHWM): $hwm MiB"
   python3 - "$work/samples" "$((minutes * 60))" <<'PY'
