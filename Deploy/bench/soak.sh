@@ -115,7 +115,9 @@ kill "${pids[-2]}" 2>/dev/null || true; wait "${pids[-2]}" 2>/dev/null || true
   echo "data: the history fixture at ${scale}x ($app: $((30 * scale)) releases before the run; $([ "$every" = 0 ] && echo "no publisher" || echo "a new release every ${every} s")); $([ "${LOAD:-1}" = 0 ] && echo "no load" || echo "wrk -t2 -c16 ${minutes} min, soak-mix.lua")"
   echo "origin: listening after $started s, its start-up work (patches looked for) done after $settled s ($settle_cpu CPU seconds)"
   echo "published: $(( $(wc -l < "$work/published") - published0 )) releases during the run, $(wc -l < "$work/failures") publishes failed$( [ -s "$work/failures" ] && echo ": $(head -3 "$work/failures" | tr '\n' ' ')")"
-  echo "wrk: $(awk '/ requests in / { print $1, "requests in", $4 }' "$work/wrk.txt" | tr -d ','), $(awk '/^Requests\/sec:/ { printf "%.0f req/s", $2 }' "$work/wrk.txt"); by status: $(awk '/^status / { printf "%s %s; ", $2, $3 }' "$work/wrk.txt")$(grep -h 'Socket errors' "$work/wrk.txt" || true)"
+  if [ "${LOAD:-1}" = 0 ]; then echo "wrk: none (LOAD=0)"; else
+    echo "wrk: $(awk '/ requests in / { print $1, "requests in", $4 }' "$work/wrk.txt" | tr -d ','), $(awk '/^Requests\/sec:/ { printf "%.0f req/s", $2 }' "$work/wrk.txt"); by status: $(awk '/^status / { printf "%s %s; ", $2, $3 }' "$work/wrk.txt")$(grep -h 'Socket errors' "$work/wrk.txt" || true)"
+  fi
   echo
   echo "| minute | releases published | live release | RSS MiB | anonymous MiB | origin CPU, % of a core |"
   echo "| ---: | ---: | ---: | ---: | ---: | ---: |"
