@@ -33,8 +33,7 @@ struct Apps: ParsableCommand {
 
         func run() throws {
             let store = AppStore(folder: DataFolder(data.data))
-            try store.create(app, mode: mode, appGroup: appGroup)
-            if let primaryLanguage { try store.setPrimaryLanguage(app, primaryLanguage) }
+            try store.create(app, mode: mode, appGroup: appGroup, primaryLanguage: primaryLanguage)
             print("created \(mode == .managed ? "managed app \(app) (app group \(appGroup ?? ""))" : "app \(app)")")
         }
     }

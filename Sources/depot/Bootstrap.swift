@@ -11,7 +11,7 @@ struct Bootstrap {
     static func ifNeeded(dataPath: String) throws -> Bootstrap? {
         let folder = DataFolder(dataPath)
         guard !folder.exists else { return nil }
-        try folder.prepare()
+        try folder.makeFolders()
         let apps = AppStore(folder: folder)
         try apps.create(devApp)
         let tokens = TokenStore(folder: folder)

@@ -26,6 +26,8 @@ struct GC: ParsableCommand {
         for blob in swept.blobs { print(blob) }
         print("\(dryRun ? "would remove" : "removed") \(swept.blobs.count) blobs, \(swept.bytes) bytes")
         if !dryRun {
+            let leftovers = maintenance.removeLeftovers()
+            if leftovers > 0 { print("removed \(leftovers) files that interrupted writes left") }
             let expired = maintenance.removeExpiredUploads()
             if expired > 0 { print("removed \(expired) expired resumable uploads") }
         }

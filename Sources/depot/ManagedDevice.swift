@@ -87,6 +87,9 @@ struct ManagedDevice {
                     state.packs[pack.id] = nil
                     try save(state)
                 }
+                // The archive's bytes are durable before its name is, and both before the state
+                // records it: after a power cut the state never names an archive shorter than it says.
+                try FileDescriptor.openForReading(temporary).sync()
                 try FileSystem.durableRename(temporary, to: packPath(pack.id))
                 state.packs[pack.id] = Held(version: pack.version, size: pack.downloadSize, sha256: pack.sha256 ?? "")
                 try save(state)

@@ -12,6 +12,8 @@ final class ServeProcess {
     let banner: String
     private let output = Pipe()
     private let errors = Pipe()
+    private let errorLog = LogBuffer()
+    private let errorsEnded = DispatchSemaphore(value: 0)
 
     /// Starts `depot serve`; with `bootstrap`, waits for the banner of a new data folder (its token).
     init(data: String, environment: [String: String], bootstrap: Bool = true) throws {
@@ -21,6 +23,16 @@ final class ServeProcess {
         process.standardOutput = output
         process.standardError = errors
         try process.run()
+        // Its log is read as it comes, so that a long test never fills the pipe and stalls it.
+        let handle = errors.fileHandleForReading, log = errorLog, ended = errorsEnded
+        Thread.detachNewThread {
+            while true {
+                let chunk = handle.availableData
+                if chunk.isEmpty { break }
+                log.append(chunk)
+            }
+            ended.signal()
+        }
         var banner = ""
         while !banner.contains(bootstrap ? "depot sync" : "public URL") || !banner.hasSuffix("\n") {
             let chunk = output.fileHandleForReading.availableData
@@ -49,9 +61,23 @@ final class ServeProcess {
 
     /// Everything printed on stdout after the banner, once the process has ended.
     func remainingOutput() -> String { String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }
-    func errorOutput() -> String { String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }
+    /// Everything it logged, once the process has ended (its stderr closed).
+    func errorOutput() -> String {
+        errorsEnded.wait()
+        errorsEnded.signal()
+        return String(decoding: errorLog.contents, as: UTF8.self)
+    }
 
     deinit {
         if process.isRunning { process.terminate() }
     }
+}
+
+/// Bytes appended by one thread and read by another.
+final class LogBuffer: @unchecked Sendable {
+    // @unchecked: `data` is behind `lock`.
+    private let lock = NSLock()
+    private var data = Data()
+    func append(_ chunk: Data) { lock.withLock { data.append(chunk) } }
+    var contents: Data { lock.withLock { data } }
 }

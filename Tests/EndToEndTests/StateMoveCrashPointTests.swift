@@ -18,6 +18,15 @@ struct StateMoveCrashPointTests {
 
     @Test("Killed at every crash point of the first schedule with a state folder: the floor and the install id are in one place or the other, and the next run moves them whole", .enabled(if: CrashSeam.killsEnabled))
     func stateMove() async throws {
+        try await run(modes: [.kill])
+    }
+
+    @Test("A power cut at every crash point of the state folder's move (unsynced data and folder changes lost): the same", .enabled(if: HeavyTests.enabled))
+    func stateMovePowerCut() async throws {
+        try await run(modes: CrashSeam.powerModes)
+    }
+
+    func run(modes: [CrashSeam.Mode]) async throws {
         try await withServer { origin in
             var device = try CrashDevice(origin: origin)
             defer { device.work.remove() }
@@ -39,7 +48,7 @@ struct StateMoveCrashPointTests {
             let count = CrashSeam.trace(trace).count
             #expect(count >= 4, "the move must have crash points: \(count)")
             var killed = 0
-            try await CrashSeam.enumerate(count, modes: [.kill], trace: trace, work: device.work.path, label: "state-move") { crash in
+            try await CrashSeam.enumerate(count, modes: modes, trace: trace, work: device.work.path, label: "state-move") { crash in
                 try CrashSeam.copy(device.base, to: device.dest)
                 try? FileManager.default.removeItem(atPath: folder)
                 let result = try flow.launch(arguments, dest: device.dest, environment: crash.environment)
@@ -56,7 +65,7 @@ struct StateMoveCrashPointTests {
                 #expect(!FileSystem.exists(device.dest + "/.depot/state.json") && FileSystem.exists(folder + "/manifest-production.json"), "\(crash.what)")
                 return true
             }
-            print("StateMoveCrashPointTests: \(count) crash points, \(killed) runs killed and recovered")
+            print("StateMoveCrashPointTests \(modes.map(\.rawValue)): \(count) crash points, \(killed) runs killed and recovered")
         }
     }
 }

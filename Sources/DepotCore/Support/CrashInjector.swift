@@ -77,6 +77,8 @@ final class Injector: @unchecked Sendable {
     }
 
     private var modelling: Bool { power != nil && backup != nil }
+    /// `DEPOT_CRASH_STOP=1`: the crash point stops the process (SIGSTOP) instead of killing it.
+    private let stop = getenv("DEPOT_CRASH_STOP").map { String(cString: $0) == "1" } ?? false
 
     func reach(_ call: CrashPoints.Call, _ path: String, _ other: String?) {
         lock.lock()
@@ -87,9 +89,15 @@ final class Injector: @unchecked Sendable {
             let line = "\(total) \(call.rawValue) \(path)\(other.map { " " + $0 } ?? "")\n"
             _ = line.withCString { write(trace, $0, strlen($0)) }
         }
-        let hit = target.map { $0.call == nil ? $0.count == total : $0.count == counts[$0.call!.rawValue] } ?? false
+        let hit = target.map { $0.call == nil ? $0.count == total : $0.call == call && $0.count == counts[call.rawValue] } ?? false
         if modelling && !hit { prepare(call, path, other) }
         guard hit else { lock.unlock(); return }
+        if stop {
+            // Paused, not killed: a test runs another process meanwhile and then continues this one.
+            lock.unlock()
+            kill(getpid(), SIGSTOP)
+            return
+        }
         dead = true
         if modelling { cut() }
         kill(getpid(), SIGKILL)

@@ -11,6 +11,8 @@ import Darwin
 ///
 /// - `DEPOT_CRASH_AT=N` kills itself (SIGKILL) as it enters its Nth crash point
 ///   (`DEPOT_CRASH_AT=rename:N`: its Nth rename);
+/// - `DEPOT_CRASH_STOP=1` (with `DEPOT_CRASH_AT`) stops it there (SIGSTOP) instead, until a test
+///   continues it (SIGCONT): two processes interleaved at a chosen point;
 /// - `DEPOT_CRASH_TRACE=FILE` appends a line per crash point (`N call path`), so a test learns how
 ///   many a sequence has and enumerates them all;
 /// - `DEPOT_CRASH_POWER=lose|data|entries` (with `DEPOT_CRASH_BACKUP=DIR`, a folder on the same

@@ -203,11 +203,14 @@ public enum FileSystem {
         (System.directoryEntries(path) ?? []).sorted()
     }
 
-    /// Removes the temporary files (`.tmp-*`) that an interrupted write left in a folder.
+    /// Removes the temporary files (`.tmp-*`) that an interrupted write left in a folder. A
+    /// temporary file another live process owns (``temporaryOwner(_:)``) is that process's write
+    /// in progress (an admin command beside a starting origin) and stays.
     @discardableResult
     public static func removeTemporaryFiles(in path: String) -> Int {
         var removed = 0
         for name in contents(of: path) where name.hasPrefix(".tmp-") {
+            if let owner = temporaryOwner(name), owner != System.processID, System.isProcessAlive(owner) { continue }
             if System.unlink(path + "/" + name) == 0 { removed += 1 }
         }
         return removed

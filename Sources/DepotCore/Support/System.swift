@@ -148,6 +148,11 @@ public enum System {
     /// This process's id.
     public static var processID: Int32 { getpid() }
 
+    /// Whether a process with this id exists (one of another user's too: `kill` answers EPERM).
+    public static func isProcessAlive(_ pid: Int32) -> Bool {
+        pid > 0 && (kill(pid, 0) == 0 || errno == EPERM)
+    }
+
     /// Whether the process `pid` provably no longer runs: `kill(pid, 0)` answers "no such
     /// process". A process this one may not signal (another app's, on iOS) is not gone.
     public static func processIsGone(_ pid: Int32) -> Bool {

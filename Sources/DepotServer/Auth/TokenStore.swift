@@ -144,14 +144,13 @@ public final class TokenStore: Sendable {
         return try StoredJSON.read(TokenFile.self, from: path).tokens
     }
 
-    /// Read, change and write tokens.json under an exclusive lock on a file beside it.
+    /// Read, change and write tokens.json under its lock (``LockedFile``).
     private func modify(_ change: (inout [StoredToken]) throws -> Void) throws {
-        let lock = try FileDescriptor(path: path + ".lock", flags: O_RDWR | O_CREAT, mode: 0o600)
-        try systemCall("flock", path: lock.path) { flock(lock.rawValue, LOCK_EX) }
-        defer { flock(lock.rawValue, LOCK_UN) }
-        var tokens = try load()
-        try change(&tokens)
-        try StoredJSON.write(TokenFile(tokens: tokens), to: path, mode: 0o600)
+        try LockedFile.update(TokenFile.self, at: path, mode: 0o600) { file in
+            var tokens = file?.tokens ?? []
+            try change(&tokens)
+            file = TokenFile(tokens: tokens)
+        }
     }
 }
 

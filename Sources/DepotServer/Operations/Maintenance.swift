@@ -99,6 +99,7 @@ public struct OfflineMaintenance {
     private let lock: FileDescriptor
     private let garbage: GarbageCollector
     private let uploads: ResumableUploads
+    private let folder: DataFolder
 
     /// Takes the folder's lock; fails with `data_folder_busy` while a server runs on it.
     public init(dataPath: String) throws {
@@ -109,6 +110,14 @@ public struct OfflineMaintenance {
         let uploads = ResumableUploads(folder: folder)
         garbage = GarbageCollector(releases: releases, blobs: FileBlobStore(folder: folder), finishing: { uploads.finishingBlobs() })
         self.uploads = uploads
+        self.folder = folder
+    }
+
+    /// Removes what interrupted writes left (as the origin does at start-up): temporary files in
+    /// every folder written, envelopes re-signed for a channel included. Returns how many.
+    public func removeLeftovers() -> Int {
+        _ = lock
+        return folder.cleanTemporaryFiles()
     }
 
     /// Removes resumable uploads past their expiry; returns how many.

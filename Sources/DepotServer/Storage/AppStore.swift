@@ -91,8 +91,9 @@ public struct AppStore: Sendable {
     /// Creates an app with a fresh pack master key; fails if it exists. A managed app names the
     /// app group its app and downloader extension share.
     @discardableResult
-    public func create(_ id: String, mode: AppMode = .unmanaged, appGroup: String? = nil) throws -> AppSettings {
+    public func create(_ id: String, mode: AppMode = .unmanaged, appGroup: String? = nil, primaryLanguage: String? = nil) throws -> AppSettings {
         guard Identifier.isValidApp(id) else { throw DepotError.invalidID("app id") }
+        let primaryLanguage = try primaryLanguage.map(Self.normalisedLanguage)
         if mode == .managed {
             guard let appGroup, Self.isValidAppGroup(appGroup) else {
                 throw DepotError.badRequest("a managed app needs its app group: --app-group group.<reverse-DNS name>")
@@ -100,20 +101,25 @@ public struct AppStore: Sendable {
         } else if appGroup != nil {
             throw DepotError.badRequest("an app group is for managed apps (--mode managed)")
         }
-        try folder.prepare()
-        guard !FileSystem.exists(folder.appSettings(id)) else { throw DepotError.conflict("exists", "app \(id) already exists") }
+        try folder.makeFolders()
         try FileSystem.createDirectory(folder.releases(id))
-        if !FileSystem.exists(folder.packKeys(id)) {
-            let keyID = KeyRing.newKeyID()
-            try StoredJSON.write(PackKeys(current: keyID, keys: [keyID: Data(SecureRandom.bytes(32)).base64EncodedString()]),
-                                 to: folder.packKeys(id), mode: 0o600)
-        }
         _ = try signingKeys()
-        let settings = AppSettings(
-            id: id, createdAt: Date(), downloadCredentials: nil, allowances: nil, mode: mode == .managed ? .managed : nil, appGroup: appGroup
-        )
-        try StoredJSON.write(settings, to: folder.appSettings(id))
-        return settings
+        // Under the settings' lock: two creates of one app cannot both pass the check, and the
+        // pack key is written once, before the settings that make the app exist.
+        return try LockedFile.update(AppSettings.self, at: folder.appSettings(id)) { settings in
+            guard settings == nil else { throw DepotError.conflict("exists", "app \(id) already exists") }
+            try LockedFile.update(PackKeys.self, at: folder.packKeys(id), mode: 0o600) { keys in
+                guard keys == nil else { return }
+                let keyID = KeyRing.newKeyID()
+                keys = PackKeys(current: keyID, keys: [keyID: Data(SecureRandom.bytes(32)).base64EncodedString()])
+            }
+            let created = AppSettings(
+                id: id, createdAt: Date(), downloadCredentials: nil, allowances: nil, mode: mode == .managed ? .managed : nil, appGroup: appGroup,
+                primaryLanguage: primaryLanguage
+            )
+            settings = created
+            return created
+        }
     }
 
     /// An app group identifier: `group.` and 1–200 of `A-Z a-z 0-9 . -`.
@@ -131,37 +137,44 @@ public struct AppStore: Sendable {
     /// Turns HTTP Basic download credentials on (returning the new password, shown once) or off.
     @discardableResult
     public func setDownloadCredentials(_ id: String, enabled: Bool) throws -> (username: String, password: String)? {
-        guard var settings = settings(id) else { throw DepotError.notFound("app \(id)") }
-        guard enabled else {
-            settings.downloadCredentials = nil
-            try StoredJSON.write(settings, to: folder.appSettings(id))
-            return nil
+        try changeSettings(id) { settings in
+            guard enabled else {
+                settings.downloadCredentials = nil
+                return nil
+            }
+            let password = Hex.encode(SecureRandom.bytes(16))
+            settings.downloadCredentials = DownloadCredentials(username: id, passwordSHA256: Hex.encode(SHA256Hasher.hash(Array(password.utf8))))
+            return (id, password)
         }
-        let password = Hex.encode(SecureRandom.bytes(16))
-        settings.downloadCredentials = DownloadCredentials(username: id, passwordSHA256: Hex.encode(SHA256Hasher.hash(Array(password.utf8))))
-        try StoredJSON.write(settings, to: folder.appSettings(id))
-        return (id, password)
+    }
+
+    /// Sets the app's primary language (normalised); nil forgets it.
+    public func setPrimaryLanguage(_ id: String, _ language: String?) throws {
+        let tag = try language.map(Self.normalisedLanguage)
+        try changeSettings(id) { $0.primaryLanguage = tag }
+    }
+
+    static func normalisedLanguage(_ language: String) throws -> String {
+        guard let tag = LanguageTag(language) else {
+            throw DepotError.badRequest("the primary language must be an ISO 639 code with, optionally, a script and a region (en, pt-BR)")
+        }
+        return tag.description
     }
 
     /// Records (or, with nil, clears) the allowances of the app's shipped builds.
-    /// Sets the app's primary language (normalised); nil forgets it.
-    public func setPrimaryLanguage(_ id: String, _ language: String?) throws {
-        guard var settings = settings(id) else { throw DepotError.notFound("app \(id)") }
-        if let language {
-            guard let tag = LanguageTag(language) else {
-                throw DepotError.badRequest("the primary language must be an ISO 639 code with, optionally, a script and a region (en, pt-BR)")
-            }
-            settings.primaryLanguage = tag.description
-        } else {
-            settings.primaryLanguage = nil
-        }
-        try StoredJSON.write(settings, to: folder.appSettings(id))
+    public func setAllowances(_ id: String, _ allowances: BuildAllowances?) throws {
+        try changeSettings(id) { $0.allowances = allowances }
     }
 
-    public func setAllowances(_ id: String, _ allowances: BuildAllowances?) throws {
-        guard var settings = settings(id) else { throw DepotError.notFound("app \(id)") }
-        settings.allowances = allowances
-        try StoredJSON.write(settings, to: folder.appSettings(id))
+    /// Changes the app's settings under their lock (another command's change made meanwhile is kept).
+    private func changeSettings<Result>(_ id: String, _ change: (inout AppSettings) throws -> Result) throws -> Result {
+        guard Identifier.isValidApp(id), FileSystem.isDirectory(folder.app(id)) else { throw DepotError.notFound("app \(id)") }
+        return try LockedFile.update(AppSettings.self, at: folder.appSettings(id)) { stored in
+            guard var settings = stored else { throw DepotError.notFound("app \(id)") }
+            let result = try change(&settings)
+            stored = settings
+            return result
+        }
     }
 
     /// Every app id.
@@ -186,13 +199,15 @@ public struct AppStore: Sendable {
     @discardableResult
     public func rotatePackKey(_ id: String) throws -> String {
         guard settings(id) != nil else { throw DepotError.notFound("app \(id)") }
-        var stored = try StoredJSON.read(PackKeys.self, from: folder.packKeys(id))
-        var keyID = KeyRing.newKeyID()
-        while stored.keys[keyID] != nil { keyID = KeyRing.newKeyID() }
-        stored.keys[keyID] = Data(SecureRandom.bytes(32)).base64EncodedString()
-        stored.current = keyID
-        try StoredJSON.write(stored, to: folder.packKeys(id), mode: 0o600)
-        return keyID
+        return try LockedFile.update(PackKeys.self, at: folder.packKeys(id), mode: 0o600) { stored in
+            guard var keys = stored else { throw KeyError.malformed("\(folder.packKeys(id)) is missing") }
+            var keyID = KeyRing.newKeyID()
+            while keys.keys[keyID] != nil { keyID = KeyRing.newKeyID() }
+            keys.keys[keyID] = Data(SecureRandom.bytes(32)).base64EncodedString()
+            keys.current = keyID
+            stored = keys
+            return keyID
+        }
     }
 
     /// The manifest signing keys in force, newest last, created on first use (one set per data
@@ -216,28 +231,40 @@ public struct AppStore: Sendable {
     /// Returns the new key's id.
     @discardableResult
     public func rotateSigningKey(grace: TimeInterval, now: Date = Date()) throws -> String {
-        var stored = try storedSigningKeys()
-        for index in stored.indices where stored[index].retireAt == nil || stored[index].retireAt! > now + grace {
-            stored[index].retireAt = now + grace
+        try FileSystem.createDirectory(folder.keys, mode: 0o700)
+        return try LockedFile.withLock(folder.signingKey) {
+            var stored = try readSigningKeys() ?? []
+            for index in stored.indices where stored[index].retireAt == nil || stored[index].retireAt! > now + grace {
+                stored[index].retireAt = now + grace
+            }
+            let key = Ed25519PrivateKey()
+            stored.append(StoredSigningKey(seed: Data(key.rawRepresentation).base64EncodedString(), createdAt: now, retireAt: nil))
+            try StoredJSON.write(StoredSigningKeys(keys: stored), to: folder.signingKey, mode: 0o600)
+            return ManifestSigningKey.keyID(for: key.publicKey)
         }
-        let key = Ed25519PrivateKey()
-        stored.append(StoredSigningKey(seed: Data(key.rawRepresentation).base64EncodedString(), createdAt: now, retireAt: nil))
-        try StoredJSON.write(StoredSigningKeys(keys: stored), to: folder.signingKey, mode: 0o600)
-        return ManifestSigningKey.keyID(for: key.publicKey)
     }
 
+    /// The stored signing keys; the first is made on first use, under the file's lock (two
+    /// processes starting on a new folder make one key, not one each).
     private func storedSigningKeys() throws -> [StoredSigningKey] {
-        if FileSystem.exists(folder.signingKey) {
-            if let set = try? StoredJSON.read(StoredSigningKeys.self, from: folder.signingKey) { return set.keys }
-            // The first format held one key.
-            if let single = try? StoredJSON.read(StoredSigningKey.self, from: folder.signingKey) { return [single] }
-            throw KeyError.malformed("\(folder.signingKey) is unreadable")
-        }
+        if let keys = try readSigningKeys() { return keys }
         try FileSystem.createDirectory(folder.keys, mode: 0o700)
-        let key = Ed25519PrivateKey()
-        let first = StoredSigningKey(seed: Data(key.rawRepresentation).base64EncodedString(), createdAt: Date(), retireAt: nil)
-        try StoredJSON.write(StoredSigningKeys(keys: [first]), to: folder.signingKey, mode: 0o600)
-        return [first]
+        return try LockedFile.withLock(folder.signingKey) {
+            if let keys = try readSigningKeys() { return keys }
+            let key = Ed25519PrivateKey()
+            let first = StoredSigningKey(seed: Data(key.rawRepresentation).base64EncodedString(), createdAt: Date(), retireAt: nil)
+            try StoredJSON.write(StoredSigningKeys(keys: [first]), to: folder.signingKey, mode: 0o600)
+            return [first]
+        }
+    }
+
+    /// The signing keys on disk, nil when there is no file yet.
+    private func readSigningKeys() throws -> [StoredSigningKey]? {
+        guard FileSystem.exists(folder.signingKey) else { return nil }
+        if let set = try? StoredJSON.read(StoredSigningKeys.self, from: folder.signingKey) { return set.keys }
+        // The first format held one key.
+        if let single = try? StoredJSON.read(StoredSigningKey.self, from: folder.signingKey) { return [single] }
+        throw KeyError.malformed("\(folder.signingKey) is unreadable")
     }
 
     /// What an app must be given: its key ring and the manifest public key.

@@ -89,13 +89,21 @@ public struct DataFolder: Sendable {
     /// Whether the folder has been initialised.
     public var exists: Bool { FileSystem.isDirectory(apps) }
 
-    /// Creates the folders (keys/ with mode 0700) and removes temporary files that a crash left.
+    /// Creates the folders (keys/ with mode 0700) and removes temporary files that a crash left:
+    /// only while holding ``lockExclusively()`` (the origin at start-up, offline maintenance), as
+    /// the files it removes may be a live origin's writes in progress.
     public func prepare() throws {
+        try makeFolders()
+        cleanTemporaryFiles()
+    }
+
+    /// Creates the folders (keys/ with mode 0700), removing nothing: what an admin command does
+    /// beside a running origin.
+    public func makeFolders() throws {
         try FileSystem.createDirectory(root)
         for folder in [blobs, apps, uploads] { try FileSystem.createDirectory(folder) }
         try FileSystem.createDirectory(keys, mode: 0o700)
         chmod(keys, 0o700)
-        cleanTemporaryFiles()
     }
 
     /// Removes what interrupted writes and uploads left behind: nothing there was ever visible.
@@ -116,6 +124,10 @@ public struct DataFolder: Sendable {
             removed += FileSystem.removeTemporaryFiles(in: self.app(app) + "/staging")
             removed += FileSystem.removeTemporaryFiles(in: self.app(app) + "/rollouts")
             removed += FileSystem.removeTemporaryFiles(in: reports(app))
+            // Envelopes re-signed for a channel (a promotion killed before its rename).
+            let signed = self.app(app) + "/signed"
+            removed += FileSystem.removeTemporaryFiles(in: signed)
+            for channel in FileSystem.contents(of: signed) { removed += FileSystem.removeTemporaryFiles(in: signed + "/" + channel) }
         }
         return removed
     }

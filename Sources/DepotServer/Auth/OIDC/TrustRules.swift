@@ -132,12 +132,11 @@ public final class TrustStore: Sendable {
     private func modify(_ app: String, _ change: (inout [TrustRule]) throws -> Void) throws {
         let path = folder.trustRules(app)
         guard FileSystem.isDirectory(folder.app(app)) else { throw DepotError.notFound("app \(app)") }
-        let lock = try FileDescriptor(path: path + ".lock", flags: O_RDWR | O_CREAT, mode: 0o600)
-        try systemCall("flock", path: lock.path) { flock(lock.rawValue, LOCK_EX) }
-        defer { flock(lock.rawValue, LOCK_UN) }
-        var rules = FileSystem.exists(path) ? try StoredJSON.read(TrustFile.self, from: path).rules : []
-        try change(&rules)
-        try StoredJSON.write(TrustFile(rules: rules), to: path)
+        try LockedFile.update(TrustFile.self, at: path) { file in
+            var rules = file?.rules ?? []
+            try change(&rules)
+            file = TrustFile(rules: rules)
+        }
     }
 }
 
