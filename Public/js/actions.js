@@ -6,7 +6,7 @@ import { alertError, clearAlert, confirmAction, notify } from "./ui.js";
 import { human, exact } from "./format.js";
 
 /** Refusals that mean the page showed something that changed since: it reads everything again. */
-const STALE = ["rollout_changed", "draft_changed", "conflict"];
+const STALE = ["rollout_changed", "draft_changed"];
 
 /** Runs a write; on a refusal the origin lets a person override, offers that as a second step. */
 export async function perform(path, query, method, describe, reload) {
