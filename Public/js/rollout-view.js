@@ -3,7 +3,7 @@
 // revision over the days, failures by kind — from the fleet figures (GET …/fleet).
 
 import { call, appPath, OriginError } from "./api.js";
-import { $, el, alertError, confirmAction } from "./ui.js";
+import { $, el, alertError, confirmAction, notify } from "./ui.js";
 import { perform } from "./actions.js";
 
 const SVG = "http://www.w3.org/2000/svg";
@@ -193,6 +193,8 @@ export function setUpRollout(currentApp, channel, reload) {
   $("rollout-halt").addEventListener("click", async () => {
     const status = await reread(currentApp(), channel());
     if (!status) return;
+    // Halted meanwhile (the guard, someone else): the page now shows it, nothing to confirm.
+    if (status.state !== "running") return notify(`Nothing to halt: ${described(status)}.`);
     if (!(await confirmAction("Halt the rollout", `Halt ${described(status)}? Devices on ${channel()} that took the candidate go back to the current release at their next event.`, "Halt"))) return;
     await perform(path("halt"), expecting(status), "POST", (s) => `The rollout of release ${s.release} is halted.`, reload);
   });

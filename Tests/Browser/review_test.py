@@ -119,11 +119,26 @@ def rollout(origin, b, publisher, admin):
     assert "advance, 50 %, by token " in facts, facts
     b.check_console()
 
-    step("rollout: a publisher halts it and starts another release; the admin's Complete names that release")
-    api(origin, publisher, "POST", rollouts + "/halt", 201)
+    step("rollout: the guard halts it again under the page; Halt says there is nothing to halt, with who halted it")
+    status = api(origin, admin, "GET", rollouts)
+    report = json.dumps({"channel": "production", "release": status["manifest"],
+                         "packs": [{"id": "level", "revision": status["candidates"][0]["revision"], "outcome": "failed", "error": "integrity", "bytes": 0}]}).encode()
+    for _ in range(3):
+        code, _, answer = origin.request("POST", f"/v1/apps/{DEV}/reports", None, report, {"Content-Type": "application/json"})
+        assert code == 202, (code, answer)
+    b.wait(lambda: api(origin, admin, "GET", rollouts)["state"] == "halted", 20, "the guard never halted the rollout again")
+    assert "running, 50 %" in b.text("#rollout-state"), "the page was not to know yet"
+    b.click("#rollout-halt")
+    notice = b.wait_text("#notice", "Nothing to halt")
+    assert "halted by automatic: 3 failures in 3 reports" in notice, notice
+    assert b.find("#confirm").get_attribute("open") is None, "a dialog asked to halt a halted rollout"
+    b.wait_text("#rollout-state", "halted, 0 % of devices")
+    b.check_console()
+
+    step("rollout: a publisher starts another release over the halted one; the admin's Complete names that release")
     third = published(origin, publisher, DEV, "level", os.urandom(22_000), "?release=true&channel=gamma")["release"]
     api(origin, publisher, "POST", rollouts + f"/start?release={third}&fraction=0.2", 201)
-    assert "release 2 on production: running, 50 %" in b.text("#rollout-state"), "the page was not to know yet"
+    assert "release 2 on production: halted" in b.text("#rollout-state"), "the page was not to know yet"
     b.click("#rollout-complete")
     said = dialog(b)
     assert f"release {third} (running, 20 % of devices" in said and f"Release {third}'s candidate" in said, said
