@@ -5,6 +5,9 @@ import { call, appPath, OriginError } from "./api.js";
 import { alertError, clearAlert, confirmAction, notify } from "./ui.js";
 import { human, exact } from "./format.js";
 
+/** Refusals that mean the page showed something that changed since: it reads everything again. */
+const STALE = ["rollout_changed", "draft_changed"];
+
 /** Runs a write; on a refusal the origin lets a person override, offers that as a second step. */
 export async function perform(path, query, method, describe, reload) {
   clearAlert();
@@ -25,6 +28,9 @@ export async function perform(path, query, method, describe, reload) {
     alertError(error, override ? [[override[0], async () => {
       if (await confirmAction("Override", override[2], "Go on")) await perform(path, { ...query, [override[1]]: "true" }, method, describe, reload);
     }]] : []);
+    // What the action was confirmed against changed: the page shows what is there now (the
+    // refusal stays up, saying what changed).
+    if (STALE.includes(error.code)) await reload();
     return null;
   }
 }
@@ -39,7 +45,8 @@ export async function publish(app, channel, staging, channels, reload) {
     `Publish ${staging.changed.length} new or changed pack(s) to ${channel}? Devices download ${human(bytes)} (${exact(bytes)}).${removals}`,
     "Publish");
   if (!ok) return null;
-  return perform(appPath(app, "/releases"), { channel, base: channels[channel] }, "POST",
+  // `draft`: the draft as shown (its fingerprint); one changed since is refused (409 draft_changed).
+  return perform(appPath(app, "/releases"), { channel, base: channels[channel], draft: staging.fingerprint }, "POST",
     (r) => (r.changed ? `Published release ${r.release} to ${r.channel}.` : `Nothing changed: ${r.channel} keeps release ${r.release}.`), reload);
 }
 

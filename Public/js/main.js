@@ -14,7 +14,9 @@ import { setUpUpload, resetUpload } from "./upload-view.js";
 import { setUpRollout, showRollout } from "./rollout-view.js";
 
 // `history`: the app's releases and channels (a ReleaseHistory), its older pages fetched on demand.
-const state = { history: null, staging: null, channel: "production", config: null };
+// `shown`: the app whose data the page shows; the app selected (what actions act on) is always it
+// once a load ends — a switch that fails goes back to it.
+const state = { history: null, staging: null, channel: "production", config: null, shown: null };
 
 async function health() {
   const node = $("health");
@@ -61,7 +63,7 @@ async function load() {
       call(appPath(session.app, "/staging")),
     ]);
     const history = new ReleaseHistory({ ...list, app: session.app }, releases, (path) => call(path));
-    Object.assign(state, { history, staging });
+    Object.assign(state, { history, staging, shown: session.app });
     renderApp(summary, session);
     for (const node of document.querySelectorAll(".managed-only")) node.hidden = summary.mode !== "managed";
     const channels = channelOrder(history.channels);
@@ -97,6 +99,15 @@ async function load() {
       forget(session.app);
       alertError(new OriginError(401, error.code, `The token for ${session.app} is no longer accepted: ${error.message}. Sign in again.`));
       return load();
+    }
+    const shown = state.shown;
+    if (shown && shown !== session.app && sessions().some((s) => s.app === shown)) {
+      // The page still shows the other app: so do the selection and every action.
+      selectApp(shown);
+      renderNav();
+      const why = error instanceof OriginError ? error.text : String(error.message ?? error);
+      alertError(new OriginError(0, "switch_failed", `Could not open ${session.app} (${why}). The page still shows ${shown}, and its actions act on ${shown}.`));
+      return;
     }
     alertError(error);
   }
@@ -150,7 +161,18 @@ function wire() {
     notify("Signed out: this tab holds no token now.");
     load();
   });
-  $("app-select").addEventListener("change", () => { selectApp($("app-select").value); clearAlert(); resetUpload(); load(); });
+  $("app-select").addEventListener("change", async () => {
+    selectApp($("app-select").value);
+    clearAlert();
+    resetUpload();
+    // Nothing on the page can be used while it still shows the app it is leaving.
+    $("app-view").inert = true;
+    try {
+      await load();
+    } finally {
+      $("app-view").inert = false;
+    }
+  });
   $("publish-form").addEventListener("submit", (event) => {
     event.preventDefault();
     publish(currentSession().app, $("publish-channel").value.trim() || "production", state.staging, state.history?.channels ?? {}, load);

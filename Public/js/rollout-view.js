@@ -2,8 +2,8 @@
 // refusal shown as the origin wrote it), and two charts drawn here as SVG — installs per
 // revision over the days, failures by kind — from the fleet figures (GET …/fleet).
 
-import { call, appPath } from "./api.js";
-import { $, el, alertError, confirmAction } from "./ui.js";
+import { call, appPath, OriginError } from "./api.js";
+import { $, el, alertError, confirmAction, notify } from "./ui.js";
 import { perform } from "./actions.js";
 
 const SVG = "http://www.w3.org/2000/svg";
@@ -73,6 +73,13 @@ export function failureChart(fleet) {
   return root;
 }
 
+const figures = (trigger) => (trigger ? `: ${trigger.failures} failures in ${trigger.reports} reports (${percent(trigger.failureRate)})` : "");
+const when = (at) => {
+  const date = new Date(at);
+  return Number.isNaN(date.getTime()) ? String(at) : date.toISOString().replace("T", " ").slice(0, 16) + " UTC";
+};
+const lastHalt = (status) => [...(status.steps ?? [])].reverse().find((s) => s.action === "halt");
+
 function facts(status) {
   const rows = [
     ["Candidate", `release ${status.release}: ` + [...status.candidates.map((c) => `${c.pack} revision ${c.revision}`), ...status.removed.map((p) => `${p} removed`)].join(", ")],
@@ -82,10 +89,35 @@ function facts(status) {
   if (status.haltOnFailureRate !== undefined && status.haltOnFailureRate !== null) {
     rows.push(["Guard", `halts itself above ${percent(status.haltOnFailureRate)} failures once ${status.minReports} reports are in`]);
   }
-  if (status.haltedBy) {
-    rows.push(["Halted by", status.haltedBy + (status.trigger ? `: ${status.trigger.failures} failures in ${status.trigger.reports} reports (${percent(status.trigger.failureRate)})` : "")]);
+  const steps = status.steps ?? [];
+  const halt = lastHalt(status);
+  if (status.state === "halted") {
+    rows.push(["Halted by", (status.haltedBy ?? halt?.by ?? "unknown") + figures(status.trigger ?? halt?.trigger) + (halt ? ` at ${when(halt.at)}` : "")]);
+  } else if (halt) {
+    // A resumption does not hide the halt before it.
+    const resumed = steps[steps.lastIndexOf(halt) + 1];
+    rows.push(["Resumed after a halt", `halted by ${halt.by}${figures(halt.trigger)} at ${when(halt.at)}` + (resumed ? `; resumed by ${resumed.by} at ${when(resumed.at)}` : "")]);
+  }
+  if (steps.length) {
+    rows.push(["History", el("ol", { className: "rollout-history" }, ...steps.map((s) =>
+      el("li", {}, `${when(s.at)}: ${s.action}, ${percent(s.fraction)}, by ${s.by}${figures(s.trigger)} (manifest ${s.manifest})`)))]);
   }
   return rows.flatMap(([term, value]) => [el("dt", {}, term), el("dd", {}, value)]);
+}
+
+/** Shows a rollout's state and facts (what the controls act on); returns it. */
+function render(status, channel) {
+  const node = $("rollout-state");
+  node.dataset.state = status?.state ?? "none";
+  node.textContent = status
+    ? `Rollout of release ${status.release} on ${channel}: ${status.state}, ${percent(status.fraction)} of devices.`
+    : `No rollout on ${channel}. Publish a release on another channel (beta), then start one here.`;
+  $("rollout-facts").replaceChildren(...(status ? facts(status) : []));
+  const live = status && status.state !== "completed";
+  $("rollout-controls").hidden = !live;
+  $("rollout-halt").disabled = status?.state !== "running";
+  $("rollout-start-form").hidden = status?.state === "running";
+  return status;
 }
 
 /** Shows the channel's rollout and figures; returns the rollout's status (null for none). */
@@ -97,21 +129,36 @@ export async function showRollout(app, channel) {
     alertError(error);
     return null;
   }
-  const status = fleet.rollout ?? null;
-  const node = $("rollout-state");
-  node.dataset.state = status?.state ?? "none";
-  node.textContent = status
-    ? `Rollout of release ${status.release} on ${channel}: ${status.state}, ${percent(status.fraction)} of devices.`
-    : `No rollout on ${channel}. Publish a release on another channel (beta), then start one here.`;
-  $("rollout-facts").replaceChildren(...(status ? facts(status) : []));
-  const live = status && status.state !== "completed";
-  $("rollout-controls").hidden = !live;
-  $("rollout-halt").disabled = status?.state !== "running";
-  $("rollout-start-form").hidden = status?.state === "running";
+  const status = render(fleet.rollout ?? null, channel);
   $("adoption-chart").replaceChildren(adoptionChart(fleet));
   $("failure-chart").replaceChildren(failureChart(fleet));
   return status;
 }
+
+/** Reads the channel's rollout again and shows it: an action is confirmed against what the
+ * origin has now, not what the page showed when it loaded. Null if there is none to act on. */
+async function reread(app, channel) {
+  try {
+    const status = render(await call(appPath(app, `/rollouts/${encodeURIComponent(channel)}`)), channel);
+    return status && status.state !== "completed" ? status : null;
+  } catch (error) {
+    if (error instanceof OriginError && error.status === 404) render(null, channel);
+    alertError(error);
+    return null;
+  }
+}
+
+/** The rollout, as a dialog names it: its release, state and share, and a halt (now or before). */
+function described(status) {
+  const halt = lastHalt(status);
+  let text = `the rollout of release ${status.release} (${status.state}, ${percent(status.fraction)} of devices`;
+  if (status.state === "halted") text += `; halted by ${status.haltedBy ?? halt?.by ?? "unknown"}${figures(status.trigger ?? halt?.trigger)}`;
+  else if (halt) text += `; halted before by ${halt.by}${figures(halt.trigger)}, then resumed`;
+  return text + ")";
+}
+
+/** What the step was confirmed against: the origin refuses it (409 rollout_changed) if the rollout is no longer that. */
+const expecting = (status) => ({ release: status.release, state: status.state, steps: (status.steps ?? []).length });
 
 function fraction(text) {
   const value = Number(String(text).replace(",", "."));
@@ -132,18 +179,29 @@ export function setUpRollout(currentApp, channel, reload) {
     await perform(path("start"), { release, fraction: share, haltOnFailureRate: rate ?? undefined, minReports: rate === null ? undefined : min || undefined }, "POST",
       (s) => `Rollout of release ${s.release} started: ${percent(s.fraction)} of ${s.channel}'s devices (manifest version ${s.manifest}).`, reload);
   });
+  // Each step reads the rollout again first, its dialog names that rollout, and the step names
+  // it to the origin, which refuses it (409 rollout_changed) if it changed before the click.
   $("rollout-controls").addEventListener("submit", async (event) => {
     event.preventDefault();
     const share = fraction($("rollout-advance-to").value);
-    if (!(await confirmAction("Advance the rollout", `Offer the candidate to ${percent(share)} of ${channel()}'s devices? Every device that has it keeps it.`, "Advance"))) return;
-    await perform(path("advance"), { fraction: share }, "POST", (s) => `The rollout now reaches ${percent(s.fraction)} of devices.`, reload);
+    const status = await reread(currentApp(), channel());
+    if (!status) return;
+    const resume = status.state === "halted" ? " This resumes it." : "";
+    if (!(await confirmAction("Advance the rollout", `Offer ${described(status)} to ${percent(share)} of ${channel()}'s devices? Every device that has the candidate keeps it.${resume}`, "Advance"))) return;
+    await perform(path("advance"), { fraction: share, ...expecting(status) }, "POST", (s) => `The rollout of release ${s.release} now reaches ${percent(s.fraction)} of devices.`, reload);
   });
   $("rollout-halt").addEventListener("click", async () => {
-    if (!(await confirmAction("Halt the rollout", `Devices on ${channel()} that took the candidate go back to the current release at their next event. Halt?`, "Halt"))) return;
-    await perform(path("halt"), {}, "POST", (s) => `The rollout of release ${s.release} is halted.`, reload);
+    const status = await reread(currentApp(), channel());
+    if (!status) return;
+    // Halted meanwhile (the guard, someone else): the page now shows it, nothing to confirm.
+    if (status.state !== "running") return notify(`Nothing to halt: ${described(status)}.`);
+    if (!(await confirmAction("Halt the rollout", `Halt ${described(status)}? Devices on ${channel()} that took the candidate go back to the current release at their next event.`, "Halt"))) return;
+    await perform(path("halt"), expecting(status), "POST", (s) => `The rollout of release ${s.release} is halted.`, reload);
   });
   $("rollout-complete").addEventListener("click", async () => {
-    if (!(await confirmAction("Complete the rollout", `The candidate becomes ${channel()}'s release for every device. Complete?`, "Complete"))) return;
-    await perform(path("complete"), {}, "POST", (s) => `Completed: ${s.channel} serves the candidate's packs to every device (manifest version ${s.manifest}).`, reload);
+    const status = await reread(currentApp(), channel());
+    if (!status) return;
+    if (!(await confirmAction("Complete the rollout", `Complete ${described(status)}? Release ${status.release}'s candidate becomes ${channel()}'s release for every device.`, "Complete"))) return;
+    await perform(path("complete"), expecting(status), "POST", (s) => `Completed: ${s.channel} serves release ${s.release}'s packs to every device (manifest version ${s.manifest}).`, reload);
   });
 }

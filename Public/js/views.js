@@ -5,7 +5,11 @@ import { $, el, button, labelCells } from "./ui.js";
 import { human, exact, date, protection, difference, patchLines } from "./format.js";
 
 const size = (bytes) => el("span", { title: exact(bytes) }, human(bytes), el("span", { className: "exact" }, exact(bytes)));
-const tags = (list) => (list?.length ? list.join(", ") : "—");
+/** A value someone else chose (a tag, a claim), isolated in a <bdi>: whatever direction its
+ * characters take, it cannot reorder the text around it (the origin refuses bidirectional
+ * controls in new values; a release made before may still hold some). */
+const isolated = (value) => el("bdi", {}, value);
+const tags = (list) => (list?.length ? list.flatMap((tag, i) => (i ? [", ", isolated(tag)] : [isolated(tag)])) : "—");
 
 export function renderApp(summary, session) {
   $("app-title").textContent = summary.app;
@@ -26,9 +30,11 @@ export function renderApp(summary, session) {
   const rules = summary.trustRules ?? [];
   if (!rules.length) facts.push(["Trusted CI publishers", "none (depot apps trust)"]);
   for (const rule of rules) {
-    const claims = Object.entries(rule.claims ?? {}).sort(([a], [b]) => a.localeCompare(b)).map(([name, value]) => `${name}=${value}`).join(", ");
-    facts.push([`Trusted CI publisher ${rule.id}`,
-      `${rule.issuer}, audience ${rule.audience}, ${claims}: ${rule.role} tokens of at most 15 minutes on ${rule.channels ? rule.channels.join(", ") : "every channel"}`]);
+    const claims = Object.entries(rule.claims ?? {}).sort(([a], [b]) => a.localeCompare(b))
+      .flatMap(([name, value], i) => [...(i ? [", "] : []), isolated(name), "=", isolated(value)]);
+    facts.push([`Trusted CI publisher ${rule.id}`, el("span", { className: "trust-rule" },
+      isolated(rule.issuer), ", audience ", isolated(rule.audience), ", ", ...claims,
+      `: ${rule.role} tokens of at most 15 minutes on ${rule.channels ? rule.channels.join(", ") : "every channel"}`)]);
   }
   $("app-facts").replaceChildren(...facts.flatMap(([term, value]) => [el("dt", {}, term), el("dd", {}, value)]));
 }

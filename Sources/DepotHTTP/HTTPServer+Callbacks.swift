@@ -221,6 +221,17 @@ let freeStreamedBody: @convention(c) (UnsafeMutableRawPointer?) -> Void = { owne
 /// past it the answer goes at once and the connection closes.
 let refusalDrainLimit: Int64 = 256 << 20
 
+/// The fields every answer carries (issue 50): `X-Content-Type-Options: nosniff`, so that no
+/// browser runs bytes served as `application/octet-stream` (a blob a publisher stored) as a
+/// script or a style sheet, and — unless the answer sets its own policy (the dashboard's files
+/// do) — `Content-Security-Policy: default-src 'none'; sandbox`, under which nothing an answer
+/// holds runs or loads anything even when opened as a page on the origin. C string literals:
+/// nothing is allocated. False if libmicrohttpd refused a field (the answer is then not sent).
+func addBaselineHeaders(_ response: OpaquePointer, ownPolicy: Bool) -> Bool {
+    guard MHD_add_response_header(response, "X-Content-Type-Options", "nosniff") == .YES else { return false }
+    return ownPolicy || MHD_add_response_header(response, "Content-Security-Policy", "default-src 'none'; sandbox") == .YES
+}
+
 /// Hands a response to libmicrohttpd. The response's file descriptor, if any, passes to MHD.
 private func queue(_ response: HTTPResponse, for state: RequestState, on connection: OpaquePointer) -> MHD_Result {
     state.record(response)
@@ -272,6 +283,7 @@ private func queue(_ response: HTTPResponse, for state: RequestState, on connect
         // withCString: a short (inline) Swift string passed as a pointer would be copied to the heap.
         _ = name.withCString { name in value.withCString { value in MHD_add_response_header(mhdResponse, name, value) } }
     }
+    guard addBaselineHeaders(mhdResponse, ownPolicy: response.headers["Content-Security-Policy"] != nil) else { return .NO }
     if response.closeConnection {
         _ = MHD_add_response_header(mhdResponse, "Connection", "close")
     }

@@ -101,6 +101,12 @@ public final class PreparedResponse: @unchecked Sendable {
                 return nil
             }
         }
+        // Made once per answer, with the fields every answer carries (queued as it is, it skips
+        // the path that adds them).
+        guard addBaselineHeaders(made, ownPolicy: headers["Content-Security-Policy"] != nil) else {
+            MHD_destroy_response(made)
+            return nil
+        }
         return made
     }
 

@@ -22,6 +22,9 @@ struct RolloutAnswer: Decodable {
     var failures: Int64
     var failureRate: Double?
     var failuresByKind: [String: Int64]
+    var steps: [Step]?
+
+    struct Step: Decodable { var action: String; var fraction: Double; var by: String; var trigger: Trigger? }
 
     static func percent(_ value: Double) -> String {
         let scaled = value * 100
@@ -39,8 +42,15 @@ struct RolloutAnswer: Decodable {
         if let rate = haltOnFailureRate, let minimum = minReports {
             lines.append("guard: halts itself above \(Self.percent(rate)) failures once \(minimum) reports are in")
         }
+        let figures = { (trigger: Trigger?) in trigger.map { ": \($0.failures) failures in \($0.reports) reports (\(Self.percent($0.failureRate)))" } ?? "" }
         if let haltedBy {
-            lines.append("halted by \(haltedBy)" + (trigger.map { ": \($0.failures) failures in \($0.reports) reports (\(Self.percent($0.failureRate)))" } ?? ""))
+            lines.append("halted by \(haltedBy)" + figures(trigger))
+        } else if state != "halted", let halt = steps?.last(where: { $0.action == "halt" }) {
+            lines.append("resumed after a halt by \(halt.by)" + figures(halt.trigger))
+        }
+        if let steps {
+            // What --release, --state and --steps name, for a step that must act on this rollout only.
+            lines.append("steps: \(steps.count) (" + steps.map { "\($0.action) \(Self.percent($0.fraction)) by \($0.by)" }.joined(separator: ", ") + ")")
         }
         return lines
     }
@@ -69,6 +79,21 @@ struct RolloutCommand: AsyncParsableCommand {
             throw CLIError("rollout \(step ?? "status") failed: HTTP \(response.status): \(Publish.message(response.body))")
         }
         for line in try JSONDecoder().decode(RolloutAnswer.self, from: Data(response.body)).lines { print(line) }
+    }
+
+    /// What the person saw (`depot rollout status`): with any of them, the origin refuses the
+    /// step (409 rollout_changed) if the rollout is no longer that one.
+    struct Expectation: ParsableArguments {
+        @Option(name: .customLong("release"), help: "Act only if the rollout is still of this candidate release.") var release: Int?
+        @Option(name: .customLong("state"), help: "Act only if the rollout is still in this state (running or halted).") var state: String?
+        @Option(name: .customLong("steps"), help: "Act only if the rollout still has this many steps (depot rollout status prints them): no halt or resumption since.")
+        var steps: Int?
+
+        var query: [URLQueryItem] {
+            [("release", release.map(String.init)), ("state", state), ("steps", steps.map(String.init))].compactMap { name, value in
+                value.map { URLQueryItem(name: name, value: $0) }
+            }
+        }
     }
 
     struct Start: AsyncParsableCommand {
@@ -100,9 +125,10 @@ struct RolloutCommand: AsyncParsableCommand {
         @OptionGroup var token: TokenOption
         @OptionGroup var channel: ChannelOption
         @Option(help: "The new share of devices (above the current one).") var fraction: Double
+        @OptionGroup var expected: Expectation
 
         func run() async throws {
-            try await RolloutCommand.call(origin, token, channel.channel, "advance", [URLQueryItem(name: "fraction", value: String(fraction))])
+            try await RolloutCommand.call(origin, token, channel.channel, "advance", [URLQueryItem(name: "fraction", value: String(fraction))] + expected.query)
         }
     }
 
@@ -111,8 +137,9 @@ struct RolloutCommand: AsyncParsableCommand {
         @OptionGroup var origin: ServerOptions
         @OptionGroup var token: TokenOption
         @OptionGroup var channel: ChannelOption
+        @OptionGroup var expected: Expectation
 
-        func run() async throws { try await RolloutCommand.call(origin, token, channel.channel, "halt") }
+        func run() async throws { try await RolloutCommand.call(origin, token, channel.channel, "halt", expected.query) }
     }
 
     struct Complete: AsyncParsableCommand {
@@ -120,8 +147,9 @@ struct RolloutCommand: AsyncParsableCommand {
         @OptionGroup var origin: ServerOptions
         @OptionGroup var token: TokenOption
         @OptionGroup var channel: ChannelOption
+        @OptionGroup var expected: Expectation
 
-        func run() async throws { try await RolloutCommand.call(origin, token, channel.channel, "complete") }
+        func run() async throws { try await RolloutCommand.call(origin, token, channel.channel, "complete", expected.query) }
     }
 
     struct Status: AsyncParsableCommand {

@@ -83,7 +83,7 @@ def run(origin, b, work, args):
     field.clear()
     field.send_keys("20")
     b.click("#rollout-advance")
-    b.confirm("Offer the candidate to 20 %")
+    b.confirm("release 2 (running, 50 % of devices) to 20 % of production's devices")
     alert = b.wait_text("#alert-text", "409 fraction_not_raised")
     assert "advancing only raises it" in alert, alert
     b.check_console(allowed=[r"409"])

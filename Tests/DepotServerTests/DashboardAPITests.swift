@@ -83,4 +83,38 @@ struct DashboardAPITests {
             }
         }
     }
+
+    @Test("Every answer carries X-Content-Type-Options: nosniff (issue 50); every answer but the dashboard's files carries Content-Security-Policy: default-src 'none'; sandbox — blobs kept in memory or as a descriptor, ranges, HEAD, 304, manifests, releases, JSON, errors; the page keeps its own policy, once")
+    func everyAnswerHeaders() async throws {
+        let publicDir = TemporaryDirectory("depot-public")
+        defer { publicDir.remove() }
+        _ = try publicDir.file("index.html", size: 10)
+        try await withServer(configure: { $0.publicDirectory = publicDir.path }) { origin in
+            let (small, _) = try BlobAnswerTests.publish(origin, "level", size: 2_000, seed: 3)
+            let (large, _) = try BlobAnswerTests.publish(origin, "world", size: 300_000, seed: 4)
+            let auth = "Authorization: Bearer \(origin.token)"
+            let answers: [(String, RawHTTP.Response)] = [
+                ("small blob", try request(origin, "GET", small)), ("small blob again (kept)", try request(origin, "GET", small)),
+                ("large blob", try request(origin, "GET", large)), ("large blob again (kept)", try request(origin, "GET", large)),
+                ("range", try request(origin, "GET", small, headers: ["Range: bytes=0-9"])),
+                ("HEAD", try request(origin, "HEAD", large)),
+                ("304", try request(origin, "GET", small, headers: ["If-None-Match: \"\(small.split(separator: "/").last!)\""])),
+                ("manifest", try request(origin, "GET", "/v1/apps/\(origin.app)/manifest")),
+                ("release", try request(origin, "GET", "/v1/apps/\(origin.app)/releases/1", headers: [auth])),
+                ("JSON", try request(origin, "GET", "/v1/apps/\(origin.app)/staging", headers: [auth])),
+                ("404", try request(origin, "GET", "/v1/apps/\(origin.app)/blobs/" + String(repeating: "0", count: 64))),
+                ("401", try request(origin, "GET", "/v1/session")),
+                ("healthz", try request(origin, "GET", "/healthz")),
+            ]
+            for (name, answer) in answers {
+                #expect(answer.headers.filter { $0.0.lowercased() == "x-content-type-options" }.map(\.1) == ["nosniff"], "\(name): \(answer.status) \(answer.headers)")
+                #expect(answer.headers.filter { $0.0.lowercased() == "content-security-policy" }.map(\.1) == ["default-src 'none'; sandbox"], "\(name): \(answer.status) \(answer.headers)")
+            }
+            #expect(answers[0].1.status == 200 && answers[4].1.status == 206 && answers[6].1.status == 304 && answers[9].1.status == 200)
+            let page = try request(origin, "GET", "/")
+            #expect(page.headers.filter { $0.0.lowercased() == "x-content-type-options" }.map(\.1) == ["nosniff"])
+            let policies = page.headers.filter { $0.0.lowercased() == "content-security-policy" }.map(\.1)
+            #expect(policies.count == 1 && policies.first?.contains("script-src 'self'") == true, "\(policies)")
+        }
+    }
 }

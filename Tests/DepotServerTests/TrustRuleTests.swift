@@ -51,6 +51,40 @@ struct TrustRuleTests {
         #expect(check(github, claims: ["sub": "x"], channels: []) != nil)
     }
 
+    @Test("Bidirectional controls (U+202A–U+202E, U+2066–U+2069, U+200E/F, U+061C) in a rule's claims, audience or issuer are refused with a clear error (issue 50): they reorder what an admin reads", arguments: [
+        "\u{202A}", "\u{202B}", "\u{202C}", "\u{202D}", "\u{202E}", "\u{2066}", "\u{2067}", "\u{2068}", "\u{2069}", "\u{200E}", "\u{200F}", "\u{061C}",
+    ])
+    func bidiControls(control: String) {
+        let github = "https://token.actions.githubusercontent.com"
+        let hex = String(control.unicodeScalars.first!.value, radix: 16, uppercase: true)
+        for claims in [["repository": "studio/lev\(control)els", "ref": "refs/heads/main"], ["repository": "studio/levels", "r\(control)ef": "refs/heads/main"]] {
+            let message = refusal { try TrustRule.validate(issuer: github, audience: "aud", claims: claims, channels: nil, allowHTTP: false) }
+            #expect(message?.contains("bidirectional control U+\(hex)") == true, "\(message ?? "accepted")")
+        }
+        #expect(refusal { try TrustRule.validate(issuer: github, audience: "a\(control)ud", claims: ["repository": "s/l", "ref": "main"], channels: nil, allowHTTP: false) } != nil)
+        // Right-to-left text itself is fine: only the controls are refused.
+        #expect(refusal { try TrustRule.validate(issuer: github, audience: "aud", claims: ["repository": "studio/مستوى", "ref": "main"], channels: nil, allowHTTP: false) } == nil)
+    }
+
+    @Test("A tag with a bidirectional control is refused with 400 and nothing is staged, by the one-piece upload and by the resumable one (issue 50)")
+    func bidiTags() async throws {
+        try await withServer { origin in
+            let tag = "ma\u{202E}in".addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+            let refused = try upload(origin, pack: "level", Array(repeating: 7, count: 100), query: "?tag=intro&tag=\(tag)")
+            #expect(refused.status == 400 && refused.bodyText.contains("bidirectional control U+202E"), "\(refused.status) \(refused.bodyText)")
+            let metadata = "pack " + Data("level".utf8).base64EncodedString() + ",tags " + Data("intro,\u{2067}x".utf8).base64EncodedString()
+            let resumable = try request(origin, "POST", "/v1/apps/\(origin.app)/uploads", headers: [
+                "Authorization: Bearer \(origin.token)", "Tus-Resumable: 1.0.0", "Upload-Length: 100", "Upload-Metadata: \(metadata)",
+            ])
+            #expect(resumable.status == 400 && resumable.bodyText.contains("U+2067"), "\(resumable.status) \(resumable.bodyText)")
+            let staging = try request(origin, "GET", "/v1/apps/\(origin.app)/staging", headers: ["Authorization: Bearer \(origin.token)"])
+            let changed = (try JSONSerialization.jsonObject(with: Data(staging.body)) as? [String: Any])?["changed"] as? [String]
+            #expect(staging.status == 200 && changed == [], "\(staging.bodyText)")
+            // Right-to-left letters are a tag like any other.
+            #expect(try upload(origin, pack: "level", Array(repeating: 7, count: 100), query: "?tag=" + "مقدمة".addingPercentEncoding(withAllowedCharacters: .alphanumerics)!).status == 201)
+        }
+    }
+
     @Test("Rules are kept per app, listed in order and removed by id; an app that does not exist has none")
     func store() throws {
         let data = TemporaryDirectory("depot-trust")

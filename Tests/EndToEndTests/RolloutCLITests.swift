@@ -32,8 +32,14 @@ struct RolloutCLITests {
             #expect(status.stdout.contains("reports about the candidate: 1, failures 0 (0 %)"), "\(status.stdout)")
             let fleet = try run(["fleet", "--days", "3"])
             #expect(fleet.status == 0 && fleet.stdout.contains("1 reports in 3 days") && fleet.stdout.contains("level\t2\t1\t0\t0\t0\t"), "\(fleet.stdout)\(fleet.stderr)")
-            #expect(try run(["rollout", "halt"]).stdout.contains("halted, 0 % of devices"))
-            #expect(try run(["rollout", "complete"]).stdout.contains("completed, 100 % of devices"))
+            #expect(status.stdout.contains("steps: 2 (start 25 % by token "), "\(status.stdout)")
+            // With what the user saw (issue 50): refused when the rollout is no longer that one.
+            let stale = try run(["rollout", "halt", "--release", "2", "--state", "running", "--steps", "1"])
+            #expect(stale.status != 0 && stale.stderr.contains("HTTP 409") && stale.stderr.contains("changed since you read it"), "\(stale.stderr)")
+            #expect(try run(["rollout", "halt", "--release", "2", "--state", "running", "--steps", "2"]).stdout.contains("halted, 0 % of devices"))
+            let halted = try run(["rollout", "status"])
+            #expect(halted.stdout.contains("halted by token "), "\(halted.stdout)")
+            #expect(try run(["rollout", "complete", "--release", "2", "--state", "halted"]).stdout.contains("completed, 100 % of devices"))
             let gone = try run(["rollout", "halt"])
             #expect(gone.status != 0 && gone.stderr.contains("HTTP 404"), "\(gone.stderr)")
         }

@@ -324,4 +324,74 @@ struct RolloutGuardTests {
             #expect(refused.status == 409 && refused.bodyText.contains("rollout_managed") && refused.bodyText.contains("the system chooses"), "\(refused.bodyText)")
         }
     }
+    @Test("A step names the rollout it was confirmed against (issue 50): after the guard halted it, after a halt and resumption, after a restart with another release, each step that names what was seen is refused with 409 rollout_changed and publishes nothing; the halt stays in the history after a resumption")
+    func staleSteps() async throws {
+        try await withServer { origin in
+            try put(origin, "level", bytes(3_000, seed: 21))
+            try put(origin, "level", bytes(3_100, seed: 22), query: "&channel=beta")
+            try put(origin, "level", bytes(3_200, seed: 23), query: "&channel=gamma")
+            let rollouts = "/v1/apps/\(origin.app)/rollouts/production"
+            func post(_ path: String, _ status: Int, _ code: String? = nil) throws -> RawHTTP.Response {
+                let response = try call(origin, "POST", rollouts + path)
+                #expect(response.status == status, "\(path): \(response.status) \(response.bodyText)")
+                if let code { #expect(response.bodyText.contains("\"\(code)\""), "\(path): \(response.bodyText)") }
+                return response
+            }
+            func manifestVersion() throws -> Int { try rolloutStatus(origin).manifest }
+            _ = try post("/start?release=2&fraction=0.1&haltOnFailureRate=0.3&minReports=3", 201)
+            // What the admin's page read: release 2, running, one step.
+            let seen = "release=2&state=running&steps=1"
+            // Anonymous failure reports about the candidate trip the guard underneath.
+            let candidate = try JSONDecoder().decode(StepsAnswer.self, from: Data(try call(origin, "GET", rollouts).body))
+            let revision = try #require(candidate.candidates.first?.revision)
+            let report = Array(#"{"channel":"production","release":\#(try manifestVersion()),"packs":[{"id":"level","revision":\#(revision),"outcome":"failed","error":"integrity","bytes":0}]}"#.utf8)
+            for _ in 0..<3 {
+                #expect(try call(origin, "POST", "/v1/apps/\(origin.app)/reports", token: "", body: report, headers: "Content-Type: application/json\r\n").status == 202)
+            }
+            origin.server.flushReports()
+            #expect(try rolloutStatus(origin).state == "halted" && rolloutStatus(origin).haltedBy == "automatic")
+            let halted = try manifestVersion()
+
+            // The admin's Advance (to 50 %) and Complete name what the page showed: refused, nothing published.
+            let advance = try post("/advance?fraction=0.5&" + seen, 409, "rollout_changed")
+            #expect(advance.bodyText.contains("halted") && advance.bodyText.contains("automatic") && advance.bodyText.contains("3 failures in 3 reports"), "\(advance.bodyText)")
+            _ = try post("/complete?" + seen, 409, "rollout_changed")
+            _ = try post("/halt?" + seen, 409, "rollout_changed")
+            #expect(try manifestVersion() == halted && rolloutStatus(origin).state == "halted" && rolloutStatus(origin).fraction == 0)
+            // Bad expectations are 400.
+            _ = try post("/advance?fraction=0.5&state=completed", 400)
+            _ = try post("/advance?fraction=0.5&release=x", 400)
+            _ = try post("/advance?fraction=0.5&steps=-1", 400)
+
+            // Named as it is now (halted, two steps), the resumption goes through; the halt stays in its history.
+            _ = try post("/advance?fraction=0.5&release=2&state=halted&steps=2", 201)
+            let resumed = try JSONDecoder().decode(StepsAnswer.self, from: Data(try call(origin, "GET", rollouts).body))
+            #expect(resumed.state == "running" && resumed.steps.map(\.action) == ["start", "halt", "advance"])
+            #expect(resumed.steps[1].by == "automatic" && resumed.steps[1].trigger?.failures == 3 && resumed.steps[1].trigger?.reports == 3)
+            // Someone who saw it running at 10 % before all that (one step): refused, though it runs again.
+            _ = try post("/advance?fraction=0.8&release=2&state=running&steps=1", 409, "rollout_changed")
+
+            // A publisher halts it and starts release 3 instead: a Complete confirmed for release 2 is refused.
+            _ = try post("/halt", 201)
+            _ = try post("/start?release=3&fraction=0.2", 201)
+            let restarted = try manifestVersion()
+            let complete = try post("/complete?release=2&state=running&steps=3", 409, "rollout_changed")
+            #expect(complete.bodyText.contains("release 3"), "\(complete.bodyText)")
+            #expect(try manifestVersion() == restarted && rolloutStatus(origin).state == "running")
+            // Named as it is now, the Complete goes through; a Halt naming release 3 then finds none running.
+            _ = try post("/complete?release=3&state=running&steps=1", 201)
+            _ = try post("/halt?release=3", 409, "rollout_changed")
+            _ = try post("/halt", 404)
+        }
+    }
+}
+
+/// A rollout's status with its steps (`GET …/rollouts/{channel}`).
+struct StepsAnswer: Decodable {
+    struct Candidate: Decodable { var pack: String; var revision: Int }
+    struct Trigger: Decodable { var reports: Int64; var failures: Int64 }
+    struct Step: Decodable { var action: String; var by: String; var trigger: Trigger? }
+    var state: String
+    var candidates: [Candidate]
+    var steps: [Step]
 }

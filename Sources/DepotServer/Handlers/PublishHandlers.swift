@@ -36,13 +36,21 @@ struct PublishHandlers: Sendable {
         return .receiveBody(receiver)
     }
 
-    /// `POST …/releases[?base=N][&channel=][&force=true]`: the draft becomes the next signed release.
+    /// `POST …/releases[?base=N][&draft=F][&channel=][&force=true]`: the draft becomes the next
+    /// signed release; with `draft`, only if it is still the draft of that fingerprint (`GET …/staging`).
     func release(_ context: RequestContext) throws -> HTTPResponse {
         let channel = try UploadParameters.channel(context.query("channel"))
         try context.requireChannel(channel)
+        var draft: String?
+        if let text = context.query("draft") {
+            guard text.utf8.count == 32, text.utf8.allSatisfy({ (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }) else {
+                throw DepotError.badRequest("draft is the draft's fingerprint as GET …/staging gives it (32 lower-case hex digits)")
+            }
+            draft = text
+        }
         return try JSONResponse.make(publisher.release(
             context.app, channel: channel, base: UploadParameters.base(context.query("base")),
-            force: context.flag("force"), scope: context.scope
+            force: context.flag("force"), scope: context.scope, draft: draft
         ))
     }
 

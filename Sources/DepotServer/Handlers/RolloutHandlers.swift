@@ -18,6 +18,26 @@ struct RolloutHandlers: Sendable {
         return value
     }
 
+    /// What the caller saw, from `release=N`, `state=running|halted`, `steps=K` (each optional).
+    private static func expectation(_ context: RequestContext) throws -> RolloutExpectation {
+        var expected = RolloutExpectation()
+        if let text = context.query("release") {
+            guard let release = ReleaseNumber.parse(text) else { throw DepotError.badRequest("release is the candidate release you saw: ?release=N") }
+            expected.release = release
+        }
+        if let text = context.query("state") {
+            guard let state = RolloutRecord.State(rawValue: text), state != .completed else {
+                throw DepotError.badRequest("state is the rollout's state you saw: running or halted")
+            }
+            expected.state = state
+        }
+        if let text = context.query("steps") {
+            guard let steps = Int(text), steps >= 0 else { throw DepotError.badRequest("steps is the number of steps you saw (a whole number)") }
+            expected.steps = steps
+        }
+        return expected
+    }
+
     /// `GET …/rollouts/{channel}`: the state, the fraction, the candidate's report figures.
     func status(_ context: RequestContext) throws -> HTTPResponse {
         try Self.private(rollouts.status(context.app, channel: context["channel"]))
@@ -44,24 +64,27 @@ struct RolloutHandlers: Sendable {
         return try Self.private(status, status: 201)
     }
 
-    /// `POST …/rollouts/{channel}/advance?fraction=F`.
+    /// `POST …/rollouts/{channel}/advance?fraction=F[&release=N][&state=S][&steps=K]`.
     func advance(_ context: RequestContext) throws -> HTTPResponse {
         try context.requireChannel(context["channel"])
-        return try Self.private(rollouts.advance(context.app, channel: context["channel"], fraction: Self.fraction(context), by: by(context)), status: 201)
+        let status = try rollouts.advance(
+            context.app, channel: context["channel"], fraction: Self.fraction(context), by: by(context), expecting: Self.expectation(context)
+        )
+        return try Self.private(status, status: 201)
     }
 
-    /// `POST …/rollouts/{channel}/halt`.
+    /// `POST …/rollouts/{channel}/halt[?release=N][&state=S][&steps=K]`.
     func halt(_ context: RequestContext) throws -> HTTPResponse {
         try context.requireChannel(context["channel"])
-        let status = try rollouts.halt(context.app, channel: context["channel"], by: by(context))
+        let status = try rollouts.halt(context.app, channel: context["channel"], by: by(context), expecting: Self.expectation(context))
         rollouts.publisher.metrics.rolloutHalted(app: context.app, channel: context["channel"], by: "hand")
         return try Self.private(status, status: 201)
     }
 
-    /// `POST …/rollouts/{channel}/complete`.
+    /// `POST …/rollouts/{channel}/complete[?release=N][&state=S][&steps=K]`.
     func complete(_ context: RequestContext) throws -> HTTPResponse {
         try context.requireChannel(context["channel"])
-        return try Self.private(rollouts.complete(context.app, channel: context["channel"], by: by(context)), status: 201)
+        return try Self.private(rollouts.complete(context.app, channel: context["channel"], by: by(context), expecting: Self.expectation(context)), status: 201)
     }
 
     /// `GET …/fleet[?channel=C][&days=D]`: per pack revision, what devices reported each day.

@@ -45,6 +45,8 @@ struct StagingView: Codable, Sendable {
     var next: [PackEntry]
     /// The channels each change may be released on, for changes a token of trusted publishing staged.
     var scopes: [String: [String]]? = nil
+    /// The draft's fingerprint: what `POST …/releases?draft=` names so that only this draft is published.
+    var fingerprint: String
 }
 
 /// What a promotion did.

@@ -47,7 +47,7 @@ extension Publisher {
         let next = staging.merged(into: try live?.manifest.packs ?? []).packs
         return StagingView(
             app: app, base: live?.version ?? 0, changed: staging.upserts.keys.sorted(), removed: staging.removals.sorted(), next: next,
-            scopes: staging.scopes.isEmpty ? nil : staging.scopes
+            scopes: staging.scopes.isEmpty ? nil : staging.scopes, fingerprint: staging.fingerprint
         )
     }
 }

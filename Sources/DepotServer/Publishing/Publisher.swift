@@ -116,13 +116,14 @@ final class Publisher: Sendable {
 
     /// Publishes the staged draft on `channel` (after `adding` changed it, in the same lock
     /// hold); the result names `pack` as released, when given. `storingItself`: the blob of the
-    /// upload calling this, which may end up unused (identical content) and goes then.
+    /// upload calling this, which may end up unused (identical content) and goes then. `draft`:
+    /// the fingerprint of the draft the caller confirmed (409 `draft_changed` if it is not the draft's now).
     func release(
         _ app: String, channel: String, base: Int?, force: Bool, pack: String? = nil, adding: ((inout Staging, [PackEntry]) throws -> Void)? = nil,
-        storingItself: String? = nil, scope: [String]? = nil
+        storingItself: String? = nil, scope: [String]? = nil, draft: String? = nil
     ) throws -> PublishResult {
         let (release, unused) = try releases.publishStaged(
-            app, channel: channel, base: base, adding: adding, check: force ? nil : allowanceGuard(app, channel: channel), scope: scope
+            app, channel: channel, base: base, adding: adding, check: force ? nil : allowanceGuard(app, channel: channel), scope: scope, draft: draft
         )
         removeUnneeded(unused, storingItself: storingItself)
         metrics.published(app: app, changed: release != nil)

@@ -17,6 +17,8 @@ struct RolloutRecord: Codable, Hashable, Sendable {
         var manifest: Int
         /// `automatic` or the token id that asked.
         var by: String
+        /// A halt's figures, when the guard made it (kept after a resumption: the halt stays seen).
+        var trigger: Trigger? = nil
     }
 
     /// The figures that made the origin halt a rollout itself.
@@ -90,6 +92,43 @@ struct RolloutRecord: Codable, Hashable, Sendable {
             }
         }
         return (reports, failures, byKind)
+    }
+}
+
+/// What a person acting on a rollout saw (`release`, `state`, `steps` of a step's query): a step
+/// is refused with 409 `rollout_changed` when the rollout is no longer that one — the guard
+/// halted it, someone resumed it, a publisher restarted it with another release — so that no
+/// one advances, halts or completes a rollout they never saw. Each part is optional (nil: not checked).
+struct RolloutExpectation: Sendable {
+    var release: Int?
+    var state: RolloutRecord.State?
+    /// How many steps the record had (any step since, a halt and a resumption too, changes it).
+    var steps: Int?
+
+    init(release: Int? = nil, state: RolloutRecord.State? = nil, steps: Int? = nil) {
+        (self.release, self.state, self.steps) = (release, state, steps)
+    }
+
+    func check(_ record: RolloutRecord) throws {
+        let releaseMoved = release.map { $0 != record.release } ?? false
+        let stateMoved = state.map { $0 != record.state } ?? false
+        let stepsMoved = steps.map { $0 != record.steps.count } ?? false
+        guard releaseMoved || stateMoved || stepsMoved else { return }
+        var now = "release \(record.release), \(record.state.rawValue) at \(RolloutRecord.percent(record.fraction))"
+        if let last = record.steps.last {
+            now += ", last step \(last.action) by \(last.by)"
+            if let trigger = last.trigger {
+                now += " (\(trigger.failures) failures in \(trigger.reports) reports, \(RolloutRecord.percent(trigger.failureRate)))"
+            }
+        }
+        var seen: [String] = []
+        if let release { seen.append("release \(release)") }
+        if let state { seen.append(state.rawValue) }
+        if let steps { seen.append("\(steps) steps") }
+        throw DepotError.conflict(
+            "rollout_changed",
+            "the rollout on channel \(record.channel) changed since you read it: it is now \(now), not \(seen.joined(separator: ", ")). Nothing changed; read it again and decide"
+        )
     }
 }
 

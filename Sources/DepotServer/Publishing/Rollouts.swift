@@ -186,12 +186,16 @@ final class Rollouts: Sendable {
     /// for `complete`, the candidate's packs and no rollout.
     private func step(
         _ app: String, channel: String, action: String, by: String, complete: Bool = false, trigger: RolloutRecord.Trigger? = nil,
-        _ next: @escaping (Rollout, RolloutRecord) throws -> Rollout
+        expecting expected: RolloutExpectation = RolloutExpectation(), _ next: @escaping (Rollout, RolloutRecord) throws -> Rollout
     ) throws -> RolloutStatus {
         try steps.withLock { _ in
             guard var record = try reconciled(app, channel: channel), record.state != .completed else {
+                if let release = expected.release {
+                    throw DepotError.conflict("rollout_changed", "channel \(channel) has no running or halted rollout now (you saw one of release \(release)): it was completed or replaced. Nothing changed; read the rollout again")
+                }
                 throw DepotError.notFound("a rollout on channel \(channel) of app \(app)")
             }
+            try expected.check(record)
             var fraction = 0.0
             let published = try releases.publish(app, channel: channel, rolloutChange: .compute({ live in
                 guard let rollout = live?.rollout, rollout.salt == record.salt else {
@@ -206,7 +210,9 @@ final class Rollouts: Sendable {
                 return live.choosing(candidate: true).packs
             }, check: complete ? publisher.allowanceGuard(app, channel: channel) : nil)
             guard let published else { throw DepotError.conflict("unchanged", "nothing changed") }
-            record.steps.append(RolloutRecord.Step(at: Date(), action: action, fraction: complete ? 1 : fraction, manifest: published.version, by: by))
+            record.steps.append(RolloutRecord.Step(
+                at: Date(), action: action, fraction: complete ? 1 : fraction, manifest: published.version, by: by, trigger: action == "halt" ? trigger : nil
+            ))
             switch action {
             case "complete":
                 record.state = .completed
@@ -231,9 +237,9 @@ final class Rollouts: Sendable {
     }
 
     /// Raises the fraction (every device that was in stays in); resumes a halted rollout.
-    func advance(_ app: String, channel: String, fraction: Double, by: String) throws -> RolloutStatus {
+    func advance(_ app: String, channel: String, fraction: Double, by: String, expecting: RolloutExpectation = RolloutExpectation()) throws -> RolloutStatus {
         try Self.checkFraction(fraction)
-        return try step(app, channel: channel, action: "advance", by: by) { rollout, _ in
+        return try step(app, channel: channel, action: "advance", by: by, expecting: expecting) { rollout, _ in
             guard fraction > rollout.fraction else {
                 throw DepotError.conflict("fraction_not_raised", "the rollout reaches \(RolloutRecord.percent(rollout.fraction)) of devices; advancing only raises it (to take devices back, halt it). Nothing changed")
             }
@@ -247,9 +253,10 @@ final class Rollouts: Sendable {
     /// `measured`, when given (the guard): only the rollout with this salt, counted from this
     /// manifest — not one started, or resumed, since the figures were read.
     func halt(
-        _ app: String, channel: String, by: String, trigger: RolloutRecord.Trigger? = nil, measured: (salt: String, from: Int)? = nil
+        _ app: String, channel: String, by: String, trigger: RolloutRecord.Trigger? = nil, measured: (salt: String, from: Int)? = nil,
+        expecting: RolloutExpectation = RolloutExpectation()
     ) throws -> RolloutStatus {
-        try step(app, channel: channel, action: "halt", by: by, trigger: trigger) { rollout, record in
+        try step(app, channel: channel, action: "halt", by: by, trigger: trigger, expecting: expecting) { rollout, record in
             if let measured, measured.salt != rollout.salt || measured.from != record.countingFrom {
                 throw DepotError.conflict("rollout_changed", "the rollout on channel \(channel) was started or resumed since its figures were read. Nothing changed")
             }
@@ -263,8 +270,8 @@ final class Rollouts: Sendable {
     }
 
     /// The candidate becomes the channel's release, for every device.
-    func complete(_ app: String, channel: String, by: String) throws -> RolloutStatus {
-        try step(app, channel: channel, action: "complete", by: by, complete: true) { rollout, _ in rollout }
+    func complete(_ app: String, channel: String, by: String, expecting: RolloutExpectation = RolloutExpectation()) throws -> RolloutStatus {
+        try step(app, channel: channel, action: "complete", by: by, complete: true, expecting: expecting) { rollout, _ in rollout }
     }
 
     /// The record with its figures, or 404.

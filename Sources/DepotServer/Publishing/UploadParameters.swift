@@ -47,6 +47,7 @@ struct UploadParameters: Sendable {
         guard tags.allSatisfy({ !$0.isEmpty && $0.count <= 64 }), tags.count <= 32 else {
             throw DepotError.badRequest("tags are 1–64 characters, at most 32")
         }
+        for tag in tags { try DisplayText.requireNoBidiControls(tag, "a tag") }
         var expected: String?
         if let sha256 {
             guard let name = Hex.sha256(from: sha256) else { throw DepotError.badRequest("\(checksumName) must be 64 hex digits") }

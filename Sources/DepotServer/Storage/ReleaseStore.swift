@@ -202,14 +202,18 @@ public final class ReleaseStore: Sendable {
     /// published patches or re-signed since): a publisher that raced another gets ``DepotError`` 409.
     /// Returns the new release and the blobs that ended up unused, or nil if nothing changed.
     /// `adding` changes the draft first, in the same lock hold: an upload with `?release=true`
-    /// is staged and published in one step, or (on a conflict) not staged at all.
+    /// is staged and published in one step, or (on a conflict) not staged at all. `draft`, when
+    /// given, must be the draft's ``Staging/fingerprint`` (409 `draft_changed` otherwise).
     func publishStaged(
         _ app: String, channel: String = ReleaseStore.production, base: Int?, adding: ((inout Staging, [PackEntry]) throws -> Void)? = nil,
-        check: ((Manifest, Int64) throws -> Void)? = nil, scope: [String]? = nil
+        check: ((Manifest, Int64) throws -> Void)? = nil, scope: [String]? = nil, draft: String? = nil
     ) throws -> (release: LiveManifest?, unusedBlobs: [String]) {
         var unused: [String] = []
         let release = try publish(app, channel: channel, base: base, rolloutChange: .content, change: { live in
             var staging = try self.staging(app)
+            if let draft, draft != staging.fingerprint {
+                throw DepotError.conflict("draft_changed", "the draft of app \(app) changed since you read it (it now changes \(staging.changedPacks.sorted().prefix(10).joined(separator: ", ")), draft \(staging.fingerprint), not \(draft)): someone staged or dropped a change meanwhile. Nothing was published; read the draft again and decide")
+            }
             try adding?(&staging, live)
             guard !staging.isEmpty else { throw DepotError.conflict("nothing_staged", "nothing is staged for app \(app)") }
             try staging.checkRelease(on: channel, by: scope)

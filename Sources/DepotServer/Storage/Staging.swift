@@ -46,6 +46,22 @@ struct Staging: Codable, Sendable, Equatable {
 
     var isEmpty: Bool { upserts.isEmpty && removals.isEmpty }
 
+    /// The draft's fingerprint: 32 hex digits of the SHA-256 of its changes (each staged pack's
+    /// entry, the removals), in a fixed order. What a person confirmed (`draft=` of a release)
+    /// is compared with it, so that a change staged since is never published unseen.
+    var fingerprint: String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        var bytes: [UInt8] = []
+        for id in upserts.keys.sorted() {
+            bytes += Array("+\(id)\n".utf8)
+            bytes += (try? encoder.encode(upserts[id])).map(Array.init) ?? []
+            bytes.append(0x0a)
+        }
+        for id in removals.sorted() { bytes += Array("-\(id)\n".utf8) }
+        return String(Hex.encode(SHA256Hasher.hash(bytes)).prefix(32))
+    }
+
     /// The next release's packs: `live` with the staged changes. A staged pack whose plaintext
     /// equals the live one keeps the live container and revision (devices keep their copy);
     /// other content gets the next revision. Returns the packs and the staged blobs that ended

@@ -58,7 +58,11 @@ public struct TrustRule: Codable, Sendable, Hashable {
         guard !claims.isEmpty else {
             throw DepotError.badRequest("name at least one claim (--claim NAME=VALUE): with none, any job of the issuer could publish")
         }
+        try DisplayText.requireNoBidiControls(issuer, "the issuer")
+        try DisplayText.requireNoBidiControls(audience, "the audience")
         for (name, value) in claims {
+            try DisplayText.requireNoBidiControls(name, "a claim's name")
+            try DisplayText.requireNoBidiControls(value, "a claim's value")
             guard !name.isEmpty, name.utf8.count <= 64, !value.isEmpty, value.utf8.count <= 512,
                   !["iss", "aud", "exp", "nbf", "iat", "jti"].contains(name) else {
                 throw DepotError.badRequest("claim \(name): names of 1–64 bytes other than iss, aud, exp, nbf, iat, jti; values of 1–512 bytes")
