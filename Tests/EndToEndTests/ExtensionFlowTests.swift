@@ -208,4 +208,17 @@ struct ReceiveTests {
         #expect(!FileSystem.exists(delivered) && FileSystem.fileSize(arrived) == 1 << 30)
         #expect(flow.arrivedIdentifiers() == ["big@3"])
     }
+
+    @Test("Taking in a delivery flushes the drive once (the App Group's folder), not the system's folder too")
+    func receiveFlushesOnce() throws {
+        let work = TemporaryDirectory("depot-receive-flush")
+        defer { work.remove() }
+        let keys = ClientConfiguration(app: "com.example.dev", manifestPublicKeys: [], keyRing: try KeyRing([String: [UInt8]]()))
+        let flow = try ExtensionFlow(configuration: keys, destination: work.path + "/group")
+        try FileSystem.createDirectory(work.path + "/system")
+        try FileSystem.writeAtomically(Array(repeating: 9, count: 4096), to: work.path + "/system/delivered")
+        let (_, tally) = try SyncTally.measure { try flow.receive(identifier: "small@1", file: work.path + "/system/delivered") }
+        #expect(tally[.full] == 1, "\(tally[.full]) full flushes")
+        #expect(FileSystem.fileSize(work.path + "/group/.depot/arrived/small@1") == 4096)
+    }
 }
