@@ -26,11 +26,14 @@ public struct Installer: Sendable {
 
     /// ``install(_:from:to:)``, returning what was switched in.
     func installCopy(_ entry: PackEntry, from file: String, to destination: String) throws -> InstalledCopy {
-        guard let size = FileSystem.fileSize(file), size == entry.size else {
-            throw ClientError.sizeMismatch(entry.id, expected: entry.size, got: FileSystem.fileSize(file) ?? 0)
-        }
         let source: FileDescriptor
-        do { source = try FileDescriptor.openForReading(file) } catch { throw ClientError.install(entry.id, error) }
+        do { source = try FileDescriptor.openForReading(file) } catch {
+            throw Self.gone(error) ? ClientError.purged(entry.id, file) : ClientError.install(entry.id, error)
+        }
+        // Sized through the open descriptor: once open, a purge cannot take the bytes away.
+        guard let size = try? source.size(), size == entry.size else {
+            throw ClientError.sizeMismatch(entry.id, expected: entry.size, got: (try? source.size()) ?? 0)
+        }
         // A zip's plaintext waits beside the container, named with this process as its owner so
         // that a killed run's is found and removed (``removeLeftovers(in:maximumAge:now:)``).
         let scratch = FileSystem.temporaryPath(besides: file, suffix: ".plain")
@@ -107,8 +110,12 @@ public struct Installer: Sendable {
 
     /// ``installPatch(_:patch:from:to:)``, returning what was switched in.
     func installPatchedCopy(_ entry: PackEntry, patch: PackPatch, from file: String, to destination: String) throws -> InstalledCopy {
-        guard FileSystem.fileSize(file) == patch.size else {
-            throw ClientError.sizeMismatch(entry.id, expected: patch.size, got: FileSystem.fileSize(file) ?? 0)
+        let container: FileDescriptor
+        do { container = try FileDescriptor.openForReading(file) } catch {
+            throw Self.gone(error) ? ClientError.purged(entry.id, file) : ClientError.install(entry.id, error)
+        }
+        guard let size = try? container.size(), size == patch.size else {
+            throw ClientError.sizeMismatch(entry.id, expected: patch.size, got: (try? container.size()) ?? 0)
         }
         let folder = FileSystem.directory(of: destination)
         let delta = FileSystem.temporaryPath(besides: file, suffix: ".delta")
@@ -119,7 +126,7 @@ public struct Installer: Sendable {
         }
         do {
             // A scratch file: ordered, committed with the new copy's one drive flush.
-            let summary = try PackDecryptor.decrypt(file: file, to: delta, keyRing: keyRing, expectedSize: patch.size, hashingPlaintext: false, sync: .ordered)
+            let summary = try PackDecryptor.decrypt(container, to: delta, keyRing: keyRing, expectedSize: patch.size, hashingPlaintext: false, sync: .ordered)
             guard summary.sha256 == patch.sha256 else {
                 throw ClientError.integrity(entry.id, "the patch's SHA-256 is \(summary.sha256), the manifest says \(patch.sha256)")
             }
@@ -224,6 +231,9 @@ public struct Installer: Sendable {
         }
         return removed
     }
+
+    /// Whether an error is "no such file": what a delivered file the system purged gives.
+    static func gone(_ error: any Error) -> Bool { (error as? SystemError)?.errno == ENOENT }
 
     /// The common end of an install's failures: a full disk, an error already in the client's
     /// words, or anything else as an install failure of `pack`.

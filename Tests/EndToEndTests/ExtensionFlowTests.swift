@@ -187,6 +187,53 @@ struct ExtensionFlowTests {
     }
 }
 
+@Suite("A delivery the system purged")
+struct PurgedDeliveryTests {
+    @Test("A delivered file gone before the install step (purged under low storage) is the device's condition: no failure in the report, asked for again at the next event")
+    func purgedDelivery() async throws {
+        try await withServer(configure: { $0.publicURL = "https://cdn.example.com" }) { origin in
+            let work = TemporaryDirectory("depot-purged")
+            defer { work.remove() }
+            try put(origin, "world", bytes(50_000, seed: 3))
+            let response = try #require(try RawHTTP.send(port: origin.port, "GET /v1/apps/\(origin.app)/manifest HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first)
+            let manifestURL = URL(fileURLWithPath: work.path + "/manifest.json")
+            try FileSystem.writeAtomically(response.body, to: manifestURL.path)
+            let guide = GuideExtension(Assets: GuideAssets(configuration: try origin.clientConfiguration(), root: work.path + "/group/Library/Caches/assets"))
+            let download = try #require(try guide.downloads(manifestURL: manifestURL, kind: .install, extensionInfo: BAAppExtensionInfo()).first)
+            #expect(download.identifier == "world@1")
+            let path = try #require(download.request.url?.path)
+            let body = try #require(try RawHTTP.send(port: origin.port, "GET \(path) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first).body
+            try FileSystem.writeAtomically(body, to: work.path + "/delivered")
+            try guide.backgroundDownload(download, finishedWithFileURL: URL(fileURLWithPath: work.path + "/delivered"))
+            // Purged between the step's listing and its opening of the file: a name that leads nowhere.
+            let arrived = guide.Assets.root + "/.depot/arrived/world@1"
+            FileSystem.remove(arrived)
+            #expect(symlink(work.path + "/purged", arrived) == 0)
+
+            let report = try guide.Assets.flow().installArrived(languages: ["en"])
+            #expect(report.installed.isEmpty)
+            #expect(report.deviceReport == nil, "a purge is not a failure of the release: \(String(describing: report.deviceReport))")
+            #expect(report.discarded["world@1"]?.contains("is gone") == true, "\(report.discarded)")
+            #expect(!FileSystem.exists(arrived) && (try? FileManager.default.destinationOfSymbolicLink(atPath: arrived)) == nil)
+            // Nothing installed, nothing waiting, no note: the next event asks for it again.
+            #expect(try guide.downloads(manifestURL: manifestURL, kind: .periodic, extensionInfo: BAAppExtensionInfo()).map(\.identifier) == ["world@1"])
+        }
+    }
+
+    @Test("The install step's error for a delivered file that is gone is the purged kind, which reports leave out")
+    func purgedKind() throws {
+        let work = TemporaryDirectory("depot-purged-kind")
+        defer { work.remove() }
+        let entry = PackEntry(
+            id: "world", revision: 1, url: "https://cdn.example.com/world", size: 10, sha256: String(repeating: "a", count: 64), installSize: 10,
+            plaintextSHA256: String(repeating: "b", count: 64), policy: .prefetch, tags: [], keyID: "k1", contentType: "application/octet-stream"
+        )
+        let installer = Installer(keyRing: try KeyRing(["k1": [UInt8](repeating: 7, count: 32)]))
+        #expect { try installer.install(entry, from: work.path + "/gone", to: work.path + "/world") } throws: { ($0 as? ClientError)?.kind == .purged }
+        #expect(DeviceReport.isDeviceCondition("purged"))
+    }
+}
+
 @Suite("The finished-download callback: constant time and memory")
 struct ReceiveTests {
     @Test("A delivered 1 GiB pack is taken in by one rename (the same file, not a copy), whatever its size")
