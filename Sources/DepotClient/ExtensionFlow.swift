@@ -240,9 +240,12 @@ public struct ExtensionFlow: Sendable {
                 FileSystem.remove(path)
                 report.installed.append(entry.id)
                 results[id] = DeviceReport.PackResult(id: id, revision: revision, outcome: base == nil ? .installed : .patched, bytes: delivered)
-            } catch let error as ClientError where error.kind == .noSpace || error.kind == .state || error.kind == .install && FileSystem.exists(path) {
-                // The delivery is fine; the device is not (yet): try again at the next run.
+            } catch let error as ClientError where error.kind == .noSpace || error.kind == .state || error.kind == .cancelled
+                        || error.kind == .install && FileSystem.exists(path) {
+                // The delivery is fine; the device is not (yet), or the step's time ran out before
+                // its record: try again at the next run.
                 report.kept[identifier] = error.description
+                if error.kind == .cancelled { break }
             } catch let error as ClientError {
                 report.discarded[identifier] = error.description
                 FileSystem.remove(path)
