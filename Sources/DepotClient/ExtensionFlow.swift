@@ -157,7 +157,9 @@ public struct ExtensionFlow: Sendable {
             scheduled: scheduled
         )
         request.languages = languages
-        return Planner.plan(manifest: manifest, state: state, request: request, installedCopyIsWhole: store.isWhole)
+        let plan = Planner.plan(manifest: manifest, state: state, request: request, installedCopyIsWhole: store.isWhole)
+        Self.log(plan, kind: kind, manifest: manifest, channel: channel)
+        return plan
     }
 
     /// The manifest this folder accepted last on its channel (kept by
@@ -259,6 +261,7 @@ public struct ExtensionFlow: Sendable {
             report.deviceReport = DeviceReport(channel: channel, release: manifest.version, packs: Array(results.values.prefix(DeviceReport.maximumPacks)))
         }
         report.removed = try removeReplacedLanguages(manifest: manifest, languages: languages)
+        Self.log(report)
         return report
     }
 
