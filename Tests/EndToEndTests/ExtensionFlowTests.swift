@@ -234,6 +234,40 @@ struct PurgedDeliveryTests {
     }
 }
 
+@Suite("The install step when the app's background time runs out")
+struct SuspendedInstallStepTests {
+    @Test("With the state's lock suspended (the expiration handler), the install step records nothing and keeps the delivery; resumed, the next run installs it")
+    func keepsTheDelivery() async throws {
+        try await withServer(configure: { $0.publicURL = "https://assets.example.com" }) { origin in
+            let work = TemporaryDirectory("depot-suspended-step")
+            defer { work.remove() }
+            let content = bytes(30_000, seed: 9)
+            try put(origin, "map", content)
+            let response = try #require(try RawHTTP.send(port: origin.port, "GET /v1/apps/\(origin.app)/manifest HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first)
+            let manifestURL = URL(fileURLWithPath: work.path + "/manifest.json")
+            try FileSystem.writeAtomically(response.body, to: manifestURL.path)
+            let guide = GuideExtension(Assets: GuideAssets(configuration: try origin.clientConfiguration(), root: work.path + "/group/Library/Caches/assets"))
+            let download = try #require(try guide.downloads(manifestURL: manifestURL, kind: .install, extensionInfo: BAAppExtensionInfo()).first)
+            let path = try #require(download.request.url?.path)
+            let body = try #require(try RawHTTP.send(port: origin.port, "GET \(path) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first).body
+            try FileSystem.writeAtomically(body, to: work.path + "/delivered")
+            try guide.backgroundDownload(download, finishedWithFileURL: URL(fileURLWithPath: work.path + "/delivered"))
+
+            let store = try guide.Assets.flow().store
+            #expect(store.suspendLocking(waitingUpTo: 1))
+            let stopped = try guide.Assets.flow().installArrived(languages: ["en"])
+            #expect(stopped.installed.isEmpty && stopped.discarded.isEmpty && stopped.kept["map@1"]?.contains("cancelled") == true, "\(stopped)")
+            #expect(try store.read(app: origin.app).packs["map"] == nil)
+            #expect(try guide.Assets.flow().arrivedIdentifiers() == ["map@1"], "the delivery waits for the next run")
+
+            store.resumeLocking()
+            let next = try guide.Assets.flow().installArrived(languages: ["en"])
+            #expect(next.installed == ["map"], "\(next)")
+            #expect(try FileSystem.readFile(guide.Assets.root + "/packs/map") == content)
+        }
+    }
+}
+
 @Suite("The finished-download callback: constant time and memory")
 struct ReceiveTests {
     @Test("A delivered 1 GiB pack is taken in by one rename (the same file, not a copy), whatever its size")
