@@ -18,13 +18,15 @@ extension ExtensionFlow {
         forgetScheduled(identifier)
         let target = store.arrived + "/" + identifier
         do {
-            try FileSystem.durableRename(path, to: target)
+            // One drive flush, on the App Group's folder; the system's folder, which it empties
+            // when this returns, is not synced.
+            try FileSystem.durableRename(path, to: target, syncingSource: false)
         } catch let error where error.errno == EXDEV {
             // Another volume (not the App Group container): a copy, which takes the pack's time.
             do {
                 let temporary = FileSystem.temporaryPath(besides: target)
                 try FileManager.default.copyItem(atPath: path, toPath: temporary)
-                try FileDescriptor.openForReading(temporary).sync()
+                try FileDescriptor.openForReading(temporary).sync(.ordered)
                 try FileSystem.durableRename(temporary, to: target)
             } catch {
                 throw ClientError.install(identifier, error)

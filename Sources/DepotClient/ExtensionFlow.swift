@@ -157,7 +157,9 @@ public struct ExtensionFlow: Sendable {
             scheduled: scheduled
         )
         request.languages = languages
-        return Planner.plan(manifest: manifest, state: state, request: request, installedCopyIsWhole: store.isWhole)
+        let plan = Planner.plan(manifest: manifest, state: state, request: request, installedCopyIsWhole: store.isWhole)
+        Self.log(plan, kind: kind, manifest: manifest, channel: channel)
+        return plan
     }
 
     /// The manifest this folder accepted last on its channel (kept by
@@ -196,11 +198,17 @@ public struct ExtensionFlow: Sendable {
         // One result per pack (a whole pack and a patch of it may both have arrived), starting
         // with the downloads the system failed (``downloadFailed(identifier:error:)``).
         var results = takeFailedDownloads(manifest)
+        // Stopped before the end (cancelled, or the state's lock suspended): what is left, the
+        // removal of replaced languages included, waits for the next run.
+        var stopped = false
         for identifier in identifiers {
             // Cancelled (the app's background time ran out): stop between packs; what is left
             // waits for the next run.
             // Cancelled: the step's task, or the thread it runs on (the guide's app runs it on one).
-            if Task.isCancelled || Thread.current.isCancelled { break }
+            if Task.isCancelled || Thread.current.isCancelled {
+                stopped = true
+                break
+            }
             let path = store.arrived + "/" + identifier
             let (id, revision, base) = Self.parse(identifier)
             guard let entry = manifest[pack: id], entry.revision == revision else {
@@ -240,9 +248,15 @@ public struct ExtensionFlow: Sendable {
                 FileSystem.remove(path)
                 report.installed.append(entry.id)
                 results[id] = DeviceReport.PackResult(id: id, revision: revision, outcome: base == nil ? .installed : .patched, bytes: delivered)
-            } catch let error as ClientError where error.kind == .noSpace || error.kind == .state || error.kind == .install && FileSystem.exists(path) {
-                // The delivery is fine; the device is not (yet): try again at the next run.
+            } catch let error as ClientError where error.kind == .noSpace || error.kind == .state || error.kind == .cancelled
+                        || error.kind == .install && FileSystem.exists(path) {
+                // The delivery is fine; the device is not (yet), or the step's time ran out before
+                // its record: try again at the next run.
                 report.kept[identifier] = error.description
+                if error.kind == .cancelled {
+                    stopped = true
+                    break
+                }
             } catch let error as ClientError {
                 report.discarded[identifier] = error.description
                 FileSystem.remove(path)
@@ -255,7 +269,8 @@ public struct ExtensionFlow: Sendable {
         if !results.isEmpty {
             report.deviceReport = DeviceReport(channel: channel, release: manifest.version, packs: Array(results.values.prefix(DeviceReport.maximumPacks)))
         }
-        report.removed = try removeReplacedLanguages(manifest: manifest, languages: languages)
+        if !stopped { report.removed = try removeReplacedLanguages(manifest: manifest, languages: languages) }
+        Self.log(report)
         return report
     }
 

@@ -26,11 +26,14 @@ public struct Installer: Sendable {
 
     /// ``install(_:from:to:)``, returning what was switched in.
     func installCopy(_ entry: PackEntry, from file: String, to destination: String) throws -> InstalledCopy {
-        guard let size = FileSystem.fileSize(file), size == entry.size else {
-            throw ClientError.sizeMismatch(entry.id, expected: entry.size, got: FileSystem.fileSize(file) ?? 0)
-        }
         let source: FileDescriptor
-        do { source = try FileDescriptor.openForReading(file) } catch { throw ClientError.install(entry.id, error) }
+        do { source = try FileDescriptor.openForReading(file) } catch {
+            throw Self.gone(error) ? ClientError.purged(entry.id, file) : ClientError.install(entry.id, error)
+        }
+        // Sized through the open descriptor: once open, a purge cannot take the bytes away.
+        guard let size = try? source.size(), size == entry.size else {
+            throw ClientError.sizeMismatch(entry.id, expected: entry.size, got: (try? source.size()) ?? 0)
+        }
         // A zip's plaintext waits beside the container, named with this process as its owner so
         // that a killed run's is found and removed (``removeLeftovers(in:maximumAge:now:)``).
         let scratch = FileSystem.temporaryPath(besides: file, suffix: ".plain")
@@ -55,7 +58,9 @@ public struct Installer: Sendable {
             // The container's SHA-256 is the signed manifest's, and each segment authenticated:
             // those bytes decrypt to one plaintext only, the one the origin hashed when it
             // encrypted it, so the plaintext is not hashed a second time.
-            let summary = try PackDecryptor.decrypt(source, to: plaintext, keyRing: keyRing, expectedSize: entry.size, hashingPlaintext: false)
+            // Every file of the install is synced in order and the drive flushed once, when the
+            // staged copy is whole (``SyncLevel``): one `F_FULLFSYNC` per install, not per file.
+            let summary = try PackDecryptor.decrypt(source, to: plaintext, keyRing: keyRing, expectedSize: entry.size, hashingPlaintext: false, sync: .ordered)
             guard summary.sha256 == entry.sha256 else {
                 throw ClientError.integrity(entry.id, "SHA-256 is \(summary.sha256), the manifest says \(entry.sha256)")
             }
@@ -64,6 +69,7 @@ public struct Installer: Sendable {
                     throw ClientError.install(entry.id, SystemError(call: "stat", errno: ENOENT, path: staged))
                 }
                 try Self.check(copy, against: entry)
+                try FileDescriptor.openForReading(staged).sync(.full)
                 try Self.switchInto(destination, from: staged)
                 return copy
             }
@@ -71,10 +77,10 @@ public struct Installer: Sendable {
             // What the manifest says it unpacks to is all it may write: a hostile archive whose
             // entries inflate past their declared sizes stops there, not when the disk is full.
             let declared = entry.installSize
+            // (Its files and folders synced in order, the drive flushed once at its root.)
             try ZipPack.extract(plaintext, into: staged) { written, _ in
                 written > declared ? "it unpacks to more than the manifest's installSize of \(declared) bytes" : nil
             }
-            try FileSystem.syncDirectory(staged)
             let copy = try tree.measured(pack: entry.id)
             try Self.check(copy, against: entry)
             try Self.switchInto(destination, from: staged)
@@ -104,8 +110,12 @@ public struct Installer: Sendable {
 
     /// ``installPatch(_:patch:from:to:)``, returning what was switched in.
     func installPatchedCopy(_ entry: PackEntry, patch: PackPatch, from file: String, to destination: String) throws -> InstalledCopy {
-        guard FileSystem.fileSize(file) == patch.size else {
-            throw ClientError.sizeMismatch(entry.id, expected: patch.size, got: FileSystem.fileSize(file) ?? 0)
+        let container: FileDescriptor
+        do { container = try FileDescriptor.openForReading(file) } catch {
+            throw Self.gone(error) ? ClientError.purged(entry.id, file) : ClientError.install(entry.id, error)
+        }
+        guard let size = try? container.size(), size == patch.size else {
+            throw ClientError.sizeMismatch(entry.id, expected: patch.size, got: (try? container.size()) ?? 0)
         }
         let folder = FileSystem.directory(of: destination)
         let delta = FileSystem.temporaryPath(besides: file, suffix: ".delta")
@@ -115,7 +125,8 @@ public struct Installer: Sendable {
             Self.removeTree(staged)
         }
         do {
-            let summary = try PackDecryptor.decrypt(file: file, to: delta, keyRing: keyRing, expectedSize: patch.size, hashingPlaintext: false)
+            // A scratch file: ordered, committed with the new copy's one drive flush.
+            let summary = try PackDecryptor.decrypt(container, to: delta, keyRing: keyRing, expectedSize: patch.size, hashingPlaintext: false, sync: .ordered)
             guard summary.sha256 == patch.sha256 else {
                 throw ClientError.integrity(entry.id, "the patch's SHA-256 is \(summary.sha256), the manifest says \(patch.sha256)")
             }
@@ -145,7 +156,7 @@ public struct Installer: Sendable {
                 try output.write(bytes)
                 behind.wrote(bytes.count, to: output)
             }
-            try output.sync()
+            try output.sync(.full)  // the install's one drive flush
             try output.close()
             guard let copy = InstalledCopy.measure(staged), !copy.unpacked else {
                 throw ClientError.install(entry.id, SystemError(call: "stat", errno: ENOENT, path: staged))
@@ -172,20 +183,22 @@ public struct Installer: Sendable {
 
     /// Puts `staged` at `destination` in one step: a rename, or an atomic exchange
     /// (``System/exchange(_:_:)``) when something is there, after which the old copy is removed.
+    /// The staged copy was flushed to the medium before; the folder's syncs here are ordered
+    /// after it, and the state's record, written after this with a full sync, commits them.
     static func switchInto(_ destination: String, from staged: String) throws {
         if FileSystem.exists(destination) || (try? FileManager.default.destinationOfSymbolicLink(atPath: destination)) != nil {
             if try !System.exchange(staged, destination) {
                 // No atomic exchange here (Linux before 3.15): move the old copy aside first. A
                 // crash in between leaves no installed copy, which the next sync downloads again.
                 let aside = staged + ".old"
-                try FileSystem.durableRename(destination, to: aside)
-                try FileSystem.durableRename(staged, to: destination)
-                try FileSystem.durableRename(aside, to: staged)
+                try FileSystem.durableRename(destination, to: aside, .ordered)
+                try FileSystem.durableRename(staged, to: destination, .ordered)
+                try FileSystem.durableRename(aside, to: staged, .ordered)
             }
-            try FileSystem.syncDirectory(FileSystem.directory(of: destination))
+            try FileSystem.syncDirectory(FileSystem.directory(of: destination), .ordered)
             removeTree(staged)
         } else {
-            try FileSystem.durableRename(staged, to: destination)
+            try FileSystem.durableRename(staged, to: destination, .ordered)
         }
     }
 
@@ -219,7 +232,9 @@ public struct Installer: Sendable {
         return removed
     }
 
-    /// Removes an installed copy: a file or a folder tree.
+    /// Whether an error is "no such file": what a delivered file the system purged gives.
+    static func gone(_ error: any Error) -> Bool { (error as? SystemError)?.errno == ENOENT }
+
     /// The common end of an install's failures: a full disk, an error already in the client's
     /// words, or anything else as an install failure of `pack`.
     static func failure(_ error: any Error, pack: String, folder: String) -> ClientError {
@@ -227,6 +242,7 @@ public struct Installer: Sendable {
         return error as? ClientError ?? .install(pack, error)
     }
 
+    /// Removes an installed copy: a file or a folder tree.
     public static func removeTree(_ path: String) {
         if FileSystem.isDirectory(path) {
             try? FileManager.default.removeItem(atPath: path)

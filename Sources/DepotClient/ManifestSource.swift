@@ -102,6 +102,11 @@ public struct ManifestSource: Sendable {
 
     private func accept(_ manifest: Manifest, floor: Int, now: Date) throws -> Manifest {
         guard manifest.app == app else { throw ClientError.wrongApp(manifest.app) }
+        // A higher schemaVersion means a change this client cannot read safely (docs/Integrating.md,
+        // "Versions and compatibility"): refused before the floor moves; the device keeps its packs.
+        guard manifest.schemaVersion <= Manifest.currentSchemaVersion else {
+            throw ClientError.manifest("schemaVersion \(manifest.schemaVersion) is newer than this client reads (\(Manifest.currentSchemaVersion), AssetDepot \(AssetDepotVersion.current)): ship a build with a newer DepotClient")
+        }
         // One channel's envelope (a higher version) served at another's URL by a poisoned cache or
         // a man in the middle would move devices to its packs and raise their floor. A manifest
         // signed before channels were named is production's.

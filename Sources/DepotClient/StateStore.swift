@@ -73,8 +73,10 @@ public final class StateStore: Sendable {
     /// already in the state folder is newer than the old one: the old one goes.
     private func migrate() throws {
         guard !movable().isEmpty else { return }
-        let lock = try Self.lock(stateFolder + "/state.lock", timeout: 10, what: "the install state of \(destination)")
-        defer { _ = lock }
+        try holdingLock(timeout: 10) { try moveFormerState() }
+    }
+
+    private func moveFormerState() throws {
         do {
             let names = movable()
             for name in names.filter({ $0 == "state.json" }) + names.filter({ $0 != "state.json" }) {
@@ -127,15 +129,51 @@ public final class StateStore: Sendable {
                 throw ClientError.state("cannot lock \(path): \(error)")
             }
             guard Date() < deadline else { throw ClientError.state("\(what) is locked by another process (waited \(Int(timeout)) s)") }
+            // Suspended meanwhile (the app's background time ran out): stop waiting.
+            if StateLockGate.shared.isSuspended(FileSystem.directory(of: path)) { throw Self.suspendedError }
             Thread.sleep(forTimeInterval: 0.01)
         }
         return file
     }
 
-    /// Runs `body` on the state under the exclusive lock and saves what it leaves, before unlocking.
-    public func withExclusiveControl<T>(timeout: TimeInterval = 10, app: String, _ body: (inout InstalledState) throws -> T) throws -> T {
+    static let suspendedError = ClientError(.cancelled, "cancelled: the install state's lock is suspended in this process (the app's background time ran out); the step runs again at the next launch or return to the foreground")
+
+    /// Runs `body` with the state's lock held, counted by this process's gate
+    /// (``suspendLocking(waitingUpTo:)``); throws `cancelled` while locking is suspended.
+    private func holdingLock<T>(timeout: TimeInterval, _ body: () throws -> T) throws -> T {
+        guard StateLockGate.shared.enter(stateFolder) else { throw Self.suspendedError }
+        defer { StateLockGate.shared.leave(stateFolder) }
         let lock = try Self.lock(stateFolder + "/state.lock", timeout: timeout, what: "the install state of \(destination)")
         defer { _ = lock }
+        return try body()
+    }
+
+    /// Stops this process from taking the state's lock (each ``withExclusiveControl(timeout:app:_:)``
+    /// from now on throws a `cancelled` `ClientError`, and one waiting for the lock stops) and
+    /// waits, at most `seconds`, for its threads that hold the lock to release it: a record holds
+    /// it for a rename and a small write. Returns whether none holds it. What an app's
+    /// background-task expiration handler calls before it ends the task, so that iOS never
+    /// suspends the app holding a file lock in the App Group (it terminates it: 0xdead10cc);
+    /// ``resumeLocking()`` when the app runs again. Other processes (the extension) are not
+    /// affected. Call it on any thread; it blocks at most `seconds`.
+    @discardableResult
+    public func suspendLocking(waitingUpTo seconds: TimeInterval) -> Bool {
+        StateLockGate.shared.suspend(stateFolder, timeout: seconds)
+    }
+
+    /// Lets this process take the state's lock again after ``suspendLocking(waitingUpTo:)``.
+    public func resumeLocking() {
+        StateLockGate.shared.resume(stateFolder)
+    }
+
+    /// Runs `body` on the state under the exclusive lock and saves what it leaves, before unlocking.
+    /// Throws a `cancelled` `ClientError` while this process's locking is suspended
+    /// (``suspendLocking(waitingUpTo:)``).
+    public func withExclusiveControl<T>(timeout: TimeInterval = 10, app: String, _ body: (inout InstalledState) throws -> T) throws -> T {
+        try holdingLock(timeout: timeout) { try exclusive(app: app, body) }
+    }
+
+    private func exclusive<T>(app: String, _ body: (inout InstalledState) throws -> T) throws -> T {
         var state = try load(app: app)
         let before = state
         let result = try body(&state)

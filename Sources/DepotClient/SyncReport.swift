@@ -42,7 +42,7 @@ public struct SyncReport: Hashable, Sendable {
         if !deferred.isEmpty { parts.append("\(deferred.count) deferred") }
         if !patched.isEmpty { parts.append("\(patched.count) patched (\(bytesSaved) bytes saved)") }
         if !failed.isEmpty { parts.append("\(failed.count) failed") }
-        return "release \(manifestVersion)\(notModified ? " (not modified)" : ""): " + parts.joined(separator: ", ") + ", \(bytesDownloaded) bytes downloaded"
+        return "manifest \(manifestVersion)\(notModified ? " (not modified)" : ""): " + parts.joined(separator: ", ") + ", \(bytesDownloaded) bytes downloaded"
     }
 }
 

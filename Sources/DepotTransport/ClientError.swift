@@ -10,6 +10,10 @@ public struct ClientError: Error, Hashable, Sendable, CustomStringConvertible {
         case wrongChannel
         /// TLS refused: an untrusted or mismatched certificate, a failed handshake. Not retried.
         case tls
+        /// The delivered file was gone before it was installed: the system purges finished
+        /// downloads and `Library/Caches` under low storage. The device's condition, not the
+        /// release's: not reported, and downloaded again at the next event.
+        case purged
     }
     /// What failed.
     public let kind: Kind
@@ -67,6 +71,9 @@ public struct ClientError: Error, Hashable, Sendable, CustomStringConvertible {
     }
     package static func sizeMismatch(_ pack: String, expected: Int64, got: Int64) -> ClientError {
         ClientError(.integrity, "pack \(pack) refused: the manifest says \(expected) bytes, the server sent \(got)")
+    }
+    package static func purged(_ pack: String, _ file: String) -> ClientError {
+        ClientError(.purged, "pack \(pack) not installed: its delivered file \(file) is gone (the system purges finished downloads under low storage); it is downloaded again at the next event")
     }
     package static func tooLarge(_ url: String, _ limit: Int64) -> ClientError { ClientError(.tooLarge, "the response from \(url) is larger than \(limit) bytes") }
 }

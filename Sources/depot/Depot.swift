@@ -1,4 +1,5 @@
 import ArgumentParser
+import DepotCore
 import Foundation
 
 @main
@@ -10,7 +11,8 @@ struct Depot: AsyncParsableCommand {
             Server-side admin commands (apps, tokens, keys) work on the data folder directly;
             publish and sync talk HTTP. A failing command prints one line to stderr and exits non-zero.
             """,
-        subcommands: [Serve.self, Apps.self, Tokens.self, Keys.self, Publish.self, Release.self, Releases.self, Rollback.self, Channels.self, RolloutCommand.self, Fleet.self, Plist.self, GC.self, Sync.self, ExtensionCommand.self, DeltaCommand.self, Fetch.self, Inspect.self, Storage.self, VerifyEdge.self]
+        version: AssetDepotVersion.current,
+        subcommands: [Serve.self, Apps.self, Tokens.self, Keys.self, Publish.self, Unstage.self, Release.self, Releases.self, Rollback.self, Channels.self, RolloutCommand.self, Fleet.self, Plist.self, GC.self, Sync.self, ExtensionCommand.self, DeltaCommand.self, Fetch.self, Inspect.self, Storage.self, VerifyEdge.self]
     )
 
     /// Runs the command; a failure is one line on stderr (a usage error points at `depot help`),

@@ -122,3 +122,28 @@ struct Release: AsyncParsableCommand {
         print(result.changed ? "published release \(result.release ?? 0) of \(origin.app)\(on)" : "nothing changed: release \(result.release ?? 0) of \(origin.app) stays live\(on)")
     }
 }
+
+struct Unstage: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Drop a pack's staged change (an upload or a removal) from the draft; the live pack stays as it is.",
+        discussion: "The staged upload's blob is deleted. Nothing is published; a pack with no staged change is an error (404)."
+    )
+
+    @OptionGroup var origin: ServerOptions
+    @OptionGroup var token: TokenOption
+    @Option(help: "The pack whose staged change to drop.") var pack: String
+
+    func validate() throws {
+        guard Identifier.isValidPack(pack) else { throw ValidationError("invalid pack id \"\(pack)\": 1–64 of A-Z a-z 0-9 . -, no '_'") }
+    }
+
+    struct Result: Decodable { var note: String }
+
+    func run() async throws {
+        let response = try await origin.transport().send(
+            method: "DELETE", to: origin.endpoint("packs/" + pack, [URLQueryItem(name: "staged", value: "true")]), headers: try token.headers()
+        )
+        guard (200..<300).contains(response.status) else { throw CLIError("unstage failed: HTTP \(response.status): \(Publish.message(response.body))") }
+        print(try JSONDecoder().decode(Result.self, from: Data(response.body)).note)
+    }
+}

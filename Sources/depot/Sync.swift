@@ -105,7 +105,8 @@ struct Sync: AsyncParsableCommand {
             sync.observer = { event in
                 switch event {
                 case .planned(let plan):
-                    totals.withLock { $0.planned = plan.downloads.reduce(0) { $0 + $1.entry.size } }
+                    // What is downloaded: a patch's bytes when a patch is planned, not the whole pack's.
+                    totals.withLock { $0.planned = plan.downloads.reduce(0) { $0 + $1.size } }
                 case .download(.progress(let id, let received, _)), .download(.started(let id, let received, _)):
                     let (done, total) = totals.withLock { state -> (Int64, Int64) in
                         state.done[id] = received

@@ -182,18 +182,28 @@ open class BADownloadManager: NSObject, @unchecked Sendable {
     public weak var delegate: (any BADownloadManagerDelegate)?
     /// What a test says the system has scheduled (not Apple's API).
     public var scheduledForTests: [BADownload] = []
+    /// Who a test says is calling (not Apple's API): the header's refusals depend on it.
+    public enum CallerForTests: Sendable { case foregroundApp, backgroundApp, downloaderExtension }
+    /// The calling process, for ``startForegroundDownload(_:)`` (not Apple's API).
+    public var callerForTests = CallerForTests.foregroundApp
 
     /// `func scheduleDownload(_ download: BADownload) throws` (iOS 16.1+).
     open func scheduleDownload(_ download: BADownload) throws { scheduledForTests.append(download) }
     /// `func startForegroundDownload(_ download: BADownload) throws` (iOS 16.1+).
-    /// Apple: promotes a download the system already has (one it returned, from
-    /// `fetchCurrentDownloads()`); another object with a scheduled identifier fails with
-    /// `BAErrorCode.downloadAlreadyScheduled`.
+    /// Apple's page: starts a new download now, or promotes "existing, queued downloads that are
+    /// yet to start". Apple's header (`BADownloadManager.h`): from the download extension it fails
+    /// with `BAErrorCode.callFromExtensionNotAllowed`, from an app in the background with
+    /// `BAErrorCode.callFromInactiveProcessNotAllowed`. What a second object with an identifier
+    /// already scheduled does is not documented (`downloadAlreadyScheduled` exists; no page says
+    /// which call gives it): this stand-in promotes the held download, and the guide never relies
+    /// on it (it passes the object `fetchCurrentDownloads()` returned).
     open func startForegroundDownload(_ download: BADownload) throws {
-        if let held = scheduledForTests.first(where: { $0.identifier == download.identifier }) {
-            guard held === download else { throw NSError(domain: BAErrorDomain, code: BAErrorCode.downloadAlreadyScheduled.rawValue) }
-            return
+        switch callerForTests {
+        case .downloaderExtension: throw NSError(domain: BAErrorDomain, code: BAErrorCode.callFromExtensionNotAllowed.rawValue)
+        case .backgroundApp: throw NSError(domain: BAErrorDomain, code: BAErrorCode.callFromInactiveProcessNotAllowed.rawValue)
+        case .foregroundApp: break
         }
+        if scheduledForTests.contains(where: { $0.identifier == download.identifier }) { return }
         scheduledForTests.append(download)
     }
     /// `func cancel(_ download: BADownload) throws` (iOS 16.1+).

@@ -129,6 +129,18 @@ struct ManifestSourceTests {
         bytes[bytes.count / 2] ^= 1
         #expect(kind { _ = try source().verify(bytes, floor: 0, now: now) } == .manifest)
     }
+
+    @Test("A manifest of a newer schemaVersion than this client reads is refused, saying so (docs/Integrating.md's compatibility policy)")
+    func newerSchema() throws {
+        var manifest = Manifest(app: "app", version: 6, publishedAt: now, expiresAt: now + 100, packs: [])
+        manifest.schemaVersion = Manifest.currentSchemaVersion + 1
+        let bytes = try Envelope.sign(manifest, with: [key]).encoded()
+        #expect { _ = try source().verify(bytes, floor: 5, now: now) } throws: { error in
+            (error as? ClientError)?.kind == .manifest && "\(error)".contains("schemaVersion \(Manifest.currentSchemaVersion + 1) is newer than this client reads")
+        }
+        manifest.schemaVersion = Manifest.currentSchemaVersion
+        #expect(try source().verify(Envelope.sign(manifest, with: [key]).encoded(), floor: 5, now: now).version == 6)
+    }
 }
 
 @Suite("Installer and state")

@@ -271,7 +271,7 @@ struct ClientEndToEndTests {
             #expect(install.stdout.contains("device has core revision 1") && install.stdout.contains("device has world-1 revision 1"))
             let over = size("world-1") + size("world-2") - allowance
             #expect(install.stdout.contains("device waits for world-2: over the BADownloadAllowance left before first launch by \(over) bytes"), "\(install.stdout)")
-            #expect(install.stdout.split(separator: "\n").last?.hasPrefix("synced \(origin.app) release 3: 2 installed, 0 removed, 0 unchanged, 1 deferred") == true)
+            #expect(install.stdout.split(separator: "\n").last?.hasPrefix("synced \(origin.app) manifest 3: 2 installed, 0 removed, 0 unchanged, 1 deferred") == true)
             // A periodic event later fetches the rest (Info.plist keys from the server this time).
             let periodic = try Processes.run(Processes.depotBinary, base + ["--event", "periodic"])
             #expect(periodic.status == 0 && periodic.stdout.contains("device has world-2 revision 1"), "\(periodic.stderr)")

@@ -187,6 +187,87 @@ struct ExtensionFlowTests {
     }
 }
 
+@Suite("A delivery the system purged")
+struct PurgedDeliveryTests {
+    @Test("A delivered file gone before the install step (purged under low storage) is the device's condition: no failure in the report, asked for again at the next event")
+    func purgedDelivery() async throws {
+        try await withServer(configure: { $0.publicURL = "https://cdn.example.com" }) { origin in
+            let work = TemporaryDirectory("depot-purged")
+            defer { work.remove() }
+            try put(origin, "world", bytes(50_000, seed: 3))
+            let response = try #require(try RawHTTP.send(port: origin.port, "GET /v1/apps/\(origin.app)/manifest HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first)
+            let manifestURL = URL(fileURLWithPath: work.path + "/manifest.json")
+            try FileSystem.writeAtomically(response.body, to: manifestURL.path)
+            let guide = GuideExtension(Assets: GuideAssets(configuration: try origin.clientConfiguration(), root: work.path + "/group/Library/Caches/assets"))
+            let download = try #require(try guide.downloads(manifestURL: manifestURL, kind: .install, extensionInfo: BAAppExtensionInfo()).first)
+            #expect(download.identifier == "world@1")
+            let path = try #require(download.request.url?.path)
+            let body = try #require(try RawHTTP.send(port: origin.port, "GET \(path) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first).body
+            try FileSystem.writeAtomically(body, to: work.path + "/delivered")
+            try guide.backgroundDownload(download, finishedWithFileURL: URL(fileURLWithPath: work.path + "/delivered"))
+            // Purged between the step's listing and its opening of the file: a name that leads nowhere.
+            let arrived = guide.Assets.root + "/.depot/arrived/world@1"
+            FileSystem.remove(arrived)
+            #expect(symlink(work.path + "/purged", arrived) == 0)
+
+            let report = try guide.Assets.flow().installArrived(languages: ["en"])
+            #expect(report.installed.isEmpty)
+            #expect(report.deviceReport == nil, "a purge is not a failure of the release: \(String(describing: report.deviceReport))")
+            #expect(report.discarded["world@1"]?.contains("is gone") == true, "\(report.discarded)")
+            #expect(!FileSystem.exists(arrived) && (try? FileManager.default.destinationOfSymbolicLink(atPath: arrived)) == nil)
+            // Nothing installed, nothing waiting, no note: the next event asks for it again.
+            #expect(try guide.downloads(manifestURL: manifestURL, kind: .periodic, extensionInfo: BAAppExtensionInfo()).map(\.identifier) == ["world@1"])
+        }
+    }
+
+    @Test("The install step's error for a delivered file that is gone is the purged kind, which reports leave out")
+    func purgedKind() throws {
+        let work = TemporaryDirectory("depot-purged-kind")
+        defer { work.remove() }
+        let entry = PackEntry(
+            id: "world", revision: 1, url: "https://cdn.example.com/world", size: 10, sha256: String(repeating: "a", count: 64), installSize: 10,
+            plaintextSHA256: String(repeating: "b", count: 64), policy: .prefetch, tags: [], keyID: "k1", contentType: "application/octet-stream"
+        )
+        let installer = Installer(keyRing: try KeyRing(["k1": [UInt8](repeating: 7, count: 32)]))
+        #expect { try installer.install(entry, from: work.path + "/gone", to: work.path + "/world") } throws: { ($0 as? ClientError)?.kind == .purged }
+        #expect(DeviceReport.isDeviceCondition("purged"))
+    }
+}
+
+@Suite("The install step when the app's background time runs out")
+struct SuspendedInstallStepTests {
+    @Test("With the state's lock suspended (the expiration handler), the install step records nothing and keeps the delivery; resumed, the next run installs it")
+    func keepsTheDelivery() async throws {
+        try await withServer(configure: { $0.publicURL = "https://assets.example.com" }) { origin in
+            let work = TemporaryDirectory("depot-suspended-step")
+            defer { work.remove() }
+            let content = bytes(30_000, seed: 9)
+            try put(origin, "map", content)
+            let response = try #require(try RawHTTP.send(port: origin.port, "GET /v1/apps/\(origin.app)/manifest HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first)
+            let manifestURL = URL(fileURLWithPath: work.path + "/manifest.json")
+            try FileSystem.writeAtomically(response.body, to: manifestURL.path)
+            let guide = GuideExtension(Assets: GuideAssets(configuration: try origin.clientConfiguration(), root: work.path + "/group/Library/Caches/assets"))
+            let download = try #require(try guide.downloads(manifestURL: manifestURL, kind: .install, extensionInfo: BAAppExtensionInfo()).first)
+            let path = try #require(download.request.url?.path)
+            let body = try #require(try RawHTTP.send(port: origin.port, "GET \(path) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first).body
+            try FileSystem.writeAtomically(body, to: work.path + "/delivered")
+            try guide.backgroundDownload(download, finishedWithFileURL: URL(fileURLWithPath: work.path + "/delivered"))
+
+            let store = try guide.Assets.flow().store
+            #expect(store.suspendLocking(waitingUpTo: 1))
+            let stopped = try guide.Assets.flow().installArrived(languages: ["en"])
+            #expect(stopped.installed.isEmpty && stopped.discarded.isEmpty && stopped.kept["map@1"]?.contains("cancelled") == true, "\(stopped)")
+            #expect(try store.read(app: origin.app).packs["map"] == nil)
+            #expect(try guide.Assets.flow().arrivedIdentifiers() == ["map@1"], "the delivery waits for the next run")
+
+            store.resumeLocking()
+            let next = try guide.Assets.flow().installArrived(languages: ["en"])
+            #expect(next.installed == ["map"], "\(next)")
+            #expect(try FileSystem.readFile(guide.Assets.root + "/packs/map") == content)
+        }
+    }
+}
+
 @Suite("The finished-download callback: constant time and memory")
 struct ReceiveTests {
     @Test("A delivered 1 GiB pack is taken in by one rename (the same file, not a copy), whatever its size")
@@ -207,5 +288,18 @@ struct ReceiveTests {
         #expect(try FileManager.default.attributesOfItem(atPath: arrived)[.systemFileNumber] as? UInt64 == before, "the same inode: renamed, nothing read or written")
         #expect(!FileSystem.exists(delivered) && FileSystem.fileSize(arrived) == 1 << 30)
         #expect(flow.arrivedIdentifiers() == ["big@3"])
+    }
+
+    @Test("Taking in a delivery flushes the drive once (the App Group's folder), not the system's folder too")
+    func receiveFlushesOnce() throws {
+        let work = TemporaryDirectory("depot-receive-flush")
+        defer { work.remove() }
+        let keys = ClientConfiguration(app: "com.example.dev", manifestPublicKeys: [], keyRing: try KeyRing([String: [UInt8]]()))
+        let flow = try ExtensionFlow(configuration: keys, destination: work.path + "/group")
+        try FileSystem.createDirectory(work.path + "/system")
+        try FileSystem.writeAtomically(Array(repeating: 9, count: 4096), to: work.path + "/system/delivered")
+        let (_, tally) = try SyncTally.measure { try flow.receive(identifier: "small@1", file: work.path + "/system/delivered") }
+        #expect(tally[.full] == 1, "\(tally[.full]) full flushes")
+        #expect(FileSystem.fileSize(work.path + "/group/.depot/arrived/small@1") == 4096)
     }
 }

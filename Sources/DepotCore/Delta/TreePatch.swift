@@ -201,7 +201,7 @@ public enum TreePatch {
             case .folder:
                 break
             }
-            try output.sync()
+            // Synced with the whole tree at the end (``ZipPack/syncTree(_:_:)``: one drive flush).
             try output.close()
             guard written == size, hasher.finalize() == digest else {
                 throw DeltaError.resultMismatch("entry \(path) is not the file the patch describes")

@@ -61,8 +61,9 @@ public struct DeviceReport: Codable, Hashable, Sendable {
     public static func errorKind(_ name: String) -> String { errorKinds.contains(name) ? name : "other" }
 
     /// Failures of the device rather than of what was published (cancelled, a full disk, an
-    /// unusable state folder): not reported, so that a rollout's figures show the content's.
-    public static func isDeviceCondition(_ name: String) -> Bool { ["cancelled", "noSpace", "state"].contains(name) }
+    /// unusable state folder, a delivered file the system purged before it was installed): not
+    /// reported, so that a rollout's figures show the content's.
+    public static func isDeviceCondition(_ name: String) -> Bool { ["cancelled", "noSpace", "state", "purged"].contains(name) }
 
     /// What makes the report unusable, or nil (the origin answers 400 with it).
     public var problem: String? {

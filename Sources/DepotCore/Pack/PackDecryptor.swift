@@ -110,15 +110,19 @@ public enum PackDecryptor {
     /// and `destination` is untouched.
     @discardableResult
     public static func decrypt(
-        file path: String, to destination: String, keyRing: KeyRing, expectedSize: Int64? = nil, hashingPlaintext: Bool = true
+        file path: String, to destination: String, keyRing: KeyRing, expectedSize: Int64? = nil, hashingPlaintext: Bool = true,
+        sync: SyncLevel = .full
     ) throws -> PackSummary {
-        try decrypt(FileDescriptor.openForReading(path), to: destination, keyRing: keyRing, expectedSize: expectedSize, hashingPlaintext: hashingPlaintext)
+        try decrypt(FileDescriptor.openForReading(path), to: destination, keyRing: keyRing, expectedSize: expectedSize, hashingPlaintext: hashingPlaintext, sync: sync)
     }
 
     /// Decrypts `source` into `destination`, atomically and durably, as ``decrypt(file:to:keyRing:expectedSize:hashingPlaintext:)``.
+    /// `sync` is how far the file and its folder are synced (``SyncLevel``): `.ordered` for a
+    /// caller that flushes the drive once itself, after more files.
     @discardableResult
     public static func decrypt(
-        _ source: some RandomAccessSource, to destination: String, keyRing: KeyRing, expectedSize: Int64? = nil, hashingPlaintext: Bool = true
+        _ source: some RandomAccessSource, to destination: String, keyRing: KeyRing, expectedSize: Int64? = nil, hashingPlaintext: Bool = true,
+        sync: SyncLevel = .full
     ) throws -> PackSummary {
         let temporary = FileSystem.temporaryPath(besides: destination)
         do {
@@ -128,9 +132,9 @@ public enum PackDecryptor {
                 try output.write(bytes)
                 behind.wrote(bytes.count, to: output)
             }
-            try output.sync()
+            try output.sync(sync)
             try output.close()
-            try FileSystem.durableRename(temporary, to: destination)
+            try FileSystem.durableRename(temporary, to: destination, sync)
             return summary
         } catch {
             FileSystem.remove(temporary)

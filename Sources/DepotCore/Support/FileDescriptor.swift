@@ -87,14 +87,20 @@ public final class FileDescriptor: @unchecked Sendable {
         do { try bytes.withUnsafeBytes { try write($0) } } catch let error as SystemError { throw error } catch {}
     }
 
-    /// Flushes the file's data and metadata to stable storage (`F_FULLFSYNC` on Apple platforms).
     /// Sets the file's modification time to now.
     public func touch() throws(SystemError) {
         try systemCall("futimens", path: path) { System.touch(rawValue) }
     }
 
-    public func sync() throws(SystemError) {
-        try systemCall("fsync", path: path) { System.fullSync(rawValue, path: path) }
+    /// Flushes the file's data and metadata to stable storage: `.full` (the default) reaches the
+    /// medium (`F_FULLFSYNC` on Apple platforms, which flushes the whole drive's cache);
+    /// `.ordered` leaves the system's cache, ordered before later writes, and is committed by
+    /// the next full sync (``SyncLevel``).
+    public func sync(_ level: SyncLevel = .full) throws(SystemError) {
+        switch level {
+        case .full: try systemCall("fsync", path: path) { System.fullSync(rawValue, path: path) }
+        case .ordered: try systemCall("fsync", path: path) { System.orderedSync(rawValue, path: path) }
+        }
     }
 
     /// Starts writing `count` bytes from `offset` to disk in the background (Linux; a no-op elsewhere).

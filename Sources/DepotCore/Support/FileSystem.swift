@@ -47,10 +47,11 @@ public enum FileSystem {
     /// The size of the file at `path`, or nil if there is none.
     public static func fileSize(_ path: String) -> Int64? { System.status(path)?.size }
 
-    /// fsyncs a folder so that renames and creations in it are durable.
-    public static func syncDirectory(_ path: String) throws(SystemError) {
+    /// fsyncs a folder so that renames and creations in it are durable (`.ordered`: once the
+    /// next full sync returns, ``SyncLevel``).
+    public static func syncDirectory(_ path: String, _ level: SyncLevel = .full) throws(SystemError) {
         let fd = try FileDescriptor(path: path, flags: O_RDONLY | O_DIRECTORY)
-        try fd.sync()
+        try fd.sync(level)
     }
 
     /// A temporary path in the same folder as `path`, unique to this process and call:
@@ -150,10 +151,12 @@ public enum FileSystem {
     /// opened) the folder of `from` when it is another, so that the old name does not come back
     /// after a power cut either. (A folder this process may not open — the system's, where
     /// Background Assets hands over a finished download — is left as it is: the rename is done.)
-    public static func durableRename(_ from: String, to: String) throws(SystemError) {
+    /// `level` is the folders' sync (``SyncLevel``); `syncingSource: false` leaves the folder of
+    /// `from` alone (one whose owner deletes what is left in it anyway).
+    public static func durableRename(_ from: String, to: String, _ level: SyncLevel = .full, syncingSource: Bool = true) throws(SystemError) {
         try systemCall("rename", path: to) { System.rename(from, to) }
-        try syncDirectory(directory(of: to))
-        if directory(of: from) != directory(of: to) { try? syncDirectory(directory(of: from)) }
+        try syncDirectory(directory(of: to), level)
+        if syncingSource, directory(of: from) != directory(of: to) { try? syncDirectory(directory(of: from), level) }
     }
 
     /// Writes `bytes` to `path` atomically and durably.

@@ -80,10 +80,28 @@ public enum System {
     /// does not support it).
     static func fullSync(_ fd: Int32, path: String = "") -> Int32 {
         CrashPoints.reach(.fsync, path)
+        SyncTally.current?.count(.full)
         #if canImport(Glibc)
         let result = Glibc.fsync(fd)
         #else
         let result = Darwin.fcntl(fd, F_FULLFSYNC) == 0 ? 0 : Darwin.fsync(fd)
+        #endif
+        if result == 0 { CrashPoints.done(.fsync, path, fd: fd) }
+        return result
+    }
+
+    /// Writes the file's data and metadata out of the system's cache, ordered before every later
+    /// write to the device, without draining the drive's cache: `fsync` on Linux (which reaches
+    /// the medium), `F_BARRIERFSYNC` on Apple platforms (`fsync` where the file system lacks it).
+    /// The next ``fullSync(_:path:)`` on the device — `F_FULLFSYNC` flushes everything the drive
+    /// holds, not one file's — commits it: many files are made durable with one drive flush.
+    static func orderedSync(_ fd: Int32, path: String = "") -> Int32 {
+        CrashPoints.reach(.fsync, path)
+        SyncTally.current?.count(.ordered)
+        #if canImport(Glibc)
+        let result = Glibc.fsync(fd)
+        #else
+        let result = Darwin.fcntl(fd, F_BARRIERFSYNC) == 0 ? 0 : Darwin.fsync(fd)
         #endif
         if result == 0 { CrashPoints.done(.fsync, path, fd: fd) }
         return result

@@ -108,18 +108,20 @@ public enum ZipPack {
 
     /// fsyncs every file and folder under `directory`, deepest first, so that the tree switched
     /// in after extraction is on disk whole: a crash cannot leave a truncated entry recorded as
-    /// installed.
-    static func syncTree(_ directory: String) throws(ZipPackError) {
+    /// installed. Each file and folder below gets an ordered sync and `directory` itself a
+    /// `level` one: on Apple platforms one drive flush (`F_FULLFSYNC`) for the whole tree, which
+    /// commits every sync before it, not one per file (``SyncLevel``).
+    static func syncTree(_ directory: String, _ level: SyncLevel = .full) throws(ZipPackError) {
         do {
             for name in FileSystem.contents(of: directory) {
                 let path = directory + "/" + name
                 if FileSystem.isDirectory(path) {
-                    try syncTree(path)
+                    try syncTree(path, .ordered)
                 } else {
-                    try FileDescriptor.openForReading(path).sync()
+                    try FileDescriptor.openForReading(path).sync(.ordered)
                 }
             }
-            try FileSystem.syncDirectory(directory)
+            try FileSystem.syncDirectory(directory, level)
         } catch let error as SystemError {
             if error.isNoSpace { throw .noSpace }
             throw .io("cannot write \(directory) durably: \(error)")
