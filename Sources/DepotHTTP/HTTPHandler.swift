@@ -51,7 +51,7 @@ public struct HTTPExchangeRecord: Sendable {
     public var duration: Duration
     /// The response's route label, for metrics.
     public var route: String
-    /// The peer's address.
+    /// The client's address (``HTTPRequest/clientAddress``: behind a trusted proxy, the one it forwarded for).
     public var clientAddress: String?
     /// False when the client left, timed out or the server stopped before the end.
     public var completedNormally: Bool

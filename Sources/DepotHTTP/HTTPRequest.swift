@@ -10,12 +10,15 @@ public struct HTTPRequest: Sendable {
     public var query: [(name: String, value: String)]
     /// The header fields.
     public var headers: HTTPHeaders
-    /// The peer's IP address, when known.
+    /// The client's IP address, when known: the peer's, or from a trusted proxy the address its
+    /// `X-Forwarded-For` names (``TrustedProxies``). What per-address limits and logs use.
     public var clientAddress: String?
+    /// The address of the connection's other end (a trusted proxy's, when one forwarded the request).
+    public var peerAddress: String?
 
     public init(
         method: String, rawTarget: String, pathSegments: [String], query: [(name: String, value: String)] = [],
-        headers: HTTPHeaders = HTTPHeaders(), clientAddress: String? = nil
+        headers: HTTPHeaders = HTTPHeaders(), clientAddress: String? = nil, peerAddress: String? = nil
     ) {
         self.method = method
         self.rawTarget = rawTarget
@@ -23,6 +26,7 @@ public struct HTTPRequest: Sendable {
         self.query = query
         self.headers = headers
         self.clientAddress = clientAddress
+        self.peerAddress = peerAddress ?? clientAddress
     }
 
     /// The decoded path, segments joined by `/`.

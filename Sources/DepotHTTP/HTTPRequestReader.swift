@@ -11,7 +11,7 @@ enum HTTPRequestReader {
         case failure(HTTPResponse)
     }
 
-    static func read(connection: OpaquePointer, method: String, version: String, rawTarget: String) -> Outcome {
+    static func read(connection: OpaquePointer, method: String, version: String, rawTarget: String, trustedProxies: TrustedProxies = .none) -> Outcome {
         let target: RequestTarget
         do {
             target = try RequestTarget.parse(rawTarget)
@@ -59,12 +59,32 @@ enum HTTPRequestReader {
         if hosts > 1 || (version == "HTTP/1.1" && hosts == 0) {
             return .failure(.error(status: 400, code: "bad_host", message: "an HTTP/1.1 request needs exactly one Host header", closeConnection: true))
         }
+        let peer = clientAddress(connection)
+        var client = peer
+        // Only a trusted proxy's peers cost a look at X-Forwarded-For (behind an edge: all of them).
+        if !trustedProxies.isEmpty, let address = peerAddress(connection), trustedProxies.contains(address) {
+            let forwarded = headers.values("X-Forwarded-For")
+            if !forwarded.isEmpty { client = trustedProxies.client(peer: address, forwardedFor: forwarded).description }
+        }
         let request = HTTPRequest(
             method: method, rawTarget: rawTarget, pathSegments: target.segments,
             query: target.query.map { ($0.name, $0.value) }, headers: headers,
-            clientAddress: clientAddress(connection)
+            clientAddress: client, peerAddress: peer
         )
         return .success(request)
+    }
+
+    /// The peer's address, as ``TrustedProxies`` compares it.
+    private static func peerAddress(_ connection: OpaquePointer) -> IPAddress? {
+        guard let address = CMicroHTTPD_client_address(connection) else { return nil }
+        switch Int32(address.pointee.sa_family) {
+        case AF_INET: return address.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { IPAddress(v4: $0.pointee.sin_addr.s_addr) }
+        case AF_INET6:
+            return address.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { v6 in
+                withUnsafeBytes(of: v6.pointee.sin6_addr) { IPAddress(v6: $0) }
+            }
+        default: return nil
+        }
     }
 
     /// The trailer fields of a chunked body (libmicrohttpd's footers), once the body is complete.

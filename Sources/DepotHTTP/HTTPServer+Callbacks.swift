@@ -111,7 +111,9 @@ let accessHandlerCallback: @convention(c) (
     if !state.started {
         state.started = true
         state.method = knownText(method, methods)
-        let request = HTTPRequestReader.read(connection: connection, method: state.method, version: knownText(version, versions), rawTarget: state.rawTarget)
+        let request = HTTPRequestReader.read(
+            connection: connection, method: state.method, version: knownText(version, versions), rawTarget: state.rawTarget, trustedProxies: context.trustedProxies
+        )
         let disposition: HTTPDisposition
         switch request {
         case .failure(let response): disposition = .respond(response)

@@ -21,7 +21,7 @@ public final class HTTPServer: Sendable {
     /// Starts listening; returns once the socket is bound.
     public init(configuration: HTTPServerConfiguration, handler: some HTTPHandler) throws(HTTPServerError) {
         self.configuration = configuration
-        let context = Unmanaged.passRetained(ServerContext(handler: handler))
+        let context = Unmanaged.passRetained(ServerContext(handler: handler, trustedProxies: configuration.trustedProxies))
         var address = try SocketAddress(host: configuration.host, port: configuration.port)
         var options: [MHD_OptionItem] = [
             MHD_OptionItem(option: .THREAD_POOL_SIZE, value: max(1, configuration.threads), ptr_value: nil),
@@ -93,11 +93,13 @@ public final class HTTPServer: Sendable {
     deinit { stop() }
 }
 
-/// What libmicrohttpd's callbacks share: the handler and the in-flight count. Safe on every thread.
+/// What libmicrohttpd's callbacks share: the handler, the proxies trusted to name clients and
+/// the in-flight count. Safe on every thread.
 final class ServerContext: Sendable {
     let handler: any HTTPHandler
+    let trustedProxies: TrustedProxies
     let inFlight = Atomic<Int>(0)
-    init(handler: any HTTPHandler) { self.handler = handler }
+    init(handler: any HTTPHandler, trustedProxies: TrustedProxies = .none) { (self.handler, self.trustedProxies) = (handler, trustedProxies) }
 }
 
 /// A bindable socket address for a host literal or `localhost`.

@@ -19,6 +19,9 @@ public struct HTTPServerConfiguration: Sendable, Hashable {
     /// libmicrohttpd's turbo mode: reads, writes and accepts are tried before readiness is
     /// polled, and a few `shutdown` calls are skipped.
     public var turbo: Bool
+    /// The edges whose `X-Forwarded-For` names a request's client (``HTTPRequest/clientAddress``);
+    /// none: every request is its peer, whatever it sends.
+    public var trustedProxies: TrustedProxies = .none
 
     public init(
         host: String = "127.0.0.1", port: UInt16 = 8080, threads: Int = 4, connectionLimit: Int = 1024,

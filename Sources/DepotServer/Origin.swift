@@ -158,7 +158,7 @@ final class Origin: HTTPHandler {
                 ),
                 trust: TrustHandlers(
                     exchange: TokenExchange(trust: trust, tokens: tokens, keys: IssuerKeys(logger: configuration.logger)),
-                    limiter: ReportRateLimiter(perAddress: 5, total: 50), metrics: metrics, logger: configuration.logger, readOnly: readOnly,
+                    limits: ExchangeLimits(), metrics: metrics, logger: configuration.logger, readOnly: readOnly,
                     settings: { [apps] in apps.settings($0) }
                 )
             ),

@@ -9,4 +9,9 @@ enum Environment {
     static func string(_ name: String, _ fallback: String) -> String { string(name) ?? fallback }
 
     static func int<T: FixedWidthInteger>(_ name: String, _ fallback: T) -> T { string(name).flatMap { T($0) } ?? fallback }
+
+    /// A list, its items separated by commas or spaces (`10.0.0.0/8, 127.0.0.1`); empty when unset.
+    static func list(_ name: String) -> [String] {
+        (string(name) ?? "").split { $0 == "," || $0 == " " || $0 == "\t" }.map(String.init)
+    }
 }

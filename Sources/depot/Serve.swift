@@ -40,6 +40,9 @@ struct Serve: ParsableCommand {
     @Option(name: .customLong("per-ip-limit"), help: "Most connections from one IP address, 0 for no limit; keep 0 behind a CDN or edge (env DEPOT_PER_IP_LIMIT).")
     var perIPLimit: Int = Environment.int("DEPOT_PER_IP_LIMIT", 0)
 
+    @Option(name: .customLong("trusted-proxy"), help: ArgumentHelp("An edge (an address or CIDR network, repeatable) whose X-Forwarded-For names the client: the right-most address in it that is not itself a trusted proxy becomes the request's client address, for per-address rate limits and the access log. Requests from any other peer are their peer, whatever they send. The edge must append the address it sees (nginx: proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for) (env DEPOT_TRUSTED_PROXIES, separated by commas).", valueName: "cidr"))
+    var trustedProxy: [String] = Environment.list("DEPOT_TRUSTED_PROXIES")
+
     @Option(help: "Seconds of inactivity before a connection is closed (env DEPOT_TIMEOUT).")
     var timeout: Int = Environment.int("DEPOT_TIMEOUT", 30)
 
@@ -130,6 +133,17 @@ struct Serve: ParsableCommand {
         guard maxChannels >= 1 else { throw ValidationError("--max-channels must be at least 1") }
         guard (0...16).contains(patchDepth) else { throw ValidationError("--patch-depth must be 0–16") }
         guard patchScratchLimit >= 0, (0...90).contains(patchDiskReserve) else { throw ValidationError("--patch-scratch-limit must not be negative, --patch-disk-reserve must be 0–90") }
+        _ = try trustedProxies()
+    }
+
+    /// `--trusted-proxy`, parsed.
+    func trustedProxies() throws -> TrustedProxies {
+        TrustedProxies(try trustedProxy.map { text in
+            guard let network = IPNetwork(text) else {
+                throw ValidationError("--trusted-proxy \(text): give an IP address or a CIDR network (127.0.0.1, 10.0.0.0/8, 2001:db8::/32)")
+            }
+            return network
+        })
     }
 
 
@@ -174,10 +188,11 @@ struct Serve: ParsableCommand {
             print("warning: \(files) open files allowed (ulimit -n); --connection-limit \(connectionLimit) may need \(2 * connectionLimit + 64) (systemd: LimitNOFILE=)")
         }
 
-        let http = HTTPServerConfiguration(
+        var http = HTTPServerConfiguration(
             host: host, port: port, threads: threads, connectionLimit: connectionLimit, perIPConnectionLimit: perIPLimit,
             connectionTimeout: timeout, connectionMemoryLimit: connectionMemory, turbo: turbo
         )
+        http.trustedProxies = try trustedProxies()
         var configuration = OriginConfiguration(
             dataPath: data.data, publicURL: publicURL.isEmpty ? nil : publicURL,
             publicDirectory: publicDir.isEmpty ? Self.defaultPublicDirectory() : publicDir,
@@ -215,6 +230,9 @@ struct Serve: ParsableCommand {
             print("blobs\(readOnly ? " and releases" : "") in bucket \(store.bucket)\(store.prefix.isEmpty ? "" : " under \(store.prefix)") at \(store.endpoint.absoluteString)"
                 + ", keys from \(store.credentials.source)"
                 + (readOnly ? "; a read-only replica, looking for new releases every \(replicaInterval) s" : ""))
+        }
+        if !http.trustedProxies.isEmpty {
+            print("client addresses from X-Forwarded-For of \(http.trustedProxies.networks.map(\.description).joined(separator: ", "))")
         }
         if !server.publicURL.hasPrefix("https://") {
             print("warning: the public URL \(server.publicURL) is not https: fine for development, but devices (Background Assets) download only over https; put a TLS edge in front and pass --public-url https://… (Deploy/README.md)")

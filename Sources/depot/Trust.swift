@@ -11,8 +11,10 @@ struct Trust: ParsableCommand {
             A job whose OIDC token (GitHub Actions, GitLab CI, any issuer) comes from --issuer, asks for --audience and \
             carries every --claim exchanges it at POST /v1/apps/APP/oidc-token for a publisher token that lives at most \
             15 minutes, limited to the --channel(s) given (`depot publish --oidc`). Name the repository or project in a \
-            claim (repository=studio/levels, project_path=studio/levels); add ref=refs/heads/main or environment=production \
-            to keep other branches out. With --list, the rules; with --remove RULE, one goes (its tokens stop working).
+            claim (repository=studio/levels, project_path=studio/levels), and pin which runs qualify: ref=refs/heads/main \
+            or environment=production on GitHub, ref_protected=true or ref=main on gitlab.com (required on both: every \
+            branch's run has the repository's own name). Claims are compared byte for byte. With --list, the rules; with \
+            --remove RULE, one goes (its tokens stop working).
             """
     )
     @OptionGroup var data: DataOptions

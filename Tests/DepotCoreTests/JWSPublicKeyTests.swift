@@ -60,6 +60,38 @@ struct JWSPublicKeyTests {
         #expect(throws: CryptoError.self) { try JWSPublicKey(p256X: Array(Self.bytes(Self.ecX).dropFirst()), y: Self.bytes(Self.ecY)) }
     }
 
+    /// A 2048-bit prime (`openssl prime -generate -bits 2048`): as an RSA modulus, anyone signs
+    /// with it (d = e⁻¹ mod p−1).
+    static let prime = "1tT0Nws1nJMSIT8GbYbuOa1UMUxCfjAriktHpo_Jpz1yVtIzLHJLRmZwZ1M50Racvp37Q9Eln6u9f_NrvaGab56u8AOxEGnj5vKjtQk3XkBbNATTlfTUSsWTP0I8pFKaUYURFjCEHB3XAciqIbXd-DiVgBflQ-PxTQNgULv13p96DrD8QWTcTijRf_sI4TEfZhDJ_OcMIuq658vyvvxpC43jd5Mjvr85YEHGR1ouoE5rss8ajTWGwyLZStw5aoxC83WygkAuDuYwlidDtfIX3alrmHy7agQIQHl4UN_xnTys8RQ001P1wTqDWHPVk_bHn7bRb5-61LLItycBPOQnYQ"
+    /// `message` signed under that prime with e = 65537, by someone who holds no issuer's key.
+    static let primeSignature = "O2JqLG5hHvaUzMmEjk5jkTBjyKHujS8o3j31und1i6Zv2zK6fUc7LUq_DzBZNTe6nO3Cn1I9HKFCuYAI6QXcpYuJvmtGLK1-0jGZCwFXWF7_EUUTbZHgfs-4S3-fR4dZ02O4KkgnwkKCaSF7XXq0L9tIr8Fwd76AK7Gkimf825DqVOnFBUjMfz2Wz48PwuRLNhMvzI4vTTvdxuV6GRfkiiT65zhSIdArviLdXHgUG1FtOnVGNIDfTQ8v9AjI4zgYaybNMD-XF3YYJ4ni2EEZ3ClH58e529QjaRwn-HbpnMiYmgv8aqSCFpL0PAm2wGZeEqg_smhGORW7IfYdFLrwxg"
+
+    @Test("RSA keys anyone could sign for are refused: e = 1 (the bare padding verifies), an even e, a prime or even modulus; e = 3 and 65537 are accepted")
+    func forgeableRSAKeys() throws {
+        // With e = 1 the signature is the padded digest itself: no key needed.
+        let digestInfo: [UInt8] = [0x30, 0x31, 0x30, 0x0d, 0x06, 0x09, 0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x02, 0x01, 0x05, 0x00, 0x04, 0x20]
+        let padded: [UInt8] = [0, 1] + [UInt8](repeating: 0xff, count: 256 - 3 - 51) + [0] + digestInfo + SHA256Hasher.hash(Self.message)
+        let modulus = Self.bytes(Self.rsaN)
+        if let one = try? JWSPublicKey(rsaModulus: modulus, exponent: [1]) {
+            Issue.record("e = 1 was loaded; the padding alone verifies: \(one.isValidSignature(padded, for: Self.message))")
+        }
+        #expect(throws: CryptoError.self) { try JWSPublicKey(rsaModulus: modulus, exponent: [0, 1]) }
+        #expect(throws: CryptoError.self) { try JWSPublicKey(rsaModulus: modulus, exponent: [2]) }
+        #expect(throws: CryptoError.self) { try JWSPublicKey(rsaModulus: modulus, exponent: [0x01, 0x00, 0x00]) }
+        #expect(throws: CryptoError.self) { try JWSPublicKey(rsaModulus: modulus, exponent: [0x01, 0x00, 0x00, 0x00, 0x01]) }
+        if let prime = try? JWSPublicKey(rsaModulus: Self.bytes(Self.prime), exponent: Self.bytes("AQAB")) {
+            Issue.record("a prime modulus was loaded; a signature made without any issuer's key verifies: \(prime.isValidSignature(Self.bytes(Self.primeSignature), for: Self.message))")
+        }
+        var even = modulus
+        even[even.count - 1] &= 0xfe
+        #expect(throws: CryptoError.self) { try JWSPublicKey(rsaModulus: even, exponent: Self.bytes("AQAB")) }
+        // Exponents issuers use: 65537 (all of them), and 3, safe with a verifier that compares
+        // the whole encoding (OpenSSL does), refused only by FIPS profiles.
+        _ = try JWSPublicKey(rsaModulus: modulus, exponent: Self.bytes("AQAB"))
+        _ = try JWSPublicKey(rsaModulus: modulus, exponent: [3])
+        _ = try JWSPublicKey(rsaModulus: modulus, exponent: [0, 1, 0, 1])
+    }
+
     @Test("r and s become DER integers: leading zeros dropped, a high bit padded")
     func der() {
         let r: [UInt8] = [0, 0] + [UInt8](repeating: 0x01, count: 30)

@@ -37,6 +37,13 @@ struct TrustRuleTests {
         #expect(check(github, claims: [:])?.contains("at least one claim") == true)
         #expect(check(github, claims: ["ref": "refs/heads/main"])?.contains("name the repository") == true)
         #expect(check("https://gitlab.com", claims: ["ref": "main"])?.contains("project_path") == true)
+        // As on GitHub: naming the project alone admits every branch's pipeline (a merge request's
+        // too), so a gitlab.com rule must also pin which pipelines qualify; a channel does not.
+        #expect(check("https://gitlab.com", claims: ["project_path": "studio/levels"])?.contains("ref_protected") == true)
+        #expect(check("https://gitlab.com", claims: ["project_path": "studio/levels"], channels: ["beta"])?.contains("ref_protected") == true)
+        #expect(check("https://gitlab.com", claims: ["project_path": "studio/levels", "ref": "main"]) == nil)
+        #expect(check("https://gitlab.com", claims: ["project_id": "42", "environment": "production"]) == nil)
+        #expect(check("https://gitlab.com", claims: ["sub": "project_path:studio/levels:ref_type:branch:ref:main"]) == nil)
         #expect(check("http://issuer.example.com", claims: ["a": "b"], http: true)?.contains("loopback") == true)
         #expect(check("http://127.0.0.1:8080", claims: ["a": "b"])?.contains("https") == true)
         #expect(check("http://127.0.0.1:8080", claims: ["a": "b"], http: true) == nil)
@@ -91,15 +98,15 @@ struct TrustRuleTests {
         defer { data.remove() }
         _ = try prepareDataFolder(data.path, app: "com.example.game")
         let store = TrustStore(folder: DataFolder(data.path))
-        let first = try store.add("com.example.game", issuer: "https://gitlab.com", audience: "a", claims: ["project_path": "p"], channels: ["qa", "beta", "qa"], allowHTTP: false)
-        let second = try store.add("com.example.game", issuer: "https://gitlab.com", audience: "b", claims: ["project_path": "q"], channels: nil, allowHTTP: false)
+        let first = try store.add("com.example.game", issuer: "https://gitlab.com", audience: "a", claims: ["project_path": "p", "ref_protected": "true"], channels: ["qa", "beta", "qa"], allowHTTP: false)
+        let second = try store.add("com.example.game", issuer: "https://gitlab.com", audience: "b", claims: ["project_path": "q", "ref": "main"], channels: nil, allowHTTP: false)
         #expect(first.channels == ["beta", "qa"] && first.role == .publisher && first.id.hasPrefix("rule-") && first.id != second.id)
         #expect(store.rules("com.example.game").map(\.id) == [first.id, second.id])
         #expect(try store.remove("com.example.game", id: first.id))
         #expect(try !store.remove("com.example.game", id: first.id))
         #expect(store.rules("com.example.game").map(\.id) == [second.id])
         #expect(store.rules("com.example.other").isEmpty)
-        #expect(throws: DepotError.self) { try store.add("com.example.other", issuer: "https://gitlab.com", audience: "a", claims: ["project_path": "p"], channels: nil, allowHTTP: false) }
+        #expect(throws: DepotError.self) { try store.add("com.example.other", issuer: "https://gitlab.com", audience: "a", claims: ["project_path": "p", "ref": "main"], channels: nil, allowHTTP: false) }
     }
 
     @Test("Minted tokens: ten per JWT for as long as the JWT lives, a hundred unexpired per rule, the expired forgotten")
@@ -108,7 +115,7 @@ struct TrustRuleTests {
         defer { data.remove() }
         _ = try prepareDataFolder(data.path, app: "com.example.game")
         let folder = DataFolder(data.path)
-        let rule = try TrustStore(folder: folder).add("com.example.game", issuer: "https://gitlab.com", audience: "a", claims: ["project_path": "p"], channels: ["beta"], allowHTTP: false)
+        let rule = try TrustStore(folder: folder).add("com.example.game", issuer: "https://gitlab.com", audience: "a", claims: ["project_path": "p", "ref": "main"], channels: ["beta"], allowHTTP: false)
         let tokens = TokenStore(folder: folder)
         let now = Date()
         func mint(_ jwt: String, at time: Date, lasting: TimeInterval = 900, jwtLife: TimeInterval = 3_600) throws -> StoredToken {
@@ -153,7 +160,7 @@ struct TrustRuleTests {
         #expect(check(String(repeating: "a", count: 16 << 10 + 1)) == "size")
         let token = try! JSONWebToken((part(#"{"alg":"RS256"}"#) + "." + claims + ".c2ln")[...])
         #expect(token.issuer == "https://i" && token.audiences == ["x", "y"] && token.text("n") == "7" && token.text("b") == "true" && token.text("f") == nil)
-        #expect(token.time("exp") == 2_000_000_000)
+        #expect(token.claim("exp") == .integer(2_000_000_000))
         let now = Date(timeIntervalSince1970: 2_000_000_000 + 59)
         // `exp` exactly (the token minted ends with it); `nbf` and `iat` with the leeway.
         #expect((try? token.checkTimes(now: now.addingTimeInterval(-60), leeway: 60)) != nil)
@@ -161,5 +168,65 @@ struct TrustRuleTests {
         let early = try! JSONWebToken((part(#"{"alg":"RS256"}"#) + "." + part(#"{"nbf":1000,"iat":1000,"exp":2000}"#) + ".c2ln")[...])
         #expect((try? early.checkTimes(now: Date(timeIntervalSince1970: 950), leeway: 60)) != nil)
         #expect(throws: OIDCRefusal.self) { try early.checkTimes(now: Date(timeIntervalSince1970: 930), leeway: 60) }
+    }
+
+    static func part(_ json: String) -> String {
+        Data(json.utf8).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+    }
+
+    static func token(_ payload: String, header: String = #"{"alg":"RS256","kid":"k"}"#) throws(OIDCRefusal) -> JSONWebToken {
+        try JSONWebToken((part(header) + "." + part(payload) + ".c2ln")[...])
+    }
+
+    @Test("A name twice in a JWT's header or payload is refused (Python, Go and JavaScript would read the last, this origin the first); so is a name that only Unicode equivalence makes the same")
+    func duplicateNames() throws {
+        func check(_ payload: String, header: String = #"{"alg":"RS256","kid":"k"}"#) -> String? {
+            do {
+                _ = try Self.token(payload, header: header)
+                return nil
+            } catch {
+                return error.check
+            }
+        }
+        #expect(check(#"{"sub":"a","ref":"b"}"#) == nil)
+        #expect(check(#"{"ref":"refs/heads/main","ref":"refs/heads/evil"}"#) == "malformed")
+        #expect(check(#"{"ref":"refs/heads/main","r\u0065f":"refs/heads/evil"}"#) == "malformed", "an escaped spelling of the same name")
+        #expect(check(#"{"Kiosk":"a","\u212Aiosk":"b"}"#) == "malformed", "two names Swift's String equality takes as one")
+        #expect(check(#"{"sub":"a"}"#, header: #"{"alg":"RS256","kid":"k","kid":"other"}"#) == "malformed")
+        #expect(check(#"{"sub":"a"}"#, header: #"{"alg":"HS256","alg":"RS256"}"#) != nil)
+        #expect(check(#"{"nested":{"a":1,"a":2}}"#) == "malformed")
+        #expect(check(#"{"list":[{"a":1},{"a":2}]}"#) == nil, "the same name in two objects is no duplicate")
+        // Not JSON at all, or JSON with something after it.
+        #expect(check(#"{"sub":"a"} {"sub":"b"}"#) == "malformed")
+        #expect(check(#"{"sub":"a",}"#) == "malformed")
+        #expect(check(String(repeating: "[", count: 5_000) + String(repeating: "]", count: 5_000)) == "malformed")
+        let exact = try Self.token(#"{"\u212Aey":"v","plain":"a\u00e9"}"#)
+        #expect(exact.text("Key") == nil, "a claim is found by its exact name")
+        #expect(exact.text("\u{212A}ey") == "v" && exact.text("plain") == "a\u{e9}")
+    }
+
+    @Test("exp, nbf and iat are integers; exp is refused when missing, past, or more than a day ahead (1e300 was kept forever)")
+    func numericDates() throws {
+        let now = Date(timeIntervalSince1970: 1_900_000_000)
+        func check(_ payload: String) -> String? {
+            do {
+                _ = try Self.token(payload).checkTimes(now: now, leeway: 60)
+                return nil
+            } catch {
+                return error.check
+            }
+        }
+        #expect(check(#"{"exp":1900000300,"nbf":1900000000,"iat":1900000000}"#) == nil)
+        #expect(check(#"{"exp":1900086400}"#) == nil, "a day ahead")
+        #expect(check(#"{"exp":1900086461}"#) == "expired", "more than a day (and the leeway) ahead")
+        #expect(check(#"{"exp":1e300}"#) == "expired")
+        #expect(check(#"{"exp":9223372036854775807}"#) == "expired")
+        #expect(check(#"{"exp":1900000300.5}"#) == "expired", "a fraction")
+        #expect(check(#"{"exp":"1900000300"}"#) == "expired")
+        #expect(check(#"{"exp":1900000300,"nbf":"9999999999"}"#) == "not_yet_valid", "a string nbf is not ignored")
+        #expect(check(#"{"exp":1900000300,"iat":"9999999999"}"#) == "not_yet_valid")
+        #expect(check(#"{"exp":1900000300,"nbf":null}"#) == "not_yet_valid")
+        #expect(check(#"{"exp":1900000300,"iat":1900000000.25}"#) == "not_yet_valid")
+        #expect(check(#"{"exp":1900000300,"nbf":1900000100}"#) == "not_yet_valid")
     }
 }

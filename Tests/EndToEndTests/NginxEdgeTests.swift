@@ -1,5 +1,6 @@
 import DepotClient
 import DepotCore
+import DepotHTTP
 import DepotServer
 import DepotTestSupport
 import Foundation
@@ -186,6 +187,27 @@ struct NginxEdgeTests {
             let productionPlist = try get("/v1/apps/\(origin.app)/info-plist").bodyText
             let betaPlist = try get("/v1/apps/\(origin.app)/info-plist?channel=beta").bodyText
             #expect(betaPlist.contains("/channels/beta/manifest") && !productionPlist.contains("/channels/beta/"), "the edge keys its cache by query too")
+        }
+    }
+
+    @Test("Deploy/nginx config with --trusted-proxy: the origin sees each client's own address, never the edge's nor one the client made up")
+    func forwardedFor() async throws {
+        #expect(FileManager.default.isExecutableFile(atPath: "/usr/sbin/nginx"), "nginx is not installed: run Deploy/setup.sh deps")
+        let edgePort = try NginxEdge.freePort()
+        let log = CapturedLog()
+        // The edge fetches from 127.0.0.5, the only address the origin trusts to forward.
+        try await withServer(configure: {
+            $0.logger = log.logger()
+            $0.http.trustedProxies = TrustedProxies([IPNetwork("127.0.0.5")!])
+        }) { origin in
+            let edge = try NginxEdge(port: edgePort, originPort: origin.port, proxyBind: "127.0.0.5")
+            for (path, forged) in [("/v1/apps/\(origin.app)/manifest", nil), ("/v1/apps/\(origin.app)/oidc-token", "203.0.113.66"), ("/", "203.0.113.67, 10.0.0.1")] {
+                let head = "GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + (forged.map { "X-Forwarded-For: \($0)\r\n" } ?? "") + "\r\n"
+                _ = try RawHTTP.send(port: edge.port, head)
+            }
+            var lines: [String] = []
+            Eventually.wait { lines = log.all.filter { $0.hasPrefix("access ") }; return lines.count >= 3 }
+            #expect(lines.count == 3 && lines.allSatisfy { $0.contains(" client=127.0.0.1 ") }, "\(lines)")
         }
     }
 }

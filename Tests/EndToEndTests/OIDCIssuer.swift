@@ -50,10 +50,10 @@ final class OIDCIssuer {
         return String(decoding: try post("/mint", body), as: UTF8.self)
     }
 
-    /// How many times the discovery document and the JWKS were fetched.
-    func fetches() throws -> (discovery: Int, jwks: Int) {
+    /// How many times the discovery document and the JWKS were fetched, and every path asked for.
+    func fetches() throws -> (discovery: Int, jwks: Int, paths: [String]) {
         let answer = try RawHTTP.send(port: port, "GET /stats HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first
-        let object = try JSONSerialization.jsonObject(with: Data(answer?.body ?? [])) as? [String: Int] ?? [:]
-        return (object["discovery"] ?? 0, object["jwks"] ?? 0)
+        let object = try JSONSerialization.jsonObject(with: Data(answer?.body ?? [])) as? [String: Any] ?? [:]
+        return (object["discovery"] as? Int ?? 0, object["jwks"] as? Int ?? 0, object["paths"] as? [String] ?? [])
     }
 }

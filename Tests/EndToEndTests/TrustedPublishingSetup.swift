@@ -17,11 +17,15 @@ extension TrustedPublishingTests {
         var data: String { work.path + "/data" }
         var port: UInt16 { UInt16(server.port)! }
 
-        init() throws {
+        /// `depot serve`'s variables besides the ones every setup sets (`DEPOT_TRUSTED_PROXIES`…).
+        let environment: [String: String]
+
+        init(environment: [String: String] = [:]) throws {
             issuer = try OIDCIssuer()
             try FileSystem.createDirectory(work.path + "/etc", mode: 0o700)
             try FileSystem.writeAtomically(Array(Self.metricsToken.utf8), to: work.path + "/etc/metrics-token", mode: 0o600)
-            server = try ServeProcess(data: work.path + "/data", environment: Self.environment(work))
+            self.environment = Self.environment(work).merging(environment) { $1 }
+            server = try ServeProcess(data: work.path + "/data", environment: self.environment)
             human = server.token
         }
 
@@ -33,7 +37,7 @@ extension TrustedPublishingTests {
         func restart() throws {
             server.process.terminate()
             server.process.waitUntilExit()
-            server = try ServeProcess(data: data, environment: Self.environment(work), bootstrap: false)
+            server = try ServeProcess(data: data, environment: environment, bootstrap: false)
         }
 
         deinit {
@@ -65,6 +69,17 @@ extension TrustedPublishingTests {
                 return answer.map(TrustedPublishingTests.code) != "oidc_keys_fetching"
             }
             return try #require(answer)
+        }
+
+        /// One `POST …/oidc-token`, never asked again; `forwardedFor` as an edge would add it.
+        func attempt(_ jwt: String?, app: String = TrustedPublishingTests.app, forwardedFor: String? = nil) throws -> RawHTTP.Response {
+            try #require(try Self.attempt(port: port, jwt, app: app, forwardedFor: forwardedFor))
+        }
+
+        static func attempt(port: UInt16, _ jwt: String?, app: String, forwardedFor: String?) throws -> RawHTTP.Response? {
+            let authorization = jwt.map { "Authorization: Bearer \($0)\r\n" } ?? ""
+            let forwarded = forwardedFor.map { "X-Forwarded-For: \($0)\r\n" } ?? ""
+            return try RawHTTP.send(port: port, "POST /v1/apps/\(app)/oidc-token HTTP/1.1\r\nHost: x\r\n\(authorization)\(forwarded)Content-Length: 0\r\nConnection: close\r\n\r\n").first
         }
 
         /// A call with a bearer token.

@@ -97,7 +97,10 @@ public final class TokenStore: Sendable {
         stored.jwtExpiresAt = jwtExpiresAt
         try modify { tokens in
             tokens.removeAll { $0.rule != nil && max($0.expiresAt ?? .distantFuture, $0.jwtExpiresAt ?? .distantPast) <= now }
-            guard tokens.count(where: { $0.rule == rule.id && $0.jwtID == record.jwtID }) < Self.exchangesPerJWT else { throw MintRefusal.replayed }
+            // (The jti byte for byte, as every claim is compared.)
+            guard tokens.count(where: { $0.rule == rule.id && $0.jwtID?.sameBytes(stored.jwtID ?? "") == true }) < Self.exchangesPerJWT else {
+                throw MintRefusal.replayed
+            }
             guard tokens.count(where: { $0.rule == rule.id && $0.revokedAt == nil && ($0.expiresAt ?? .distantFuture) > now }) < Self.liveTokensPerRule else {
                 throw MintRefusal.tooMany
             }

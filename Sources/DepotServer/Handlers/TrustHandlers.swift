@@ -4,11 +4,12 @@ import Foundation
 import Logging
 
 /// `POST /v1/apps/{app}/oidc-token`: trusted publishing's exchange (``TokenExchange``). Open to
-/// anyone, so bounded like every open route: a rate per address and in all before any decoding,
-/// a token of at most 16 KiB, no fetch but of a rule's issuer, and never a wait on an issuer.
+/// anyone, so bounded like every open route: a rate per client address before any decoding, and
+/// per app and in all once the token could be the app's (``ExchangeLimits``), a token of at most
+/// 16 KiB, no fetch but of a rule's issuer, and never a wait on an issuer.
 struct TrustHandlers: Sendable {
     let exchange: TokenExchange
-    let limiter: ReportRateLimiter
+    let limits: ExchangeLimits
     let metrics: OriginMetrics
     let logger: Logger
     let readOnly: Bool
@@ -16,9 +17,9 @@ struct TrustHandlers: Sendable {
 
     func exchange(_ context: RequestContext) throws -> HTTPResponse {
         let app = context.app
-        if let wait = limiter.take(address: ReportRateLimiter.key(context.request.clientAddress ?? "")) {
+        if let wait = limits.addresses.take(ReportRateLimiter.key(context.request.clientAddress ?? "")) {
             metrics.oidcExchange(result: "rate_limited")
-            throw HTTPFailure(status: 429, code: "rate_limited", message: "too many token exchanges; try again in \(wait) s", headers: [("Retry-After", "\(wait)")])
+            throw HTTPFailure(status: 429, code: "rate_limited", message: "too many token exchanges from your address; try again in \(wait) s", headers: [("Retry-After", "\(wait)")])
         }
         guard !readOnly else {
             throw DepotError.forbidden("this origin is a read-only replica of the bucket: exchange tokens with the writing origin")
@@ -29,7 +30,11 @@ struct TrustHandlers: Sendable {
             throw HTTPFailure(status: 401, code: "oidc_missing", message: "send the CI job's OIDC token: Authorization: Bearer <JWT>")
         }
         do {
-            let minted = try exchange.exchange(app: app, jwt: header.dropFirst(7).drop { $0 == " " })
+            let minted = try exchange.exchange(app: app, jwt: header.dropFirst(7).drop { $0 == " " }) { [limits] in
+                if let wait = limits.apps.take(address: app) {
+                    throw HTTPFailure(status: 429, code: "rate_limited", message: "too many token exchanges for app \(app) or in all; try again in \(wait) s", headers: [("Retry-After", "\(wait)")])
+                }
+            }
             metrics.oidcExchange(result: "issued")
             logger.notice("oidc token issued", metadata: [
                 "app": .string(app), "rule": .string(minted.rule.id), "token": .string(minted.record.id),

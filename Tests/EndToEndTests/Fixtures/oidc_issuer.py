@@ -5,6 +5,8 @@ Serves its discovery document and JWKS as GitHub's and GitLab's issuers do, make
 (RSA-2048 and P-256, with Python's cryptography), and signs the tokens the tests ask for:
 
   GET  /.well-known/openid-configuration, GET /jwks     what an origin fetches (counted)
+  GET  PREFIX/.well-known/openid-configuration, PREFIX/jwks   the same for the issuer URL+PREFIX
+       (a path issuer such as GitLab's on a sub-path), with the same keys
   GET  /gha/token?audience=AUD  (Authorization: bearer REQUEST-TOKEN)
        GitHub Actions' token service: {"value": JWT} with the claims POST /gha/claims set
   POST /mint    {"claims": {...}, "alg": "RS256"|"ES256"|"none"|"HS256-public", "key": "rsa-1"}
@@ -12,7 +14,7 @@ Serves its discovery document and JWKS as GitHub's and GitLab's issuers do, make
        the classic confusion attack); "kid" in the body overrides the header's kid
   POST /rotate  a new RSA key rsa-N replaces every RSA key in the JWKS; answers its kid
   POST /down, POST /up   discovery and JWKS answer 503 while down
-  GET  /stats   {"discovery": n, "jwks": n}
+  GET  /stats   {"discovery": n, "jwks": n, "paths": [every path an origin asked for, as sent]}
 
 Prints "listening PORT" once ready. Stops at SIGTERM.
 """
@@ -25,7 +27,7 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs, unquote, urlparse
 
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa, utils
@@ -47,7 +49,7 @@ class Issuer:
         self.published = ["rsa-1", "ec-1"]
         self.rotations = 1
         self.down = False
-        self.stats = {"discovery": 0, "jwks": 0}
+        self.stats = {"discovery": 0, "jwks": 0, "paths": []}
         self.gha_claims = {}
         self.request_token = "gha-request-token"
         self.url = ""
@@ -118,13 +120,16 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         url = urlparse(self.path)
         with ISSUER.lock:
-            if url.path in ("/.well-known/openid-configuration", "/jwks"):
-                ISSUER.stats["discovery" if url.path != "/jwks" else "jwks"] += 1
+            discovery = "/.well-known/openid-configuration"
+            if url.path.endswith(discovery) or url.path.endswith("/jwks"):
+                ISSUER.stats["discovery" if url.path.endswith(discovery) else "jwks"] += 1
+                ISSUER.stats["paths"].append(self.path)
                 if ISSUER.down:
                     return self.answer(503, {"error": "down"})
-                if url.path == "/jwks":
+                if url.path.endswith("/jwks"):
                     return self.answer(200, ISSUER.jwks())
-                return self.answer(200, {"issuer": ISSUER.url, "jwks_uri": ISSUER.url + "/jwks",
+                prefix = url.path[:-len(discovery)]
+                return self.answer(200, {"issuer": ISSUER.url + unquote(prefix), "jwks_uri": ISSUER.url + prefix + "/jwks",
                                          "id_token_signing_alg_values_supported": ["RS256", "ES256"]})
             if url.path == "/stats":
                 return self.answer(200, ISSUER.stats)

@@ -23,15 +23,34 @@ public final class JWSPublicKey: @unchecked Sendable {
     /// An RSA key from its modulus and public exponent (big-endian, as a JWK's `n` and `e`
     /// decode). Moduli of 2048 to 8192 bits only: shorter ones are forgeable, longer ones cost
     /// a verifier more than any issuer needs.
+    ///
+    /// A JWKS comes from whoever answers at the issuer's address, so a key anyone could sign
+    /// for is refused, by OpenSSL's public-key check (`EVP_PKEY_public_check`: an odd modulus
+    /// with no factor under 752, not a prime nor a prime's power — with a prime modulus p,
+    /// d = e⁻¹ mod p−1 is anyone's — and an odd e above 1) and, before it, the exponent: odd, at
+    /// least 3 and under 2³². e = 1 makes the bare padded digest a valid signature. e = 3 is
+    /// kept: with a verifier that compares the whole encoding, as OpenSSL's does, it is no
+    /// weaker for verifying, and an issuer may use it; only FIPS profiles require 65537 and up,
+    /// and every platform issuer uses 65537. The 32-bit bound is Go's `crypto/rsa`'s: a larger
+    /// exponent only costs a verifier time.
     public init(rsaModulus n: [UInt8], exponent e: [UInt8]) throws(CryptoError) {
         let modulus = Array(n.drop { $0 == 0 })
         guard (2048...8192).contains(modulus.count * 8 - (modulus.first.map { $0.leadingZeroBitCount } ?? 8)) else {
             throw .invalidKeySize(expected: 256, got: modulus.count)
         }
-        guard !e.isEmpty, e.count <= 8 else { throw .backend("RSA exponent of \(e.count) bytes") }
-        guard let key = COpenSSL_rsa_public_key(modulus, modulus.count, e, e.count) else { throw .openSSL("EVP_PKEY_fromdata (RSA)") }
+        let exponent = Array(e.drop { $0 == 0 })
+        guard (1...4).contains(exponent.count) else { throw .backend("RSA exponent of \(exponent.count) bytes (at most 4)") }
+        let value = exponent.reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+        guard value >= 3, value & 1 == 1 else { throw .backend("RSA exponent \(value): it must be odd and at least 3") }
+        guard let key = COpenSSL_rsa_public_key(modulus, modulus.count, exponent, exponent.count) else { throw .openSSL("EVP_PKEY_fromdata (RSA)") }
         self.key = key
         algorithm = .rs256
+        guard let check = EVP_PKEY_CTX_new_from_pkey(nil, key, nil) else { throw .openSSL("EVP_PKEY_CTX_new_from_pkey") }
+        defer { EVP_PKEY_CTX_free(check) }
+        guard EVP_PKEY_public_check(check) == 1 else {
+            ERR_clear_error()
+            throw .backend("the RSA key fails OpenSSL's public-key check (a prime or even modulus, or one with a small factor)")
+        }
     }
 
     /// A P-256 key from its affine coordinates (32 bytes each, as a JWK's `x` and `y` decode).

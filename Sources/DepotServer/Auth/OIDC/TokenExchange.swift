@@ -24,31 +24,45 @@ struct TokenExchange: Sendable {
 
     /// Verifies `jwt` against the app's rules and mints a token; throws ``OIDCRefusal`` (401)
     /// or an ``HTTPFailure`` (503 while the issuer's keys are being fetched or cannot be).
-    func exchange(app: String, jwt: Substring, now: Date = Date()) throws -> Minted {
+    /// `admit` runs once the token passed the checks that cost nothing (a JWT, of an issuer a
+    /// rule of the app names), before any key is looked up: the app's share of the exchange's
+    /// budget, charged only for tokens that could be its own (junk costs no app anything).
+    ///
+    /// Every comparison of the issuer, the audience and the claims with a rule is byte for byte
+    /// (`sameBytes`), and keys are fetched by the rule's spelling of the issuer.
+    func exchange(app: String, jwt: Substring, now: Date = Date(), admit: () throws -> Void = {}) throws -> Minted {
         let token = try JSONWebToken(jwt)
         let rules = trust.rules(app)
         guard !rules.isEmpty else { throw OIDCRefusal("no_rule", "app \(app) trusts no OIDC issuer (depot apps trust)") }
-        guard let issuer = token.issuer, let first = rules.first(where: { $0.issuer == issuer }) else {
+        guard let issuer = token.issuer, let first = rules.first(where: { $0.issuer.sameBytes(issuer) }) else {
             throw OIDCRefusal("issuer", "no trust rule of app \(app) names the token's issuer")
         }
+        try admit()
         let key: JWSPublicKey
-        switch keys.key(issuer: issuer, allowHTTP: first.allowHTTP, keyID: token.keyID, algorithm: token.algorithm) {
+        switch keys.key(issuer: first.issuer, allowHTTP: first.allowHTTP, keyID: token.keyID, algorithm: token.algorithm, issuedAt: token.issuedAt, date: now) {
         case .key(let found): key = found
         case .fetching:
             throw HTTPFailure(status: 503, code: "oidc_keys_fetching", message: "the issuer's signing keys are being fetched; try again in a second", headers: [("Retry-After", "1")])
         case .unknown: throw OIDCRefusal("unknown_key", "the issuer has no signing key with the token's kid")
-        case .unavailable:
+        case .busy(let wait):
+            // Perhaps a key the issuer has just published: asked again after the next fetch, answered for certain.
+            throw HTTPFailure(
+                status: 503, code: "oidc_keys_busy",
+                message: "the origin does not hold the token's key (kid) and fetched the issuer's keys too often of late to fetch them now; try again in \(wait) s",
+                headers: [("Retry-After", "\(wait)")]
+            )
+        case .unavailable(let wait):
             // (Why is logged, not told: it names the issuer's addresses and errors.)
-            throw HTTPFailure(status: 503, code: "oidc_keys_unavailable", message: "the issuer's signing keys cannot be fetched now (the origin's log says why)", headers: [("Retry-After", "20")])
+            throw HTTPFailure(status: 503, code: "oidc_keys_unavailable", message: "the issuer's signing keys cannot be fetched now (the origin's log says why)", headers: [("Retry-After", "\(wait)")])
         }
         guard key.algorithm == token.algorithm else { throw OIDCRefusal("algorithm", "the token's algorithm is not its key's") }
         guard key.isValidSignature(token.signature, for: token.signedPart) else { throw OIDCRefusal("signature", "the token's signature does not verify") }
         let expiry = try token.checkTimes(now: now, leeway: Self.leeway)
         let audiences = token.audiences
-        let candidates = rules.filter { $0.issuer == issuer && audiences.contains($0.audience) }
+        let candidates = rules.filter { rule in rule.issuer.sameBytes(issuer) && audiences.contains { $0.sameBytes(rule.audience) } }
         guard !candidates.isEmpty else { throw OIDCRefusal("audience", "the token's audience is not one a rule of app \(app) names") }
         // The first rule (in the order they were made) whose every claim the token carries.
-        guard let rule = candidates.first(where: { rule in rule.claims.allSatisfy { token.text($0.key) == $0.value } }) else {
+        guard let rule = candidates.first(where: { differing($0, token).isEmpty }) else {
             let closest = candidates.min { differing($0, token).count < differing($1, token).count }!
             throw OIDCRefusal("claims", "the token's claims differ from the rule's: \(differing(closest, token).sorted().joined(separator: ", "))")
         }
@@ -72,6 +86,6 @@ struct TokenExchange: Sendable {
 
     /// The names of the rule's claims the token does not carry as the rule says.
     private func differing(_ rule: TrustRule, _ token: JSONWebToken) -> [String] {
-        rule.claims.filter { token.text($0.key) != $0.value }.map(\.key)
+        rule.claims.filter { token.text($0.key)?.sameBytes($0.value) != true }.map(\.key)
     }
 }

@@ -26,6 +26,12 @@ public struct TrustRule: Codable, Sendable, Hashable {
     static let githubIdentity: Set<String> = ["repository", "repository_id", "sub"]
     static let githubContext: Set<String> = ["sub", "ref", "environment", "workflow_ref", "job_workflow_ref"]
     static let gitlabIdentity: Set<String> = ["project_path", "project_id", "namespace_id", "namespace_path", "sub"]
+    /// On gitlab.com, as on GitHub, every branch's pipeline of the project (a merge request's
+    /// among them) has the project's own `project_path`: a rule pins which pipelines qualify
+    /// (`sub` carries the ref; `ci_config_ref_uri` the ref of the pipeline's definition).
+    static let gitlabContext: Set<String> = [
+        "sub", "ref", "ref_path", "ref_protected", "environment", "environment_protected", "ci_config_ref_uri", "deployment_tier",
+    ]
 
     /// GitHub.com's issuer (with an enterprise's slug after it, GitHub Enterprise Cloud's), a
     /// GHE.com tenant's (`https://token.actions.TENANT.ghe.com`), or a GitHub Enterprise
@@ -38,7 +44,9 @@ public struct TrustRule: Codable, Sendable, Hashable {
 
     /// An issuer AssetDepot knows the claims of (GitHub's, gitlab.com's): for others, the rule's
     /// maker must know which claims say who may publish.
-    public static func isKnownPlatform(_ issuer: String) -> Bool { isGitHub(issuer) || issuer == "https://gitlab.com" }
+    public static func isKnownPlatform(_ issuer: String) -> Bool { isGitHub(issuer) || isGitLabCom(issuer) }
+
+    static func isGitLabCom(_ issuer: String) -> Bool { issuer.sameBytes("https://gitlab.com") }
 
     /// Checks a rule as `depot apps trust` makes it; the error says what to change.
     public static func validate(issuer: String, audience: String, claims: [String: String], channels: [String]?, allowHTTP: Bool) throws {
@@ -76,8 +84,13 @@ public struct TrustRule: Codable, Sendable, Hashable {
                 throw DepotError.badRequest("pin which runs of the repository may publish (one of \(githubContext.sorted().joined(separator: ", ")), e.g. ref=refs/heads/main): a pull request's run has the repository's own name")
             }
         }
-        if issuer == "https://gitlab.com", gitlabIdentity.isDisjoint(with: claims.keys) {
-            throw DepotError.badRequest("every job on gitlab.com can get a token: name the project (one of \(gitlabIdentity.sorted().joined(separator: ", ")))")
+        if isGitLabCom(issuer) {
+            guard !gitlabIdentity.isDisjoint(with: claims.keys) else {
+                throw DepotError.badRequest("every job on gitlab.com can get a token: name the project (one of \(gitlabIdentity.sorted().joined(separator: ", ")))")
+            }
+            guard !gitlabContext.isDisjoint(with: claims.keys) else {
+                throw DepotError.badRequest("pin which pipelines of the project may publish (one of \(gitlabContext.sorted().joined(separator: ", ")), e.g. ref_protected=true or ref=main): every branch's pipeline, a merge request's too, has the project's own project_path")
+            }
         }
         if let channels {
             guard !channels.isEmpty, channels.allSatisfy(Identifier.isValidChannel) else { throw DepotError.invalidID("channel") }
