@@ -29,6 +29,16 @@ public enum FileSystem {
             missing.append(current)
             current = directory(of: current)
         }
+        // The deepest folder that exists may have been made by another process an instant ago,
+        // its entry not yet fsynced: its parent is fsynced once per process before anything
+        // durable goes inside it (a second upload into a new `blobs/ab/`).
+        if durable && !current.isEmpty && current != "/" && current != "." && !knownDurable.withLock({ $0.contains(current) }) {
+            try syncDirectory(directory(of: current), .ordered)
+            knownDurable.withLock { folders in
+                if folders.count >= 4096 { folders.removeAll() }
+                folders.insert(current)
+            }
+        }
         for folder in missing.reversed() {
             if System.makeDirectory(folder, mode) != 0 {
                 guard System.errno == EEXIST, isDirectory(folder) else { throw SystemError(call: "mkdir", errno: System.errno, path: folder) }
@@ -37,6 +47,9 @@ public enum FileSystem {
             if durable { try syncDirectory(directory(of: folder)) }
         }
     }
+
+    /// Folders whose entry this process has seen made durable (bounded: emptied when full).
+    private static let knownDurable = Locked<Set<String>>([])
 
     /// Whether something exists at `path`.
     public static func exists(_ path: String) -> Bool { System.status(path) != nil }
