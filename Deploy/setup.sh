@@ -81,7 +81,7 @@ case "${1:-}" in
     DEPOT_HEAVY_TESTS=1 swift test --disable-xctest --skip-build --filter FloodTests
     # The power cuts at the crash points of every durable sequence (the kills ran in the parallel
     # run), after the suites that time themselves: each crash point is a few processes.
-    DEPOT_HEAVY_TESTS=1 swift test --disable-xctest --skip-build --filter 'ClientCrashPointTests|OriginCrashPointTests|ExtensionCrashPointTests'
+    DEPOT_HEAVY_TESTS=1 swift test --disable-xctest --skip-build --filter 'ClientCrashPointTests|OriginCrashPointTests|ExtensionCrashPointTests|ManagedCrashPointTests|StateMoveCrashPointTests'
     # The suites that run the client again with the engine apps use, URLSession (FoundationNetworking
     # here): downloads, resumes, faulty proxies, the extension's flow, resumable publishing, edges.
     # (Not the TLS edge suite: FoundationNetworking takes no CA file and no --resolve.)
