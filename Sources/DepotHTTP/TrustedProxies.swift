@@ -120,6 +120,8 @@ public struct IPNetwork: Sendable, Hashable, CustomStringConvertible {
     let address: IPAddress
     /// Bits of the IPv6 (or IPv4-mapped) form: an IPv4 /8 is 104.
     let bits: Int
+    /// The prefix length as written: an IPv4 /8 is 8.
+    public var prefixLength: Int { address.isIPv4 && bits >= 96 ? bits - 96 : bits }
 
     /// Parses `ADDRESS` or `ADDRESS/BITS`; nil for anything else (host bits may be set, and are ignored).
     public init?(_ text: String) {

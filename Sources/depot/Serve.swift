@@ -142,11 +142,13 @@ struct Serve: ParsableCommand {
             guard let network = IPNetwork(text) else {
                 throw ValidationError("--trusted-proxy \(text): give an IP address or a CIDR network (127.0.0.1, 10.0.0.0/8, 2001:db8::/32)")
             }
+            // Every peer trusted would let every client name itself (and pass the per-address limits).
+            guard network.prefixLength >= (network.description.contains(":") ? 16 : 8) else {
+                throw ValidationError("--trusted-proxy \(text): a network this wide trusts whoever connects; name your edges' addresses (at most a /8, or a /16 for IPv6)")
+            }
             return network
         })
     }
-
-
 
     /// 127.0.0.0/8, ::1 or localhost: a link no one else can sit on.
     static func isLoopback(_ host: String) -> Bool {

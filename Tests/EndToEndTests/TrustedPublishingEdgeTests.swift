@@ -61,9 +61,10 @@ extension TrustedPublishingTests {
         let total = seen.values.flatMap(\.values).reduce(0, +)
         print("junk behind the edge: \(total) requests in \(ContinuousClock.now - began): \(seen)")
         #expect(total > 60, "the flood was \(total) requests: \(seen)")
-        // The noisy app's own budget ran out (its junk reaches the signature check); the others'
-        // junk was refused on its own terms, never by a rate limit.
-        #expect(seen[Self.app]?[429] ?? 0 > 0 && seen[Self.app]?[401] ?? 0 > 0, "\(seen)")
+        // Forged tokens naming the noisy app's issuer spend no budget, not even that app's (the
+        // budget is charged after the signature verified); all junk is refused on its own terms,
+        // never by a rate limit (behind the edge, each forwarded address has its own).
+        #expect(Set(seen[Self.app]?.keys.map { $0 } ?? []) == [401], "\(seen)")
         #expect(Set(seen["com.example.nope"]?.keys.map { $0 } ?? []) == [404], "\(seen)")
         #expect(Set(seen[other]?.keys.map { $0 } ?? []) == [401], "\(seen)")
     }

@@ -33,7 +33,9 @@ public enum FileSystem {
         // its entry not yet fsynced: its parent is fsynced once per process before anything
         // durable goes inside it (a second upload into a new `blobs/ab/`).
         if durable && !current.isEmpty && current != "/" && current != "." && !knownDurable.withLock({ $0.contains(current) }) {
-            try syncDirectory(directory(of: current), .ordered)
+            // Best effort: the parent may be a folder this process may not open (a sandbox's
+            // container root on iOS), as in `durableRename`.
+            try? syncDirectory(directory(of: current), .ordered)
             knownDurable.withLock { folders in
                 if folders.count >= 4096 { folders.removeAll() }
                 folders.insert(current)

@@ -21,8 +21,8 @@ public final class JWSPublicKey: @unchecked Sendable {
     public let algorithm: JWSAlgorithm
 
     /// An RSA key from its modulus and public exponent (big-endian, as a JWK's `n` and `e`
-    /// decode). Moduli of 2048 to 8192 bits only: shorter ones are forgeable, longer ones cost
-    /// a verifier more than any issuer needs.
+    /// decode). Moduli of 2048 to 4096 bits only: shorter ones are forgeable; no issuer uses
+    /// longer ones, and the check below costs a prime's worth of exponentiations on them.
     ///
     /// A JWKS comes from whoever answers at the issuer's address, so a key anyone could sign
     /// for is refused, by OpenSSL's public-key check (`EVP_PKEY_public_check`: an odd modulus
@@ -35,7 +35,7 @@ public final class JWSPublicKey: @unchecked Sendable {
     /// exponent only costs a verifier time.
     public init(rsaModulus n: [UInt8], exponent e: [UInt8]) throws(CryptoError) {
         let modulus = Array(n.drop { $0 == 0 })
-        guard (2048...8192).contains(modulus.count * 8 - (modulus.first.map { $0.leadingZeroBitCount } ?? 8)) else {
+        guard (2048...4096).contains(modulus.count * 8 - (modulus.first.map { $0.leadingZeroBitCount } ?? 8)) else {
             throw .invalidKeySize(expected: 256, got: modulus.count)
         }
         let exponent = Array(e.drop { $0 == 0 })

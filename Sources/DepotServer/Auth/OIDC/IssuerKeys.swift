@@ -165,14 +165,17 @@ final class IssuerKeys: Sendable {
         }
         var named: [[UInt8]: JWSPublicKey] = [:]
         var unnamed: [JWSPublicKey] = []
-        for case .object(let jwk) in entries.prefix(64) {
+        // At most 16 keys, each modulus checked once: OpenSSL's public-key check of a large prime
+        // modulus costs many modular exponentiations, which a hostile issuer must not multiply.
+        var moduli: Set<[UInt8]> = []
+        for case .object(let jwk) in entries.prefix(16) {
             func text(_ name: String) -> String? { if case .string(let value)? = JSONWebToken.member(name, of: jwk) { value } else { nil } }
             func bytes(_ name: String) -> [UInt8]? { text(name).flatMap(Base64URL.decode) }
             if let use = text("use"), !use.sameBytes("sig") { continue }
             let key: JWSPublicKey?
             switch text("kty") {
             case "RSA":
-                guard let n = bytes("n"), let e = bytes("e") else { continue }
+                guard let n = bytes("n"), let e = bytes("e"), moduli.insert(n).inserted else { continue }
                 key = try? JWSPublicKey(rsaModulus: n, exponent: e)
             case "EC":
                 guard text("crv")?.sameBytes("P-256") == true, let x = bytes("x"), let y = bytes("y") else { continue }

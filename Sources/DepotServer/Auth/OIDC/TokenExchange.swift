@@ -24,9 +24,9 @@ struct TokenExchange: Sendable {
 
     /// Verifies `jwt` against the app's rules and mints a token; throws ``OIDCRefusal`` (401)
     /// or an ``HTTPFailure`` (503 while the issuer's keys are being fetched or cannot be).
-    /// `admit` runs once the token passed the checks that cost nothing (a JWT, of an issuer a
-    /// rule of the app names), before any key is looked up: the app's share of the exchange's
-    /// budget, charged only for tokens that could be its own (junk costs no app anything).
+    /// `admit` runs once the token's signature verified with a key the origin holds (a token
+    /// anyone could write, naming a public issuer, costs no app anything): the app's share of the
+    /// exchange's budget. Key fetches have their own bound (``IssuerKeys``).
     ///
     /// Every comparison of the issuer, the audience and the claims with a rule is byte for byte
     /// (`sameBytes`), and keys are fetched by the rule's spelling of the issuer.
@@ -37,7 +37,6 @@ struct TokenExchange: Sendable {
         guard let issuer = token.issuer, let first = rules.first(where: { $0.issuer.sameBytes(issuer) }) else {
             throw OIDCRefusal("issuer", "no trust rule of app \(app) names the token's issuer")
         }
-        try admit()
         let key: JWSPublicKey
         switch keys.key(issuer: first.issuer, allowHTTP: first.allowHTTP, keyID: token.keyID, algorithm: token.algorithm, issuedAt: token.issuedAt, date: now) {
         case .key(let found): key = found
@@ -57,6 +56,8 @@ struct TokenExchange: Sendable {
         }
         guard key.algorithm == token.algorithm else { throw OIDCRefusal("algorithm", "the token's algorithm is not its key's") }
         guard key.isValidSignature(token.signature, for: token.signedPart) else { throw OIDCRefusal("signature", "the token's signature does not verify") }
+        // Charged only now: a token anyone can write (an issuer's name is public) costs no app anything.
+        try admit()
         let expiry = try token.checkTimes(now: now, leeway: Self.leeway)
         let audiences = token.audiences
         let candidates = rules.filter { rule in rule.issuer.sameBytes(issuer) && audiences.contains { $0.sameBytes(rule.audience) } }
