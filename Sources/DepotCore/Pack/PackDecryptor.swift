@@ -30,7 +30,7 @@ public struct MemorySource: RandomAccessSource {
 
 /// Decrypts and authenticates a pack container v1, segment by segment, with bounded memory.
 ///
-/// Plaintext reaches the caller's file only through ``decrypt(file:to:keyRing:expectedSize:hashingPlaintext:)``,
+/// Plaintext reaches the caller's file only through ``decrypt(file:to:keyRing:expectedSize:hashingPlaintext:sync:)``,
 /// which writes a temporary file and renames it into place after the last segment verified:
 /// a damaged pack leaves nothing behind. See <doc:PackContainer>.
 public enum PackDecryptor {
@@ -40,7 +40,7 @@ public enum PackDecryptor {
     /// Authenticates and decrypts `source`, passing each verified segment's plaintext to `sink`.
     ///
     /// The sink sees segments before the whole pack is verified; use it only with a sink that
-    /// discards its output on error (as ``decrypt(file:to:keyRing:expectedSize:hashingPlaintext:)`` does).
+    /// discards its output on error (as ``decrypt(file:to:keyRing:expectedSize:hashingPlaintext:sync:)`` does).
     ///
     /// Without `hashingPlaintext` the summary's ``PackSummary/plaintextSHA256`` is empty: a
     /// caller that checks the container's SHA-256 against a signed manifest needs no second
@@ -116,7 +116,7 @@ public enum PackDecryptor {
         try decrypt(FileDescriptor.openForReading(path), to: destination, keyRing: keyRing, expectedSize: expectedSize, hashingPlaintext: hashingPlaintext, sync: sync)
     }
 
-    /// Decrypts `source` into `destination`, atomically and durably, as ``decrypt(file:to:keyRing:expectedSize:hashingPlaintext:)``.
+    /// Decrypts `source` into `destination`, atomically and durably, as ``decrypt(file:to:keyRing:expectedSize:hashingPlaintext:sync:)``.
     /// `sync` is how far the file and its folder are synced (``SyncLevel``): `.ordered` for a
     /// caller that flushes the drive once itself, after more files.
     @discardableResult
