@@ -11,7 +11,7 @@ cd "$(dirname "$0")/../.."
 seconds=${1:-60}; shift || true
 targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(range target metadata zippath envelope pack archive response delta)
 out=.build/fuzz
-flags=(-sanitize=fuzzer,address -parse-as-library -O -g -suppress-warnings)
+flags=(-sanitize=fuzzer,address -parse-as-library -O -g -suppress-warnings -package-name AssetDepot)
 
 # DepotCore without ZIPFoundation: the zip code and the tree patches that use it.
 core_sources() { find Sources/DepotCore -name '*.swift' ! -path '*/Zip/*' ! -name TreePatch.swift | sort; }
