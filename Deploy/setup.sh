@@ -18,6 +18,7 @@ test_packages=(python3 python3-pip python3-cryptography nginx-light systemd wrk 
   python3-swift memcached  # the S3 engine the object-storage tests start (Deploy/s3/swift-s3.sh)
   chromium chromium-driver  # the browser the dashboard's test drives (Tests/Browser)
   prometheus  # its promtool checks Deploy/prometheus/alerts.yml (Tests/EndToEndTests/AlertRulesTests.swift)
+  dpkg-dev  # dpkg-shlibdeps names the package's Depends (Deploy/package.sh, Deploy/package-test.sh)
   strace)  # counts each anonymous route's system calls at small and large history (Tests/EndToEndTests/CostTests.swift)
 
 install_missing() {  # install_missing PACKAGE…

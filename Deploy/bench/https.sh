@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The client over https: `depot fetch` (the code `depot sync` downloads with: its own HTTP/1.1
 # engine, TLS through OpenSSL's libssl) against curl, fetching the same blob through the same
-# real nginx TLS edge (Deploy/nginx/assetdepot-locations.conf, a CA made here) on loopback,
+# real nginx TLS edge (Deploy/nginx/snippets/assetdepot-locations.conf, a CA made here) on loopback,
 # interleaved; both are checked to answer 200 with the right bytes before anything is timed.
 # Then `depot publish` of the same size through the edge.
 #   Deploy/bench/https.sh [SIZE_MIB] [ROUNDS]     (defaults 1024, 5)
@@ -34,7 +34,7 @@ http {
   server {
     listen 127.0.0.1:$port ssl http2;
     ssl_certificate $work/leaf.pem; ssl_certificate_key $work/leaf.key;
-    include $root/Deploy/nginx/assetdepot-locations.conf;
+    include $root/Deploy/nginx/snippets/assetdepot-locations.conf;
   }
 }
 CONF

@@ -25,7 +25,7 @@ struct Serve: ParsableCommand {
     @Option(name: .customLong("public-url"), help: "Base URL that manifests put in front of blob paths: your CDN or edge (env DEPOT_PUBLIC_URL). Default: http://HOST:PORT.")
     var publicURL: String = Environment.string("DEPOT_PUBLIC_URL", "")
 
-    @Option(name: .customLong("public-dir"), help: "Folder served at / (env DEPOT_PUBLIC_DIR). Default: ./Public, or the Public folder of the source tree.")
+    @Option(name: .customLong("public-dir"), help: "Folder served at / (env DEPOT_PUBLIC_DIR). Default: ./Public, else PREFIX/share/assetdepot/Public beside PREFIX/bin/depot (the package's /usr/share/assetdepot/Public), else the Public folder of the source tree depot was built in.")
     var publicDir: String = Environment.string("DEPOT_PUBLIC_DIR", "")
 
     @Option(help: "Server threads (env DEPOT_THREADS).")
@@ -195,9 +195,10 @@ struct Serve: ParsableCommand {
             connectionTimeout: timeout, connectionMemoryLimit: connectionMemory, turbo: turbo
         )
         http.trustedProxies = try trustedProxies()
+        let dashboard = publicDir.isEmpty ? Self.defaultPublicDirectory() : publicDir
         var configuration = OriginConfiguration(
             dataPath: data.data, publicURL: publicURL.isEmpty ? nil : publicURL,
-            publicDirectory: publicDir.isEmpty ? Self.defaultPublicDirectory() : publicDir,
+            publicDirectory: dashboard,
             maximumPackSize: maxPackSize, manifestLifetime: TimeInterval(manifestLifetimeDays) * 86_400, manifestMaxAge: manifestMaxAge,
             http: http, logger: Logger(label: "assetdepot")
         )
@@ -236,6 +237,12 @@ struct Serve: ParsableCommand {
         if !http.trustedProxies.isEmpty {
             print("client addresses from X-Forwarded-For of \(http.trustedProxies.networks.map(\.description).joined(separator: ", "))")
         }
+        // Without its folder the dashboard answers 404 at /: said once here rather than found later.
+        if let dashboard, !FileSystem.exists(dashboard + "/index.html") {
+            print("warning: no dashboard: \(dashboard)/index.html does not exist; give --public-dir (env DEPOT_PUBLIC_DIR) the dashboard's folder (Public/ of the source tree, /usr/share/assetdepot/Public of the package)")
+        } else if dashboard == nil {
+            print("warning: no dashboard: none of \(Self.publicDirectoryCandidates().joined(separator: ", ")) holds an index.html, so / answers 404; give --public-dir (env DEPOT_PUBLIC_DIR) the dashboard's folder (Public/ of the source tree, /usr/share/assetdepot/Public of the package)")
+        }
         if !server.publicURL.hasPrefix("https://") {
             print("warning: the public URL \(server.publicURL) is not https: fine for development, but devices (Background Assets) download only over https; put a TLS edge in front and pass --public-url https://… (Deploy/README.md)")
         }
@@ -266,15 +273,25 @@ struct Serve: ParsableCommand {
         #endif
     }
 
-    static func defaultPublicDirectory() -> String? {
-        if FileSystem.exists("./Public/index.html") { return "./Public" }
-        // The source tree's Public/, found from the built executable (.build/<config>/depot).
-        var folder = FileSystem.directory(of: CommandLine.executablePath)
+    /// Where `serve` looks for the dashboard when no --public-dir is given, in order:
+    /// ./Public; PREFIX/share/assetdepot/Public for an executable installed as PREFIX/bin/depot
+    /// (the package's /usr/bin/depot and /usr/share/assetdepot/Public); the Public folder of the
+    /// source tree the executable was built in (.build/<config>/depot). `executable` has its
+    /// symbolic links resolved, so a link on the PATH finds the folder of the file it names.
+    static func publicDirectoryCandidates(executable: String = CommandLine.executablePath) -> [String] {
+        let binary = FileSystem.directory(of: URL(fileURLWithPath: executable).resolvingSymlinksInPath().path)
+        var candidates = ["./Public", FileSystem.directory(of: binary) + "/share/assetdepot/Public"]
+        var folder = binary
         for _ in 0..<4 {
-            if FileSystem.exists(folder + "/Public/index.html") { return folder + "/Public" }
+            candidates.append(folder + "/Public")
             folder = FileSystem.directory(of: folder)
         }
-        return nil
+        return candidates
+    }
+
+    /// The first of ``publicDirectoryCandidates(executable:)`` that holds an index.html.
+    static func defaultPublicDirectory(executable: String = CommandLine.executablePath) -> String? {
+        publicDirectoryCandidates(executable: executable).first { FileSystem.exists($0 + "/index.html") }
     }
 }
 

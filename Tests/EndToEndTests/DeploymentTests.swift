@@ -15,9 +15,9 @@ struct DeploymentTests {
         defer { work.remove() }
         // The unit as shipped, with ExecStart pointing at the binary just built (verify checks it exists).
         let unit = try String(contentsOfFile: Self.deploy + "/systemd/assetdepot.service", encoding: .utf8)
-        #expect(unit.contains("ExecStart=/usr/local/bin/depot serve"))
+        #expect(unit.contains("ExecStart=/usr/bin/depot serve"))
         let path = work.path + "/assetdepot.service"
-        try unit.replacingOccurrences(of: "/usr/local/bin/depot", with: Processes.depotBinary).write(toFile: path, atomically: true, encoding: .utf8)
+        try unit.replacingOccurrences(of: "/usr/bin/depot", with: Processes.depotBinary).write(toFile: path, atomically: true, encoding: .utf8)
         let verify = try Processes.run(analyze, ["verify", path])
         #expect(verify.status == 0 && verify.stderr.isEmpty && verify.stdout.isEmpty, "\(verify.stdout)\(verify.stderr)")
         let security = try Processes.run(analyze, ["security", "--offline=true", path])

@@ -6,7 +6,7 @@ import DepotTestSupport
 import Foundation
 import Testing
 
-/// A real nginx using Deploy/nginx/assetdepot-locations.conf, verbatim, in front of an origin:
+/// A real nginx using Deploy/nginx/snippets/assetdepot-locations.conf, verbatim, in front of an origin:
 /// plain http, or TLS with a certificate the test made.
 final class NginxEdge {
     let address: String
@@ -22,7 +22,7 @@ final class NginxEdge {
 
     static var locationsFile: String {
         URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("Deploy/nginx/assetdepot-locations.conf").path
+            .appendingPathComponent("Deploy/nginx/snippets/assetdepot-locations.conf").path
     }
 
     /// A port free on every address given (edges behind one name listen on one port).
@@ -121,6 +121,53 @@ final class NginxEdge {
 
 @Suite("End to end: behind a real nginx edge")
 struct NginxEdgeTests {
+    @Test("Deploy/nginx in Debian's stock layout: the site enabled from sites-available beside the stock default site, the snippet in snippets/, and `nginx -t` passes with Debian's own nginx.conf")
+    func stockLayout() throws {
+        #expect(FileManager.default.isExecutableFile(atPath: "/usr/sbin/nginx"), "nginx is not installed: run Deploy/setup.sh deps")
+        let stock = "/etc/nginx/nginx.conf"
+        let stockText = try String(contentsOfFile: stock, encoding: .utf8)
+        // What the layout relies on: Debian's nginx.conf includes conf.d/*.conf and
+        // sites-enabled/* inside its http block.
+        #expect(stockText.contains("include /etc/nginx/sites-enabled/*;") && stockText.contains("include /etc/nginx/conf.d/*.conf;"),
+                "\(stock) is not Debian's stock nginx.conf")
+        let work = TemporaryDirectory("depot-nginx-stock")
+        defer { work.remove() }
+        let etc = work.path + "/nginx"
+        // A copy of /etc/nginx as the nginx-common package ships it, with its own folder's name
+        // put in for /etc/nginx; nothing else in nginx.conf changes.
+        for folder in ["conf.d", "sites-available", "sites-enabled", "snippets", "modules-enabled"] { try FileSystem.createDirectory(etc + "/" + folder) }
+        try Array(stockText.replacingOccurrences(of: "/etc/nginx/", with: etc + "/").utf8).write(to: etc + "/nginx.conf")
+        try FileManager.default.copyItem(atPath: "/etc/nginx/mime.types", toPath: etc + "/mime.types")
+        for module in FileSystem.contents(of: "/etc/nginx/modules-enabled") {
+            try FileManager.default.copyItem(atPath: "/etc/nginx/modules-enabled/" + module, toPath: etc + "/modules-enabled/" + module)
+        }
+        if FileSystem.exists("/etc/nginx/sites-available/default") {
+            try FileManager.default.copyItem(atPath: "/etc/nginx/sites-available/default", toPath: etc + "/sites-available/default")
+            try FileManager.default.createSymbolicLink(atPath: etc + "/sites-enabled/default", withDestinationPath: "../sites-available/default")
+        }
+        // The shipped files: the snippet verbatim; the site with the certificate the operator
+        // would name (made here) and its cache folder under the test's (nginx -t makes it).
+        let deploy = ReadmeTests.root + "/Deploy/nginx"
+        try FileManager.default.copyItem(atPath: deploy + "/snippets/assetdepot-locations.conf", toPath: etc + "/snippets/assetdepot-locations.conf")
+        let site = try String(contentsOfFile: deploy + "/sites-available/assetdepot", encoding: .utf8)
+        let cache = try #require(site.split(separator: "\n").first { $0.hasPrefix("proxy_cache_path ") }?.split(separator: " ").dropFirst().first.map(String.init))
+        // nginx makes the cache folder but not its parent.
+        #expect(FileSystem.exists(FileSystem.directory(of: cache)), "\(cache): its parent folder does not exist on this Debian")
+        let pki = try TestPKI(folder: work.path, host: "assets.example.com")
+        for shipped in ["/etc/ssl/assetdepot/fullchain.pem", "/etc/ssl/assetdepot/privkey.pem", cache + " "] { #expect(site.contains(shipped), "\(shipped)") }
+        let installed = site.replacingOccurrences(of: "/etc/ssl/assetdepot/fullchain.pem", with: pki.certificate)
+            .replacingOccurrences(of: "/etc/ssl/assetdepot/privkey.pem", with: pki.key)
+            .replacingOccurrences(of: cache + " ", with: work.path + "/cache ")
+        try Array(installed.utf8).write(to: etc + "/sites-available/assetdepot")
+        try FileManager.default.createSymbolicLink(atPath: etc + "/sites-enabled/assetdepot", withDestinationPath: "../sites-available/assetdepot")
+        // The site includes snippets/… relative to nginx.conf's folder, as in /etc/nginx.
+        #expect(site.contains("include snippets/assetdepot-locations.conf;"))
+
+        let checked = try Processes.run("/usr/sbin/nginx", ["-t", "-c", etc + "/nginx.conf"])
+        #expect(checked.status == 0 && checked.stderr.contains("test is successful"), "\(checked.stderr)")
+        #expect(!checked.stderr.contains("[warn]") && !checked.stderr.contains("[emerg]"), "\(checked.stderr)")
+    }
+
     @Test("Deploy/nginx config: publish and sync through the edge; blobs cached; ranges; operations endpoints hidden")
     func edge() async throws {
         #expect(FileManager.default.isExecutableFile(atPath: "/usr/sbin/nginx"), "nginx is not installed: run Deploy/setup.sh deps")

@@ -81,4 +81,48 @@ struct ServeLifecycleTests {
         let swept = try Processes.run(depot, ["gc", "--data", work.path + "/data", "--dry-run"])
         #expect(swept.status == 0 && swept.stdout.contains("would remove 0 blobs"))
     }
+
+    @Test("The dashboard beside an installed depot (PREFIX/bin/depot, PREFIX/share/assetdepot/Public) is served at / with no option, through a symbolic link on the PATH; without it, serve says so at start and / answers 404")
+    func dashboardBesideInstalledBinary() throws {
+        let work = TemporaryDirectory("depot-prefix")
+        defer { work.remove() }
+        // The package's layout under a prefix of the test's: a copy of the built binary (a link
+        // would resolve to the build folder), the dashboard copied beside it.
+        try FileSystem.createDirectory(work.path + "/usr/bin")
+        try FileSystem.createDirectory(work.path + "/usr/share/assetdepot")
+        try FileSystem.createDirectory(work.path + "/link")
+        try FileSystem.createDirectory(work.path + "/elsewhere")
+        try FileManager.default.copyItem(atPath: Processes.depotBinary, toPath: work.path + "/usr/bin/depot")
+        try FileManager.default.copyItem(atPath: ReadmeTests.root + "/Public", toPath: work.path + "/usr/share/assetdepot/Public")
+        try FileManager.default.createSymbolicLink(atPath: work.path + "/link/depot", withDestinationPath: work.path + "/usr/bin/depot")
+        let index = try FileSystem.readFile(ReadmeTests.root + "/Public/index.html")
+        // Run from a folder with no ./Public, with DEPOT_PUBLIC_DIR empty (the default).
+        let environment = ["DEPOT_PUBLIC_DIR": ""]
+
+        let installed = try ServeProcess(data: work.path + "/data", environment: environment, binary: work.path + "/link/depot", directory: work.path + "/elsewhere")
+        #expect(!installed.banner.contains("warning: no dashboard"), "\(installed.banner)")
+        let page = try RawHTTP.send(port: UInt16(installed.port)!, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first
+        #expect(page?.status == 200)
+        #expect(page?.body == index, "/ answers the bytes of share/assetdepot/Public/index.html")
+        let style = try RawHTTP.send(port: UInt16(installed.port)!, "GET /style.css HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first
+        #expect(style?.status == 200 && style?.body == (try FileSystem.readFile(ReadmeTests.root + "/Public/style.css")))
+        installed.process.terminate()
+        installed.process.waitUntilExit()
+
+        // No dashboard anywhere it looks: one warning line naming the places and the option, and 404.
+        try FileManager.default.removeItem(atPath: work.path + "/usr/share/assetdepot/Public")
+        let bare = try ServeProcess(data: work.path + "/data2", environment: environment, binary: work.path + "/usr/bin/depot", directory: work.path + "/elsewhere")
+        let warning = bare.banner.split(separator: "\n").first { $0.hasPrefix("warning: no dashboard") }.map(String.init)
+        #expect(warning?.contains(work.path + "/usr/share/assetdepot/Public") == true && warning?.contains("--public-dir") == true, "\(bare.banner)")
+        let missing = try RawHTTP.send(port: UInt16(bare.port)!, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first
+        #expect(missing?.status == 404)
+        bare.process.terminate()
+        bare.process.waitUntilExit()
+
+        // A --public-dir (here DEPOT_PUBLIC_DIR) without an index.html: the same warning, naming it.
+        let wrong = try ServeProcess(data: work.path + "/data3", environment: ["DEPOT_PUBLIC_DIR": work.path + "/elsewhere"], directory: work.path + "/elsewhere")
+        #expect(wrong.banner.contains("warning: no dashboard: \(work.path)/elsewhere/index.html does not exist"), "\(wrong.banner)")
+        wrong.process.terminate()
+        wrong.process.waitUntilExit()
+    }
 }

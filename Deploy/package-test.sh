@@ -1,0 +1,210 @@
+#!/usr/bin/env bash
+# The Debian package, end to end (CI: .ci/run, after Deploy/setup.sh test):
+#
+#   Deploy/package-test.sh [--skip-build]
+#
+# Builds the package (Deploy/package.sh; --skip-build reuses .build/release/depot), installs it
+# with apt-get, and checks what an operator relies on: depot on the PATH with its version and no
+# library outside Debian's packages; `systemd-analyze verify` of the installed unit; the service
+# user owning /var/lib/assetdepot 0700; the installed nginx site enabled in Debian's stock layout
+# passing `nginx -t` and answering through nginx (a throwaway certificate at the paths it names);
+# the origin started from the package as the service user with the unit's Environment= lines,
+# answering / with the installed dashboard and /healthz with 200. Then it purges the package and
+# removes what it made (the site link, the certificate, nginx stopped, the user and data folder),
+# leaving the machine as it found it.
+#
+# Root, on Debian 12 with what Deploy/setup.sh installs (nginx-light, systemd, openssl, curl,
+# dpkg-dev). Safe on a developer's machine: it refuses to start when assetdepot is installed
+# already, when /var/lib/assetdepot or /etc/ssl/assetdepot exist, or when the system's nginx
+# runs, so it never touches what it did not make. What it made is written down as it goes
+# (/var/tmp/assetdepot-package-test.state), so a run killed half-way is cleaned up by the next.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+state=/var/tmp/assetdepot-package-test.state
+started=$SECONDS
+
+say() { echo "package-test: $*"; }
+fail() { echo "package-test: FAIL: $*" >&2; exit 1; }
+made() { echo "$*" >> "$state"; }
+
+skip_build=""
+case "${1:-}" in
+  "") ;;
+  --skip-build) skip_build=--skip-build ;;
+  *) echo "usage: Deploy/package-test.sh [--skip-build]" >&2; exit 2 ;;
+esac
+[ "$(id -u)" -eq 0 ] || fail "run as root (it installs and purges a package)"
+for tool in apt-get dpkg-deb dpkg-shlibdeps nginx systemd-analyze openssl curl runuser ldd; do
+  command -v $tool >/dev/null || fail "$tool is missing: run Deploy/setup.sh deps"
+done
+
+system_nginx_running() { [ -s /run/nginx.pid ] && kill -0 "$(cat /run/nginx.pid)" 2>/dev/null; }
+
+# Undoes, in reverse, whatever the state file says this script made (this run's or a killed one's).
+clean_up() {
+  [ -f "$state" ] || return 0
+  local line
+  tac "$state" | while read -r line; do
+    case "$line" in
+      origin\ *) kill -TERM "${line#origin }" 2>/dev/null && { timeout 40 tail --pid="${line#origin }" -f /dev/null || true; } ;;
+      nginx) if system_nginx_running; then
+               nginx -s quit 2>/dev/null || true
+               timeout 20 tail --pid="$(cat /run/nginx.pid 2>/dev/null || echo 1)" -f /dev/null 2>/dev/null || true
+             fi ;;
+      site-link) rm -f /etc/nginx/sites-enabled/assetdepot ;;
+      ssl) rm -rf /etc/ssl/assetdepot ;;
+      cache\ *) rm -rf "${line#cache }" ;;
+      package) DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq assetdepot >/dev/null 2>&1 || true ;;
+      data) rm -rf /var/lib/assetdepot ;;
+      user) userdel assetdepot 2>/dev/null || true; groupdel assetdepot 2>/dev/null || true ;;
+      work\ *) rm -rf "${line#work }" ;;
+    esac
+  done
+  rm -f "$state"
+}
+
+if [ -f "$state" ]; then
+  say "a previous run left $state: cleaning up what it made"
+  clean_up
+fi
+dpkg-query -W -f='${Status}' assetdepot 2>/dev/null | grep -q "install ok installed" \
+  && fail "assetdepot is installed on this machine: the test installs and purges it; remove it first (apt-get purge assetdepot)"
+[ -e /var/lib/assetdepot ] && fail "/var/lib/assetdepot exists (someone's data folder?): the test makes and removes it"
+[ -e /etc/ssl/assetdepot ] && fail "/etc/ssl/assetdepot exists: the test puts a throwaway certificate there and removes it"
+[ -e /etc/nginx/sites-enabled/assetdepot ] && fail "/etc/nginx/sites-enabled/assetdepot exists: the test enables the site and removes the link"
+system_nginx_running && fail "the system's nginx runs (/run/nginx.pid): the test starts and stops it with the stock configuration; stop it first"
+[ -f /etc/nginx/nginx.conf ] || fail "no /etc/nginx/nginx.conf: install Debian's nginx (nginx-light)"
+
+: > "$state"
+trap 'status=$?; clean_up; [ $status -eq 0 ] || echo "package-test: FAIL (see above)" >&2; exit $status' EXIT
+work=$(mktemp -d /tmp/assetdepot-package-test.XXXXXX)
+made "work $work"
+chmod 0755 "$work"   # apt-get reads the .deb as user _apt
+getent passwd assetdepot >/dev/null || made user   # made at install; removed at the end
+
+# Build.
+build_started=$SECONDS
+deb=$("$root/Deploy/package.sh" $skip_build "$work/out" | tail -n 1)
+[ -f "$deb" ] || fail "Deploy/package.sh made no package"
+say "built $(basename "$deb") ($(du -h "$deb" | cut -f1)) in $((SECONDS - build_started)) s"
+version=$(dpkg-deb -f "$deb" Version)
+say "Depends: $(dpkg-deb -f "$deb" Depends)"
+
+# Install.
+made package
+made data
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$deb" > "$work/apt.log" 2>&1 || { cat "$work/apt.log" >&2; fail "apt-get install $deb"; }
+dpkg-query -W -f='${Status}' assetdepot | grep -q "install ok installed" || fail "assetdepot is not installed after apt-get install"
+
+# depot on the PATH, its version, nothing from a Swift toolchain.
+[ "$(command -v depot)" = /usr/bin/depot ] || fail "depot on the PATH is $(command -v depot), not /usr/bin/depot"
+printed=$(env -i PATH=/usr/bin:/bin depot --version) || fail "depot --version failed"
+[ "$printed" = "$version" ] || fail "depot --version printed '$printed'; the package's version is $version"
+while read -r library; do
+  [ "$library" = not ] && fail "/usr/bin/depot needs a library that is not found: $(ldd /usr/bin/depot | grep 'not found')"
+  { dpkg -S "$library" || dpkg -S "$(readlink -f "$library")"; } >/dev/null 2>&1 \
+    || fail "/usr/bin/depot links $library, which no Debian package provides"
+done < <(ldd /usr/bin/depot | awk '/=>/ { print $3 }')
+say "ok: depot --version is $version; ldd /usr/bin/depot lists only libraries of Debian packages"
+
+# The unit.
+unit=/lib/systemd/system/assetdepot.service
+[ -f "$unit" ] || fail "no $unit"
+verify=$(systemd-analyze verify "$unit" 2>&1) || fail "systemd-analyze verify $unit: $verify"
+[ -z "$verify" ] || fail "systemd-analyze verify $unit said: $verify"
+documentation=$(sed -n 's#^Documentation=file://##p' "$unit")
+[ -n "$documentation" ] && [ -f "$documentation" ] || fail "the unit's Documentation= ($documentation) is not a file the package installed"
+grep -qx "ExecStart=/usr/bin/depot serve" "$unit" || fail "the unit does not start /usr/bin/depot serve"
+say "ok: systemd-analyze verify passes; Documentation=$documentation exists"
+
+# The service user and its data folder.
+getent passwd assetdepot >/dev/null || fail "no user assetdepot after install"
+uid=$(id -u assetdepot)
+[ "$uid" -lt 1000 ] || fail "assetdepot is not a system user (uid $uid)"
+[ "$(getent passwd assetdepot | cut -d: -f7)" = /usr/sbin/nologin ] || fail "assetdepot can log in: $(getent passwd assetdepot)"
+[ "$(stat -c '%U:%G %a' /var/lib/assetdepot)" = "assetdepot:assetdepot 700" ] \
+  || fail "/var/lib/assetdepot is $(stat -c '%U:%G %a' /var/lib/assetdepot), not assetdepot:assetdepot 700"
+others=$(find /var/lib/assetdepot ! -user assetdepot)
+[ -z "$others" ] || fail "files in /var/lib/assetdepot the service user does not own: $others"
+say "ok: user assetdepot (uid $uid) owns /var/lib/assetdepot, mode 0700"
+
+# The edge in Debian's stock layout: the site enabled, a throwaway certificate where it says.
+site=/etc/nginx/sites-available/assetdepot
+[ -f $site ] && [ -f /etc/nginx/snippets/assetdepot-locations.conf ] || fail "the nginx site or snippet is not installed"
+for conffile in $site /etc/nginx/snippets/assetdepot-locations.conf; do
+  dpkg-query -W -f='${Conffiles}\n' assetdepot | grep -q " $conffile " || fail "$conffile is not a conffile of the package"
+done
+certificate=$(awk '$1 == "ssl_certificate" { sub(";", "", $2); print $2; exit }' $site)
+key=$(awk '$1 == "ssl_certificate_key" { sub(";", "", $2); print $2; exit }' $site)
+host=$(awk '$1 == "server_name" { sub(";", "", $2); print $2; exit }' $site)
+cache=$(awk '$1 == "proxy_cache_path" { print $2; exit }' $site)
+[ -n "$certificate" ] && [ -n "$key" ] && [ -n "$host" ] && [ -n "$cache" ] || fail "could not read the certificate, server_name and cache from $site"
+[ "$(dirname "$certificate")" = /etc/ssl/assetdepot ] && [ "$(dirname "$key")" = /etc/ssl/assetdepot ] \
+  || fail "the site's certificate is not under /etc/ssl/assetdepot (the test makes only that folder)"
+made ssl
+mkdir -p /etc/ssl/assetdepot
+openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj "/CN=$host" -addext "subjectAltName=DNS:$host" \
+  -keyout "$key" -out "$certificate" 2>/dev/null || fail "openssl could not make a certificate"
+[ -e "$cache" ] || made "cache $cache"
+made site-link
+ln -s ../sites-available/assetdepot /etc/nginx/sites-enabled/
+nginx -t > "$work/nginx-t.log" 2>&1 || { cat "$work/nginx-t.log" >&2; fail "nginx -t with Debian's stock nginx.conf and the site enabled"; }
+say "ok: nginx -t passes with the stock nginx.conf and sites-enabled/assetdepot"
+
+# The origin from the package, as the service user, with the unit's environment.
+mapfile -t environment < <(sed -n 's/^Environment=//p' "$unit")
+listen=$(printf '%s\n' "${environment[@]}" | sed -n 's/^DEPOT_LISTEN=//p')
+[ -n "$listen" ] || fail "the unit sets no DEPOT_LISTEN"
+port=${listen##*:}
+if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+  # Something here listens on the unit's port: the origin takes a free one, and the installed
+  # site (a conffile, gone at purge) is pointed at it.
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  environment+=("DEPOT_LISTEN=127.0.0.1:$port")
+  sed -i "s/server 127.0.0.1:${listen##*:};/server 127.0.0.1:$port;/" $site
+  say "port ${listen##*:} is taken here: the origin listens on $port"
+fi
+: > "$work/origin.log"
+chmod 0644 "$work/origin.log"
+(cd / && umask 0077 && exec runuser -u assetdepot -- env -i PATH=/usr/bin:/bin "${environment[@]}" /usr/bin/depot serve >> "$work/origin.log" 2>&1) &
+runner=$!
+timeout 60 grep -q -m1 "listening on" <(tail -n +1 --pid=$runner -f "$work/origin.log") || { cat "$work/origin.log" >&2; fail "the origin did not start"; }
+origin=$(pgrep -P $runner -x depot) || fail "no depot process under runuser"
+made "origin $origin"
+[ "$(ps -o user= -p "$origin")" = assetdepot ] || fail "the origin runs as $(ps -o user= -p "$origin"), not assetdepot"
+grep -q "warning: no dashboard" "$work/origin.log" && fail "the origin found no dashboard: $(grep 'no dashboard' "$work/origin.log")"
+index=/usr/share/assetdepot/Public/index.html
+[ "$(curl -s -o "$work/index.html" -w '%{http_code}' "http://127.0.0.1:$port/")" = 200 ] || fail "GET / from the origin did not answer 200"
+cmp -s "$work/index.html" $index || fail "GET / from the origin did not answer the bytes of $index"
+[ "$(curl -s -o "$work/healthz" -w '%{http_code}' "http://127.0.0.1:$port/healthz")" = 200 ] || fail "GET /healthz did not answer 200: $(cat "$work/healthz")"
+say "ok: the origin runs as assetdepot; GET / answers $index; GET /healthz answers 200"
+
+# Through nginx, as installed.
+made nginx
+nginx || fail "nginx did not start with the stock nginx.conf"
+through=(curl -s --resolve "$host:443:127.0.0.1" --resolve "$host:80:127.0.0.1" --cacert "$certificate")
+[ "$("${through[@]}" -o "$work/edge.html" -w '%{http_code}' "https://$host/")" = 200 ] || fail "GET https://$host/ through nginx did not answer 200"
+cmp -s "$work/edge.html" $index || fail "GET https://$host/ through nginx did not answer the bytes of $index"
+[ "$("${through[@]}" -o /dev/null -w '%{http_code}' "https://$host/healthz")" = 404 ] || fail "nginx does not hide /healthz"
+[ "$("${through[@]}" -o /dev/null -w '%{http_code} %{redirect_url}' "http://$host/x")" = "301 https://$host/x" ] || fail "plain http does not redirect to https"
+say "ok: through nginx (https://$host/), / answers the dashboard, /healthz is hidden, http redirects"
+
+# The origin stops cleanly on SIGTERM, as systemd stops it.
+kill -TERM "$origin"
+timeout 40 tail --pid="$origin" -f /dev/null || fail "the origin did not stop within 40 s of SIGTERM"
+wait $runner || fail "the origin exited with status $? on SIGTERM"
+grep -q "^stopped" "$work/origin.log" || fail "the origin did not say it stopped"
+
+# Purge: the package's files go, the data folder stays (Debian keeps data), then the test's own
+# leftovers go in clean_up.
+nginx -s quit
+timeout 20 tail --pid="$(cat /run/nginx.pid 2>/dev/null || echo 1)" -f /dev/null 2>/dev/null || true
+rm -f /etc/nginx/sites-enabled/assetdepot
+DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq assetdepot > "$work/purge.log" 2>&1 || { cat "$work/purge.log" >&2; fail "apt-get purge assetdepot"; }
+for gone in /usr/bin/depot $unit $site /etc/nginx/snippets/assetdepot-locations.conf /usr/share/assetdepot /usr/lib/sysusers.d/assetdepot.conf; do
+  [ ! -e "$gone" ] || fail "$gone is still there after apt-get purge"
+done
+[ -d /var/lib/assetdepot ] || fail "apt-get purge removed /var/lib/assetdepot: data must be kept"
+grep -q "kept /var/lib/assetdepot" "$work/purge.log" || fail "apt-get purge did not say it kept /var/lib/assetdepot"
+say "ok: purged; /var/lib/assetdepot kept, as the package says"
+say "passed in $((SECONDS - started)) s"
