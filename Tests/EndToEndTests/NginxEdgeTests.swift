@@ -136,7 +136,7 @@ struct NginxEdgeTests {
         // A copy of /etc/nginx as the nginx-common package ships it, with its own folder's name
         // put in for /etc/nginx; nothing else in nginx.conf changes.
         for folder in ["conf.d", "sites-available", "sites-enabled", "snippets", "modules-enabled"] { try FileSystem.createDirectory(etc + "/" + folder) }
-        try Array(stockText.replacingOccurrences(of: "/etc/nginx/", with: etc + "/").utf8).write(to: etc + "/nginx.conf")
+        try FileSystem.writeAtomically(Array(stockText.replacingOccurrences(of: "/etc/nginx/", with: etc + "/").utf8), to: etc + "/nginx.conf")
         try FileManager.default.copyItem(atPath: "/etc/nginx/mime.types", toPath: etc + "/mime.types")
         for module in FileSystem.contents(of: "/etc/nginx/modules-enabled") {
             try FileManager.default.copyItem(atPath: "/etc/nginx/modules-enabled/" + module, toPath: etc + "/modules-enabled/" + module)
@@ -158,7 +158,7 @@ struct NginxEdgeTests {
         let installed = site.replacingOccurrences(of: "/etc/ssl/assetdepot/fullchain.pem", with: pki.certificate)
             .replacingOccurrences(of: "/etc/ssl/assetdepot/privkey.pem", with: pki.key)
             .replacingOccurrences(of: cache + " ", with: work.path + "/cache ")
-        try Array(installed.utf8).write(to: etc + "/sites-available/assetdepot")
+        try FileSystem.writeAtomically(Array(installed.utf8), to: etc + "/sites-available/assetdepot")
         try FileManager.default.createSymbolicLink(atPath: etc + "/sites-enabled/assetdepot", withDestinationPath: "../sites-available/assetdepot")
         // The site includes snippets/… relative to nginx.conf's folder, as in /etc/nginx.
         #expect(site.contains("include snippets/assetdepot-locations.conf;"))
