@@ -169,7 +169,8 @@ chmod 0644 "$work/origin.log"
 (cd / && umask 0077 && exec runuser -u assetdepot -- env -i PATH=/usr/bin:/bin "${environment[@]}" /usr/bin/depot serve >> "$work/origin.log" 2>&1) &
 runner=$!
 timeout 60 grep -q -m1 "listening on" <(tail -n +1 --pid=$runner -f "$work/origin.log") || { cat "$work/origin.log" >&2; fail "the origin did not start"; }
-origin=$(pgrep -P $runner -x depot) || fail "no depot process under runuser"
+# runuser waits for its command as a child (its PAM session); the origin is that child.
+origin=$(pgrep -P $runner -x depot) || fail "no depot process under runuser ($runner)"
 made "origin $origin"
 [ "$(ps -o user= -p "$origin")" = assetdepot ] || fail "the origin runs as $(ps -o user= -p "$origin"), not assetdepot"
 grep -q "warning: no dashboard" "$work/origin.log" && fail "the origin found no dashboard: $(grep 'no dashboard' "$work/origin.log")"

@@ -6,8 +6,8 @@
 # From the release build of depot, linked with the Swift runtime inside it (--static-swift-stdlib),
 # so that the package needs no Swift toolchain: only Debian's own libraries, named in Depends: by
 # dpkg-shlibdeps (package dpkg-dev). --skip-build (or DEPOT_PACKAGE_SKIP_BUILD=1) packages the
-# .build/release/depot already there, which must have been built the same way
-#   swift build -c release --product depot --static-swift-stdlib
+# .build/release/depot already there, as an earlier run built it (the script refuses a build that
+# links a Swift runtime library from the toolchain).
 # Needs dpkg-deb, dpkg-shlibdeps and ldd; run it as any user (files are owned by root in the
 # package). Installs:
 #   /usr/bin/depot
@@ -39,10 +39,17 @@ out=$(cd "$out" && pwd)
 cd "$root"
 
 if [ "$skip" != 1 ]; then
-  swift build -c release --product depot --static-swift-stdlib
+  # Foundation's networking, linked in with the Swift runtime, asks the linker for libcurl
+  # (-lcurl): the runtime library of Debian's libcurl4 is enough, through a link named as the
+  # linker looks for it, so no -dev package is needed (the package then depends on libcurl4).
+  curl=$(dpkg -L "libcurl4:$(dpkg --print-architecture)" 2>/dev/null | grep '/libcurl\.so\.4$' | head -n 1)
+  [ -n "$curl" ] || { echo "error: libcurl4 is not installed (apt-get install libcurl4)" >&2; exit 1; }
+  mkdir -p .build/package-libs
+  ln -sfn "$curl" .build/package-libs/libcurl.so
+  swift build -c release --product depot --static-swift-stdlib -Xlinker -L"$root/.build/package-libs"
 fi
 binary=$root/.build/release/depot
-[ -x "$binary" ] || { echo "error: no $binary: build it (swift build -c release --product depot --static-swift-stdlib) or drop --skip-build" >&2; exit 1; }
+[ -x "$binary" ] || { echo "error: no $binary: run Deploy/package.sh without --skip-build" >&2; exit 1; }
 
 # The binary must need nothing but Debian's libraries: no Swift runtime from the toolchain.
 from_debian() {  # from_debian LIBRARY: a package installed here owns the file (by its path or its link's)
@@ -132,8 +139,9 @@ if [ "$1" = configure ]; then
     chown assetdepot:assetdepot /var/lib/assetdepot
     chmod 0700 /var/lib/assetdepot
     # A new data folder is initialised as the service user, with no dev app and no secret
-    # printed, when this depot has `depot init`.
-    if [ -z "$(ls -A /var/lib/assetdepot)" ] && /usr/bin/depot init --help >/dev/null 2>&1; then
+    # printed, when this depot has `depot init` (an unknown subcommand's --help prints the
+    # general help, whose usage line is not init's).
+    if [ -z "$(ls -A /var/lib/assetdepot)" ] && /usr/bin/depot init --help 2>/dev/null | grep -q "^USAGE: depot init"; then
         (umask 0077 && cd / && runuser -u assetdepot -- /usr/bin/depot init --data /var/lib/assetdepot)
     fi
     if [ -d /run/systemd/system ]; then
