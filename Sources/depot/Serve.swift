@@ -279,9 +279,9 @@ struct Serve: ParsableCommand {
     /// source tree the executable was built in (.build/<config>/depot). `executable` has its
     /// symbolic links resolved, so a link on the PATH finds the folder of the file it names.
     static func publicDirectoryCandidates(executable: String = CommandLine.executablePath) -> [String] {
-        let binary = FileSystem.directory(of: URL(fileURLWithPath: executable).resolvingSymlinksInPath().path)
-        var candidates = ["./Public", FileSystem.directory(of: binary) + "/share/assetdepot/Public"]
-        var folder = binary
+        let bin = FileSystem.directory(of: URL(fileURLWithPath: executable).resolvingSymlinksInPath().path)
+        var candidates = ["./Public", FileSystem.directory(of: bin) + "/share/assetdepot/Public"]
+        var folder = bin
         for _ in 0..<4 {
             candidates.append(folder + "/Public")
             folder = FileSystem.directory(of: folder)
