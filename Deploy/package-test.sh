@@ -190,6 +190,26 @@ cmp -s "$work/edge.html" $index || fail "GET https://$host/ through nginx did no
 [ "$("${through[@]}" -o /dev/null -w '%{http_code} %{redirect_url}' "http://$host/x")" = "301 https://$host/x" ] || fail "plain http does not redirect to https"
 say "ok: through nginx (https://$host/), / answers the dashboard, /healthz is hidden, http redirects"
 
+# A first app, made by the packaged depot as the service user (the data folder is its own), then
+# a pack published and synced through nginx: what a content team and a device do.
+service_depot() { (cd / && umask 0077 && runuser -u assetdepot -- env -i PATH=/usr/bin:/bin /usr/bin/depot "$@"); }
+app=com.example.packagetest
+private=$work/private   # the token and the app's keys: not in the folder apt reads
+mkdir -m 0700 "$private"
+service_depot apps create "$app" --data /var/lib/assetdepot > "$private/apps.log" 2>&1 || fail "depot apps create as the service user: $(cat "$private/apps.log")"
+token=$(service_depot tokens create --app "$app" --data /var/lib/assetdepot | tail -n 1) || fail "depot tokens create as the service user"
+service_depot keys export --app "$app" --data /var/lib/assetdepot > "$private/client.json" || fail "depot keys export as the service user"
+others=$(find /var/lib/assetdepot ! -user assetdepot)
+[ -z "$others" ] || fail "the admin commands left files the service user does not own: $others"
+head -c 300000 /dev/urandom > "$private/pack"
+edge=(--server "https://$host" --resolve "$host:443:127.0.0.1" --ca-file "$certificate" --app "$app")
+DEPOT_TOKEN=$token XDG_CACHE_HOME=$private/cache depot publish "$private/pack" "${edge[@]}" --pack hello --release --quiet > "$private/publish.log" 2>&1 \
+  || fail "depot publish through nginx: $(cat "$private/publish.log")"
+depot sync "${edge[@]}" --config "$private/client.json" --dest "$private/device" > "$private/sync.log" 2>&1 \
+  || fail "depot sync through nginx: $(cat "$private/sync.log")"
+cmp -s "$private/pack" "$private/device/packs/hello" || fail "the pack synced through nginx is not the one published"
+say "ok: an app made as the service user; a pack published and synced through nginx, byte for byte"
+
 # The origin stops cleanly on SIGTERM, as systemd stops it.
 kill -TERM "$origin"
 timeout 40 tail --pid="$origin" -f /dev/null || fail "the origin did not stop within 40 s of SIGTERM"
@@ -198,7 +218,7 @@ grep -q "^stopped" "$work/origin.log" || fail "the origin did not say it stopped
 
 # Purge: the package's files go, the data folder stays (Debian keeps data), then the test's own
 # leftovers go in clean_up.
-nginx -s quit
+nginx -s quit 2>/dev/null
 timeout 20 tail --pid="$(cat /run/nginx.pid 2>/dev/null || echo 1)" -f /dev/null 2>/dev/null || true
 rm -f /etc/nginx/sites-enabled/assetdepot
 DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq assetdepot > "$work/purge.log" 2>&1 || { cat "$work/purge.log" >&2; fail "apt-get purge assetdepot"; }

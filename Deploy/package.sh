@@ -58,7 +58,7 @@ from_debian() {  # from_debian LIBRARY: a package installed here owns the file (
 for library in $(ldd "$binary" | awk '/=>/ { print $3 }'); do
   if ! from_debian "$library"; then
     echo "error: $binary links ${library/#not/a library not found}, which no Debian package installed here provides" >&2
-    echo "       (a Swift runtime library? build with --static-swift-stdlib)" >&2
+    echo "       (a Swift runtime library: run Deploy/package.sh without --skip-build, which links it in)" >&2
     ldd "$binary" >&2
     exit 1
   fi
