@@ -126,7 +126,9 @@ uid=$(id -u assetdepot)
   || fail "/var/lib/assetdepot is $(stat -c '%U:%G %a' /var/lib/assetdepot), not assetdepot:assetdepot 700"
 others=$(find /var/lib/assetdepot ! -user assetdepot)
 [ -z "$others" ] || fail "files in /var/lib/assetdepot the service user does not own: $others"
-say "ok: user assetdepot (uid $uid) owns /var/lib/assetdepot, mode 0700"
+[ -d /var/lib/assetdepot/apps ] && [ -f /var/lib/assetdepot/format.json ] || fail "the package did not initialise /var/lib/assetdepot (depot init)"
+[ -z "$(ls -A /var/lib/assetdepot/apps)" ] || fail "the initialised data folder has apps: $(ls /var/lib/assetdepot/apps)"
+say "ok: user assetdepot (uid $uid) owns /var/lib/assetdepot, mode 0700, initialised with no app"
 
 # The edge in Debian's stock layout: the site enabled, a throwaway certificate where it says.
 site=/etc/nginx/sites-available/assetdepot
@@ -174,6 +176,7 @@ origin=$(pgrep -P $runner -x depot) || fail "no depot process under runuser ($ru
 made "origin $origin"
 [ "$(ps -o user= -p "$origin")" = assetdepot ] || fail "the origin runs as $(ps -o user= -p "$origin"), not assetdepot"
 grep -q "warning: no dashboard" "$work/origin.log" && fail "the origin found no dashboard: $(grep 'no dashboard' "$work/origin.log")"
+grep -q "DEPOT_TOKEN=\|DEPOT_ADMIN_TOKEN=\|com.example.dev" "$work/origin.log" && fail "the packaged origin's first start made the dev app or printed a token"
 index=/usr/share/assetdepot/Public/index.html
 [ "$(curl -s -o "$work/index.html" -w '%{http_code}' "http://127.0.0.1:$port/")" = 200 ] || fail "GET / from the origin did not answer 200"
 cmp -s "$work/index.html" $index || fail "GET / from the origin did not answer the bytes of $index"

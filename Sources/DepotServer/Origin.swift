@@ -37,6 +37,8 @@ final class Origin: HTTPHandler {
         folder = DataFolder(configuration.dataPath)
         folderLock = Mutex(try folder.lockExclusively().release())
         try folder.prepare()
+        // Every small file readable and writable by this user, or named in the log and on /healthz.
+        StateHealth.shared.survey(folder)
         let apps = AppStore(folder: folder)
         let blobs: any BlobStore
         // With a bucket, blobs stream from it and no answer is kept.
@@ -102,7 +104,7 @@ final class Origin: HTTPHandler {
         garbage = GarbageCollector(releases: releases, blobs: blobs, inFlight: storing, finishing: { [uploads] in uploads.finishingBlobs() })
         operations = OperationsHandlers(
             metrics: metrics, staticFiles: configuration.publicDirectory.map(StaticFiles.init(root:)), metricsToken: configuration.metricsToken,
-            observe: { [releases, apps, folder, manifestLifetime = configuration.manifestLifetime] in
+            dataRoot: folder.root, observe: { [releases, apps, folder, manifestLifetime = configuration.manifestLifetime] in
                 // Every live channel's manifest (cached in memory; the channel pointers are read).
                 var expiries: [(app: String, channel: String, expiresAt: Date)] = []
                 let all = apps.list()
@@ -112,7 +114,7 @@ final class Origin: HTTPHandler {
                     }
                 }
                 let space = ScratchBudget.space(of: folder.root).map { (free: $0.free, total: $0.total) }
-                return OriginMetrics.Observations(volume: space, reserve: patchLimits.reserve, manifestLifetime: manifestLifetime, expiries: expiries, apps: all)
+                return OriginMetrics.Observations(volume: space, reserve: patchLimits.reserve, manifestLifetime: manifestLifetime, expiries: expiries, apps: all, unreadableFiles: StateHealth.shared.problems(under: folder.root).count)
             }
         )
         reports = try ReportBook(folder: folder, releases: releases, mirror: mirror, logger: configuration.logger, metrics: metrics)

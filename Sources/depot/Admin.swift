@@ -6,7 +6,7 @@ import Foundation
 extension AppMode: ExpressibleByArgument {}
 
 struct Apps: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Create and list apps.", subcommands: [Create.self, List.self, Credentials.self, Allowances.self, Language.self, Trust.self])
+    static let configuration = CommandConfiguration(abstract: "Create, list and remove apps, and set their credentials, allowances, language and trust rules.", subcommands: [Create.self, List.self, Remove.self, Credentials.self, Allowances.self, Language.self, Trust.self])
 
     struct Create: ParsableCommand {
         static let configuration = CommandConfiguration(
@@ -35,6 +35,34 @@ struct Apps: ParsableCommand {
             let store = AppStore(folder: DataFolder(data.data))
             try store.create(app, mode: mode, appGroup: appGroup, primaryLanguage: primaryLanguage)
             print("created \(mode == .managed ? "managed app \(app) (app group \(appGroup ?? ""))" : "app \(app)")")
+        }
+    }
+
+    struct Remove: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Remove an app, with the origin stopped: its releases, channels, settings, drafts, rollouts, reports, trust rules, tokens and pack keys.",
+            discussion: """
+                Its blobs stay until `depot gc` (or the running origin's sweep) finds nothing naming them. Devices keep what \
+                they installed; the app's manifest answers 404 from then on. The pack keys are deleted: a backup keeps them. \
+                Run again after an interruption, it finishes the removal. Needs --yes.
+                """
+        )
+        @OptionGroup var data: DataOptions
+        @Argument(help: "The app.") var app: String
+        @Flag(help: "Remove it: without this flag, the command only says what would go.") var yes = false
+
+        func run() throws {
+            let folder = DataFolder(data.data)
+            let store = AppStore(folder: folder)
+            guard yes else {
+                guard store.settings(app) != nil else { throw CLIError("no app \(app) in \(data.data)") }
+                throw CLIError("this removes app \(app) from \(data.data) with its releases, tokens and pack keys (the origin stopped); run again with --yes")
+            }
+            // No origin may be running: it keeps the app's manifests and settings in memory.
+            let lock = try folder.lockExclusively()
+            defer { _ = lock }
+            let removed = try store.remove(app)
+            print("removed app \(app): \(removed.releases) releases, \(removed.tokens) tokens\(removed.packKey ? ", its pack keys" : ""); its blobs go at the next depot gc")
         }
     }
 
@@ -143,6 +171,8 @@ struct Tokens: ParsableCommand {
         @Option(help: "publisher or admin.") var role: String = "publisher"
         @Option(help: "When it expires: a duration such as 90d, 12h or 30m, or an ISO 8601 date. Default: never.")
         var expires: String?
+        @Option(help: ArgumentHelp("Write the token into this new file (mode 0600, readable only by the user running the command) instead of printing it.", valueName: "file"))
+        var out: String?
 
         func validate() throws {
             guard TokenRole(rawValue: role) != nil else { throw ValidationError("--role must be publisher or admin") }
@@ -162,10 +192,31 @@ struct Tokens: ParsableCommand {
             let folder = DataFolder(data.data)
             guard AppStore(folder: folder).settings(app) != nil else { throw CLIError("no app \(app) in \(data.data)") }
             let expiry = try expires.map { try Self.expiry($0, from: Date()) }
-            let (token, record) = try TokenStore(folder: folder).create(app: app, role: TokenRole(rawValue: role)!, expiresAt: expiry)
-            let until = record.expiresAt.map { ", expires \(ISO8601DateFormatter().string(from: $0))" } ?? ""
-            print("created \(record.id) (\(record.role.rawValue) of \(record.app)\(until))")
-            print(token)
+            // The file first, new and private: a token is never created that cannot be delivered.
+            let file = try out.map { path in
+                do {
+                    return try FileDescriptor(path: path, flags: O_WRONLY | O_CREAT | O_EXCL, mode: 0o600)
+                } catch {
+                    throw CLIError("--out \(path): \(error) (it must be a new file)")
+                }
+            }
+            let created: (token: String, record: StoredToken)
+            do {
+                created = try TokenStore(folder: folder).create(app: app, role: TokenRole(rawValue: role)!, expiresAt: expiry)
+            } catch {
+                if let out { FileSystem.remove(out) }
+                throw error
+            }
+            let until = created.record.expiresAt.map { ", expires \(ISO8601DateFormatter().string(from: $0))" } ?? ""
+            print("created \(created.record.id) (\(created.record.role.rawValue) of \(created.record.app)\(until))")
+            if let file, let out {
+                try file.write(Array((created.token + "\n").utf8))
+                try file.sync()
+                try? FileSystem.syncDirectory(FileSystem.directory(of: out))
+                print("the token is in \(out) (mode 0600)")
+            } else {
+                print(created.token)
+            }
         }
     }
 

@@ -1,5 +1,6 @@
 import ArgumentParser
 import DepotCore
+import DepotServer
 import Foundation
 
 @main
@@ -12,7 +13,7 @@ struct Depot: AsyncParsableCommand {
             publish and sync talk HTTP. A failing command prints one line to stderr and exits non-zero.
             """,
         version: AssetDepotVersion.current,
-        subcommands: [Serve.self, Apps.self, Tokens.self, Keys.self, Publish.self, Unstage.self, Release.self, Releases.self, Rollback.self, Channels.self, RolloutCommand.self, Fleet.self, Plist.self, GC.self, Sync.self, ExtensionCommand.self, DeltaCommand.self, Fetch.self, Inspect.self, Storage.self, VerifyEdge.self]
+        subcommands: [Serve.self, Init.self, Apps.self, Tokens.self, Keys.self, Publish.self, Unstage.self, Release.self, Releases.self, Rollback.self, Channels.self, RolloutCommand.self, Fleet.self, Plist.self, GC.self, Sync.self, ExtensionCommand.self, DeltaCommand.self, Fetch.self, Inspect.self, Storage.self, VerifyEdge.self]
     )
 
     /// Runs the command; a failure is one line on stderr (a usage error points at `depot help`),
@@ -20,11 +21,19 @@ struct Depot: AsyncParsableCommand {
     static func main() async {
         do {
             var command = try parseAsRoot()
+            if let path = DataFolderOwner.dataPath(of: command) {
+                // As the folder's owner, and only on a folder of a format this build reads.
+                try DataFolderOwner.adopt(path)
+                try DataFolder(path).checkFormat(record: false)
+            }
             if var command = command as? any AsyncParsableCommand {
                 try await command.run()
             } else {
                 try command.run()
             }
+        } catch let exit as ExitCode {
+            // The command has said what failed (a report, a list of problems).
+            Foundation.exit(exit.rawValue)
         } catch {
             let code = exitCode(for: error)
             let message = fullMessage(for: error)
@@ -36,7 +45,7 @@ struct Depot: AsyncParsableCommand {
             if !line.hasPrefix("Error: ") { line = "Error: " + line }
             if message.contains("Usage:") {
                 let words = CommandLine.arguments.dropFirst().prefix { !$0.hasPrefix("-") }
-                let known = words.prefix { word in configuration.subcommands.contains { $0._commandName == word } || ["create", "list", "revoke", "export", "rotate", "rotate-signing", "allowances", "credentials", "promote", "remove", "migrate", "schedule", "receive", "install", "make", "apply", "start", "advance", "halt", "complete", "status"].contains(word) }
+                let known = words.prefix { word in configuration.subcommands.contains { $0._commandName == word } || ["create", "list", "revoke", "export", "rotate", "rotate-signing", "allowances", "credentials", "promote", "remove", "migrate", "schedule", "receive", "install", "make", "apply", "start", "advance", "halt", "complete", "status", "init"].contains(word) }
                 line += " (see `depot help\(known.isEmpty ? "" : " " + known.joined(separator: " "))`)"
             }
             FileHandle.standardError.write(Data((line + "\n").utf8))

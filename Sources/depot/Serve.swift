@@ -10,14 +10,18 @@ struct Serve: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run the origin.",
         discussion: """
-            Every option can also come from the environment variable named in its help (the flag wins).
-            A data folder that does not exist yet is created with a dev app, its keys and a publish token,
-            which are printed. SIGTERM or SIGINT stops accepting connections, lets requests in flight
+            Every option can also come from the environment variable named in its help (the flag wins). \
+            A data folder that does not exist yet is created with a dev app, its keys and two tokens, \
+            which are printed (--bootstrap dev, for trying it out); with --bootstrap none (the packaged \
+            unit's), it is created empty, as `depot init` does. SIGTERM or SIGINT stops accepting connections, lets requests in flight \
             finish for up to --drain-timeout seconds, then exits 0. The access log goes to stderr.
             """
     )
 
     @OptionGroup var data: DataOptions
+
+    @Option(help: ArgumentHelp("What a data folder that does not exist yet gets: dev, the app com.example.dev with a publisher and an admin token that never expire, printed (for trying it out); none, nothing but its folders and signing key, as `depot init` (for production) (env DEPOT_BOOTSTRAP).", valueName: "dev|none"))
+    var bootstrap: String = Environment.string("DEPOT_BOOTSTRAP", "dev")
 
     @Option(help: "HOST:PORT to listen on; port 0 picks a free port (env DEPOT_LISTEN).")
     var listen: String = Environment.string("DEPOT_LISTEN", "127.0.0.1:8080")
@@ -100,8 +104,10 @@ struct Serve: ParsableCommand {
     @Option(name: .customLong("patch-depth"), help: "How many earlier revisions of a changed pack get a patch (a delta download) to the new one, made in the background after each release; 0 turns patches off (env DEPOT_PATCH_DEPTH).")
     var patchDepth: Int = Environment.int("DEPOT_PATCH_DEPTH", 3)
 
-    @Option(name: .customLong("patch-scratch-limit"), help: "The most scratch space one patch may use in bytes, unpacked zip trees included; a patch that needs more is skipped and devices download the whole pack (env DEPOT_PATCH_SCRATCH_LIMIT). Default: four times --max-pack-size.")
-    var patchScratchLimit: Int64 = Environment.int("DEPOT_PATCH_SCRATCH_LIMIT", 0)
+    @Option(name: .customLong("patch-scratch-limit"), help: "The most scratch space one patch may use in bytes, unpacked zip trees included; a patch that needs more is skipped and devices download the whole pack (env DEPOT_PATCH_SCRATCH_LIMIT). Default: four times --max-pack-size, at least 4 GiB.")
+    var patchScratchLimitOption: Int64?
+    /// The flag, else the environment (read here: a default from the environment would show in the help as one).
+    var patchScratchLimit: Int64? { patchScratchLimitOption ?? Environment.optionalInt("DEPOT_PATCH_SCRATCH_LIMIT") }
 
     @Option(name: .customLong("patch-disk-reserve"), help: "The percentage of the data volume patch making always leaves free, checked before and while a patch is made (env DEPOT_PATCH_DISK_RESERVE).")
     var patchDiskReserve: Int = Environment.int("DEPOT_PATCH_DISK_RESERVE", 25)
@@ -132,7 +138,8 @@ struct Serve: ParsableCommand {
         guard reportRatePerAddress >= 1, reportRateTotal >= 1 else { throw ValidationError("--report-rate-per-address and --report-rate-total must be at least 1") }
         guard maxChannels >= 1 else { throw ValidationError("--max-channels must be at least 1") }
         guard (0...16).contains(patchDepth) else { throw ValidationError("--patch-depth must be 0–16") }
-        guard patchScratchLimit >= 0, (0...90).contains(patchDiskReserve) else { throw ValidationError("--patch-scratch-limit must not be negative, --patch-disk-reserve must be 0–90") }
+        guard bootstrap == "dev" || bootstrap == "none" else { throw ValidationError("--bootstrap must be dev or none") }
+        guard (patchScratchLimit ?? 1) >= 1, (0...90).contains(patchDiskReserve) else { throw ValidationError("--patch-scratch-limit must be at least 1, --patch-disk-reserve must be 0–90") }
         _ = try trustedProxies()
     }
 
@@ -182,7 +189,7 @@ struct Serve: ParsableCommand {
         let level = Logger.Level(rawValue: logLevel)!
         LoggingSystem.bootstrap { label in BufferedLogHandler(label: label, logLevel: level) }
         // A replica holds no keys or tokens: nothing to bootstrap.
-        let bootstrap = readOnly ? nil : try Bootstrap.ifNeeded(dataPath: data.data)
+        let bootstrap = readOnly || self.bootstrap == "none" ? nil : try Bootstrap.ifNeeded(dataPath: data.data)
         let stop = StopSignal()
         let files = Self.raiseOpenFileLimit()
         // A connection takes a socket, an upload or a download a file besides.
@@ -214,7 +221,7 @@ struct Serve: ParsableCommand {
         configuration.patchDepth = patchDepth
         configuration.maximumChannels = maxChannels
         configuration.patchLimits = PatchLimits(
-            scratchBytes: patchScratchLimit > 0 ? patchScratchLimit : 4 * max(maxPackSize, 1 << 30), reserve: Double(patchDiskReserve) / 100
+            scratchBytes: patchScratchLimit ?? 4 * max(maxPackSize, 1 << 30), reserve: Double(patchDiskReserve) / 100
         )
         configuration.metricsToken = try metricsToken()
         // Access lines straight into the log handler's buffer (the handler every logger here has,
@@ -247,11 +254,21 @@ struct Serve: ParsableCommand {
             print("warning: the public URL \(server.publicURL) is not https: fine for development, but devices (Background Assets) download only over https; put a TLS edge in front and pass --public-url https://… (Deploy/README.md)")
         }
         if let bootstrap { print(bootstrap.instructions(server: server.publicURL, dataPath: data.data, depot: CommandLine.executablePath)) }
+        let apps = readOnly ? [] : AppStore(folder: DataFolder(data.data)).list()
+        if !readOnly && apps.isEmpty {
+            print("no apps yet: create one as this user (\(String(cString: getpwuid(getuid())?.pointee.pw_name ?? strdup("?")))): depot apps create APP --data \(data.data), then a token: depot tokens create --data \(data.data) --app APP --role admin --expires 7d --out FILE")
+        }
+        // The start and the stop in the log itself (stderr, the journal), with what is running.
+        let log = configuration.logger
+        log.notice("started depot \(AssetDepotVersion.current) (pid \(getpid()), uid \(getuid())) on \(host.contains(":") ? "[\(host)]" : host):\(server.port), data \(data.data) (format \(DataFolder.formatVersion)), \(apps.count) apps")
+        BufferedLogHandler.Sink.shared.flush()
         fflush(nil)
         let received = stop.wait()
         print("stopping (signal \(received)): draining requests for up to \(drainTimeout) s")
+        log.notice("stopping on signal \(received): draining requests for up to \(drainTimeout) s")
         fflush(nil)
         let cut = server.shutdown(gracePeriod: .seconds(drainTimeout))
+        log.notice("stopped depot \(AssetDepotVersion.current) (pid \(getpid()))\(cut == 0 ? "" : "; \(cut) requests were cut off at the drain deadline")")
         BufferedLogHandler.Sink.shared.flush()
         print(cut == 0 ? "stopped" : "stopped; \(cut) requests were cut off at the deadline")
     }

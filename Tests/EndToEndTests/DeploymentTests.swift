@@ -24,7 +24,8 @@ struct DeploymentTests {
         let level = security.stdout.split(separator: "\n").last { $0.contains("Overall exposure level") }
             .flatMap { line in line.split(separator: " ").compactMap { Double($0) }.first }
         #expect(level.map { $0 <= 2.5 } == true, "exposure: \(security.stdout.suffix(300))")
-        for directive in ["NoNewPrivileges=yes", "ProtectSystem=strict", "PrivateTmp=yes", "StateDirectory=assetdepot", "LimitNOFILE=", "KillSignal=SIGTERM"] {
+        for directive in ["NoNewPrivileges=yes", "ProtectSystem=strict", "PrivateTmp=yes", "StateDirectory=assetdepot", "LimitNOFILE=", "KillSignal=SIGTERM",
+                          "Environment=DEPOT_BOOTSTRAP=none"] {
             #expect(unit.contains(directive), "\(directive)")
         }
     }

@@ -84,6 +84,8 @@ struct VerifyEdgeTests {
             let compressed = try verify("127.0.0.1")
             let gzipped = compressed.stdout.split(separator: "\n").filter { $0.hasPrefix("problem: ") && $0.contains("Content-Encoding gzip") }
             #expect(compressed.status == 1 && gzipped.count == 3, "\(compressed.stdout)")
+            // The problems are the message: no "Error: ExitCode(rawValue: 1)" after them (issue 51).
+            #expect(compressed.stderr.isEmpty, "\(compressed.stderr)")
             #expect(["core", "world", "level"].allSatisfy { pack in gzipped.contains { $0.contains("pack \(pack) ") } })
             _ = gzip
 

@@ -122,6 +122,17 @@ public final class TokenStore: Sendable {
         return found
     }
 
+    /// Removes every token of `app` (the app is being removed); returns how many there were.
+    public func removeAll(app: String) throws -> Int {
+        var removed = 0
+        guard FileSystem.exists(path) else { return 0 }
+        try modify { tokens in
+            removed = tokens.count(where: { $0.app == app })
+            tokens.removeAll { $0.app == app }
+        }
+        return removed
+    }
+
     /// Every stored token record.
     public func list() throws -> [StoredToken] { try load() }
 

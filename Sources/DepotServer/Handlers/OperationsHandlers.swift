@@ -1,5 +1,6 @@
 import DepotCore
 import DepotHTTP
+import Foundation
 import Synchronization
 
 /// What operators and browsers call: health, metrics, and the dashboard's static files.
@@ -11,9 +12,15 @@ final class OperationsHandlers: Sendable {
     private let inFlightProvider = Mutex<(@Sendable () -> Int)?>(nil)
     /// What each scrape reads of the volume and the releases (on the scraping request's thread).
     private let observe: @Sendable () -> OriginMetrics.Observations?
+    /// The data folder whose unreadable files make `/healthz` answer 503 (``StateHealth``).
+    private let dataRoot: String?
 
-    init(metrics: OriginMetrics, staticFiles: StaticFiles?, metricsToken: String? = nil, observe: @escaping @Sendable () -> OriginMetrics.Observations? = { nil }) {
+    init(
+        metrics: OriginMetrics, staticFiles: StaticFiles?, metricsToken: String? = nil, dataRoot: String? = nil,
+        observe: @escaping @Sendable () -> OriginMetrics.Observations? = { nil }
+    ) {
         self.metrics = metrics
+        self.dataRoot = dataRoot
         self.observe = observe
         self.staticFiles = staticFiles
         metricsTokenDigest = metricsToken.map { SHA256Hasher.hash(Array($0.utf8)) }
@@ -24,9 +31,19 @@ final class OperationsHandlers: Sendable {
         inFlightProvider.withLock { $0 = provider }
     }
 
-    /// `GET /healthz`.
+    /// `GET /healthz`: 200 `{"status":"ok","version":…}`, or 503 `{"status":"unreadable",…}`
+    /// naming the data-folder files this process cannot read (a load balancer or an alert sees
+    /// it; the paths are the folder's own, which the edges keep off the public name).
     func health(_ context: RequestContext) -> HTTPResponse {
-        var response = HTTPResponse.bytes(Array("{\"status\":\"ok\"}\n".utf8), contentType: "application/json")
+        let problems = dataRoot.map { StateHealth.shared.problems(under: $0) } ?? []
+        var body = "{\"status\":\"" + (problems.isEmpty ? "ok" : "unreadable") + "\",\"version\":\"" + AssetDepotVersion.current + "\""
+        if !problems.isEmpty {
+            let listed = problems.prefix(20).map { ["file": $0.path, "error": $0.error] }
+            let encoded = (try? JSONSerialization.data(withJSONObject: listed, options: [.sortedKeys, .withoutEscapingSlashes])).map { String(decoding: $0, as: UTF8.self) } ?? "[]"
+            body += ",\"unreadable\":" + encoded + ",\"count\":\(problems.count)"
+        }
+        var response = HTTPResponse.bytes(Array((body + "}\n").utf8), contentType: "application/json")
+        if !problems.isEmpty { response.status = 503 }
         response.headers.add("Cache-Control", "no-store")
         return response
     }

@@ -1,3 +1,4 @@
+import DepotCore
 import DepotHTTP
 import Foundation
 import Metrics
@@ -31,6 +32,8 @@ final class OriginMetrics: Sendable {
         var expiries: [(app: String, channel: String, expiresAt: Date)]
         /// Every app.
         var apps: [String]
+        /// How many data-folder files this process cannot read (``StateHealth``).
+        var unreadableFiles = 0
     }
 
     /// Why a patch can be skipped (``patchSkipped(app:reason:)``).
@@ -54,6 +57,11 @@ final class OriginMetrics: Sendable {
         ]
         self.factory = factory
         inFlight = Metrics.Gauge(label: "depot_http_requests_in_flight", factory: factory)
+        // Prometheus's convention for what is running: a constant 1 labelled with the version.
+        registry.makeGauge(
+            descriptor: MetricNameDescriptor(metricName: "depot_build_info", unitName: "", helpText: "The running depot's version (the value is always 1)"),
+            labels: [("version", AssetDepotVersion.current)]
+        ).set(Double(1))
     }
 
     private func counter(_ label: String, _ dimensions: [(String, String)]) -> Metrics.Counter {
@@ -140,6 +148,7 @@ final class OriginMetrics: Sendable {
             }
             volume("depot_patch_disk_reserve_ratio", "The share of the data volume patch making leaves free", observations.reserve)
             volume("depot_manifest_lifetime_seconds", "How long a signed manifest is valid", observations.manifestLifetime)
+            volume("depot_state_unreadable_files", "Data-folder files the origin cannot read (their names are in the log and on /healthz)", Double(observations.unreadableFiles))
             var seen: Set<String> = []
             for expiry in observations.expiries {
                 let key = expiry.app + "\u{0}" + expiry.channel

@@ -13,6 +13,7 @@ import Foundation
 /// uploads/                 uploads in progress, never served
 /// keys/                    0700: pack master keys (<app>.json), manifest signing key
 /// tokens.json              publish tokens as SHA-256 hashes
+/// format.json              the folder's format version (``DataFolder/formatVersion``)
 /// ```
 public struct DataFolder: Sendable {
     /// The folder's path.
@@ -89,10 +90,49 @@ public struct DataFolder: Sendable {
     /// Whether the folder has been initialised.
     public var exists: Bool { FileSystem.isDirectory(apps) }
 
+    /// The format of the data folder this build reads and writes. A folder without `format.json`
+    /// (made before formats were recorded) is format 1; a change that an older `depot` would
+    /// misread raises the number, and that older `depot` then refuses the folder rather than
+    /// half-reading it.
+    public static let formatVersion = 1
+    var formatFile: String { root + "/format.json" }
+
+    /// What `format.json` holds.
+    struct FormatRecord: Codable {
+        var format: Int
+        /// The `depot` version that wrote the record (for the operator: which build to go back to).
+        var writtenBy: String?
+    }
+
+    /// The folder's format, as recorded (nil: not recorded, a folder from before formats, or none).
+    public func recordedFormat() throws -> Int? {
+        guard FileSystem.exists(formatFile) else { return nil }
+        do {
+            return try StoredJSON.read(FormatRecord.self, from: formatFile).format
+        } catch {
+            throw DepotError(.failure, "data_folder_format", "\(formatFile) cannot be read (\(error)): fix its owner or mode (the data folder's files belong to the user depot serve runs as); nothing was read or changed")
+        }
+    }
+
+    /// Refuses a folder whose format is newer than this build knows, before anything else of it
+    /// is read; records the format when `record` and the folder has none yet.
+    public func checkFormat(record: Bool) throws {
+        if let format = try recordedFormat() {
+            guard format <= Self.formatVersion else {
+                let writer = (try? StoredJSON.read(FormatRecord.self, from: formatFile).writtenBy).flatMap { $0 }.map { " (written by depot \($0))" } ?? ""
+                throw DepotError.conflict("data_folder_too_new", "\(root) is data-folder format \(format)\(writer); this depot \(AssetDepotVersion.current) reads format \(Self.formatVersion) at most: run the newer depot (or restore a backup taken before the upgrade); nothing was read or changed")
+            }
+            return
+        }
+        guard record, FileSystem.isDirectory(root) else { return }
+        try StoredJSON.write(FormatRecord(format: Self.formatVersion, writtenBy: AssetDepotVersion.current), to: formatFile)
+    }
+
     /// Creates the folders (keys/ with mode 0700) and removes temporary files that a crash left:
     /// only while holding ``lockExclusively()`` (the origin at start-up, offline maintenance), as
     /// the files it removes may be a live origin's writes in progress.
     public func prepare() throws {
+        try checkFormat(record: false)
         try makeFolders()
         cleanTemporaryFiles()
     }
@@ -100,10 +140,12 @@ public struct DataFolder: Sendable {
     /// Creates the folders (keys/ with mode 0700), removing nothing: what an admin command does
     /// beside a running origin.
     public func makeFolders() throws {
+        try checkFormat(record: false)
         try FileSystem.createDirectory(root)
         for folder in [blobs, apps, uploads] { try FileSystem.createDirectory(folder) }
         try FileSystem.createDirectory(keys, mode: 0o700)
         chmod(keys, 0o700)
+        try checkFormat(record: true)
     }
 
     /// Removes what interrupted writes and uploads left behind: nothing there was ever visible.

@@ -55,7 +55,17 @@ final class FileStampCache<Value: Sendable>: Sendable {
     }
 
     private func reload(_ key: String, path: String, relative: String?, stamp: Stamp?, load: (String) throws -> Value) -> Value? {
-        let value = stamp == nil ? nil : try? load(path)
+        var value: Value? = nil
+        if stamp != nil {
+            // A file that is there but cannot be read (its owner or mode, a damaged write) is a
+            // problem the operator must hear of: logged and on /healthz (``StateHealth``).
+            do {
+                value = try load(path)
+                StateHealth.shared.succeeded(path)
+            } catch {
+                StateHealth.shared.failed(path, error)
+            }
+        }
         let entry = Entry(path: path, relative: relative, stamp: stamp, value: value)
         entries.withLock { entries in
             // Names come from requests: a missing file is not kept (a flood of made-up names
