@@ -12,7 +12,7 @@ struct Depot: AsyncParsableCommand {
             publish and sync talk HTTP. A failing command prints one line to stderr and exits non-zero.
             """,
         version: AssetDepotVersion.current,
-        subcommands: [Serve.self, Apps.self, Tokens.self, Keys.self, Publish.self, Unstage.self, Release.self, Releases.self, Rollback.self, Channels.self, RolloutCommand.self, Fleet.self, Plist.self, GC.self, Sync.self, ExtensionCommand.self, DeltaCommand.self, Fetch.self, Inspect.self, Storage.self, VerifyEdge.self]
+        subcommands: [Serve.self, Apps.self, Tokens.self, Keys.self, Publish.self, Unstage.self, Release.self, Releases.self, Rollback.self, Channels.self, RolloutCommand.self, Fleet.self, Plist.self, GC.self, Backup.self, Restore.self, Sync.self, ExtensionCommand.self, DeltaCommand.self, Fetch.self, Inspect.self, Storage.self, VerifyEdge.self]
     )
 
     /// Runs the command; a failure is one line on stderr (a usage error points at `depot help`),
