@@ -159,6 +159,9 @@ struct RestoreTests {
         #expect(done.status == 0 && done.text.contains("backed up"), "\(done.text)")
         let record = try JSONSerialization.jsonObject(with: Data(FileSystem.readFile(backup + "/backup.json"))) as? [String: Any]
         #expect((record?["apps"] as? [String: Int])?[Self.dev] == 1, "the pointers were copied before the publish: \(String(describing: record))")
+        // The publish ran inside the copy: its release file came along (above `head`: start-up
+        // removes it), and so did its blob.
+        #expect(FileSystem.exists(backup + "/apps/\(Self.dev)/releases/000002.json"))
         #expect(record?["format"] as? Int == 1 && record?["depotVersion"] as? String == AssetDepotVersion.current)
         #expect(TreeMode.of(backup + "/keys") == 0o700 && TreeMode.of(backup + "/keys/manifest-signing.json") == 0o600)
         #expect(!FileSystem.exists(backup + "/serve.lock") && !FileSystem.exists(backup + "/uploads"))
@@ -271,10 +274,13 @@ struct RestoreTests {
         let trace = lab.work.path + "/trace"
         #expect(try lab.run(["backup", "--data", lab.data, backup], environment: ["DEPOT_CRASH_TRACE": trace]).status == 0)
         #expect(try Processes.run("/bin/rm", ["-rf", backup]).status == 0)
+        // Points named by their call's ordinal (a lock file made once shifts the overall count).
         let points = CrashSeam.trace(trace)
-        let last = try #require(points.lastIndex { $0.contains(" rename ") && $0.hasSuffix(" " + backup) }) + 1
-        for point in [points.count / 2, last] {
-            let killed = try lab.run(["backup", "--data", lab.data, backup], environment: ["DEPOT_CRASH_AT": "\(point)"])
+        let renames = points.filter { $0.split(separator: " ").dropFirst().first == "rename" }
+        let fsyncs = points.filter { $0.split(separator: " ").dropFirst().first == "fsync" }
+        #expect(renames.last?.hasSuffix(" " + backup) == true, "the backup's last rename names it: \(renames)")
+        for point in ["fsync:\(fsyncs.count / 2)", "rename:\(renames.count)"] {
+            let killed = try lab.run(["backup", "--data", lab.data, backup], environment: ["DEPOT_CRASH_AT": point])
             #expect(killed.status != 0)
             #expect(!FileSystem.exists(backup), "crash point \(point) of \(points.count): \(backup) exists")
             let partials = FileSystem.contents(of: lab.work.path).filter { $0.hasPrefix("backup.partial-") }
