@@ -30,6 +30,10 @@ public final class DepotServer: Sendable {
 
     private let refresher: ManifestRefresher
 
+    /// What start-up did with a data folder a backup was copied back into by hand (its
+    /// `backup.json`): the floor release numbers continue from, and when the backup was taken.
+    public var restored: DataRestore.Outcome? { origin.restored }
+
     /// The bound port.
     public var port: UInt16 { http.port }
     /// The base URL manifests point at.

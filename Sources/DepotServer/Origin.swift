@@ -30,6 +30,8 @@ final class Origin: HTTPHandler {
     let router: Router
     let metrics: OriginMetrics
     private let accessLog: AccessLog
+    /// What start-up found and did, when the folder held a backup's record (``DataRestore``).
+    let restored: DataRestore.Outcome?
     /// The data folder's lock, as a raw descriptor (-1 once released).
     private let folderLock: Mutex<Int32>
 
@@ -37,6 +39,10 @@ final class Origin: HTTPHandler {
         folder = DataFolder(configuration.dataPath)
         folderLock = Mutex(try folder.lockExclusively().release())
         try folder.prepare()
+        // A backup copied back by hand (its backup.json is here): numbering continues above
+        // every number issued before the restore. A replica publishes nothing.
+        restored = configuration.readOnly ? nil : try DataRestore.adoptIfRestored(folder)
+        if let restored { configuration.logger.notice("\(restored.description)", metadata: ["data": .string(folder.root)]) }
         // Every small file readable and writable by this user, or named in the log and on /healthz.
         StateHealth.shared.survey(folder)
         let apps = AppStore(folder: folder)

@@ -13,7 +13,7 @@ struct Depot: AsyncParsableCommand {
             publish and sync talk HTTP. A failing command prints one line to stderr and exits non-zero.
             """,
         version: AssetDepotVersion.current,
-        subcommands: [Serve.self, Init.self, Apps.self, Tokens.self, Keys.self, Publish.self, Unstage.self, Release.self, Releases.self, Rollback.self, Channels.self, RolloutCommand.self, Fleet.self, Plist.self, GC.self, Sync.self, ExtensionCommand.self, DeltaCommand.self, Fetch.self, Inspect.self, Storage.self, VerifyEdge.self]
+        subcommands: [Serve.self, Init.self, Apps.self, Tokens.self, Keys.self, Publish.self, Unstage.self, Release.self, Releases.self, Rollback.self, Channels.self, RolloutCommand.self, Fleet.self, Plist.self, GC.self, Backup.self, Restore.self, Sync.self, ExtensionCommand.self, DeltaCommand.self, Fetch.self, Inspect.self, Storage.self, VerifyEdge.self]
     )
 
     /// Runs the command; a failure is one line on stderr (a usage error points at `depot help`),
@@ -23,7 +23,8 @@ struct Depot: AsyncParsableCommand {
             var command = try parseAsRoot()
             if let path = DataFolderOwner.dataPath(of: command) {
                 // As the folder's owner, and only on a folder of a format this build reads.
-                try DataFolderOwner.adopt(path)
+                // (`backup` only reads it and writes elsewhere; `restore` gives its copy to the owner.)
+                if !(command is Backup || command is Restore) { try DataFolderOwner.adopt(path) }
                 try DataFolder(path).checkFormat(record: false)
             }
             if var command = command as? any AsyncParsableCommand {

@@ -253,6 +253,7 @@ struct Serve: ParsableCommand {
         if !server.publicURL.hasPrefix("https://") {
             print("warning: the public URL \(server.publicURL) is not https: fine for development, but devices (Background Assets) download only over https; put a TLS edge in front and pass --public-url https://… (Deploy/README.md)")
         }
+        if let restored = server.restored { print("\(data.data): \(restored.description)") }
         if let bootstrap { print(bootstrap.instructions(server: server.publicURL, dataPath: data.data, depot: CommandLine.executablePath)) }
         let apps = readOnly ? [] : AppStore(folder: DataFolder(data.data)).list()
         if !readOnly && apps.isEmpty {

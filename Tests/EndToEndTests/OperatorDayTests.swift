@@ -70,6 +70,27 @@ struct OperatorDayTests {
         let status = try String(contentsOfFile: "/proc/\(server.process.processIdentifier)/status", encoding: .utf8)
         #expect(status.split(separator: "\n").contains { $0.hasPrefix("Uid:") && $0.split(separator: "\t").dropFirst().allSatisfy { $0 == "\(Self.serviceUID)" } },
                 "the origin runs as the data folder's owner")
+
+        // A backup and a restore by root: the backup is root's, the restored folder the service's.
+        let backup = work.path + "/backup"
+        #expect(try Self.run(["backup", "--data", data, backup]).status == 0)
+        #expect(Self.owner(backup + "/tokens.json") == 0)
+        server.process.terminate()
+        server.process.waitUntilExit()
+        let restored = try Self.run(["restore", "--data", data, backup, "--replace"])
+        #expect(restored.status == 0, "\(restored.stdout)\(restored.stderr)")
+        #expect(!restored.stdout.contains("warning"), "\(restored.stdout)")
+        var notTheService: [String] = [Self.owner(data) == Self.serviceUID ? "" : "."].filter { !$0.isEmpty }
+        if let walk = FileManager.default.enumerator(atPath: data) {
+            for case let name as String in walk where Self.owner(data + "/" + name) != Self.serviceUID { notTheService.append(name) }
+        }
+        #expect(notTheService.isEmpty, "after the restore, owned by someone else than the service user: \(notTheService)")
+        let again = try ServeProcess(data: data, environment: [:], bootstrap: false)
+        defer { again.process.terminate() }
+        for token in [first.stdout, second.stdout].map({ String($0.split(separator: "\n").last ?? "") }) {
+            #expect(try Self.get(again.url + "/v1/session", token: token).status == 200)
+        }
+        #expect(try Self.get(again.url + "/healthz").status == 200)
     }
 
     @Test("A state file the origin cannot read is named in the log and on /healthz (503) and in /metrics, not a silent 401 for every token; fixed, it recovers")

@@ -64,6 +64,9 @@ final class ServeProcess {
 
     /// Everything printed on stdout after the banner, once the process has ended.
     func remainingOutput() -> String { String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }
+    /// What it has logged so far (while it runs).
+    func errorOutputSoFar() -> String { String(decoding: errorLog.contents, as: UTF8.self) }
+
     /// Everything it logged, once the process has ended (its stderr closed).
     func errorOutput() -> String {
         errorsEnded.wait()

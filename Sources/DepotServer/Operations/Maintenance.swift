@@ -32,7 +32,12 @@ final class ManifestRefresher: Sendable {
                     // Each app's listings' facts read here, off the serving threads, before a
                     // request would (once per process: then kept up to date by every change).
                     origin.releases.warmHistory()
-                    let swept = try origin.garbage.collect(retention: configuration.blobRetention, grace: configuration.blobGrace)
+                    var swept: (blobs: [String], bytes: Int64) = ([], 0)
+                    do {
+                        swept = try origin.garbage.collect(retention: configuration.blobRetention, grace: configuration.blobGrace)
+                    } catch let error as DepotError where error.code == "backup_running" {
+                        origin.publisher.logger.notice("skipped removing unneeded blobs: a backup (depot backup) is copying the data folder")
+                    }
                     let expired = origin.uploads.removeExpired()
                     if expired > 0 { origin.publisher.logger.notice("removed expired resumable uploads", metadata: ["count": .stringConvertible(expired)]) }
                     if !swept.blobs.isEmpty {

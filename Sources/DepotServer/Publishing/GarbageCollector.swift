@@ -14,9 +14,20 @@ struct GarbageCollector: Sendable {
     /// staged after it; a crash between leaves one for start-up to stage).
     var finishing: @Sendable () -> Set<String> = { [] }
 
-    /// Returns the blobs removed (or, with `dryRun`, that would be) and their bytes.
+    /// Returns the blobs removed (or, with `dryRun`, that would be) and their bytes. Throws
+    /// `backup_running` (409), removing nothing, while `depot backup` copies the folder
+    /// (``BackupLock``): a blob of a release it copied must still be there when it copies `blobs/`.
     @discardableResult
     func collect(retention: TimeInterval, grace: TimeInterval, now: Date = Date(), dryRun: Bool = false) throws -> (blobs: [String], bytes: Int64) {
+        if dryRun { return try collectHoldingBackupLock(retention: retention, grace: grace, now: now, dryRun: true) }
+        let folder = releases.folder
+        guard let swept = try BackupLock.exclusively(folder, { try collectHoldingBackupLock(retention: retention, grace: grace, now: now, dryRun: false) }) else {
+            throw BackupLock.busy(folder)
+        }
+        return swept
+    }
+
+    private func collectHoldingBackupLock(retention: TimeInterval, grace: TimeInterval, now: Date, dryRun: Bool) throws -> (blobs: [String], bytes: Int64) {
         // Read before the lock (reading every upload's state under it would hold up publishes);
         // a record written meanwhile names a blob being stored, which `inFlight` holds.
         let recorded = finishing()

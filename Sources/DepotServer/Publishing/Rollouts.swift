@@ -109,7 +109,7 @@ final class Rollouts: Sendable {
                 let blobs = publisher.blobs
                 let rollout = Self.candidate(
                     targetManifest, over: liveManifest, release: release, fraction: fraction, highest: try releases.index(app).highestRevisions,
-                    isMissing: { blobs.isMissing($0) }
+                    floor: ReleaseFloor.read(releases.folder) ?? 0, isMissing: { blobs.isMissing($0) }
                 )
                 guard !rollout.packs.isEmpty || !rollout.removed.isEmpty else {
                     throw DepotError.conflict("nothing_to_roll_out", "release \(release) has the packs channel \(channel) serves: there is nothing to roll out. Nothing changed")
@@ -157,8 +157,11 @@ final class Rollouts: Sendable {
     /// pack ever had when its own is not above the live one, the same container with the live
     /// revision (its policy or tags changed: nothing to download) — and the packs it drops.
     /// Patches whose blobs are known to be gone are left out (never a URL that answers 404).
+    /// `floor` (a restored folder's ``ReleaseFloor``): a changed or added pack whose revision is
+    /// below it gets one at or above it, past any the pack has (a release from before the restore
+    /// offered again).
     static func candidate(
-        _ target: Manifest, over live: Manifest, release: Int, fraction: Double, highest: [String: Int], isMissing: (String) -> Bool
+        _ target: Manifest, over live: Manifest, release: Int, fraction: Double, highest: [String: Int], floor: Int = 0, isMissing: (String) -> Bool
     ) -> Rollout {
         let current = Dictionary(live.packs.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
         var packs: [PackEntry] = []
@@ -169,8 +172,9 @@ final class Rollouts: Sendable {
                 (same.revision, same.patches) = (now.revision, now.patches)
                 guard same != now else { continue }
                 pack.revision = now.revision
-            } else if let now, pack.revision <= now.revision {
-                pack.revision = max(highest[pack.id] ?? 0, now.revision) + 1
+            } else {
+                if let now, pack.revision <= now.revision { pack.revision = max(highest[pack.id] ?? 0, now.revision) + 1 }
+                if pack.revision < floor { pack.revision = max(floor, (highest[pack.id] ?? 0) + 1) }
             }
             if let patches = pack.patches {
                 let kept = patches.filter { !isMissing($0.sha256) && $0.fromRevision < pack.revision }

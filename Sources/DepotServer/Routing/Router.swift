@@ -116,10 +116,11 @@ struct Router: Sendable {
     }
 }
 
-/// A positive decimal release number of at most nine digits, as URLs and queries carry it.
+/// A positive decimal release number of at most fifteen digits (below 2^53: a restored origin's
+/// numbers continue from the Unix time, ``ReleaseFloor``), as URLs and queries carry it.
 enum ReleaseNumber {
     static func parse(_ text: String) -> Int? {
-        guard (1...9).contains(text.utf8.count), text.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }), let value = Int(text), value > 0 else { return nil }
+        guard (1...15).contains(text.utf8.count), text.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }), let value = Int(text), value > 0 else { return nil }
         return value
     }
 }

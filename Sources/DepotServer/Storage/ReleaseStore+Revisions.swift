@@ -26,7 +26,10 @@ extension ReleaseStore {
     /// `candidates`: a rollout's entries on the channel; a pack with a candidate's container
     /// keeps the candidate's revision (completing a rollout changes nothing for the devices that
     /// took it).
-    func raisingRevisions(_ packs: [PackEntry], over base: [PackEntry], candidates: [PackEntry] = [], app: String) throws -> [PackEntry] {
+    ///
+    /// `floor`: a restored folder's ``ReleaseFloor``: a pack that gets a new revision (or is new
+    /// to the app's releases) gets at least it, above any revision devices saw before the restore.
+    func raisingRevisions(_ packs: [PackEntry], over base: [PackEntry], candidates: [PackEntry] = [], app: String, floor: Int = 0) throws -> [PackEntry] {
         let highest = try index(app).highestRevisions
         let before = Dictionary(base.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
         let offered = Dictionary(candidates.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
@@ -36,8 +39,10 @@ extension ReleaseStore {
                 pack.revision = old.revision
             } else if let candidate = offered[pack.id], candidate.sha256 == pack.sha256 {
                 pack.revision = candidate.revision
-            } else if let top = highest[pack.id], pack.revision <= top {
-                pack.revision = top + 1
+            } else {
+                if let top = highest[pack.id], pack.revision <= top { pack.revision = top + 1 }
+                // Above `top` already: the floor, when higher, is too.
+                if pack.revision < floor { pack.revision = floor }
             }
             return pack
         }

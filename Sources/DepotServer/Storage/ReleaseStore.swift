@@ -270,10 +270,13 @@ public final class ReleaseStore: Sendable {
                 return nil
             }
             try checkRoom(for: channel, app: app)
-            let packs = try raisingRevisions(edited, over: basePacks, candidates: liveRollout?.packs ?? [], app: app)
+            // A restored folder's floor (``ReleaseFloor``): numbers continue above every one
+            // issued before the restore. Read here, under the lock, once per publish.
+            let floor = ReleaseFloor.read(folder) ?? 0
+            let packs = try raisingRevisions(edited, over: basePacks, candidates: liveRollout?.packs ?? [], app: app, floor: floor)
             // Start-up removed any release a crash left unpublished, so the next number is free;
             // the files still count, so that a number is never written twice.
-            let version = max(head(app), Self.versions(in: folder.releases(app)).last ?? 0) + 1
+            let version = max(head(app) + 1, (Self.versions(in: folder.releases(app)).last ?? 0) + 1, floor)
             let now = Date()
             var seen: [String: String] = [:]
             for pack in packs {

@@ -1,0 +1,33 @@
+import DepotCore
+import Foundation
+
+/// `backup.lock` at the data folder's root, across processes (`flock`): `depot backup` holds it
+/// shared for its whole copy; removing blobs (the origin's sweep, `depot gc`) takes it exclusive
+/// without waiting, and skips its pass while a backup holds it, so that a long copy never
+/// misses a blob a copied release names.
+enum BackupLock {
+    static func path(_ folder: DataFolder) -> String { folder.root + "/backup.lock" }
+
+    /// Holds the lock shared (a backup); fails if it cannot be opened. Closing the descriptor releases it.
+    static func shared(_ folder: DataFolder) throws -> FileDescriptor {
+        let lock = try FileDescriptor(path: path(folder), flags: O_RDONLY | O_CREAT | O_CLOEXEC, mode: 0o600)
+        while flock(lock.rawValue, LOCK_SH) != 0 {
+            guard errno == EINTR else { throw SystemError(call: "flock", errno: errno, path: path(folder)) }
+        }
+        return lock
+    }
+
+    /// Runs `body` holding the lock exclusively; nil without running it when a backup holds it.
+    static func exclusively<T>(_ folder: DataFolder, _ body: () throws -> T) throws -> T? {
+        // A read-only folder (a replica's, an operator's copy) has nothing a backup could miss.
+        guard let lock = try? FileDescriptor(path: path(folder), flags: O_RDONLY | O_CREAT | O_CLOEXEC, mode: 0o600) else { return try body() }
+        guard try System.tryLock(lock.rawValue) else { return nil }
+        defer { try? lock.close() }
+        return try body()
+    }
+
+    /// What a removal that found a backup running says.
+    static func busy(_ folder: DataFolder) -> DepotError {
+        DepotError.conflict("backup_running", "a backup of \(folder.root) is running (depot backup holds backup.lock): no blob was removed this time; the next pass removes them")
+    }
+}

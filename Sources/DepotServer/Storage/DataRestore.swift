@@ -1,0 +1,134 @@
+import DepotCore
+import Foundation
+
+/// Restores a data folder from a backup (`depot restore`), or marks one restored by other means
+/// (a volume snapshot, `cp -a`), so that the origin never reuses a release number or a pack
+/// revision that devices and edges saw before the restore: it raises the folder's
+/// ``ReleaseFloor``. A folder holding a backup's `backup.json` (a backup copied back by hand) is
+/// a restored folder too: the origin marks it at start (``adoptIfRestored(_:)``).
+public enum DataRestore {
+    /// What a restore did.
+    public struct Outcome: Sendable {
+        /// When the backup restored was taken (nil: not known, a folder restored by other means).
+        public var takenAt: Date?
+        /// The lowest release number the origin issues next.
+        public var floor: Int
+        /// Where the folder that was there before went (`--replace`).
+        public var setAside: String?
+
+        /// One line for the operator (and the origin's log).
+        public var description: String {
+            let when = takenAt.map { "restored from a backup taken \(Self.format($0))" } ?? "marked as restored"
+            return "\(when): release numbers continue from \(floor)"
+        }
+
+        static func format(_ date: Date) -> String {
+            let formatter = ISO8601DateFormatter()
+            return formatter.string(from: date)
+        }
+    }
+
+    /// Reads a backup's record; refuses a folder that is not a whole backup, or one a newer
+    /// `depot` wrote in a format this one does not know.
+    public static func record(of backup: String) throws -> BackupRecord {
+        let path = backup + "/" + BackupRecord.fileName
+        guard FileSystem.exists(path) else {
+            throw DepotError.badRequest("\(backup) is not a finished backup: it has no \(BackupRecord.fileName) (every backup `depot backup` finished has one; a DEST.partial-… folder is one that did not finish). A copy made another way: put it in place and run depot restore --data DIR without a backup")
+        }
+        let record = try StoredJSON.read(BackupRecord.self, from: path)
+        guard record.format <= BackupRecord.currentFormat else {
+            throw DepotError.conflict("backup_format", "\(backup) is a backup of format \(record.format), taken by depot \(record.depotVersion); this depot (\(AssetDepotVersion.current)) knows format \(BackupRecord.currentFormat): restore it with that version or newer")
+        }
+        return record
+    }
+
+    /// Copies the backup at `backup` into the data folder at `data`, with no origin running on
+    /// it. `data` must not exist or be empty, unless `replace`: then the folder there is moved
+    /// aside to `DATA.before-restore-<time>` (never deleted). The copy is made beside `data` and
+    /// renamed into place whole, its floor already set.
+    ///
+    /// `owner`: who the copy is given to (every file and folder, before it takes the folder's
+    /// place), when root restores for the user the origin runs as.
+    public static func restore(backup: String, into data: String, replace: Bool, owner: (uid: uid_t, gid: gid_t)? = nil, now: Date = Date()) throws -> Outcome {
+        let record = try record(of: backup)
+        let data = data.count > 1 && data.hasSuffix("/") ? String(data.dropLast()) : data
+        let existing = FileSystem.isDirectory(data)
+        let empty = !existing || FileSystem.contents(of: data).allSatisfy { $0 == "serve.lock" }
+        if !empty && !replace {
+            throw DepotError.conflict("data_folder_not_empty", "\(data) is not empty: give --replace to move it aside to \(data).before-restore-… (it is kept), or restore into a new folder")
+        }
+        // Held until the swap: no origin starts on the old folder meanwhile.
+        let lock = existing ? try DataFolder(data).lockExclusively() : nil
+        defer { try? lock?.close() }
+        let partial = data + ".partial-restore-" + Hex.encode(SecureRandom.bytes(6))
+        let copier = TreeCopier()
+        do {
+            try copier.copy(backup, to: partial)
+            FileSystem.remove(partial + "/" + BackupRecord.fileName)
+            let floor = try ReleaseFloor.raiseForRestore(DataFolder(partial), now: now)
+            if let owner { try giveAway(partial, to: owner) }
+            try FileSystem.syncDirectory(partial)
+            var aside: String?
+            if existing && !empty {
+                let stamp = DateFormatter()
+                stamp.locale = Locale(identifier: "en_US_POSIX")
+                stamp.timeZone = TimeZone(identifier: "UTC")
+                stamp.dateFormat = "yyyyMMdd'T'HHmmss'Z'"
+                let path = data + ".before-restore-" + stamp.string(from: now)
+                guard !FileSystem.exists(path) else { throw DepotError.conflict("data_folder_busy", "\(path) exists already: move it away first") }
+                try FileSystem.durableRename(data, to: path)
+                aside = path
+            } else if existing {
+                FileSystem.remove(data + "/serve.lock")
+                FileSystem.removeDirectory(data)
+            }
+            try FileSystem.durableRename(partial, to: data)
+            return Outcome(takenAt: record.takenAt, floor: floor, setAside: aside)
+        } catch {
+            try? FileManager.default.removeItem(atPath: partial)
+            throw error
+        }
+    }
+
+    /// Gives every file and folder under `root` (itself included) to `owner`, links not followed.
+    static func giveAway(_ root: String, to owner: (uid: uid_t, gid: gid_t)) throws {
+        func give(_ path: String) throws {
+            guard lchown(path, owner.uid, owner.gid) == 0 else { throw SystemError(call: "lchown", errno: errno, path: path) }
+            guard FileSystem.isDirectory(path) else { return }
+            var info = stat()
+            guard lstat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR else { return }
+            for name in FileSystem.contents(of: path) { try give(path + "/" + name) }
+        }
+        try give(root)
+    }
+
+    /// Marks the data folder at `data`, restored by other means (a volume snapshot, a copy), as
+    /// restored: raises its floor, with no origin running on it.
+    public static func markRestored(data: String, now: Date = Date()) throws -> Outcome {
+        let folder = DataFolder(data)
+        guard folder.exists else { throw DepotError.notFound("a data folder at \(data)") }
+        let lock = try folder.lockExclusively()
+        defer { try? lock.close() }
+        return try mark(folder, now: now)
+    }
+
+    /// At the origin's start (holding the folder's lock): a folder with a backup's
+    /// `backup.json` in it was restored by copying a backup back by hand. Its floor is raised
+    /// (durably) before the record is removed; a crash between leaves the record, and the next
+    /// start raises the floor once more, which is harmless. nil when there is no record.
+    static func adoptIfRestored(_ folder: DataFolder, now: Date = Date()) throws -> Outcome? {
+        guard FileSystem.exists(folder.root + "/" + BackupRecord.fileName) else { return nil }
+        return try mark(folder, now: now)
+    }
+
+    private static func mark(_ folder: DataFolder, now: Date) throws -> Outcome {
+        let recordPath = folder.root + "/" + BackupRecord.fileName
+        let takenAt = FileSystem.exists(recordPath) ? try StoredJSON.read(BackupRecord.self, from: recordPath).takenAt : nil
+        let floor = try ReleaseFloor.raiseForRestore(folder, now: now)
+        if takenAt != nil {
+            FileSystem.remove(recordPath)
+            try FileSystem.syncDirectory(folder.root)
+        }
+        return Outcome(takenAt: takenAt, floor: floor, setAside: nil)
+    }
+}

@@ -1,0 +1,89 @@
+import ArgumentParser
+import DepotCore
+import DepotServer
+import Foundation
+
+struct Backup: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "backup",
+        abstract: "Copy a data folder into a new folder, consistently, while `depot serve` runs on it.",
+        discussion: """
+            The copy takes every app's release pointers first, then the rest of apps/, keys/ and tokens.json,
+            and blobs/ last, so whatever a copied file names is in the copy; the origin removes no blob
+            while it runs. Left out: temporary files, lock files and uploads/ (uploads in flight start
+            again after a restore). It is made in DEST.partial-… and renamed to DEST once whole, with
+            DEST/backup.json written last: a folder without backup.json is not a backup. Run by root, it
+            stays root (it only reads the data folder) and DEST belongs to root, modes kept; run by another
+            user, DEST is that user's. With --storage s3 the blobs are
+            in the bucket and are not copied: give the bucket versioning or replication of its own.
+            Restore with `depot restore`.
+            """
+    )
+
+    @OptionGroup var data: DataOptions
+    @Argument(help: "The new folder to copy into (must not exist, or be empty).") var destination: String
+
+    func run() throws {
+        let summary = try DataBackup.take(data: data.data, to: destination)
+        let apps = summary.record.apps.sorted { $0.key < $1.key }.map { "\($0.key) (release \($0.value))" }
+        print("backed up \(data.data) to \(destination): \(summary.files) files, \(summary.bytes) bytes; \(apps.isEmpty ? "no apps" : apps.joined(separator: ", "))")
+    }
+}
+
+struct Restore: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "restore",
+        abstract: "Restore a data folder from a backup, or mark one restored by other means; the origin must be stopped.",
+        discussion: """
+            With BACKUP (a folder `depot backup` made), copies it into the data folder (which must not exist
+            or be empty; --replace moves a folder that is there aside to DIR.before-restore-<time>, never
+            deleting it). Without BACKUP, marks the data folder, restored some other way (a volume snapshot,
+            cp -a), as restored. Either way release numbers and changed pack revisions continue from the
+            Unix time in seconds (above every number the origin issued before, at fewer than one release a
+            second on average, on a host whose clock is right): the next publish reaches every device, and
+            no release number an edge cached is used again. Run by root, the restored files are given to
+            --owner, by default the owner of the folder that was there (or, restoring into a new folder,
+            of the backup): the user the origin runs as must own them.
+            """
+    )
+
+    @OptionGroup var data: DataOptions
+    @Argument(help: "A backup made by `depot backup`; omitted: the data folder was restored by other means.") var backup: String?
+    @Flag(name: .customLong("replace"), help: "Move a non-empty data folder aside (DIR.before-restore-<time>) instead of refusing.") var replace = false
+    @Option(help: ArgumentHelp("Run by root: the user (and its group) the restored files are given to. Default: the owner of the folder at --data, else of the backup.", valueName: "user"))
+    var owner: String?
+
+    /// Who the restored files belong to when root restores: --owner, else the folder there, else the backup's owner.
+    func restoredOwner(backup: String) throws -> (uid: uid_t, gid: gid_t)? {
+        guard geteuid() == 0 else {
+            if owner != nil { throw CLIError("--owner is for root: files a user restores are that user's") }
+            return nil
+        }
+        if let owner {
+            guard let entry = getpwnam(owner) else { throw CLIError("--owner \(owner): no such user") }
+            return (entry.pointee.pw_uid, entry.pointee.pw_gid)
+        }
+        var info = stat()
+        guard stat(data.data, &info) == 0 || stat(backup, &info) == 0 else { return nil }
+        return (info.st_uid, info.st_gid)
+    }
+
+    func run() throws {
+        let outcome: DataRestore.Outcome
+        if let backup {
+            // Root stays root here (the copy goes beside the data folder, where the service user
+            // may not write) and gives the copy to the owner before it takes the folder's place.
+            let owner = try restoredOwner(backup: backup)
+            if owner?.uid == 0 {
+                print("warning: the restored folder belongs to root; an origin that runs as another user cannot read it: give --owner assetdepot (or the user depot serve runs as)")
+            }
+            outcome = try DataRestore.restore(backup: backup, into: data.data, replace: replace, owner: owner)
+            if let aside = outcome.setAside { print("moved the folder that was at \(data.data) to \(aside)") }
+        } else {
+            guard owner == nil else { throw CLIError("--owner is for restoring a backup") }
+            try DataFolderOwner.adopt(data.data)
+            outcome = try DataRestore.markRestored(data: data.data)
+        }
+        print("\(data.data): \(outcome.description)")
+    }
+}
