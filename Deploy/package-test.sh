@@ -17,7 +17,8 @@
 # dpkg-dev). Safe on a developer's machine: it refuses to start when assetdepot is installed
 # already, when /var/lib/assetdepot or /etc/ssl/assetdepot exist, or when the system's nginx
 # runs, so it never touches what it did not make. What it made is written down as it goes
-# (/var/tmp/assetdepot-package-test.state), so a run killed half-way is cleaned up by the next.
+# (/var/tmp/assetdepot-package-test.state): a run killed half-way leaves that record, and the next
+# run refuses until `Deploy/package-test.sh --clean-up-previous` undoes it, asked for.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 state=/var/tmp/assetdepot-package-test.state
@@ -28,10 +29,12 @@ fail() { echo "package-test: FAIL: $*" >&2; exit 1; }
 made() { echo "$*" >> "$state"; }
 
 skip_build=""
+clean_previous=""
 case "${1:-}" in
   "") ;;
   --skip-build) skip_build=--skip-build ;;
-  *) echo "usage: Deploy/package-test.sh [--skip-build]" >&2; exit 2 ;;
+  --clean-up-previous) clean_previous=yes ;;
+  *) echo "usage: Deploy/package-test.sh [--skip-build | --clean-up-previous]" >&2; exit 2 ;;
 esac
 [ "$(id -u)" -eq 0 ] || fail "run as root (it installs and purges a package)"
 for tool in apt-get dpkg-deb dpkg-shlibdeps nginx systemd-analyze openssl curl runuser ldd; do
@@ -63,10 +66,20 @@ clean_up() {
   rm -f "$state"
 }
 
+# A run that was killed left its record. What it names may have changed hands since (assetdepot
+# installed for real, a data folder in use, a process id reused), so nothing is undone unasked.
 if [ -f "$state" ]; then
-  say "a previous run left $state: cleaning up what it made"
-  clean_up
+  if [ -n "$clean_previous" ]; then
+    say "undoing what the previous run recorded in $state:"; sed 's/^/  /' "$state"
+    clean_up
+    exit 0
+  fi
+  fail "a previous run was cut off and left $state, which records what it made:
+$(sed 's/^/  /' "$state")
+check that none of it is in use now (a real assetdepot install, its /var/lib/assetdepot), then run
+Deploy/package-test.sh --clean-up-previous to undo it, or remove $state and clean up by hand"
 fi
+[ -n "$clean_previous" ] && { say "no previous run to clean up"; exit 0; }
 dpkg-query -W -f='${Status}' assetdepot 2>/dev/null | grep -q "install ok installed" \
   && fail "assetdepot is installed on this machine: the test installs and purges it; remove it first (apt-get purge assetdepot)"
 [ -e /var/lib/assetdepot ] && fail "/var/lib/assetdepot exists (someone's data folder?): the test makes and removes it"

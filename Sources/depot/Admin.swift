@@ -195,9 +195,10 @@ struct Tokens: ParsableCommand {
             // The file first, new and private: a token is never created that cannot be delivered.
             let file = try out.map { path in
                 do {
-                    return try FileDescriptor(path: path, flags: O_WRONLY | O_CREAT | O_EXCL, mode: 0o600)
+                    return try FileDescriptor(path: path, flags: O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode: 0o600)
                 } catch {
-                    throw CLIError("--out \(path): \(error) (it must be a new file)")
+                    let user = getpwuid(geteuid()).map { String(cString: $0.pointee.pw_name) } ?? "uid \(geteuid())"
+                    throw CLIError("--out \(path): \(error) (it must be a new file that \(user), the user this command runs as, can create)")
                 }
             }
             let created: (token: String, record: StoredToken)

@@ -25,7 +25,9 @@ struct Depot: AsyncParsableCommand {
                 // As the folder's owner, and only on a folder of a format this build reads.
                 // (`backup` only reads it and writes elsewhere; `restore` gives its copy to the owner.)
                 if !(command is Backup || command is Restore) { try DataFolderOwner.adopt(path) }
-                try DataFolder(path).checkFormat(record: false)
+                // A restore from a backup reads the backup (checked there) and only moves the
+                // folder at --data aside: a rollback after an upgrade that changed the format.
+                if (command as? Restore)?.backup == nil { try DataFolder(path).checkFormat(record: false) }
             }
             if var command = command as? any AsyncParsableCommand {
                 try await command.run()

@@ -50,7 +50,9 @@ enum DataFolderOwner {
         }
         guard info.st_uid != 0 else { return nil }
         let (uid, gid) = (info.st_uid, info.st_gid)
-        guard setgroups(0, nil) == 0, setgid(gid) == 0, setuid(uid) == 0, getuid() == uid, geteuid() == uid else {
+        // The user's own groups when it has a passwd entry (as `sudo -u` gives), else none.
+        let groups = getpwuid(uid).map { initgroups($0.pointee.pw_name, gid) } ?? setgroups(0, nil)
+        guard groups == 0, setgid(gid) == 0, setuid(uid) == 0, getuid() == uid, geteuid() == uid else {
             throw CLIError("\(path) belongs to uid \(uid) and this depot runs as root but cannot become that user (\(String(cString: strerror(errno)))): run it as the folder's owner, e.g. sudo -u assetdepot depot …")
         }
         return uid

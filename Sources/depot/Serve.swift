@@ -13,7 +13,8 @@ struct Serve: ParsableCommand {
             Every option can also come from the environment variable named in its help (the flag wins). \
             A data folder that does not exist yet is created with a dev app, its keys and two tokens, \
             which are printed (--bootstrap dev, for trying it out); with --bootstrap none (the packaged \
-            unit's), it is created empty, as `depot init` does. SIGTERM or SIGINT stops accepting connections, lets requests in flight \
+            unit's), it is created empty, as `depot init` does. Started by root on a data folder another user \
+            owns (as every depot command), it runs as that user, so ports below 1024 and files only root reads are out of its reach. SIGTERM or SIGINT stops accepting connections, lets requests in flight \
             finish for up to --drain-timeout seconds, then exits 0. The access log goes to stderr.
             """
     )

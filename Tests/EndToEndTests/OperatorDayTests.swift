@@ -30,6 +30,15 @@ struct OperatorDayTests {
         return stat(path, &info) == 0 ? info.st_uid : uid_t.max
     }
 
+    /// What under `folder` (itself included) the service user does not own.
+    static func notTheService(_ folder: String) -> [String] {
+        var found = owner(folder) == serviceUID ? [] : ["."]
+        if let walk = FileManager.default.enumerator(atPath: folder) {
+            for case let name as String in walk where owner(folder + "/" + name) != serviceUID { found.append(name) }
+        }
+        return found
+    }
+
     /// A folder every user may enter, holding a data folder `nobody` owns (as the package makes it).
     static func serviceFolder(_ label: String) throws -> (work: TemporaryDirectory, data: String) {
         let work = TemporaryDirectory(label)
@@ -53,11 +62,7 @@ struct OperatorDayTests {
         let second = try Self.run(["tokens", "create", "--data", data, "--app", "com.example.game", "--role", "admin"])
         #expect(try Self.run(["keys", "rotate", "--data", data, "--app", "com.example.game"]).status == 0)
         // Nothing in the folder belongs to root (before: tokens.json root:root 0600, and more).
-        var rootOwned: [String] = []
-        if let walk = FileManager.default.enumerator(atPath: data) {
-            for case let name as String in walk where Self.owner(data + "/" + name) != Self.serviceUID { rootOwned.append(name) }
-        }
-        #expect(rootOwned.isEmpty, "owned by someone else than the service user: \(rootOwned)")
+        #expect(Self.notTheService(data).isEmpty, "owned by someone else than the service user: \(Self.notTheService(data))")
 
         // The origin, started by root too, runs as the owner and accepts both tokens.
         let server = try ServeProcess(data: data, environment: [:], bootstrap: false)
@@ -75,16 +80,15 @@ struct OperatorDayTests {
         let backup = work.path + "/backup"
         #expect(try Self.run(["backup", "--data", data, backup]).status == 0)
         #expect(Self.owner(backup + "/tokens.json") == 0)
+        // The backup's lock stays the service's (before: root:root 0600, and the origin's next
+        // start answered /healthz 503 for it while its sweep ran without the lock).
+        #expect(Self.notTheService(data).isEmpty, "after a root backup, owned by someone else than the service user: \(Self.notTheService(data))")
         server.process.terminate()
         server.process.waitUntilExit()
         let restored = try Self.run(["restore", "--data", data, backup, "--replace"])
         #expect(restored.status == 0, "\(restored.stdout)\(restored.stderr)")
         #expect(!restored.stdout.contains("warning"), "\(restored.stdout)")
-        var notTheService: [String] = [Self.owner(data) == Self.serviceUID ? "" : "."].filter { !$0.isEmpty }
-        if let walk = FileManager.default.enumerator(atPath: data) {
-            for case let name as String in walk where Self.owner(data + "/" + name) != Self.serviceUID { notTheService.append(name) }
-        }
-        #expect(notTheService.isEmpty, "after the restore, owned by someone else than the service user: \(notTheService)")
+        #expect(Self.notTheService(data).isEmpty, "after the restore, owned by someone else than the service user: \(Self.notTheService(data))")
         let again = try ServeProcess(data: data, environment: [:], bootstrap: false)
         defer { again.process.terminate() }
         for token in [first.stdout, second.stdout].map({ String($0.split(separator: "\n").last ?? "") }) {
@@ -156,6 +160,15 @@ struct OperatorDayTests {
         #expect(again.status != 0 && again.stderr.contains("new file"), "\(again.stderr)")
         #expect(try String(contentsOfFile: tokenFile, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines) == token)
 
+        // Two releases, which edges and devices see.
+        let pack = work.path + "/level.bin"
+        try FileSystem.writeAtomically(Array("level one\n".utf8), to: pack)
+        for _ in 0..<2 {
+            try FileSystem.writeAtomically(Array("level \(SecureRandom.bytes(4))\n".utf8), to: pack)
+            let published = try Self.run(["publish", pack, "--server", url, "--app", "com.example.game", "--pack", "level", "--release"], environment: ["DEPOT_TOKEN": token])
+            #expect(published.status == 0, "\(published.stderr)")
+        }
+
         // Removal needs --yes, and the origin stopped.
         let unconfirmed = try Self.run(["apps", "remove", "com.example.game", "--data", data])
         #expect(unconfirmed.status != 0 && unconfirmed.stderr.contains("--yes"))
@@ -172,6 +185,13 @@ struct OperatorDayTests {
         defer { restarted.process.terminate() }
         #expect(try Self.get(restarted.url + "/v1/session", token: token).status == 401, "its tokens went with it")
         #expect(try Self.get(restarted.url + "/v1/apps/com.example.game/manifest").status == 404)
+        // The id made again continues above the numbers its edges and devices saw (2).
+        #expect(try Self.run(["apps", "create", "com.example.game", "--data", data]).status == 0)
+        let newFile = work.path + "/new.token"
+        #expect(try Self.run(["tokens", "create", "--data", data, "--app", "com.example.game", "--out", newFile]).status == 0)
+        let newToken = try String(contentsOfFile: newFile, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        let republished = try Self.run(["publish", pack, "--server", restarted.url, "--app", "com.example.game", "--pack", "level", "--release"], environment: ["DEPOT_TOKEN": newToken])
+        #expect(republished.status == 0 && republished.stdout.contains("revision 3 ") && republished.stdout.contains("in release 3 of com.example.game"), "\(republished.stdout)\(republished.stderr)")
         // `depot init` on an initialised folder changes nothing.
         let initAgain = try Self.run(["init", "--data", data])
         #expect(initAgain.status == 0 && initAgain.stdout.contains("already a data folder"))
@@ -212,6 +232,9 @@ struct OperatorDayTests {
         #expect(try Self.run(["apps", "create", "com.example.other", "--data", data]).status == 0)
         #expect(FileSystem.exists(data + "/format.json"))
 
+        let backup = work.path + "/backup"
+        #expect(try Self.run(["backup", "--data", data, backup]).status == 0)
+
         // A newer depot's folder.
         let newer = Array("{\"format\": 2, \"writtenBy\": \"9.0.0\"}\n".utf8)
         try FileSystem.writeAtomically(newer, to: data + "/format.json")
@@ -226,5 +249,15 @@ struct OperatorDayTests {
         #expect(try FileManager.default.subpathsOfDirectory(atPath: data).sorted() == before)
         #expect(try FileSystem.readFile(data + "/tokens.json") == tokensBefore)
         #expect(try FileSystem.readFile(data + "/format.json") == newer)
+
+        // The rollback the book describes: the backup taken before the upgrade, restored over it.
+        let rolledBack = try Self.run(["restore", "--data", data, backup, "--replace"])
+        #expect(rolledBack.status == 0, "\(rolledBack.stdout)\(rolledBack.stderr)")
+        #expect(try String(contentsOfFile: data + "/format.json", encoding: .utf8).contains("\"format\" : 1"))
+        #expect(try Self.run(["apps", "list", "--data", data]).stdout.contains("com.example.game"))
+        // A backup of a newer depot's folder is refused as a restore's source.
+        try FileSystem.writeAtomically(newer, to: backup + "/format.json")
+        let tooNew = try Self.run(["restore", "--data", work.path + "/elsewhere", backup])
+        #expect(tooNew.status != 0 && tooNew.stderr.contains("format 2"), "\(tooNew.stderr)")
     }
 }

@@ -10,7 +10,9 @@ enum BackupLock {
 
     /// Holds the lock shared (a backup); fails if it cannot be opened. Closing the descriptor releases it.
     static func shared(_ folder: DataFolder) throws -> FileDescriptor {
-        let lock = try FileDescriptor(path: path(folder), flags: O_RDONLY | O_CREAT | O_CLOEXEC, mode: 0o600)
+        let lock = try FileDescriptor(path: path(folder), flags: O_RDONLY | O_CREAT | O_CLOEXEC, mode: 0o644)
+        // Root backing up the service's folder: the lock stays the service's, which takes it too.
+        folder.giveToOwner(lock)
         while flock(lock.rawValue, LOCK_SH) != 0 {
             guard errno == EINTR else { throw SystemError(call: "flock", errno: errno, path: path(folder)) }
         }
@@ -19,8 +21,14 @@ enum BackupLock {
 
     /// Runs `body` holding the lock exclusively; nil without running it when a backup holds it.
     static func exclusively<T>(_ folder: DataFolder, _ body: () throws -> T) throws -> T? {
-        // A read-only folder (a replica's, an operator's copy) has nothing a backup could miss.
-        guard let lock = try? FileDescriptor(path: path(folder), flags: O_RDONLY | O_CREAT | O_CLOEXEC, mode: 0o600) else { return try body() }
+        let lock: FileDescriptor
+        do {
+            lock = try FileDescriptor(path: path(folder), flags: O_RDONLY | O_CREAT | O_CLOEXEC, mode: 0o644)
+        } catch where error.errno == EROFS {
+            // A read-only folder (an operator's copy) has nothing a backup could miss.
+            return try body()
+        }
+        // Any other failure (a lock this user cannot open) removes nothing: a backup may hold it.
         guard try System.tryLock(lock.rawValue) else { return nil }
         defer { try? lock.close() }
         return try body()

@@ -74,10 +74,20 @@ public struct DataFolder: Sendable {
     public func lockExclusively() throws -> FileDescriptor {
         try FileSystem.createDirectory(root)
         let lock = try FileDescriptor(path: root + "/serve.lock", flags: O_RDWR | O_CREAT, mode: 0o600)
+        giveToOwner(lock)
         guard flock(lock.rawValue, LOCK_EX | LOCK_NB) == 0 else {
             throw DepotError.conflict("data_folder_busy", "\(root) is in use by another depot process (a running `depot serve`?)")
         }
         return lock
+    }
+
+    /// When root makes a file in a folder another user owns (`depot backup`, `depot restore`,
+    /// which keep root's rights): gives it to that user, so the origin running as it can open it.
+    public func giveToOwner(_ file: FileDescriptor) {
+        guard geteuid() == 0 else { return }
+        var info = stat()
+        guard stat(root, &info) == 0, info.st_uid != 0 else { return }
+        _ = fchown(file.rawValue, info.st_uid, info.st_gid)
     }
 
     /// A new file in `uploads/` for bytes on their way to becoming a blob; start-up removes any

@@ -35,6 +35,8 @@ public enum DataRestore {
         guard FileSystem.exists(path) else {
             throw DepotError.badRequest("\(backup) is not a finished backup: it has no \(BackupRecord.fileName) (every backup `depot backup` finished has one; a DEST.partial-… folder is one that did not finish). A copy made another way: put it in place and run depot restore --data DIR without a backup")
         }
+        // The folder's own format first (a backup of a newer depot's folder), then the record's.
+        try DataFolder(backup).checkFormat(record: false)
         let record = try StoredJSON.read(BackupRecord.self, from: path)
         guard record.format <= BackupRecord.currentFormat else {
             throw DepotError.conflict("backup_format", "\(backup) is a backup of format \(record.format), taken by depot \(record.depotVersion); this depot (\(AssetDepotVersion.current)) knows format \(BackupRecord.currentFormat): restore it with that version or newer")
@@ -90,16 +92,25 @@ public enum DataRestore {
         }
     }
 
-    /// Gives every file and folder under `root` (itself included) to `owner`, links not followed.
+    /// Gives every file and folder under `root` (itself included) to `owner`, links not followed,
+    /// deepest first and `root` last: until then `root` is root's with mode 0700, so no other user
+    /// can reach inside it and swap a folder for a link while the walk runs (the race of
+    /// `chown -R` run by root on a tree another user can already write).
     static func giveAway(_ root: String, to owner: (uid: uid_t, gid: gid_t)) throws {
+        var top = stat()
+        guard lstat(root, &top) == 0, (top.st_mode & S_IFMT) == S_IFDIR else { throw SystemError(call: "lstat", errno: errno, path: root) }
+        guard chmod(root, 0o700) == 0 else { throw SystemError(call: "chmod", errno: errno, path: root) }
         func give(_ path: String) throws {
-            guard lchown(path, owner.uid, owner.gid) == 0 else { throw SystemError(call: "lchown", errno: errno, path: path) }
-            guard FileSystem.isDirectory(path) else { return }
             var info = stat()
-            guard lstat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR else { return }
-            for name in FileSystem.contents(of: path) { try give(path + "/" + name) }
+            guard lstat(path, &info) == 0 else { throw SystemError(call: "lstat", errno: errno, path: path) }
+            if (info.st_mode & S_IFMT) == S_IFDIR {
+                for name in FileSystem.contents(of: path) { try give(path + "/" + name) }
+            }
+            guard lchown(path, owner.uid, owner.gid) == 0 else { throw SystemError(call: "lchown", errno: errno, path: path) }
         }
-        try give(root)
+        for name in FileSystem.contents(of: root) { try give(root + "/" + name) }
+        guard lchown(root, owner.uid, owner.gid) == 0 else { throw SystemError(call: "lchown", errno: errno, path: root) }
+        guard chmod(root, top.st_mode & 0o7777) == 0 else { throw SystemError(call: "chmod", errno: errno, path: root) }
     }
 
     /// Marks the data folder at `data`, restored by other means (a volume snapshot, a copy), as

@@ -51,4 +51,13 @@ enum ReleaseFloor {
         try FileSystem.writeAtomically(Array("\(floor)\n".utf8), to: path(folder))
         return floor
     }
+
+    /// Raises the floor to at least `number`, durably (an app removed: its id made again later must
+    /// not reuse the numbers, nor the pack revisions, which never exceed them, that its devices and
+    /// edges saw). Lowers nothing.
+    static func raise(_ folder: DataFolder, toAtLeast number: Int) throws {
+        guard number > (read(folder) ?? 0) else { return }
+        guard number <= largest else { throw DepotError.conflict("release_floor_too_high", "the next release number would be \(number), past 2^53") }
+        try FileSystem.writeAtomically(Array("\(number)\n".utf8), to: path(folder))
+    }
 }
