@@ -31,6 +31,27 @@ struct DeploymentTests {
     }
 }
 
+@Suite("docs/Operating.md: the options of depot serve")
+struct ServeOptionsDocsTests {
+    @Test("Every option `depot serve --help` lists has a row in Operating.md's table, and no help claims a default of 0 for a computed default (issue 51: four options were missing, --patch-scratch-limit said 0)")
+    func everyOptionDocumented() throws {
+        let help = try Processes.run(Processes.depotBinary, ["serve", "--help"])
+        #expect(help.status == 0)
+        let options = Set(help.stdout.split(separator: "\n").compactMap { line -> String? in
+            let trimmed = line.drop { $0 == " " }
+            guard trimmed.hasPrefix("--"), let name = trimmed.split(whereSeparator: { $0 == " " || $0 == "," || $0 == "/" }).first else { return nil }
+            return String(name)
+        }).subtracting(["--help", "--version"])
+        #expect(options.count >= 35, "\(options.count) options read from the help")
+        let table = try String(contentsOfFile: ReadmeTests.root + "/docs/Operating.md", encoding: .utf8)
+            .split(separator: "\n").filter { $0.hasPrefix("| `--") }.joined(separator: "\n")
+        let missing = options.filter { !table.contains("`" + $0) }.sorted()
+        #expect(missing.isEmpty, "options of depot serve with no row in docs/Operating.md: \(missing)")
+        let scratch = help.stdout.components(separatedBy: "--patch-scratch-limit").dropFirst().first?.components(separatedBy: "\n  --").first ?? ""
+        #expect(!scratch.isEmpty && !scratch.contains("(default: 0)"), "\(scratch)")
+    }
+}
+
 @Suite("Deploy/bench: the smoke run")
 struct BenchmarkSmokeTests {
     @Test("Deploy/bench/serve.sh runs end to end on small sizes: every peer checked, the table written")
