@@ -18,8 +18,7 @@ enum ReleaseFloor {
 
     /// The floor, or nil where no restore set one.
     static func read(_ folder: DataFolder) -> Int? {
-        guard let bytes = try? FileSystem.readFile(path(folder), limit: 64) else { return nil }
-        return Int(String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
+        ReleaseStore.readNumber(path(folder))
     }
 
     /// Release numbers (and changed pack revisions) stay below 2^53, so JavaScript and every JSON
@@ -33,9 +32,7 @@ enum ReleaseFloor {
         for app in FileSystem.contents(of: folder.apps) where FileSystem.isDirectory(folder.app(app)) && !app.hasPrefix(".") {
             var highest = pointersOnly ? 0 : ReleaseStore.versions(in: folder.releases(app)).last ?? 0
             for pointer in [folder.head(app), folder.currentPointer(app)] + FileSystem.contents(of: folder.channels(app)).map({ folder.channels(app) + "/" + $0 }) {
-                if let text = try? FileSystem.readFile(pointer, limit: 64), let number = Int(String(decoding: text, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) {
-                    highest = max(highest, number)
-                }
+                if let number = ReleaseStore.readNumber(pointer) { highest = max(highest, number) }
             }
             out[app] = highest
         }

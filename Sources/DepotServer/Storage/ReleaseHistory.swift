@@ -180,10 +180,7 @@ final class ReleaseHistory: Sendable {
         }
     }
 
-    private static func readNumber(_ path: String) -> Int? {
-        guard let text = try? FileSystem.readFile(path, limit: 64) else { return nil }
-        return Int(String(decoding: text, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
-    }
+    private static func readNumber(_ path: String) -> Int? { ReleaseStore.readNumber(path) }
 
     private func build(_ app: String, stamps: [FileStamp?], generation: Int, previous: Snapshot?) throws -> Snapshot {
         var channels: [String: Int] = [:]

@@ -78,7 +78,8 @@ public final class ReleaseStore: Sendable {
         channel == Self.production ? folder.currentPointer(app) : folder.channels(app) + "/" + channel
     }
 
-    private static func readNumber(_ path: String) -> Int? {
+    /// A pointer file's number (`head`, `current`, `channels/*`, `release-floor`): one decimal and a newline.
+    static func readNumber(_ path: String) -> Int? {
         guard let text = try? FileSystem.readFile(path, limit: 64) else { return nil }
         return Int(String(decoding: text, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
     }
