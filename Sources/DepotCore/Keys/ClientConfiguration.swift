@@ -3,7 +3,9 @@ import Foundation
 /// What an app is given to trust and read its packs: the manifest public keys and the pack key ring.
 ///
 /// Printed by `depot keys export`; read by `depot sync --config` and by `DepotClient`.
-/// JSON: `{"app": …, "manifestPublicKeys": ["<base64>", …], "packKeys": {"<id>": "<base64>"}}`.
+/// JSON: `{"app": …, "manifestPublicKeys": ["<base64>", …], "packKeys": {"<id>": "<base64>"}, "root": "<base64>"}`.
+/// With `root` (an app with a root of trust), the client trusts what that root, and the roots it
+/// signs after it, say, and not `manifestPublicKeys` (kept for reading by older clients).
 public struct ClientConfiguration: Codable, Hashable, Sendable {
     /// The app id.
     public var app: String
@@ -11,9 +13,13 @@ public struct ClientConfiguration: Codable, Hashable, Sendable {
     public var manifestPublicKeys: [String]
     /// Pack master keys by key id, base64.
     public var packKeys: [String: String]
+    /// Base64 of the signed root document (its envelope's JSON) the build pins, for an app with a
+    /// root of trust; nil: the build trusts `manifestPublicKeys`.
+    public var root: String?
 
-    public init(app: String, manifestPublicKeys: [Ed25519PublicKey], keyRing: KeyRing) {
+    public init(app: String, manifestPublicKeys: [Ed25519PublicKey], keyRing: KeyRing, root: Envelope? = nil) {
         self.app = app
+        self.root = root.map { Data($0.encoded()).base64EncodedString() }
         self.manifestPublicKeys = manifestPublicKeys.map { Data($0.rawRepresentation).base64EncodedString() }
         self.packKeys = keyRing.keys.mapValues { Data($0).base64EncodedString() }
     }
@@ -24,6 +30,16 @@ public struct ClientConfiguration: Codable, Hashable, Sendable {
             guard let data = Data(base64Encoded: text) else { throw KeyError.malformed("manifest public key is not base64") }
             return try Ed25519PublicKey(rawRepresentation: Array(data))
         }
+    }
+
+    /// The root envelope the build pins, or nil.
+    public func pinnedRoot() throws -> Envelope? {
+        guard let root else { return nil }
+        guard let data = Data(base64Encoded: root), let envelope = try? Envelope.decode(Array(data)) else {
+            throw KeyError.malformed("the configuration's root is not a base64 signed root document")
+        }
+        _ = try RootChain.selfSigned(envelope, app: app)
+        return envelope
     }
 
     /// The pack key ring.

@@ -26,11 +26,21 @@ public struct Envelope: Codable, Hashable, Sendable {
     public var payload: String
     /// The signatures.
     public var signatures: [Signature]
+    /// A manifest envelope of an app with a root of trust: the app's root documents, oldest first
+    /// (each a signed envelope of its own; <doc:RootOfTrust>). Not covered by the manifest's
+    /// signatures; absent otherwise. Clients built before roots ignore it.
+    public var roots: [Envelope]?
+    /// A manifest envelope of a protected channel: the release statements its packs (and a running
+    /// rollout's candidate) are bound by, each signed by the app's release keys. Not covered by the
+    /// manifest's signatures; absent otherwise.
+    public var releases: [Envelope]?
 
-    public init(payloadType: String, payload: String, signatures: [Signature]) {
+    public init(payloadType: String, payload: String, signatures: [Signature], roots: [Envelope]? = nil, releases: [Envelope]? = nil) {
         self.payloadType = payloadType
         self.payload = payload
         self.signatures = signatures
+        self.roots = roots
+        self.releases = releases
     }
 
     /// DSSE's pre-authentication encoding: `"DSSEv1" SP LEN(type) SP type SP LEN(body) SP body`,
@@ -133,9 +143,11 @@ public enum ManifestSigningKey {
 
 extension Envelope {
     /// The members of an envelope other than its payload.
-    private struct Head: Decodable {
+    struct Head: Decodable {
         var payloadType: String
         var signatures: [Signature]
+        var roots: [Envelope]?
+        var releases: [Envelope]?
     }
 
     /// Verifies the envelope in the file at `path` (at most `limit` bytes) and returns its
@@ -145,11 +157,7 @@ extension Envelope {
     /// packs are decoded one at a time. What a Background Assets extension calls, whose memory
     /// limit is a few MiB.
     public static func verifiedManifest(file path: String, limit: Int, trusting keys: [Ed25519PublicKey]) throws -> Manifest {
-        let (head, message, payloadStart) = try {
-            let bytes = try FileSystem.readFile(path, limit: limit)
-            return try bytes.withUnsafeBytes { try signedMessage($0) }
-        }()
-        return try verify(head, message: message, payloadStart: payloadStart, trusting: keys)
+        try verifiedManifest(file: path, limit: limit) { _ in keys }.manifest
     }
 
     /// ``verifiedManifest(file:limit:trusting:)`` for envelope bytes in memory.
@@ -157,6 +165,36 @@ extension Envelope {
         let signed: Result<(Head, PageBuffer, Int), EnvelopeError> = bytes.withUnsafeBytes { buffer in Result { () throws(EnvelopeError) in try signedMessage(buffer) } }
         let (head, message, payloadStart) = try signed.get()
         return try verify(head, message: message, payloadStart: payloadStart, trusting: keys)
+    }
+
+    /// What a manifest envelope carries besides its payload: the root documents and release
+    /// statements (``roots``, ``releases``), unverified.
+    public struct Attachments: Sendable {
+        public var roots: [Envelope]
+        public var releases: [Envelope]
+    }
+
+    /// ``verifiedManifest(file:limit:trusting:)`` with the trusted keys chosen from the envelope's
+    /// attachments (a device with a root of trust walks the roots first), returned with them.
+    public static func verifiedManifest(
+        file path: String, limit: Int, keys: (Attachments) throws -> [Ed25519PublicKey]
+    ) throws -> (manifest: Manifest, attachments: Attachments) {
+        let (head, message, payloadStart) = try {
+            let bytes = try FileSystem.readFile(path, limit: limit)
+            return try bytes.withUnsafeBytes { try signedMessage($0) }
+        }()
+        let attachments = Attachments(roots: head.roots ?? [], releases: head.releases ?? [])
+        return (try verify(head, message: message, payloadStart: payloadStart, trusting: keys(attachments)), attachments)
+    }
+
+    /// ``verifiedManifest(file:limit:keys:)`` for envelope bytes in memory.
+    public static func verifiedManifest(
+        envelope bytes: [UInt8], keys: (Attachments) throws -> [Ed25519PublicKey]
+    ) throws -> (manifest: Manifest, attachments: Attachments) {
+        let signed: Result<(Head, PageBuffer, Int), EnvelopeError> = bytes.withUnsafeBytes { buffer in Result { () throws(EnvelopeError) in try signedMessage(buffer) } }
+        let (head, message, payloadStart) = try signed.get()
+        let attachments = Attachments(roots: head.roots ?? [], releases: head.releases ?? [])
+        return (try verify(head, message: message, payloadStart: payloadStart, trusting: keys(attachments)), attachments)
     }
 
     /// The envelope's other members, and the PAE message with the decoded payload at `payloadStart`.

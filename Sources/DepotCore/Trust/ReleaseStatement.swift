@@ -1,0 +1,128 @@
+import Foundation
+
+/// What the app's release keys sign for a protected channel (see <doc:RootOfTrust>): for one
+/// release of the app on one channel, every pack a device installs, by the fields it installs by.
+/// The origin's online key only vouches that the manifest is fresh; a device on a protected
+/// channel installs nothing a statement does not bind.
+public struct ReleaseStatement: Codable, Hashable, Sendable {
+    /// The payload type of a release statement's envelope.
+    public static let payloadType = "application/vnd.assetdepot.release+json"
+
+    /// Always `release`.
+    public var type: String
+    /// The app id.
+    public var app: String
+    /// The channel it is signed for.
+    public var channel: String
+    /// The origin's release number whose packs these are: the release's identity (a device never
+    /// accepts a lower one on the channel again).
+    public var release: Int
+    /// When the first signer signed it.
+    public var signedAt: Date
+    /// The packs, sorted by id.
+    public var packs: [BoundPack]
+
+    public init(app: String, channel: String, release: Int, signedAt: Date, packs: [PackEntry]) {
+        type = "release"
+        (self.app, self.channel, self.release, self.signedAt) = (app, channel, release, signedAt)
+        self.packs = Self.bound(packs)
+    }
+
+    /// The bound form of a pack list, sorted by id.
+    public static func bound(_ packs: [PackEntry]) -> [BoundPack] { packs.map(BoundPack.init).sorted { $0.id < $1.id } }
+
+    /// Canonical JSON.
+    public func encoded() -> [UInt8] { Array(try! Manifest.encoder.encode(self)) }
+
+    /// Parses a statement's JSON.
+    public static func decode(_ bytes: [UInt8]) throws(TrustError) -> ReleaseStatement {
+        guard let statement = try? Manifest.decoder.decode(ReleaseStatement.self, from: Data(bytes)), statement.type == "release",
+              Identifier.isValidApp(statement.app), Identifier.isValidChannel(statement.channel), statement.release >= 1 else {
+            throw TrustError("a release statement is not valid JSON of its form")
+        }
+        return statement
+    }
+
+    /// Signs the statement with the given release keys.
+    public func signed(with keys: [Ed25519PrivateKey]) throws -> Envelope {
+        try Envelope.sign(payload: encoded(), type: Self.payloadType, with: keys)
+    }
+
+    /// The statement in `envelope`, when signed by the release threshold of `root`'s release keys.
+    public static func verified(_ envelope: Envelope, root: RootDocument) throws(TrustError) -> ReleaseStatement {
+        let bytes = try envelope.payload(
+            ofType: payloadType, signedBy: root.releasePublicKeys(), threshold: root.releaseThreshold,
+            what: "a release statement", keysName: "root version \(root.version)'s release keys"
+        )
+        let statement = try decode(bytes)
+        guard statement.app == root.app else { throw TrustError("release \(statement.release)'s statement is app \(statement.app)'s, not \(root.app)'s") }
+        return statement
+    }
+}
+
+/// A pack as a release statement binds it: the fields a device installs by. Not the URL (any
+/// mirror may serve the bytes), not patches (a patched copy is checked against the plaintext's
+/// SHA-256 and size), nor tags, policy or `userInfo` (when, not what).
+public struct BoundPack: Codable, Hashable, Sendable {
+    public var id: String
+    public var revision: Int
+    /// SHA-256 of the container, lower-case hex, and its size.
+    public var sha256: String
+    public var size: Int64
+    /// SHA-256 of the plaintext, lower-case hex, and its installed size.
+    public var plaintextSHA256: String
+    public var installSize: Int64
+    /// The language of a localized pack.
+    public var language: String?
+
+    public init(_ entry: PackEntry) {
+        (id, revision, sha256, size) = (entry.id, entry.revision, entry.sha256, entry.size)
+        (plaintextSHA256, installSize, language) = (entry.plaintextSHA256, entry.installSize, entry.language)
+    }
+}
+
+/// The check a device on a protected channel makes: the manifest's packs, and a running
+/// rollout's candidate, are each bound by a release statement the app's release keys signed for
+/// this app and channel.
+public enum ReleaseBinding {
+    /// The most statements read from one manifest envelope.
+    public static let statementLimit = 8
+
+    /// The release number of the statement binding `manifest`'s packs (with a rollout, its
+    /// candidate is checked too, and must be a later release); throws when none binds them.
+    public static func check(_ manifest: Manifest, statements: [Envelope], root: RootDocument, channel: String) throws(TrustError) -> Int {
+        guard !statements.isEmpty else {
+            throw TrustError("channel \(channel) is protected, and the manifest carries no release signed by the app's release keys")
+        }
+        guard statements.count <= statementLimit else { throw TrustError("the manifest carries more than \(statementLimit) release statements") }
+        var verified: [ReleaseStatement] = []
+        var refusals: [String] = []
+        for envelope in statements {
+            do throws(TrustError) {
+                let statement = try ReleaseStatement.verified(envelope, root: root)
+                guard statement.channel == channel else {
+                    refusals.append("release \(statement.release)'s statement is signed for channel \(statement.channel), not \(channel)")
+                    continue
+                }
+                verified.append(statement)
+            } catch {
+                refusals.append(error.description)
+            }
+        }
+        let main = ReleaseStatement.bound(manifest.packs)
+        guard let bound = verified.filter({ $0.packs == main }).max(by: { $0.release < $1.release }) else {
+            let why = refusals.isEmpty ? "no signed release of channel \(channel) holds exactly the manifest's packs" : refusals.joined(separator: "; ")
+            throw TrustError("the manifest's packs are not a release signed for channel \(channel): \(why)")
+        }
+        if let rollout = manifest.rollout {
+            let candidate = ReleaseStatement.bound(manifest.choosing(candidate: true).packs)
+            guard verified.contains(where: { $0.release == rollout.release && $0.packs == candidate }) else {
+                throw TrustError("the rollout's candidate (release \(rollout.release)) is not a release signed for channel \(channel)")
+            }
+            guard rollout.release > bound.release else {
+                throw TrustError("the rollout's candidate (release \(rollout.release)) is not later than the release it replaces (\(bound.release))")
+            }
+        }
+        return bound.release
+    }
+}
