@@ -71,14 +71,11 @@ public struct DepotSync: Sendable {
         // by owners that are gone.
         for folder in [store.packs, store.downloads, store.metadata] { Installer.removeLeftovers(in: folder) }
         let app = configuration.app
-        let source = {
-            var source = ManifestSource(
-                url: manifestURL ?? ManifestSource.url(server: server, app: app, channel: channel), app: app, channel: channel,
-                trustedKeys: (try? configuration.trustedKeys()) ?? [], transport: HTTPTransport(timeout: timeout, options: transport)
-            )
-            source.headers = headers
-            return source
-        }()
+        var source = try ManifestSource(
+            url: manifestURL ?? ManifestSource.url(server: server, app: app, channel: channel), channel: channel, configuration: configuration,
+            transport: HTTPTransport(timeout: timeout, options: transport)
+        )
+        source.headers = headers
         if let refusal = rules?.refusal(for: source.url) { throw ClientError.manifest(refusal) }
 
         // The manifest: new bytes, or (304) the ones accepted before; verified either way, with one "now".
@@ -88,7 +85,7 @@ public struct DepotSync: Sendable {
         var envelope: [UInt8] = []
         var etag: String?
         var notModified = false
-        var manifest: Manifest
+        var accepted: ManifestSource.Accepted
         var asked = knownETag
         while true {
             switch try await source.fetch(ifNoneMatch: asked) {
@@ -98,7 +95,7 @@ public struct DepotSync: Sendable {
                 (envelope, etag, notModified) = ((try? FileSystem.readFile(cached, limit: ManifestSource.sizeLimit)) ?? [], asked, true)
             }
             do {
-                manifest = try source.verify(envelope, floor: before.floor(channel: channel), now: now)
+                accepted = try source.verify(envelope, state: before, now: now)
                 break
             } catch where notModified && asked != nil {
                 // The copy kept is not the one its ETag was recorded with (a crash of an older
@@ -106,6 +103,7 @@ public struct DepotSync: Sendable {
                 asked = nil
             }
         }
+        var manifest = accepted.manifest
         // With a rollout, the device's own choice: the candidate's entries, or the current ones.
         try manifest.resolve { try store.installID(app: app) }
         // A managed app's packs are Apple Archives for the system to fetch: no key to decrypt them with.
@@ -117,15 +115,14 @@ public struct DepotSync: Sendable {
         // not on disk would get 304 and the older copy for ever), under the lock, so that another
         // process cannot put an older copy between them.
         let state = try store.withExclusiveControl(app: app) { state -> InstalledState in
-            guard manifest.version >= state.floor(channel: channel) else { return state }
+            guard state.refusal(accepted, channel: channel) == nil else { return state }
             if !notModified { try FileSystem.writeAtomically(envelope, to: cached) }
-            state.raiseFloor(channel: channel, to: manifest.version)
+            state.record(accepted, channel: channel)
             state.manifestETags[channel] = etag
             return state
         }
-        guard manifest.version >= state.floor(channel: channel) else {
-            throw ClientError.rollback(offered: manifest.version, floor: state.floor(channel: channel))
-        }
+        // Another process may have accepted a newer one meanwhile.
+        if let refusal = state.refusal(accepted, channel: channel) { throw refusal }
 
         // The plan; before first launch the build's initial allowances bound it.
         var request = Planner.Request(kind: kind, packs: requestedPacks, tags: requestedTags)

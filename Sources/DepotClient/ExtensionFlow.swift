@@ -85,10 +85,7 @@ public struct ExtensionFlow: Sendable {
     }
 
     private func source() throws -> ManifestSource {
-        ManifestSource(
-            url: URL(fileURLWithPath: store.cachedEnvelope(channel: channel)), app: configuration.app, channel: channel,
-            trustedKeys: try configuration.trustedKeys()
-        )
+        try ManifestSource(url: URL(fileURLWithPath: store.cachedEnvelope(channel: channel)), channel: channel, configuration: configuration)
     }
 
     /// The manifest the system fetched from `BAManifestURL` (a local file): verified, accepted
@@ -136,18 +133,15 @@ public struct ExtensionFlow: Sendable {
         copy: String, cached: String, kind: RequestKind, allowance: Int?, essentialAllowance: Int?, scheduled: Set<String>, languages: [String], now: Date
     ) throws -> Plan {
         let source = try source()
-        let floor = try store.read(app: configuration.app).floor(channel: channel)
-        let verified = try source.verify(file: copy, floor: floor, now: now)
+        let accepted = try source.verify(file: copy, state: store.read(app: configuration.app), now: now)
         let state: InstalledState
         var manifest: Manifest
         (manifest, state) = try store.withExclusiveControl(app: configuration.app) { state in
-            // Another process may have accepted a newer one meanwhile: the floor is checked again.
-            guard verified.version >= state.floor(channel: channel) else {
-                throw ClientError.rollback(offered: verified.version, floor: state.floor(channel: channel))
-            }
-            state.raiseFloor(channel: channel, to: verified.version)
+            // Another process may have accepted a newer one meanwhile: the floors are checked again.
+            if let refusal = state.refusal(accepted, channel: channel) { throw refusal }
+            state.record(accepted, channel: channel)
             try FileSystem.durableRename(copy, to: cached)
-            return (verified, state)
+            return (accepted.manifest, state)
         }
         // With a rollout, this device's choice (the same in the install step: one install id),
         // resolved once the lock is released (the id takes it, the first time, by itself).
@@ -170,8 +164,7 @@ public struct ExtensionFlow: Sendable {
     /// The first time a rollout is met, the device's install id is made (a short write under the
     /// state's lock): call it off the main thread.
     public func acceptedManifest(now: Date = Date()) throws -> Manifest {
-        let floor = try store.read(app: configuration.app).floor(channel: channel)
-        var manifest = try source().verify(file: store.cachedEnvelope(channel: channel), floor: floor, now: now)
+        var manifest = try source().verify(file: store.cachedEnvelope(channel: channel), state: store.read(app: configuration.app), now: now).manifest
         try manifest.resolve { try store.installID(app: configuration.app) }
         return manifest
     }

@@ -74,6 +74,9 @@ public struct InstalledState: Codable, Hashable, Sendable {
     /// falls in a rollout's sample (`Rollout`). It never leaves the device: no report, request
     /// or log carries it (so it is not public: an app that dumps its state does not leak it).
     package var installID: String?
+    /// With a root of trust: the newest root accepted and each protected channel's highest
+    /// signed release (`TrustRecord`); nil before the first such manifest.
+    public var trust: TrustRecord?
 
     public init(app: String, manifestVersion: Int = 0, packs: [String: Pack] = [:]) {
         self.app = app
@@ -91,6 +94,7 @@ public struct InstalledState: Codable, Hashable, Sendable {
         manifestETags = try c.decodeIfPresent([String: String].self, forKey: .manifestETags) ?? [:]
         packs = try c.decode([String: Pack].self, forKey: .packs)
         installID = try c.decodeIfPresent(String.self, forKey: .installID)
+        trust = try c.decodeIfPresent(TrustRecord.self, forKey: .trust)
     }
 
     /// The highest version accepted on a channel: nothing lower is accepted again.
@@ -105,5 +109,32 @@ public struct InstalledState: Codable, Hashable, Sendable {
         } else {
             channelFloors[channel] = max(channelFloors[channel] ?? 0, version)
         }
+    }
+
+    /// Why this state would not take `accepted` on `channel`, or nil: a version below the
+    /// channel's floor, or with a root of trust an older root or signed release (a newer signed
+    /// release may come with a lower version: `ManifestTrust.refusal`).
+    public func refusal(_ accepted: ManifestSource.Accepted, channel: String) -> ClientError? {
+        let floor = floor(channel: channel)
+        guard let trusted = accepted.trusted else {
+            return accepted.manifest.version >= floor ? nil : ClientError.rollback(offered: accepted.manifest.version, floor: floor)
+        }
+        guard let why = ManifestTrust.refusal(trusted, versionFloor: floor, record: trust, channel: channel) else { return nil }
+        return accepted.manifest.version < floor && trusted.signedRelease == nil
+            ? ClientError.rollback(offered: accepted.manifest.version, floor: floor) : ClientError.manifest(why)
+    }
+
+    /// Records `accepted` (after ``refusal(_:channel:)`` found nothing): the channel's floor
+    /// becomes its version (lower only when a newer signed release lifts a pushed floor), and the
+    /// root and signed release are remembered.
+    public mutating func record(_ accepted: ManifestSource.Accepted, channel: String) {
+        let version = accepted.manifest.version
+        if let trusted = accepted.trusted {
+            if version < floor(channel: channel) {
+                if channel == ManifestSource.production { manifestVersion = version } else { channelFloors[channel] = version }
+            }
+            trust = ManifestTrust.recording(trusted, in: trust, channel: channel)
+        }
+        raiseFloor(channel: channel, to: version)
     }
 }

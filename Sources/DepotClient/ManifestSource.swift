@@ -4,6 +4,10 @@ import Foundation
 /// Fetches a channel's envelope and accepts its manifest only if it is signed by a trusted key
 /// (one, or two during a signing key rotation), is for this app and this channel, is not older
 /// than the highest version already accepted on that channel, and has not expired.
+///
+/// With a pinned root (``root``, an app with a root of trust, <doc:RootOfTrust>), the trusted keys
+/// are the online keys of the newest root the envelope's chain reaches from it, and on a channel
+/// that root protects the packs must be a release the app's release keys signed.
 public struct ManifestSource: Sendable {
     /// The default channel.
     public static let production = "production"
@@ -18,18 +22,27 @@ public struct ManifestSource: Sendable {
     public let app: String
     /// The channel the URL serves (whose floor applies).
     public let channel: String
-    /// The public keys trusted to sign manifests.
+    /// The public keys trusted to sign manifests (without a root).
     public let trustedKeys: [Ed25519PublicKey]
+    /// The signed root document the build pins (`ClientConfiguration.root`); nil: ``trustedKeys``.
+    public let root: Envelope?
     /// Sent with every request (download credentials).
     public var headers: [String: String] = [:]
     let transport: HTTPTransport
 
-    public init(url: URL, app: String, channel: String = ManifestSource.production, trustedKeys: [Ed25519PublicKey], transport: HTTPTransport = .shared) {
+    public init(url: URL, app: String, channel: String = ManifestSource.production, trustedKeys: [Ed25519PublicKey], root: Envelope? = nil, transport: HTTPTransport = .shared) {
         self.url = url
         self.app = app
         self.channel = channel
         self.trustedKeys = trustedKeys
+        self.root = root
         self.transport = transport
+    }
+
+    /// A source trusting what `configuration` says: its root, or else its manifest keys.
+    public init(url: URL, channel: String = ManifestSource.production, configuration: ClientConfiguration, transport: HTTPTransport = .shared) throws {
+        let root = try configuration.pinnedRoot()
+        self.init(url: url, app: configuration.app, channel: channel, trustedKeys: root == nil ? try configuration.trustedKeys() : [], root: root, transport: transport)
     }
 
     /// The manifest URL of a channel of `app` on `server`.
@@ -71,36 +84,76 @@ public struct ManifestSource: Sendable {
         return try verify(bytes, floor: floor, now: now)
     }
 
+    /// A manifest accepted by ``verify(_:state:now:)``: what the state records once it takes it.
+    public struct Accepted: Sendable {
+        public var manifest: Manifest
+        /// With a root of trust, the root reached and the signed release (``InstalledState/record(_:channel:)``).
+        public var trusted: TrustedManifest?
+    }
+
     /// Verifies envelope bytes obtained some other way (on a device, the system downloads them).
     public func verify(_ bytes: [UInt8], floor: Int, now: Date) throws -> Manifest {
+        try verify(bytes, state: Self.state(app: app, channel: channel, floor: floor), now: now).manifest
+    }
+
+    /// Verifies envelope bytes against what the device's `state` accepted before (its floors, and
+    /// with a root of trust, the newest root and signed release it recorded).
+    public func verify(_ bytes: [UInt8], state: InstalledState, now: Date) throws -> Accepted {
         guard bytes.count <= Self.sizeLimit else { throw ClientError.manifest("the envelope is larger than \(Self.sizeLimit) bytes") }
+        if let root {
+            let trusted: TrustedManifest
+            do {
+                trusted = try ManifestTrust.verify(envelope: bytes, pinned: root, record: state.trust, app: app, channel: channel, now: now)
+            } catch {
+                throw ClientError.manifest(String(describing: error))
+            }
+            return try accept(Accepted(manifest: trusted.manifest, trusted: trusted), state: state, now: now)
+        }
         let manifest: Manifest
         do {
             manifest = try Envelope.verifiedManifest(envelope: bytes, trusting: trustedKeys)
         } catch {
             throw ClientError.manifest(error.description)
         }
-        return try accept(manifest, floor: floor, now: now)
+        return try accept(Accepted(manifest: manifest, trusted: nil), state: state, now: now)
     }
 
     /// Verifies the envelope in a file (on a device, the one the system fetched, or the one the
     /// extension accepted) in about the file's size in memory
     /// (`Envelope.verifiedManifest(file:limit:trusting:)`), as ``verify(_:floor:now:)`` does.
     public func verify(file path: String, floor: Int, now: Date) throws -> Manifest {
-        let manifest: Manifest
+        try verify(file: path, state: Self.state(app: app, channel: channel, floor: floor), now: now).manifest
+    }
+
+    /// ``verify(_:state:now:)`` for the envelope in a file, in about the file's size in memory.
+    public func verify(file path: String, state: InstalledState, now: Date) throws -> Accepted {
         do {
-            manifest = try Envelope.verifiedManifest(file: path, limit: Self.sizeLimit, trusting: trustedKeys)
+            if let root {
+                let trusted = try ManifestTrust.verify(file: path, limit: Self.sizeLimit, pinned: root, record: state.trust, app: app, channel: channel, now: now)
+                return try accept(Accepted(manifest: trusted.manifest, trusted: trusted), state: state, now: now)
+            }
+            let manifest = try Envelope.verifiedManifest(file: path, limit: Self.sizeLimit, trusting: trustedKeys)
+            return try accept(Accepted(manifest: manifest, trusted: nil), state: state, now: now)
         } catch let error as SystemError where error.errno == EFBIG {
             throw ClientError.manifest("the envelope is larger than \(Self.sizeLimit) bytes")
         } catch let error as SystemError {
             throw ClientError.state("cannot read the manifest \(path): \(error)")
         } catch let error as EnvelopeError {
             throw ClientError.manifest(error.description)
+        } catch let error as TrustError {
+            throw ClientError.manifest(error.description)
         }
-        return try accept(manifest, floor: floor, now: now)
     }
 
-    private func accept(_ manifest: Manifest, floor: Int, now: Date) throws -> Manifest {
+    /// A state holding only `floor` for the channel (the callers that pass a floor).
+    private static func state(app: String, channel: String, floor: Int) -> InstalledState {
+        var state = InstalledState(app: app)
+        state.raiseFloor(channel: channel, to: floor)
+        return state
+    }
+
+    private func accept(_ accepted: Accepted, state: InstalledState, now: Date) throws -> Accepted {
+        let manifest = accepted.manifest
         guard manifest.app == app else { throw ClientError.wrongApp(manifest.app) }
         // A higher schemaVersion means a change this client cannot read safely (docs/Integrating.md,
         // "Versions and compatibility"): refused before the floor moves; the device keeps its packs.
@@ -111,8 +164,8 @@ public struct ManifestSource: Sendable {
         // a man in the middle would move devices to its packs and raise their floor. A manifest
         // signed before channels were named is production's.
         guard (manifest.channel ?? Self.production) == channel else { throw ClientError.wrongChannel(manifest.channel, asked: channel) }
-        guard manifest.version >= floor else { throw ClientError.rollback(offered: manifest.version, floor: floor) }
+        if let refusal = state.refusal(accepted, channel: channel) { throw refusal }
         guard manifest.expiresAt > now else { throw ClientError.expired(manifest.version) }
-        return manifest
+        return accepted
     }
 }

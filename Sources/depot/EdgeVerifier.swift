@@ -141,7 +141,7 @@ struct EdgeVerifier {
             guard answer.status == 200 else { throw ClientError.http(answer.status, manifestURL.absoluteString, "") }
             report.manifests += 1
             if let configuration {
-                let source = ManifestSource(url: manifestURL, app: app, channel: channel, trustedKeys: try configuration.trustedKeys(), transport: transport)
+                let source = try ManifestSource(url: manifestURL, channel: channel, configuration: configuration, transport: transport)
                 manifest = try source.verify(answer.body, floor: 0, now: Date())
             } else {
                 guard let payload = Data(base64Encoded: try Envelope.decode(answer.body).payload) else { throw ClientError.manifest("the envelope's payload is not base64") }

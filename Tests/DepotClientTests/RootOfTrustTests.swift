@@ -1,0 +1,168 @@
+import DepotClient
+import DepotCore
+import Foundation
+import Testing
+
+/// A device with a pinned root of trust, against envelopes made here: the root chain walked,
+/// the online keys it authorises, and the release statements of protected channels — each
+/// attack refused by the device with its state unchanged.
+@Suite struct RootOfTrustTests {
+    static let app = "com.example.game"
+    static let now = Date(timeIntervalSince1970: 1_800_000_000)
+
+    /// The keys and documents of one app's trust, made here.
+    final class Lab {
+        var roots: [Envelope] = []
+        var rootKeys: [[Ed25519PrivateKey]] = []
+        var online = Ed25519PrivateKey()
+        var releaseKeys = [Ed25519PrivateKey(), Ed25519PrivateKey(), Ed25519PrivateKey()]
+        var releaseThreshold = 2
+        var protected = ["production"]
+
+        init() { addRoot(keys: [Ed25519PrivateKey()], signers: nil) }
+
+        /// The next root version with `keys` as its root keys, signed by the previous root keys
+        /// and the new ones (or by `signers` when given).
+        @discardableResult
+        func addRoot(keys: [Ed25519PrivateKey], signers: [Ed25519PrivateKey]? = nil, expires: Date = RootOfTrustTests.now + 86_400 * 365) -> Envelope {
+            let document = RootDocument(
+                app: RootOfTrustTests.app, version: roots.count + 1, expiresAt: expires, rootKeys: keys.map(\.publicKey), rootThreshold: 1,
+                onlineKeys: [online.publicKey], releaseKeys: releaseKeys.map(\.publicKey), releaseThreshold: releaseThreshold, protectedChannels: protected
+            )
+            let envelope = try! document.signed(with: signers ?? ((rootKeys.last ?? []) + keys))
+            roots.append(envelope)
+            rootKeys.append(keys)
+            return envelope
+        }
+
+        func entry(_ id: String, revision: Int, digit: Character, language: String? = nil) -> PackEntry {
+            PackEntry(
+                id: id, revision: revision, url: "https://cdn.example.com/\(id)/\(revision)", size: 1000 + Int64(revision), sha256: String(repeating: digit, count: 64),
+                installSize: 900, plaintextSHA256: String(repeating: "e", count: 63) + String(digit), policy: .prefetch, tags: [], keyID: "k1", contentType: "application/octet-stream",
+                language: language
+            )
+        }
+
+        func statement(release: Int, packs: [PackEntry], channel: String = "production", app: String = RootOfTrustTests.app, signers: [Ed25519PrivateKey]? = nil) -> Envelope {
+            try! ReleaseStatement(app: app, channel: channel, release: release, signedAt: RootOfTrustTests.now, packs: packs).signed(with: signers ?? Array(releaseKeys.prefix(2)))
+        }
+
+        func envelope(
+            version: Int, packs: [PackEntry], channel: String = "production", rollout: Rollout? = nil, releases: [Envelope]?, signer: Ed25519PrivateKey? = nil,
+            roots: [Envelope]? = nil
+        ) -> [UInt8] {
+            let manifest = Manifest(
+                app: RootOfTrustTests.app, version: version, publishedAt: RootOfTrustTests.now, expiresAt: RootOfTrustTests.now + 86_400, packs: packs, channel: channel, rollout: rollout
+            )
+            var envelope = try! Envelope.sign(manifest, with: [signer ?? online])
+            envelope.roots = roots ?? self.roots
+            envelope.releases = releases
+            return envelope.encoded()
+        }
+
+        /// A device that pinned root version `pinned`.
+        func device(pinned: Int = 1, channel: String = "production") -> Device {
+            Device(source: ManifestSource(url: URL(string: "https://origin.example.com/m")!, app: RootOfTrustTests.app, channel: channel, trustedKeys: [], root: roots[pinned - 1]))
+        }
+    }
+
+    /// A device's state and the step it takes per envelope: verify, then record under its rules.
+    struct Device {
+        let source: ManifestSource
+        var state = InstalledState(app: RootOfTrustTests.app)
+
+        init(source: ManifestSource) { self.source = source }
+
+        /// Accepts the envelope, or throws with the state unchanged.
+        @discardableResult
+        mutating func take(_ bytes: [UInt8], now: Date = RootOfTrustTests.now) throws -> Manifest {
+            let accepted = try source.verify(bytes, state: state, now: now)
+            if let refusal = state.refusal(accepted, channel: source.channel) { throw refusal }
+            state.record(accepted, channel: source.channel)
+            return accepted.manifest
+        }
+
+        /// The refusal's text; the state must not change.
+        mutating func refusal(_ bytes: [UInt8], now: Date = RootOfTrustTests.now) -> String {
+            let before = state
+            do {
+                try take(bytes, now: now)
+                return "accepted"
+            } catch {
+                #expect(state == before, "a refused envelope changed the state")
+                return String(describing: error)
+            }
+        }
+    }
+
+    @Test func chainOfThreeRotationsWalkedByADeviceThatSkippedTwo() throws {
+        let lab = Lab()
+        var device = lab.device()
+        let packs = [lab.entry("levels", revision: 1, digit: "a")]
+        try device.take(lab.envelope(version: 1, packs: packs, releases: [lab.statement(release: 1, packs: packs)]))
+        #expect(device.state.trust?.rootVersion == 1)
+        // Three rotations of the root keys, and the online key rotated with the last: no app update.
+        lab.addRoot(keys: [Ed25519PrivateKey()])
+        lab.addRoot(keys: [Ed25519PrivateKey(), Ed25519PrivateKey()])
+        let oldOnline = lab.online
+        lab.online = Ed25519PrivateKey()
+        lab.addRoot(keys: [Ed25519PrivateKey()])
+        let next = [lab.entry("levels", revision: 2, digit: "b")]
+        let manifest = try device.take(lab.envelope(version: 2, packs: next, releases: [lab.statement(release: 2, packs: next)]))
+        #expect(manifest.packs.map(\.revision) == [2])
+        #expect(device.state.trust?.rootVersion == 4)
+        // The online key version 4 no longer lists signs no more.
+        let byOld = lab.envelope(version: 3, packs: next, releases: [lab.statement(release: 2, packs: next)], signer: oldOnline)
+        #expect(device.refusal(byOld).contains("not signed by a trusted key"))
+        // A build pinned at version 1 that never synced before walks the same way.
+        var fresh = lab.device()
+        try fresh.take(lab.envelope(version: 2, packs: next, releases: [lab.statement(release: 2, packs: next)]))
+        #expect(fresh.state.trust?.rootVersion == 4)
+    }
+
+    @Test func aRootNotSignedByThePreviousKeysIsRefused() throws {
+        let lab = Lab()
+        var device = lab.device()
+        let packs = [lab.entry("levels", revision: 1, digit: "a")]
+        let new = [Ed25519PrivateKey()]
+        lab.addRoot(keys: new, signers: new)  // signed by its own keys only
+        #expect(device.refusal(lab.envelope(version: 1, packs: packs, releases: [lab.statement(release: 1, packs: packs)])).contains("signed by 0 of version 1's root keys"))
+    }
+
+    @Test func aRetiredRootKeyCannotForkTheChain() throws {
+        let lab = Lab()
+        let packs = [lab.entry("levels", revision: 1, digit: "a")]
+        let firstKeys = lab.rootKeys[0]
+        lab.addRoot(keys: [Ed25519PrivateKey()])
+        var device = lab.device()
+        try device.take(lab.envelope(version: 1, packs: packs, releases: [lab.statement(release: 1, packs: packs)]))
+        #expect(device.state.trust?.rootVersion == 2)
+        // An attacker holding version 1's (retired) root key signs another version 2 naming its
+        // own online key; the device recorded the real version 2.
+        let attacker = Ed25519PrivateKey()
+        let forged = try RootDocument(
+            app: Self.app, version: 2, expiresAt: Self.now + 86_400 * 3650, rootKeys: firstKeys.map(\.publicKey), rootThreshold: 1, onlineKeys: [attacker.publicKey],
+            releaseKeys: [], releaseThreshold: 0, protectedChannels: []
+        ).signed(with: firstKeys)
+        let evil = [lab.entry("levels", revision: 9, digit: "f")]
+        let text = device.refusal(lab.envelope(version: 5, packs: evil, releases: nil, signer: attacker, roots: [lab.roots[0], forged]))
+        #expect(text.contains("not the one this device trusts"))
+        // Leaving the newer root out does not take the device back either.
+        #expect(device.refusal(lab.envelope(version: 5, packs: packs, releases: [lab.statement(release: 1, packs: packs)], roots: [lab.roots[0]])).contains("below version 2"))
+    }
+
+    @Test func anExpiredRootStopsNewManifestsUntilTheNextIsSigned() throws {
+        let lab = Lab()
+        let packs = [lab.entry("levels", revision: 1, digit: "a")]
+        var device = lab.device()
+        let late = Self.now + 86_400 * 366
+        #expect(device.refusal(lab.envelope(version: 1, packs: packs, releases: [lab.statement(release: 1, packs: packs)]), now: late).contains("expired"))
+        lab.addRoot(keys: lab.rootKeys[0], expires: late + 86_400 * 365)
+        var manifestLater = Manifest(app: Self.app, version: 1, publishedAt: late, expiresAt: late + 86_400, packs: packs, channel: "production")
+        manifestLater.rollout = nil
+        var envelope = try Envelope.sign(manifestLater, with: [lab.online])
+        envelope.roots = lab.roots
+        envelope.releases = [lab.statement(release: 1, packs: packs)]
+        try device.take(envelope.encoded(), now: late)
+    }
+}
