@@ -165,4 +165,15 @@ import Testing
         envelope.releases = [lab.statement(release: 1, packs: packs)]
         try device.take(envelope.encoded(), now: late)
     }
+
+    @Test func aStatementBindsThePacksCanonicalText() throws {
+        let lab = Lab()
+        let packs = [lab.entry("voice-fr", revision: 1, digit: "c", language: "fr"), lab.entry("levels", revision: 2, digit: "b")]
+        let text = "levels\t2\t\(String(repeating: "b", count: 64))\t1002\t\(String(repeating: "e", count: 63))b\t900\t\n"
+            + "voice-fr\t1\t\(String(repeating: "c", count: 64))\t1001\t\(String(repeating: "e", count: 63))c\t900\tfr\n"
+        #expect(ReleaseStatement.digest(of: packs) == Hex.encode(SHA256Hasher.hash(Array(text.utf8))))
+        let statement = ReleaseStatement(app: Self.app, channel: "production", release: 2, signedAt: Self.now, packs: packs)
+        #expect(statement.packCount == 2 && statement.binds(packs.reversed()))
+        #expect(!statement.binds([packs[0]]))
+    }
 }

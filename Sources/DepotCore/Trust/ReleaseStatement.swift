@@ -1,9 +1,12 @@
 import Foundation
 
 /// What the app's release keys sign for a protected channel (see <doc:RootOfTrust>): for one
-/// release of the app on one channel, every pack a device installs, by the fields it installs by.
-/// The origin's online key only vouches that the manifest is fresh; a device on a protected
-/// channel installs nothing a statement does not bind.
+/// release of the app on one channel, every pack a device installs, by the fields it installs by
+/// (``BoundPack``), bound by the SHA-256 of their canonical text (``digest(of:)``): a statement is
+/// a few hundred bytes whatever the number of packs, so that a manifest of 10,000 packs carrying
+/// two is verified in a Background Assets extension's memory. The origin's online key only
+/// vouches that the manifest is fresh; a device on a protected channel installs nothing a
+/// statement does not bind.
 public struct ReleaseStatement: Codable, Hashable, Sendable {
     /// The payload type of a release statement's envelope.
     public static let payloadType = "application/vnd.assetdepot.release+json"
@@ -19,17 +22,33 @@ public struct ReleaseStatement: Codable, Hashable, Sendable {
     public var release: Int
     /// When the first signer signed it.
     public var signedAt: Date
-    /// The packs, sorted by id.
-    public var packs: [BoundPack]
+    /// How many packs it binds.
+    public var packCount: Int
+    /// Lower-case hex SHA-256 of the packs' canonical text (``digest(of:)``).
+    public var packsSHA256: String
 
     public init(app: String, channel: String, release: Int, signedAt: Date, packs: [PackEntry]) {
         type = "release"
         (self.app, self.channel, self.release, self.signedAt) = (app, channel, release, signedAt)
-        self.packs = Self.bound(packs)
+        packCount = packs.count
+        packsSHA256 = Self.digest(of: packs)
     }
 
     /// The bound form of a pack list, sorted by id.
     public static func bound(_ packs: [PackEntry]) -> [BoundPack] { packs.map(BoundPack.init).sorted { $0.id < $1.id } }
+
+    /// SHA-256 (lower-case hex) of the packs' canonical text: per pack, sorted by id, one line of
+    /// `id`, `revision`, `sha256`, `size`, `plaintextSHA256`, `installSize` and `language` (empty
+    /// when none), separated by tabs and ended by a line feed. Every field is ASCII (ids, hex
+    /// digests, decimal numbers, language tags), so the text is the same on every platform.
+    public static func digest(of packs: [PackEntry]) -> String {
+        let hasher = SHA256Hasher()
+        for pack in bound(packs) { hasher.update(Array(pack.canonicalLine.utf8)) }
+        return Hex.encode(hasher.finalize())
+    }
+
+    /// Whether the statement binds exactly `packs`.
+    public func binds(_ packs: [PackEntry]) -> Bool { packs.count == packCount && Self.digest(of: packs) == packsSHA256 }
 
     /// Canonical JSON.
     public func encoded() -> [UInt8] { Array(try! Manifest.encoder.encode(self)) }
@@ -37,7 +56,8 @@ public struct ReleaseStatement: Codable, Hashable, Sendable {
     /// Parses a statement's JSON.
     public static func decode(_ bytes: [UInt8]) throws(TrustError) -> ReleaseStatement {
         guard let statement = try? Manifest.decoder.decode(ReleaseStatement.self, from: Data(bytes)), statement.type == "release",
-              Identifier.isValidApp(statement.app), Identifier.isValidChannel(statement.channel), statement.release >= 1 else {
+              Identifier.isValidApp(statement.app), Identifier.isValidChannel(statement.channel), statement.release >= 1, statement.packCount >= 0,
+              Manifest.isDigest(statement.packsSHA256) else {
             throw TrustError("a release statement is not valid JSON of its form")
         }
         return statement
@@ -79,6 +99,9 @@ public struct BoundPack: Codable, Hashable, Sendable {
         (id, revision, sha256, size) = (entry.id, entry.revision, entry.sha256, entry.size)
         (plaintextSHA256, installSize, language) = (entry.plaintextSHA256, entry.installSize, entry.language)
     }
+
+    /// Its line in the canonical text (``ReleaseStatement/digest(of:)``).
+    var canonicalLine: String { "\(id)\t\(revision)\t\(sha256)\t\(size)\t\(plaintextSHA256)\t\(installSize)\t\(language ?? "")\n" }
 }
 
 /// The check a device on a protected channel makes: the manifest's packs, and a running
@@ -109,14 +132,14 @@ public enum ReleaseBinding {
                 refusals.append(error.description)
             }
         }
-        let main = ReleaseStatement.bound(manifest.packs)
-        guard let bound = verified.filter({ $0.packs == main }).max(by: { $0.release < $1.release }) else {
+        let main = ReleaseStatement.digest(of: manifest.packs)
+        guard let bound = verified.filter({ $0.packsSHA256 == main && $0.packCount == manifest.packs.count }).max(by: { $0.release < $1.release }) else {
             let why = refusals.isEmpty ? "no signed release of channel \(channel) holds exactly the manifest's packs" : refusals.joined(separator: "; ")
             throw TrustError("the manifest's packs are not a release signed for channel \(channel): \(why)")
         }
         if let rollout = manifest.rollout {
-            let candidate = ReleaseStatement.bound(manifest.choosing(candidate: true).packs)
-            guard verified.contains(where: { $0.release == rollout.release && $0.packs == candidate }) else {
+            let candidate = manifest.choosing(candidate: true).packs
+            guard verified.contains(where: { $0.release == rollout.release && $0.binds(candidate) }) else {
                 throw TrustError("the rollout's candidate (release \(rollout.release)) is not a release signed for channel \(channel)")
             }
             guard rollout.release > bound.release else {
