@@ -45,9 +45,13 @@ struct ReportDay: Sendable {
     var counts: [DayFigures.Key: ReportCounts] = [:]
     /// Per `channel \0 pack@revision`, per release: what the guard sums.
     var byCandidate: [String: [Int: CandidateTally]] = [:]
+    /// Reports per key ring, and how many rings are kept per kind and channel (``KeyRingCounts``).
+    var rings: [KeyRingCounts.Key: Int64] = [:]
+    var ringsKept: [String: Int] = [:]
     /// What changed since the last append (deltas).
     var pendingReports: [String: Int64] = [:]
     var pendingCounts: [DayFigures.Key: ReportCounts] = [:]
+    var pendingRings: [KeyRingCounts.Key: Int64] = [:]
     /// Whether the bucket's copy is behind.
     var bucketBehind = false
     var file: ReportDayFile.Cursor
@@ -68,6 +72,29 @@ struct ReportDay: Sendable {
         reports[channel] = ReportBook.adding(reports[channel] ?? 0, count)
     }
 
+    /// Adds a key ring's total read back from disk (not pending).
+    mutating func loadRing(_ key: KeyRingCounts.Key, _ count: Int64) {
+        if rings[key] == nil && key.ring != KeyRingCounts.other { ringsKept[key.kind.rawValue + "\u{0}" + key.channel, default: 0] += 1 }
+        rings[key] = ReportBook.adding(rings[key] ?? 0, count)
+    }
+
+    /// Loads a day's whole figures (its files read back, or another origin's day).
+    mutating func load(_ figures: DayFigures) {
+        for (channel, count) in figures.reports { loadReports(channel, count) }
+        for row in figures.rows { load(row.key, ReportCounts(count: row.count, bytes: row.bytes)) }
+        for (key, count) in figures.keyRings { loadRing(key, count) }
+    }
+
+    /// Adds one report's key ring of `kind`: a ring the day does not keep yet counts as
+    /// ``KeyRingCounts/other`` once the channel's rings of that kind reach the bound.
+    mutating func addRing(_ kind: KeyRingCounts.Kind, channel: String, ids: [String]) {
+        var key = KeyRingCounts.Key(kind: kind, channel: channel, ring: KeyRingCounts.ring(ids))
+        if rings[key] == nil && (ringsKept[kind.rawValue + "\u{0}" + channel] ?? 0) >= KeyRingCounts.ringsPerDay { key.ring = KeyRingCounts.other }
+        loadRing(key, 1)
+        pendingRings[key] = ReportBook.adding(pendingRings[key] ?? 0, 1)
+        bucketBehind = true
+    }
+
     /// Adds one report's counts.
     mutating func add(_ key: DayFigures.Key, bytes: Int64) {
         load(key, ReportCounts(count: 1, bytes: bytes))
@@ -81,11 +108,11 @@ struct ReportDay: Sendable {
         bucketBehind = true
     }
 
-    var hasPending: Bool { !pendingCounts.isEmpty || !pendingReports.isEmpty }
+    var hasPending: Bool { !pendingCounts.isEmpty || !pendingReports.isEmpty || !pendingRings.isEmpty }
 
     /// The day as the API and the files show it (sorted rows).
     var figures: DayFigures {
-        DayFigures(day: day, reports: reports, counts: counts.mapValues { ($0.count, $0.bytes) })
+        DayFigures(day: day, reports: reports, counts: counts.mapValues { ($0.count, $0.bytes) }, rings: rings)
     }
 
     /// The guard's sum over this day.

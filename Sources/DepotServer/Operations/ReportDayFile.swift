@@ -35,6 +35,10 @@ enum ReportDayFile {
         var error: String?
         var count: Int64?
         var bytes: Int64?
+        /// A pack key ring's delta (``KeyRingCounts``): the ring, with `count`.
+        var packKeys: String?
+        /// A manifest key ring's delta.
+        var manifestKeys: String?
     }
 
     private struct SnapshotMark: Decodable { var log: Int? }
@@ -97,8 +101,7 @@ enum ReportDayFile {
             }
         }
         var day = ReportDay(day: day, file: Cursor(generation: through + 1, length: 0, snapshotBytes: snapshotBytes))
-        for (channel, count) in figures.reports { day.loadReports(channel, count) }
-        for row in figures.rows { day.load(row.key, ReportCounts(count: row.count, bytes: row.bytes)) }
+        day.load(figures)
         for generation in logGenerations(FileSystem.contents(of: folder), day: day.day) where generation > through {
             guard let bytes = try readIfPresent(logPath(folder, day.day, generation), limit: 1 << 30) else { continue }
             var whole = 0
@@ -121,6 +124,11 @@ enum ReportDayFile {
             day.loadReports(line.channel, reports)
             return
         }
+        if let ring = line.packKeys ?? line.manifestKeys {
+            guard Identifier.isValidChannel(line.channel), ring.utf8.count <= KeyRingCounts.longestRing, let count = line.count, count >= 0 else { return }
+            day.loadRing(KeyRingCounts.Key(kind: line.packKeys != nil ? .pack : .manifest, channel: line.channel, ring: ring), count)
+            return
+        }
         guard let release = line.release, let pack = line.pack, let revision = line.revision, let outcome = line.outcome,
               let count = line.count, let bytes = line.bytes, count >= 0, bytes >= 0 else { return }
         let key = DayFigures.Key(channel: line.channel, release: release, pack: pack, revision: revision, outcome: outcome, error: line.error)
@@ -130,15 +138,18 @@ enum ReportDayFile {
     /// Appends what changed since the last append to the day's log and fsyncs it; the pending
     /// deltas are cleared only once that succeeded.
     static func append(_ day: inout ReportDay, folder: String) throws {
-        day.file = try append(reports: day.pendingReports, counts: day.pendingCounts, day: day.day, cursor: day.file, folder: folder)
+        day.file = try append(reports: day.pendingReports, counts: day.pendingCounts, rings: day.pendingRings, day: day.day, cursor: day.file, folder: folder)
         day.pendingReports = [:]
         day.pendingCounts = [:]
+        day.pendingRings = [:]
     }
 
     /// Appends deltas to a day's log at `cursor` (cutting off first whatever a crash left past
     /// its last whole line) and fsyncs it; returns where the next append goes.
-    static func append(reports: [String: Int64], counts: [DayFigures.Key: ReportCounts], day: String, cursor: Cursor, folder: String) throws -> Cursor {
-        guard !reports.isEmpty || !counts.isEmpty else { return cursor }
+    static func append(
+        reports: [String: Int64], counts: [DayFigures.Key: ReportCounts], rings: [KeyRingCounts.Key: Int64] = [:], day: String, cursor: Cursor, folder: String
+    ) throws -> Cursor {
+        guard !reports.isEmpty || !counts.isEmpty || !rings.isEmpty else { return cursor }
         var out: [UInt8] = []
         for (channel, count) in reports.sorted(by: { $0.key < $1.key }) {
             out += try StoredJSON.compact.encode(Line(channel: channel, reports: count)) + [10]
@@ -147,6 +158,11 @@ enum ReportDayFile {
             out += try StoredJSON.compact.encode(Line(
                 channel: key.channel, release: key.release, pack: key.pack, revision: key.revision, outcome: key.outcome, error: key.error,
                 count: value.count, bytes: value.bytes
+            )) + [10]
+        }
+        for (key, count) in rings {
+            out += try StoredJSON.compact.encode(Line(
+                channel: key.channel, count: count, packKeys: key.kind == .pack ? key.ring : nil, manifestKeys: key.kind == .manifest ? key.ring : nil
             )) + [10]
         }
         let path = logPath(folder, day, cursor.generation)
