@@ -252,7 +252,7 @@ struct Tokens: ParsableCommand {
 }
 
 struct Keys: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Export, rotate and retire an app's keys.", subcommands: [Export.self, Rotate.self, Retire.self, RotateSigning.self])
+    static let configuration = CommandConfiguration(abstract: "Export, rotate and retire an app's keys.", subcommands: [Export.self, List.self, Rotate.self, Retire.self, RotateSigning.self])
 
     struct RotateSigning: ParsableCommand {
         static let configuration = CommandConfiguration(

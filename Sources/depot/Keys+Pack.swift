@@ -82,6 +82,26 @@ extension Keys {
         }
     }
 
+    struct List: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "List the app's pack keys: id, state (current, staged, retired), when retired, live packs under it.",
+            discussion: "Tab-separated, one key a line: the current key first, then the staged ones (the next current first), then the retired ones."
+        )
+        @OptionGroup var data: DataOptions
+        @Option(help: "The app.") var app: String
+
+        func run() throws {
+            let store = AppStore(folder: DataFolder(data.data))
+            let states = try store.packKeyStates(app)
+            let live = try store.livePackKeys(app).live
+            let formatter = ISO8601DateFormatter()
+            for (id, state) in [(states.current, "current")] + states.staged.map({ ($0, "staged") }) + states.retired.map({ ($0, "retired") }) {
+                let retired = states.retiredAt[id].map(formatter.string(from:)) ?? "-"
+                print("\(id)\t\(state)\t\(retired)\t\(live[id]?.count ?? 0) live packs")
+            }
+        }
+    }
+
     struct Export: ParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Print the client configuration JSON to inject into the app: its pack keys and the manifest public keys.",
