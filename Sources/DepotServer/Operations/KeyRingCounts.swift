@@ -121,6 +121,17 @@ struct FleetKeys: Encodable, Sendable {
     var pack: Kind
     var manifest: Kind
 
+    /// The section for `channel` over `figures`' days: the app's current and staged pack keys, the
+    /// manifest signing keys in force (newest last).
+    init(apps: AppStore, app: String, channel: String, figures: [DayFigures]) {
+        var tally = KeyRingTally()
+        for day in figures { tally.add(day, channels: [channel]) }
+        let states = try? apps.packKeyStates(app)
+        let pack = states.map { [($0.current, "current")] + $0.staged.map { ($0, "staged") } } ?? []
+        let signing = ((try? apps.signingKeys()) ?? []).map { ManifestSigningKey.keyID(for: $0.publicKey) }
+        self.init(tally: tally, pack: pack, manifest: signing.enumerated().map { ($1, $0 == signing.count - 1 ? "newest" : "signing") })
+    }
+
     init(tally: KeyRingTally, pack: [(id: String, state: String)], manifest: [(id: String, state: String)]) {
         func kind(_ name: String, _ keys: [(id: String, state: String)]) -> Kind {
             Kind(keys: keys.map { key in

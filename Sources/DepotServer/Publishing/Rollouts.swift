@@ -331,21 +331,10 @@ final class Rollouts: Sendable {
         }
     }
 
-    /// Fleet figures of a channel over `days` days, with its rollout's status.
+    /// Fleet figures of a channel over `days` days, with its rollout's status and its keys section.
     func fleet(_ app: String, channel: String, days: Int) -> FleetFigures {
         let record = try? steps.withLock { _ in try reconciled(app, channel: channel) }
         let figures = reports.figures(app, days: days)
-        return FleetFigures(app: app, channel: channel, figures: figures, rollout: record.flatMap { $0 }.map(status), keys: keys(app, channel: channel, figures: figures))
-    }
-
-    /// The fleet's keys section: the app's current and staged pack keys, the manifest signing
-    /// keys in force (newest last), each with the reports from builds with and without it.
-    private func keys(_ app: String, channel: String, figures: [DayFigures]) -> FleetKeys {
-        var tally = KeyRingTally()
-        for day in figures { tally.add(day, channels: [channel]) }
-        let states = try? publisher.apps.packKeyStates(app)
-        let pack = states.map { [($0.current, "current")] + $0.staged.map { ($0, "staged") } } ?? []
-        let signing = ((try? publisher.apps.signingKeys()) ?? []).map { ManifestSigningKey.keyID(for: $0.publicKey) }
-        return FleetKeys(tally: tally, pack: pack, manifest: signing.enumerated().map { ($1, $0 == signing.count - 1 ? "newest" : "signing") })
+        return FleetFigures(app: app, channel: channel, figures: figures, rollout: record.flatMap { $0 }.map(status), keys: FleetKeys(apps: publisher.apps, app: app, channel: channel, figures: figures))
     }
 }
