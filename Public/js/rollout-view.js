@@ -88,7 +88,7 @@ export function keyLines(fleet) {
         : `${label} ${key.id} (${key.state}): ${count(key.without)} of ${count(named)} reports in ${days} days come from builds ${absent}` });
     }
     if (kind && kind.unnamed > 0 && kind.keys.length) {
-      lines.push({ text: `and ${count(kind.unnamed)} reports name no ${label === "key" ? "pack" : "manifest"} key ring (builds from before reports named their keys${label === "key" ? "" : ", or that pin none"}, or past 64 rings a day)` });
+      lines.push({ text: `and ${count(kind.unnamed)} reports name no ${label === "key" ? "pack" : "manifest"} key ring (builds from before reports named their keys${label === "key" ? "" : ", or that pin none"}, or past the rings kept a day)` });
     }
   }
   return lines;

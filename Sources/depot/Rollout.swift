@@ -235,7 +235,7 @@ struct FleetKeysAnswer: Decodable {
                     : "\(label) \(key.id) (\(key.state)): \(Count(key.without)) of \(Count(named)) reports in \(days) days come from builds \(absent)")
             }
             if kind.unnamed > 0 && !kind.keys.isEmpty {
-                lines.append("  and \(Count(kind.unnamed)) reports name no \(label == "key" ? "pack" : "manifest") key ring (builds from before reports named their keys\(label == "key" ? "" : ", or that pin none"), or past 64 rings a day)")
+                lines.append("  and \(Count(kind.unnamed)) reports name no \(label == "key" ? "pack" : "manifest") key ring (builds from before reports named their keys\(label == "key" ? "" : ", or that pin none"), or past the rings kept a day)")
             }
         }
         return lines

@@ -1,5 +1,5 @@
 import DepotCore
-import DepotServer
+@testable import DepotServer
 import DepotTestSupport
 import Foundation
 import Testing
@@ -116,6 +116,36 @@ struct KeyRingReportTests {
             let current = try AppStore(folder: DataFolder(origin.data.path)).packKeys(origin.app).current
             #expect(pack.byID[current]?.without == 65 && pack.unnamed == 1, "\(keys)")
         }
+    }
+}
+
+extension KeyRingReportTests {
+    @Test("A day keeps at most 64 rings per kind and channel and 1,024 in all; the rest count as another ring; the day's log and its compaction keep every count")
+    func dayBound() throws {
+        let work = TemporaryDirectory("depot-key-ring-day")
+        defer { work.remove() }
+        let folder = work.path + "/reports"
+        var day = try ReportDayFile.load(folder: folder, day: "2026-11-26") { _ in Issue.record("nothing to read aside") }
+        for channel in 0..<20 {
+            for ring in 0..<70 {
+                day.addReport(channel: "c\(channel)")
+                day.addRing(.pack, channel: "c\(channel)", ids: [String(format: "k%08x", ring)])
+            }
+        }
+        day.addRing(.manifest, channel: "c0", ids: ["ed25519:00112233445566ff"])
+        let kept = day.rings.filter { $0.key.ring != KeyRingCounts.other }
+        #expect(kept.count == KeyRingCounts.ringsPerDayInAll && kept.values.allSatisfy { $0 == 1 })
+        #expect(day.rings[KeyRingCounts.Key(kind: .pack, channel: "c0", ring: KeyRingCounts.other)] == 6, "past 64 on one channel")
+        #expect(day.rings[KeyRingCounts.Key(kind: .pack, channel: "c19", ring: KeyRingCounts.other)] == 70, "past 1,024 in all")
+        #expect(day.rings[KeyRingCounts.Key(kind: .manifest, channel: "c0", ring: KeyRingCounts.other)] == 1)
+        try ReportDayFile.append(&day, folder: folder)
+        #expect(try ReportDayFile.read(folder: folder, day: "2026-11-26").figures == day.figures, "the log keeps them")
+        try ReportDayFile.compact(&day, folder: folder)
+        let read = try ReportDayFile.read(folder: folder, day: "2026-11-26")
+        #expect(read.figures == day.figures, "the snapshot keeps them")
+        var tally = KeyRingTally()
+        tally.add(read.figures, channels: ["c0"])
+        #expect(tally.figures("pack", key: "k00000000") == (with: 1, without: 63, unnamed: 6))
     }
 }
 

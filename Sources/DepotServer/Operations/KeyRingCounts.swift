@@ -4,8 +4,9 @@ import Foundation
 /// Reports counted by the key ring a build holds: per channel and day, how many reports named
 /// each set of pack key ids (``DeviceReport/packKeys``) and each set of manifest key ids
 /// (``DeviceReport/manifestKeys``). A day keeps at most ``ringsPerDay`` distinct rings per kind
-/// and channel: a report naming another one counts as ``other`` (no client grows a day without
-/// bound). Ids only: a report never carries a key.
+/// and channel, and ``ringsPerDayInAll`` in all: a report naming another one counts as ``other``
+/// (no client grows a day without bound: at most about 2 MiB of ring names an app and day).
+/// Ids only: a report never carries a key.
 enum KeyRingCounts {
     enum Kind: String, Codable, Hashable, Sendable, CaseIterable {
         case pack, manifest
@@ -21,6 +22,8 @@ enum KeyRingCounts {
 
     /// Distinct rings a day keeps per kind and channel.
     static let ringsPerDay = 64
+    /// Distinct rings a day keeps in all (every kind and channel).
+    static let ringsPerDayInAll = 1_024
     /// The ring of reports past the bound (not an id: `*` is no key id's character).
     static let other = "*"
     /// The longest ring a stored line may name (32 ids of 64 characters and their commas).

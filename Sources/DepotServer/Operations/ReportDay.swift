@@ -45,7 +45,7 @@ struct ReportDay: Sendable {
     var counts: [DayFigures.Key: ReportCounts] = [:]
     /// Per `channel \0 pack@revision`, per release: what the guard sums.
     var byCandidate: [String: [Int: CandidateTally]] = [:]
-    /// Reports per key ring, and how many rings are kept per kind and channel (``KeyRingCounts``).
+    /// Reports per key ring, and how many rings are kept per kind and channel (and, under "", in all: ``KeyRingCounts``).
     var rings: [KeyRingCounts.Key: Int64] = [:]
     var ringsKept: [String: Int] = [:]
     /// What changed since the last append (deltas).
@@ -74,7 +74,10 @@ struct ReportDay: Sendable {
 
     /// Adds a key ring's total read back from disk (not pending).
     mutating func loadRing(_ key: KeyRingCounts.Key, _ count: Int64) {
-        if rings[key] == nil && key.ring != KeyRingCounts.other { ringsKept[key.kind.rawValue + "\u{0}" + key.channel, default: 0] += 1 }
+        if rings[key] == nil && key.ring != KeyRingCounts.other {
+            ringsKept[key.kind.rawValue + "\u{0}" + key.channel, default: 0] += 1
+            ringsKept["", default: 0] += 1
+        }
         rings[key] = ReportBook.adding(rings[key] ?? 0, count)
     }
 
@@ -86,10 +89,13 @@ struct ReportDay: Sendable {
     }
 
     /// Adds one report's key ring of `kind`: a ring the day does not keep yet counts as
-    /// ``KeyRingCounts/other`` once the channel's rings of that kind reach the bound.
+    /// ``KeyRingCounts/other`` once the channel's rings of that kind, or the day's in all, reach
+    /// their bound.
     mutating func addRing(_ kind: KeyRingCounts.Kind, channel: String, ids: [String]) {
         var key = KeyRingCounts.Key(kind: kind, channel: channel, ring: KeyRingCounts.ring(ids))
-        if rings[key] == nil && (ringsKept[kind.rawValue + "\u{0}" + channel] ?? 0) >= KeyRingCounts.ringsPerDay { key.ring = KeyRingCounts.other }
+        if rings[key] == nil && ((ringsKept[kind.rawValue + "\u{0}" + channel] ?? 0) >= KeyRingCounts.ringsPerDay || (ringsKept[""] ?? 0) >= KeyRingCounts.ringsPerDayInAll) {
+            key.ring = KeyRingCounts.other
+        }
         loadRing(key, 1)
         pendingRings[key] = ReportBook.adding(pendingRings[key] ?? 0, 1)
         bucketBehind = true
