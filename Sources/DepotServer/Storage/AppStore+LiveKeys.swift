@@ -41,8 +41,9 @@ extension AppStore {
     /// encrypted under (so that a build exported after a retirement reads the older live packs).
     public func clientConfiguration(_ id: String) throws -> ClientConfiguration {
         guard settings(id) != nil else { throw DepotError.notFound("app \(id)") }
-        let (ring, _) = try packKeys(id)
-        let states = try packKeyStates(id)
+        // One read of the key file: a retirement meanwhile cannot leave the ring without its current key.
+        let stored = try storedPackKeys(id)
+        let (ring, states) = (try stored.ring(), stored.states)
         let inUse = try livePackKeys(id).keysInUse
         var given = try KeyRing([String: [UInt8]]())
         for keyID in [states.current] + states.staged + states.retired.filter(inUse.contains) {

@@ -41,21 +41,18 @@ extension AppStore {
     /// The app's pack key ring (every key: current, staged and retired, which older packs and
     /// patches need) and the id new packs are encrypted with.
     public func packKeys(_ id: String) throws -> (ring: KeyRing, current: String) {
-        let stored = try StoredJSON.read(PackKeys.self, from: folder.packKeys(id))
-        try stored.check(folder.packKeys(id))
-        var ring = try KeyRing([String: [UInt8]]())
-        for (keyID, text) in stored.keys {
-            guard let data = Data(base64Encoded: text) else { throw KeyError.invalidKey(keyID) }
-            try ring.insert(Array(data), id: keyID)
-        }
-        return (ring, stored.current)
+        let stored = try storedPackKeys(id)
+        return (try stored.ring(), stored.current)
     }
 
     /// What each of the app's pack keys is for.
-    public func packKeyStates(_ id: String) throws -> PackKeyStates {
+    public func packKeyStates(_ id: String) throws -> PackKeyStates { try storedPackKeys(id).states }
+
+    /// The app's key file, read once and checked.
+    func storedPackKeys(_ id: String) throws -> PackKeys {
         let stored = try StoredJSON.read(PackKeys.self, from: folder.packKeys(id))
         try stored.check(folder.packKeys(id))
-        return stored.states
+        return stored
     }
 
     /// Adds the next pack key as staged: builds exported from now on carry it, no pack uses it
@@ -147,6 +144,16 @@ struct PackKeys: Codable {
         }
         guard keys[current] != nil else { throw KeyError.malformed("current key \(current) is missing") }
         for id in staged ?? [] where keys[id] == nil || id == current { throw KeyError.malformed("\(path): staged key \(id) is missing or current") }
+    }
+
+    /// Every key, as a key ring.
+    func ring() throws -> KeyRing {
+        var ring = try KeyRing([String: [UInt8]]())
+        for (keyID, text) in keys {
+            guard let data = Data(base64Encoded: text) else { throw KeyError.invalidKey(keyID) }
+            try ring.insert(Array(data), id: keyID)
+        }
+        return ring
     }
 
     var states: PackKeyStates {
