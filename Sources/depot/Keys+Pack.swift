@@ -44,7 +44,7 @@ extension Keys {
         )
         @OptionGroup var data: DataOptions
         @Option(help: "The app.") var app: String
-        @Argument(help: "The key id (`depot keys export` lists the keys builds carry).") var keyID: String
+        @Argument(help: "The key id (`depot keys list` lists the app's keys).") var keyID: String
         @Flag(help: "With no key staged: make a fresh key current at once (builds in the field cannot read packs published from then on).")
         var yes = false
 
@@ -95,9 +95,9 @@ extension Keys {
             let states = try store.packKeyStates(app)
             let live = try store.livePackKeys(app).live
             let formatter = ISO8601DateFormatter()
-            for (id, state) in [(states.current, "current")] + states.staged.map({ ($0, "staged") }) + states.retired.map({ ($0, "retired") }) {
+            for id in [states.current] + states.staged + states.retired {
                 let retired = states.retiredAt[id].map(formatter.string(from:)) ?? "-"
-                print("\(id)\t\(state)\t\(retired)\t\(live[id]?.count ?? 0) live packs")
+                print("\(id)\t\(states.state(of: id)?.rawValue ?? "-")\t\(retired)\t\(live[id]?.count ?? 0) live packs")
             }
         }
     }

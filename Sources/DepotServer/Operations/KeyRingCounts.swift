@@ -130,7 +130,7 @@ struct FleetKeys: Encodable, Sendable {
         var tally = KeyRingTally()
         for day in figures { tally.add(day, channels: [channel]) }
         let states = try? apps.packKeyStates(app)
-        let pack = states.map { [($0.current, "current")] + $0.staged.map { ($0, "staged") } } ?? []
+        let pack = states.map { [($0.current, PackKeyState.current.rawValue)] + $0.staged.map { ($0, PackKeyState.staged.rawValue) } } ?? []
         let signing = ((try? apps.signingKeys()) ?? []).map { ManifestSigningKey.keyID(for: $0.publicKey) }
         self.init(tally: tally, pack: pack, manifest: signing.enumerated().map { ($1, $0 == signing.count - 1 ? "newest" : "signing") })
     }

@@ -17,12 +17,22 @@ public struct PackKeyStates: Sendable, Hashable {
     /// When each key was retired, for those retired by `depot keys retire`.
     public var retiredAt: [String: Date]
 
-    /// The state's name of a key: `current`, `staged` or `retired`; nil for an id the app lacks.
-    public func state(of id: String) -> String? {
-        if id.utf8.elementsEqual(current.utf8) { return "current" }
-        if staged.contains(where: { $0.utf8.elementsEqual(id.utf8) }) { return "staged" }
-        return retired.contains(where: { $0.utf8.elementsEqual(id.utf8) }) ? "retired" : nil
+    /// What a key is for; nil for an id the app lacks.
+    public func state(of id: String) -> PackKeyState? {
+        if id.utf8.elementsEqual(current.utf8) { return .current }
+        if staged.contains(where: { $0.utf8.elementsEqual(id.utf8) }) { return .staged }
+        return retired.contains(where: { $0.utf8.elementsEqual(id.utf8) }) ? .retired : nil
     }
+}
+
+/// What one pack key is for.
+public enum PackKeyState: String, Sendable, Hashable {
+    /// Builds carry it; no pack uses it yet.
+    case staged
+    /// New packs are encrypted with it.
+    case current
+    /// No new pack uses it; packs already encrypted under it keep it.
+    case retired
 }
 
 /// What `depot keys retire` did.
@@ -86,7 +96,7 @@ extension AppStore {
             try keys.check(folder.packKeys(id))
             let states = keys.states
             switch states.state(of: keyID) {
-            case "current":
+            case .current:
                 var staged = keys.staged ?? []
                 let fresh = staged.isEmpty
                 if fresh {
@@ -105,17 +115,17 @@ extension AppStore {
                 keys.format = PackKeys.format
                 stored = keys
                 return PackKeyRetirement(keyID: keyID, wasStaged: false, current: keys.current, fresh: fresh)
-            case "staged":
+            case .staged:
                 keys.staged = (keys.staged ?? []).filter { !$0.utf8.elementsEqual(keyID.utf8) }
                 keys.keys[keyID] = nil
                 keys.format = PackKeys.format
                 stored = keys
                 return PackKeyRetirement(keyID: keyID, wasStaged: true, current: keys.current, fresh: false)
-            case "retired":
+            case .retired:
                 let when = states.retiredAt[keyID].map { " on " + ISO8601DateFormatter().string(from: $0) } ?? ""
                 throw DepotError.conflict("key_retired", "pack key \(keyID) of app \(id) is already retired\(when); nothing changed")
-            default:
-                throw DepotError(.notFound, "not_found", "app \(id) has no pack key \(keyID.prefix(80)) (depot keys export --app \(id) lists the keys builds carry); nothing changed")
+            case nil:
+                throw DepotError(.notFound, "not_found", "app \(id) has no pack key \(keyID.prefix(80)) (depot keys list --app \(id) lists its keys); nothing changed")
             }
         }
     }
