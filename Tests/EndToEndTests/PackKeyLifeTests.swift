@@ -178,9 +178,13 @@ struct PackKeyLifeTests {
         let stranded = try rig.sync("a.json", device: "device-a")
         #expect(stranded.status != 0 && stranded.stderr.contains("this build's keys were retired"), "\(stranded.stderr)")
 
-        // intro republished: under k2 now, and k1 is no longer exported.
-        _ = try rig.publish("intro", size: 30_001, seed: 6)
+        // intro republished, the same bytes: encrypted under k2 now (a new revision), and k1 is
+        // no longer exported.
+        _ = try rig.publish("intro", size: 30_000, seed: 4)
         #expect(Set(try rig.export("d.json").packKeys.keys) == [k2])
+        let fromD = try rig.sync("d.json", device: "device-d")
+        #expect(fromD.status == 0, "\(fromD.stderr)")
+        #expect(try rig.installed("device-d", "intro") == FileSystem.readFile(intro))
     }
 
     @Test("Retiring a staged key drops it; an unknown or already retired key is refused with exit 1 and the key file unchanged byte for byte")
