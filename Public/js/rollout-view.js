@@ -73,6 +73,29 @@ export function failureChart(fleet) {
   return root;
 }
 
+/** The fleet's keys section as lines: per current or staged pack key and manifest signing key
+ * in force, how many reports come from builds without it (`depot fleet` prints the same). */
+export function keyLines(fleet) {
+  const keys = fleet.keys;
+  if (!keys) return [];
+  const days = fleet.days.length;
+  const lines = [];
+  for (const [kind, label, absent] of [[keys.pack, "key", "without it"], [keys.manifest, "manifest key", "that do not pin it"]]) {
+    for (const key of kind?.keys ?? []) {
+      const named = key.with + key.without;
+      lines.push({ id: key.id, without: key.without, text: named === 0
+        ? `${label} ${key.id} (${key.state}): no report in ${days} days names its builds' keys`
+        : `${label} ${key.id} (${key.state}): ${count(key.without)} of ${count(named)} reports in ${days} days come from builds ${absent}` });
+    }
+    if (kind && kind.unnamed > 0 && kind.keys.length) {
+      lines.push({ text: `and ${count(kind.unnamed)} reports name no ${label === "key" ? "pack" : "manifest"} key ring (builds from before reports named their keys${label === "key" ? "" : ", or that pin none"}, or past the rings kept a day)` });
+    }
+  }
+  return lines;
+}
+
+const count = (n) => Number(n).toLocaleString("en-US");
+
 const figures = (trigger) => (trigger ? `: ${trigger.failures} failures in ${trigger.reports} reports (${percent(trigger.failureRate)})` : "");
 const when = (at) => {
   const date = new Date(at);
@@ -132,6 +155,7 @@ export async function showRollout(app, channel) {
   const status = render(fleet.rollout ?? null, channel);
   $("adoption-chart").replaceChildren(adoptionChart(fleet));
   $("failure-chart").replaceChildren(failureChart(fleet));
+  $("fleet-keys").replaceChildren(...keyLines(fleet).map((line) => el("li", line.id ? { dataKey: line.id, dataWithout: line.without } : {}, line.text)));
   return status;
 }
 

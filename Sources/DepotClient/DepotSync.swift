@@ -194,7 +194,10 @@ public struct DepotSync: Sendable {
         report.installed.sort()
         for id in report.patched where results[id]?.outcome == .installed { results[id]?.outcome = .patched }
         if !results.isEmpty {
-            report.deviceReport = DeviceReport(channel: channel, release: manifest.version, packs: Array(results.values.prefix(DeviceReport.maximumPacks)))
+            report.deviceReport = DeviceReport(
+                channel: channel, release: manifest.version, packs: Array(results.values.prefix(DeviceReport.maximumPacks)),
+                packKeys: configuration.reportedPackKeys, manifestKeys: configuration.reportedManifestKeys
+            )
         }
 
         try replaceLanguages(plan, manifest: manifest, store: store, report: &report)

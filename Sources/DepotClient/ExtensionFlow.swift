@@ -260,7 +260,10 @@ public struct ExtensionFlow: Sendable {
             }
         }
         if !results.isEmpty {
-            report.deviceReport = DeviceReport(channel: channel, release: manifest.version, packs: Array(results.values.prefix(DeviceReport.maximumPacks)))
+            report.deviceReport = DeviceReport(
+                channel: channel, release: manifest.version, packs: Array(results.values.prefix(DeviceReport.maximumPacks)),
+                packKeys: configuration.reportedPackKeys, manifestKeys: configuration.reportedManifestKeys
+            )
         }
         if !stopped { report.removed = try removeReplacedLanguages(manifest: manifest, languages: languages) }
         Self.log(report)

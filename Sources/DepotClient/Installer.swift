@@ -86,7 +86,12 @@ public struct Installer: Sendable {
             try Self.switchInto(destination, from: staged)
             return copy
         } catch let error as PackError where error.kind == .unknownKeyID {
-            throw ClientError(.integrity, "pack \(entry.id) cannot be decrypted: the app's key ring has no key \"\(entry.keyID)\" (the origin's pack key was rotated after this configuration was exported): export the configuration again with `depot keys export` and ship it in the app")
+            let held = keyRing.keys.keys.sorted()
+            throw ClientError(.integrity, """
+                pack \(entry.id) cannot be decrypted: it is encrypted under pack key "\(entry.keyID)", which this build does not hold \
+                (it holds \(held.isEmpty ? "none" : held.joined(separator: ", "))): this build's keys were retired: \
+                ship a build with the current configuration (`depot keys export`)
+                """)
         } catch let error as PackError {
             throw ClientError.integrity(entry.id, "its content does not match the manifest's SHA-256: \(error.description)")
         } catch let error as ZipPackError {

@@ -252,7 +252,7 @@ struct Tokens: ParsableCommand {
 }
 
 struct Keys: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Export and rotate an app's keys.", subcommands: [Export.self, Rotate.self, RotateSigning.self])
+    static let configuration = CommandConfiguration(abstract: "Export, rotate and retire an app's keys.", subcommands: [Export.self, List.self, Rotate.self, Retire.self, RotateSigning.self])
 
     struct RotateSigning: ParsableCommand {
         static let configuration = CommandConfiguration(
@@ -270,38 +270,6 @@ struct Keys: ParsableCommand {
         func run() throws {
             let id = try AppStore(folder: DataFolder(data.data)).rotateSigningKey(grace: TimeInterval(graceDays) * 86_400)
             print("new manifest signing key \(id); the previous key co-signs for \(graceDays) days. Export every app's configuration again.")
-        }
-    }
-
-    struct Rotate: ParsableCommand {
-        static let configuration = CommandConfiguration(
-            abstract: "Add a new current pack key: new packs use it, older packs keep theirs.",
-            discussion: "Export the configuration again and ship it in the next app build: builds that lack the new key cannot decrypt packs published after the rotation."
-        )
-        @OptionGroup var data: DataOptions
-        @Option(help: "The app.") var app: String
-
-        func run() throws {
-            let keyID = try AppStore(folder: DataFolder(data.data)).rotatePackKey(app)
-            print("new packs of \(app) are encrypted with key \(keyID); run `depot keys export --app \(app)` for the app's new configuration")
-        }
-    }
-
-    struct Export: ParsableCommand {
-        static let configuration = CommandConfiguration(
-            abstract: "Print the client configuration JSON to inject into the app: its pack key ring and the manifest public key.",
-            discussion: """
-                The output is a secret: the pack keys decrypt every pack of the app. Write it outside any \
-                repository's working copy (or to a path your .gitignore covers), keep it out of logs, and \
-                give it to the app's build only.
-                """
-        )
-        @OptionGroup var data: DataOptions
-        @Option(help: "The app.") var app: String
-
-        func run() throws {
-            let configuration = try AppStore(folder: DataFolder(data.data)).clientConfiguration(app)
-            FileHandle.standardOutput.write(Data(configuration.encoded()))
         }
     }
 }

@@ -188,6 +188,7 @@ struct Fleet: AsyncParsableCommand {
         var revisions: [Revision]
         var failuresByKind: [String: Int64]
         var rollout: RolloutAnswer?
+        var keys: FleetKeysAnswer?
     }
 
     func run() async throws {
@@ -202,5 +203,41 @@ struct Fleet: AsyncParsableCommand {
         }
         print("failures by kind: " + (answer.failuresByKind.isEmpty ? "none" : answer.failuresByKind.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")))
         if let rollout = answer.rollout { for line in rollout.lines { print(line) } }
+        for line in answer.keys?.lines(days: answer.days.count) ?? [] { print(line) }
+    }
+}
+
+/// The fleet's keys section: per key devices need, the reports from builds with and without it.
+struct FleetKeysAnswer: Decodable {
+    struct Key: Decodable {
+        var id: String
+        var state: String
+        var with: Int64
+        var without: Int64
+    }
+
+    struct Kind: Decodable {
+        var keys: [Key]
+        var unnamed: Int64
+    }
+
+    var pack: Kind
+    var manifest: Kind
+
+    /// "key k2 (staged): 120 of 4,000 reports in 7 days come from builds without it", per key.
+    func lines(days: Int) -> [String] {
+        var lines: [String] = []
+        for (kind, label, absent) in [(pack, "key", "without it"), (manifest, "manifest key", "that do not pin it")] {
+            for key in kind.keys {
+                let named = key.with + key.without
+                lines.append(named == 0
+                    ? "\(label) \(key.id) (\(key.state)): no report in \(days) days names its builds' keys"
+                    : "\(label) \(key.id) (\(key.state)): \(Count(key.without)) of \(Count(named)) reports in \(days) days come from builds \(absent)")
+            }
+            if kind.unnamed > 0 && !kind.keys.isEmpty {
+                lines.append("  and \(Count(kind.unnamed)) reports name no \(label == "key" ? "pack" : "manifest") key ring (builds from before reports named their keys\(label == "key" ? "" : ", or that pin none"), or past the rings kept a day)")
+            }
+        }
+        return lines
     }
 }

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """A guarded rollout from the dashboard in real Chromium against the real origin (issue 34):
 start a rollout from the page (confirmed), devices sync and report (`depot sync --report`),
-their reports appear in the adoption chart, a refusal is shown verbatim, halt it (confirmed);
+their reports appear in the adoption chart and the keys their builds hold in the keys list
+(issue 52), a refusal is shown verbatim, halt it (confirmed);
 screenshots at 1280×800 and 390×844; no console error.
 
     rollout_test.py --depot .build/debug/depot --public Public --artifacts DIR
 """
 
+import json
 import os
 import subprocess
 
@@ -75,6 +77,18 @@ def run(origin, b, work, args):
     assert sum(totals.values()) == 12 and totals.get("level r2", 0) == taken, totals
     b.wait_text("#rollout-facts", f"Reports about the candidate\n{taken}, failures 0")
     assert "No failures reported" in b.text("#failure-chart")
+    # The keys the reporting builds hold (issue 52): every device has the current pack key and the
+    # manifest key; a staged key, which none of them was exported with, is lacking in all 12.
+    with open(config) as f:
+        current = next(iter(json.load(f)["packKeys"]))
+    staged = origin.cli("keys", "rotate", "--app", DEV).split()[2]
+    b.click("#refresh")
+    b.wait(lambda: f"key {staged} (staged): 12 of 12 reports in 14 days come from builds without it" in b.text("#fleet-keys"),
+           message="the staged key's line")
+    keys = b.text("#fleet-keys")
+    assert f"key {current} (current): 0 of 12 reports in 14 days come from builds without it" in keys, keys
+    assert "(newest): 0 of 12 reports in 14 days come from builds that do not pin it" in keys, keys
+    assert b.find(f'#fleet-keys li[data-key="{staged}"]').get_attribute("data-without") == "12"
     b.screenshot("rollout-reports", "#rollout-title")
     b.check_console()
 

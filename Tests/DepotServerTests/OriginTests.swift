@@ -275,13 +275,17 @@ struct RollbackTests {
 
 @Suite("Pack key rotation")
 struct KeyRotationTests {
-    @Test("After a rotation new packs use the new key, old packs keep theirs, and the exported ring opens both")
+    @Test("After a rotation (the next key staged) and the retirement of the current key, new packs use the new key, old packs keep theirs, and the exported ring opens both")
     func rotate() async throws {
         try await withServer { origin in
             let apps = AppStore(folder: DataFolder(origin.data.path))
             let before = try origin.clientConfiguration()
             #expect(try upload(origin, pack: "old", [1, 2, 3]).status == 201)
             let newKey = try apps.rotatePackKey(origin.app)
+            #expect(try upload(origin, pack: "staged", [7, 8]).status == 201)
+            #expect(try liveManifest(origin)[pack: "staged"]?.keyID != newKey, "a staged key encrypts nothing")
+            let retired = try apps.retirePackKey(origin.app, keyID: try #require(before.packKeys.keys.first), allowFresh: false)
+            #expect(retired.current == newKey && !retired.fresh && !retired.wasStaged)
             #expect(try upload(origin, pack: "new", [4, 5, 6]).status == 201)
             let manifest = try liveManifest(origin)
             #expect(manifest[pack: "new"]?.keyID == newKey)

@@ -42,15 +42,19 @@ struct FirstHourTests {
         let wrong = try Processes.run(depot, ["sync"] + base + ["--config", manifest, "--dest", work.path + "/dest"])
         #expect(wrong.stderr == "Error: \(manifest) is not a client configuration: expected the JSON that `depot keys export` prints (app, manifestPublicKeys, packKeys); found a signed manifest envelope (payloadType, payload, signatures)\n", "\(wrong.stderr)")
 
-        // A pack under a rotated key, synced with the configuration exported before: the key is
-        // missing (not a hash mismatch), and the bytes transferred are counted.
+        // A pack under a key the build lacks (its key retired, a fresh one current), synced with
+        // the configuration exported before: the key is missing (not a hash mismatch), and the
+        // bytes transferred are counted.
         let config = work.path + "/client.json"
-        try FileSystem.writeAtomically(Array(try Processes.run(depot, ["keys", "export", "--data", work.path + "/data", "--app", app]).stdout.utf8), to: config)
-        #expect(try Processes.run(depot, ["keys", "rotate", "--data", work.path + "/data", "--app", app]).status == 0)
+        let exported = try Processes.run(depot, ["keys", "export", "--data", work.path + "/data", "--app", app]).stdout
+        try FileSystem.writeAtomically(Array(exported.utf8), to: config)
+        let held = try #require(try ClientConfiguration.decode(Array(exported.utf8)).packKeys.keys.first)
+        #expect(try Processes.run(depot, ["keys", "retire", "--data", work.path + "/data", "--app", app, held, "--yes"]).status == 0)
         #expect(try Processes.run(depot, ["publish", file] + base + ["--pack", "b", "--release", "--token", server.token]).status == 0)
         let synced = try Processes.run(depot, ["sync"] + base + ["--config", config, "--dest", work.path + "/dest", "--quiet"])
         #expect(synced.status != 0)
-        #expect(synced.stderr.contains("pack b cannot be decrypted: the app's key ring has no key") && synced.stderr.contains("export the configuration again with `depot keys export`"), "\(synced.stderr)")
+        #expect(synced.stderr.contains("pack b cannot be decrypted: it is encrypted under pack key") && synced.stderr.contains("(it holds \(held))")
+                    && synced.stderr.contains("ship a build with the current configuration (`depot keys export`)"), "\(synced.stderr)")
         #expect(!synced.stderr.contains("SHA-256"))
         let summary = try #require(synced.stdout.split(separator: "\n").last)
         let counted = try #require(summary.split(separator: ",").last?.split(separator: " ").first.flatMap { Int($0) })

@@ -202,7 +202,7 @@ final class OriginCrashLab {
         switch sequence {
         case .rotateKey:
             if let rotated = try cli(["keys", "rotate", "--data", data, "--app", app]), rotated.status == 0,
-               let id = rotated.stdout.components(separatedBy: "encrypted with key ").last?.split(separator: ";").first {
+               let id = rotated.stdout.components(separatedBy: "staged key ").dropFirst().first?.split(separator: " ").first {
                 acks.append(.keyExported(String(id)))
             }
             if let signing = try cli(["keys", "rotate-signing", "--data", data, "--grace-days", "1"]), signing.status == 0 {

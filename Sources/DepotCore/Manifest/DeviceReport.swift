@@ -2,8 +2,9 @@ import Foundation
 
 /// How one install step went on one device: what an app that opts in sends to
 /// `POST /v1/apps/{app}/reports` (see <doc:Rollouts>). It names no device, no install id and no
-/// person: the channel and release planned with, and per pack its revision, what happened and
-/// the bytes downloaded. The origin adds it to daily counts and keeps nothing else.
+/// person: the channel and release planned with, per pack its revision, what happened and the
+/// bytes downloaded, and the ids of the keys the build holds (never a key: see <doc:PackKeys>).
+/// The origin adds it to daily counts and keeps nothing else.
 public struct DeviceReport: Codable, Hashable, Sendable {
     /// What happened to one pack.
     public enum Outcome: String, Codable, Hashable, Sendable, CaseIterable {
@@ -40,13 +41,25 @@ public struct DeviceReport: Codable, Hashable, Sendable {
     public var release: Int
     /// The packs the step did something with (at most ``maximumPacks``).
     public var packs: [PackResult]
+    /// The ids of the pack keys the build holds, sorted (at most ``maximumPackKeys``): the
+    /// origin counts reports by key ring, so that the operator sees how many builds lack a key
+    /// before retiring the one they use. Nil in reports of builds from before it was sent.
+    public var packKeys: [String]?
+    /// The ids (`ed25519:…`, ``ManifestSigningKey/keyID(for:)``) of the manifest public keys the
+    /// build pins, sorted (at most ``maximumManifestKeys``); nil for a build that pins none.
+    public var manifestKeys: [String]?
 
-    public init(channel: String, release: Int, packs: [PackResult]) {
+    public init(channel: String, release: Int, packs: [PackResult], packKeys: [String]? = nil, manifestKeys: [String]? = nil) {
         (self.channel, self.release, self.packs) = (channel, release, packs.sorted { $0.id < $1.id })
+        (self.packKeys, self.manifestKeys) = (packKeys?.sorted(), manifestKeys?.sorted())
     }
 
     /// The most packs one report lists.
     public static let maximumPacks = 256
+    /// The most pack key ids one report names.
+    public static let maximumPackKeys = 32
+    /// The most manifest key ids one report names.
+    public static let maximumManifestKeys = 8
     /// The largest report body the origin reads, in bytes.
     public static let maximumBytes = 32 * 1024
     /// The failure kinds a report may name (the client's `ClientError.Kind`s); anything else
@@ -79,7 +92,23 @@ public struct DeviceReport: Codable, Hashable, Sendable {
                 guard pack.outcome == .failed, Self.errorKinds.contains(error) else { return "pack \(pack.id) names an unknown error kind" }
             }
         }
+        if let packKeys {
+            guard packKeys.count <= Self.maximumPackKeys else { return "the report names more than \(Self.maximumPackKeys) pack keys" }
+            guard packKeys.allSatisfy(KeyRing.isValidKeyID) else { return "a pack key id is not valid (1–64 of A-Z a-z 0-9 . -)" }
+            guard Set(packKeys).count == packKeys.count else { return "a pack key id is listed twice" }
+        }
+        if let manifestKeys {
+            guard manifestKeys.count <= Self.maximumManifestKeys else { return "the report names more than \(Self.maximumManifestKeys) manifest keys" }
+            guard manifestKeys.allSatisfy(Self.isManifestKeyID) else { return "a manifest key id is not one (ed25519: and 16 lowercase hex digits)" }
+            guard Set(manifestKeys).count == manifestKeys.count else { return "a manifest key id is listed twice" }
+        }
         return nil
+    }
+
+    /// Whether `id` has the form of a manifest key's id: `ed25519:` and 16 lowercase hex digits.
+    static func isManifestKeyID(_ id: String) -> Bool {
+        let utf8 = Array(id.utf8)
+        return utf8.count == 24 && id.hasPrefix("ed25519:") && utf8[8...].allSatisfy { (48...57).contains($0) || (97...102).contains($0) }
     }
 
     /// Canonical JSON.

@@ -45,6 +45,12 @@ struct DayFigures: Codable, Hashable, Sendable {
     /// Reports per channel.
     var reports: [String: Int64] = [:]
     var rows: [Row] = []
+    /// Per channel, reports per pack key ring (the ids a build holds, sorted, joined with `,`;
+    /// ``KeyRingCounts/other`` past ``KeyRingCounts/ringsPerDay``); absent when none was named
+    /// (and in days counted before reports named rings).
+    var packKeyRings: [String: [String: Int64]]?
+    /// Likewise for the manifest keys builds pin.
+    var manifestKeyRings: [String: [String: Int64]]?
 
     /// The counts by key (memory's form).
     var byKey: [Key: (count: Int64, bytes: Int64)] {
@@ -58,9 +64,10 @@ struct DayFigures: Codable, Hashable, Sendable {
 
     init(day: String) { self.day = day }
 
-    init(day: String, reports: [String: Int64], counts: [Key: (count: Int64, bytes: Int64)]) {
+    init(day: String, reports: [String: Int64], counts: [Key: (count: Int64, bytes: Int64)], rings: [KeyRingCounts.Key: Int64] = [:]) {
         self.day = day
         self.reports = reports
+        (packKeyRings, manifestKeyRings) = KeyRingCounts.nested(rings)
         rows = counts.map { Row(key: $0.key, count: $0.value.count, bytes: $0.value.bytes) }.sorted { a, b in
             let (x, y) = (a.key, b.key)
             return (x.channel, x.release, x.pack, x.revision, x.outcome.rawValue, x.error ?? "") < (y.channel, y.release, y.pack, y.revision, y.outcome.rawValue, y.error ?? "")
@@ -71,15 +78,20 @@ struct DayFigures: Codable, Hashable, Sendable {
     static func sum(_ parts: [DayFigures], day: String) -> DayFigures {
         var reports: [String: Int64] = [:]
         var counts: [Key: (count: Int64, bytes: Int64)] = [:]
+        var rings: [KeyRingCounts.Key: Int64] = [:]
         for part in parts {
             reports.merge(part.reports, uniquingKeysWith: ReportBook.adding)
+            rings.merge(part.keyRings, uniquingKeysWith: ReportBook.adding)
             for (key, value) in part.byKey {
                 let before = counts[key] ?? (0, 0)
                 counts[key] = (ReportBook.adding(before.count, value.count), ReportBook.adding(before.bytes, value.bytes))
             }
         }
-        return DayFigures(day: day, reports: reports, counts: counts)
+        return DayFigures(day: day, reports: reports, counts: counts, rings: rings)
     }
+
+    /// The key-ring counts, flat.
+    var keyRings: [KeyRingCounts.Key: Int64] { KeyRingCounts.flat(pack: packKeyRings, manifest: manifestKeyRings) }
 
     static func day(of date: Date) -> String {
         let parts = Calendar(identifier: .gregorian).dateComponents(in: TimeZone(identifier: "UTC")!, from: date)

@@ -76,6 +76,8 @@ extension ReportBook {
                 }
                 let empty = ReportDay(day: item.day, file: .init(generation: 1, length: 0, snapshotBytes: 0))
                 app.days[item.day, default: empty].addReport(channel: item.report.channel)
+                if let ids = item.report.packKeys { app.days[item.day, default: empty].addRing(.pack, channel: item.report.channel, ids: ids) }
+                if let ids = item.report.manifestKeys { app.days[item.day, default: empty].addRing(.manifest, channel: item.report.channel, ids: ids) }
                 for (key, pack) in zip(keys, item.report.packs) { app.days[item.day, default: empty].add(key, bytes: pack.bytes) }
             }
         }

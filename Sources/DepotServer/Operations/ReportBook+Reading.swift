@@ -91,8 +91,7 @@ extension ReportBook {
                 do {
                     let figures = try StoredJSON.decoder.decode(DayFigures.self, from: Data(mirror.reportObject(object.key)))
                     var day = ReportDay(day: object.day, file: .init(generation: 1, length: 0, snapshotBytes: 0))
-                    for (channel, count) in figures.reports { day.loadReports(channel, count) }
-                    for row in figures.rows { day.load(row.key, ReportCounts(count: row.count, bytes: row.bytes)) }
+                    day.load(figures)
                     others.withLock { cache in
                         // Bounded by the rows it holds: a day of another origin is at most 100,000.
                         if cache.values.reduce(0, { $0 + $1.day.counts.count }) + day.counts.count > Self.otherRowsLimit { cache.removeAll() }

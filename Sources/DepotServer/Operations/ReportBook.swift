@@ -140,6 +140,7 @@ final class ReportBook: Sendable {
         var day: String
         var reports: [String: Int64]
         var counts: [DayFigures.Key: ReportCounts]
+        var rings: [KeyRingCounts.Key: Int64]
         var cursor: ReportDayFile.Cursor
         /// The day as it stands (for a compaction or a put in the bucket).
         var whole: ReportDay?
@@ -171,11 +172,12 @@ final class ReportBook: Sendable {
                         let bucket = entry.bucketBehind && (final || clock >= counts.bucketDue)
                         guard entry.hasPending || compact || bucket else { continue }
                         jobs.append(Job(
-                            app: app, day: day, reports: entry.pendingReports, counts: entry.pendingCounts, cursor: entry.file,
+                            app: app, day: day, reports: entry.pendingReports, counts: entry.pendingCounts, rings: entry.pendingRings, cursor: entry.file,
                             whole: compact || bucket ? entry : nil, compact: compact, bucket: bucket
                         ))
                         entry.pendingReports = [:]
                         entry.pendingCounts = [:]
+                        entry.pendingRings = [:]
                         if bucket { entry.bucketBehind = false }
                     }
                 }
@@ -188,8 +190,8 @@ final class ReportBook: Sendable {
                 var cursor = job.cursor
                 var appended = true
                 do {
-                    cursor = try ReportDayFile.append(reports: job.reports, counts: job.counts, day: job.day, cursor: cursor, folder: folder)
-                    if !job.reports.isEmpty || !job.counts.isEmpty { apps.insert(job.app) }
+                    cursor = try ReportDayFile.append(reports: job.reports, counts: job.counts, rings: job.rings, day: job.day, cursor: cursor, folder: folder)
+                    if !job.reports.isEmpty || !job.counts.isEmpty || !job.rings.isEmpty { apps.insert(job.app) }
                 } catch {
                     appended = false
                     logger.warning("could not write device reports", metadata: ["app": .string(job.app), "day": .string(job.day), "error": .string("\(error)")])
@@ -231,6 +233,7 @@ final class ReportBook: Sendable {
                         // Not written: the deltas go back, to be appended with the next ones.
                         for (channel, count) in job.reports { entry.pendingReports[channel] = Self.adding(entry.pendingReports[channel] ?? 0, count) }
                         for (key, value) in job.counts { entry.pendingCounts[key, default: ReportCounts()].add(count: value.count, bytes: value.bytes) }
+                        for (key, count) in job.rings { entry.pendingRings[key] = Self.adding(entry.pendingRings[key] ?? 0, count) }
                     }
                     if put == false { entry.bucketBehind = true }
                     // A day that is over, written and in the bucket leaves memory (and a guard's sum of it

@@ -180,11 +180,14 @@ struct FleetFigures: Encodable, Sendable {
     var revisions: [Revision]
     var failuresByKind: [String: Int64]
     var rollout: RolloutStatus?
+    /// Per key devices need, reports from builds with and without it (``FleetKeys``).
+    var keys: FleetKeys?
 
-    init(app: String, channel: String, figures: [DayFigures], rollout: RolloutStatus?) {
+    init(app: String, channel: String, figures: [DayFigures], rollout: RolloutStatus?, keys: FleetKeys? = nil) {
         self.app = app
         self.channel = channel
         self.rollout = rollout
+        self.keys = keys
         days = figures.map(\.day)
         reports = figures.map { $0.reports[channel] ?? 0 }
         var byRevision: [String: Revision] = [:]

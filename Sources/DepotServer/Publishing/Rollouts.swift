@@ -331,9 +331,10 @@ final class Rollouts: Sendable {
         }
     }
 
-    /// Fleet figures of a channel over `days` days, with its rollout's status.
+    /// Fleet figures of a channel over `days` days, with its rollout's status and its keys section.
     func fleet(_ app: String, channel: String, days: Int) -> FleetFigures {
         let record = try? steps.withLock { _ in try reconciled(app, channel: channel) }
-        return FleetFigures(app: app, channel: channel, figures: reports.figures(app, days: days), rollout: record.flatMap { $0 }.map(status))
+        let figures = reports.figures(app, days: days)
+        return FleetFigures(app: app, channel: channel, figures: figures, rollout: record.flatMap { $0 }.map(status), keys: FleetKeys(apps: publisher.apps, app: app, channel: channel, figures: figures))
     }
 }

@@ -111,7 +111,7 @@ public struct AppStore: Sendable {
             try LockedFile.update(PackKeys.self, at: folder.packKeys(id), mode: 0o600) { keys in
                 guard keys == nil else { return }
                 let keyID = KeyRing.newKeyID()
-                keys = PackKeys(current: keyID, keys: [keyID: Data(SecureRandom.bytes(32)).base64EncodedString()])
+                keys = PackKeys(format: PackKeys.format, current: keyID, keys: [keyID: Data(SecureRandom.bytes(32)).base64EncodedString()])
             }
             let created = AppSettings(
                 id: id, createdAt: Date(), downloadCredentials: nil, allowances: nil, mode: mode == .managed ? .managed : nil, appGroup: appGroup,
@@ -180,12 +180,6 @@ public struct AppStore: Sendable {
     /// Every app id.
     public func list() -> [String] {
         FileSystem.contents(of: folder.apps).filter { FileSystem.exists(folder.appSettings($0)) }
-    }
-
-    /// What an app must be given: its key ring and the manifest public key.
-    public func clientConfiguration(_ id: String) throws -> ClientConfiguration {
-        guard settings(id) != nil else { throw DepotError.notFound("app \(id)") }
-        return ClientConfiguration(app: id, manifestPublicKeys: try signingKeys().map(\.publicKey), keyRing: try packKeys(id).ring)
     }
 }
 
