@@ -182,10 +182,13 @@ public struct AppStore: Sendable {
         FileSystem.contents(of: folder.apps).filter { FileSystem.exists(folder.appSettings($0)) }
     }
 
-    /// What an app must be given: its key ring and the manifest public key.
+    /// What an app must be given: its key ring, the manifest public keys and, for an app with a
+    /// root of trust, its newest root (which such a build pins instead of the keys).
     public func clientConfiguration(_ id: String) throws -> ClientConfiguration {
         guard settings(id) != nil else { throw DepotError.notFound("app \(id)") }
-        return ClientConfiguration(app: id, manifestPublicKeys: try signingKeys().map(\.publicKey), keyRing: try packKeys(id).ring)
+        return ClientConfiguration(
+            app: id, manifestPublicKeys: try signingKeys().map(\.publicKey), keyRing: try packKeys(id).ring, root: try RootStore(folder: folder).trust(id)?.newest.envelope
+        )
     }
 }
 

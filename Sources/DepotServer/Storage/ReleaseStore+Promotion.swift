@@ -42,7 +42,7 @@ extension ReleaseStore {
                 swept = true
             }
             // Signed for the channel it now serves: devices check the channel a manifest names.
-            let served = try signed(release, for: channel, app: app, packs: swept ? packs : nil, withoutRollout: true)
+            let served = try signed(release, for: channel, app: app, replacing: serving?.manifest, packs: swept ? packs : nil, withoutRollout: true)
             try FileSystem.createDirectory(folder.channels(app))
             try FileSystem.writeAtomically(Array("\(version)\n".utf8), to: pointerPath(app, channel))
             history.record(app, channel: channel, version: version)
