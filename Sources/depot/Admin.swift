@@ -252,26 +252,9 @@ struct Tokens: ParsableCommand {
 }
 
 struct Keys: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Export and rotate an app's keys.", subcommands: [Export.self, Rotate.self, RotateSigning.self])
-
-    struct RotateSigning: ParsableCommand {
-        static let configuration = CommandConfiguration(
-            commandName: "rotate-signing",
-            abstract: "Add a new manifest signing key; the current one keeps co-signing for --grace-days, then retires.",
-            discussion: "Ship app builds with the new configuration (`depot keys export`) within the grace period: after it, manifests are signed by the new key only. A running server re-signs the live manifest within --refresh-interval."
-        )
-        @OptionGroup var data: DataOptions
-        @Option(name: .customLong("grace-days"), help: "Days during which both keys sign.") var graceDays: Int = 90
-
-        func validate() throws {
-            guard graceDays >= 0 else { throw ValidationError("--grace-days must not be negative") }
-        }
-
-        func run() throws {
-            let id = try AppStore(folder: DataFolder(data.data)).rotateSigningKey(grace: TimeInterval(graceDays) * 86_400)
-            print("new manifest signing key \(id); the previous key co-signs for \(graceDays) days. Export every app's configuration again.")
-        }
-    }
+    static let configuration = CommandConfiguration(
+        abstract: "Export and rotate an app's keys.", subcommands: [Export.self, Rotate.self, RotateSigning.self, RetireSigning.self, ListSigning.self]
+    )
 
     struct Rotate: ParsableCommand {
         static let configuration = CommandConfiguration(
@@ -289,7 +272,7 @@ struct Keys: ParsableCommand {
 
     struct Export: ParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Print the client configuration JSON to inject into the app: its pack key ring and the manifest public key.",
+            abstract: "Print the client configuration JSON to inject into the app: its pack key ring, the manifest public keys and, for an app with a root of trust, its newest root.",
             discussion: """
                 The output is a secret: the pack keys decrypt every pack of the app. Write it outside any \
                 repository's working copy (or to a path your .gitignore covers), keep it out of logs, and \
