@@ -23,6 +23,9 @@ extension ReleaseStore {
             if now == version { return false }
             if let rollout = serving?.rollout, rollout.fraction > 0 { throw Self.rolloutRunning(rollout, channel: channel) }
             if let now, now > version {
+                // A later release with the same content (the origin re-signed it, named patches):
+                // the channel serves release `version` already, as far as devices can tell.
+                if let serving, Self.sameContent(try load(app, version).manifest.packs, try serving.manifest.packs) { return false }
                 throw DepotError.conflict("channel_backwards", "channel \(channel) serves release \(now); it only moves forward. To go back, roll back (a new release with release \(version)'s packs)")
             }
             try checkRoom(for: channel, app: app)

@@ -21,15 +21,15 @@ extension ReleaseStore {
     /// `release_signature_required`). Re-signing what the channel serves (expiry, keys, patches,
     /// rollout steps) attaches what it finds. `release`: the release whose packs these are, when
     /// known (a promotion), named in a refusal.
-    func seal(_ manifest: Manifest, app: String, channel: String, replacing serving: Manifest?, release: Int? = nil) throws -> [UInt8] {
-        var envelope = try Envelope.sign(manifest, with: apps.signingKeys())
+    func seal(_ manifest: Manifest, app: String, channel: String, replacing serving: Manifest?, release: Int? = nil, now: Date = Date()) throws -> [UInt8] {
+        var envelope = try Envelope.sign(manifest, with: apps.signingKeys(now: now))
         let attached = try attachments(for: manifest, app: app, channel: channel, checkingAgainst: .some(serving), release: release)
         (envelope.roots, envelope.releases) = (attached.roots, attached.releases)
         return envelope.encoded()
     }
 
     /// What a manifest of `channel` carries now. With `checkingAgainst` (what the channel
-    /// serves, possibly nil), refuses what ``seal(_:app:channel:replacing:release:)`` refuses.
+    /// serves, possibly nil), refuses what ``seal(_:app:channel:replacing:release:now:)`` refuses.
     func attachments(for manifest: Manifest, app: String, channel: String, checkingAgainst serving: Manifest?? = nil, release: Int? = nil) throws -> Attachments {
         guard let trust = try roots.trust(app) else { return Attachments() }
         let root = trust.newest.document
@@ -87,7 +87,8 @@ extension ReleaseStore {
     /// origin): called every second between maintenance passes. Returns what it re-signed.
     func refreshChangedTrust() throws -> [String] {
         var refreshed: [String] = []
-        for app in FileSystem.contents(of: folder.apps) where roots.changedSinceLastLook(app) && FileSystem.isDirectory(folder.releases(app)) {
+        let keys = roots.signingKeysStamp
+        for app in FileSystem.contents(of: folder.apps) where roots.changedSinceLastLook(app, keys: keys) && FileSystem.isDirectory(folder.releases(app)) {
             for channel in channels(app).keys.sorted() where try refresh(app, channel: channel) {
                 refreshed.append(channel == Self.production ? app : app + " (\(channel))")
             }
@@ -96,10 +97,14 @@ extension ReleaseStore {
     }
 
     /// Accepts a release statement for `channel` (``RootStore/accept(_:app:channel:packsOf:)``);
-    /// when it binds what the channel serves, the live manifest carries it at once.
+    /// when it binds what the channel serves (a release signed after it went live: a root added
+    /// over it), the live manifest carries it at once.
     func acceptStatement(_ body: [UInt8], app: String, channel: String) throws -> RootStore.AcceptedStatement {
         let accepted = try roots.accept(body, app: app, channel: channel) { try release(app, $0)?.manifest.packs }
-        if try current(app, channel: channel) != nil { try refresh(app, channel: channel) }
+        if let live = try current(app, channel: channel), let signed = try release(app, accepted.release)?.manifest.packs,
+           ReleaseStatement.bound(signed) == ReleaseStatement.bound(try live.manifest.packs) {
+            try refresh(app, channel: channel)
+        }
         return accepted
     }
 }

@@ -11,10 +11,11 @@ extension ReleaseStore {
     @discardableResult
     func refreshExpiring(now: Date = Date()) throws -> [String] {
         var refreshed: [String] = []
+        let keys = roots.signingKeysStamp
         for app in FileSystem.contents(of: folder.apps) where FileSystem.isDirectory(folder.releases(app)) {
             // What this pass sees of the app's roots and keys: a change after it is the watch's
             // (``refreshChangedTrust()``).
-            _ = roots.changedSinceLastLook(app)
+            _ = roots.changedSinceLastLook(app, keys: keys)
             for channel in channels(app).keys.sorted() where try refresh(app, channel: channel, now: now) {
                 refreshed.append(channel == Self.production ? app : app + " (\(channel))")
             }
@@ -49,7 +50,7 @@ extension ReleaseStore {
         let version = live.version
         return try publish(app, channel: channel, rolloutChange: .keep, change: { packs in
             try self.current(app, channel: channel)?.version == version ? packs : nil
-        }) != nil
+        }, at: now) != nil
     }
 
     /// The blobs that releases and drafts still need: every channel's live release, every

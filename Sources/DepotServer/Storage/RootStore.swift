@@ -71,18 +71,22 @@ public final class RootStore: Sendable {
         return AppTrust(envelopes: envelopes, newest: newest!)
     }
 
-    /// Whether what decides `app`'s attachments and signatures (its roots, the signing keys)
-    /// changed since the last look; the first look at an app says no. Each look records.
-    func changedSinceLastLook(_ app: String) -> Bool {
-        let stamps = [FileStampCache<Int>.stamp(folder.roots(app)), FileStampCache<Int>.stamp(folder.signingKey)]
+    /// Whether what decides `app`'s attachments and signatures (its roots; `keys`, the stamp of
+    /// the signing keys' file) changed since the last look; at the first look, whether it has
+    /// roots. Each look records.
+    func changedSinceLastLook(_ app: String, keys: FileStamp?) -> Bool {
+        let stamps = [FileStampCache<Int>.stamp(folder.roots(app)), keys]
         let before = looked.withLock { looked in
             let before = looked[app]
             if looked.count >= 4096 && before == nil { looked.remove(at: looked.startIndex) }
             looked[app] = stamps
             return before
         }
-        return before.map { $0 != stamps } ?? false
+        return before.map { $0 != stamps } ?? (stamps[0] != nil)
     }
+
+    /// The stamp of the signing keys' file.
+    var signingKeysStamp: FileStamp? { FileStampCache<Int>.stamp(folder.signingKey) }
 
     // MARK: Statements
 
