@@ -48,7 +48,7 @@ struct SigningRetirementTests {
             #expect(retired.status == 0 && retired.stdout.contains("retired \(oldID)"), "\(retired.stdout)\(retired.stderr)")
             #expect(try depot(["keys", "list-signing"]).stdout.contains("retired "))
             // The running origin signs without it within seconds; the old build is refused.
-            #expect(try await Eventually.wait {
+            #expect(try Eventually.wait {
                 let answer = try RawHTTP.send(port: origin.port, "GET /v1/apps/\(origin.app)/manifest HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first
                 return try Envelope.decode(answer?.body ?? []).signatures.map(\.keyid) == [try origin.clientConfiguration().trustedKeys().map(ManifestSigningKey.keyID).last!]
             })

@@ -49,7 +49,7 @@ public struct DataFolder: Sendable {
     func rollout(_ id: String, channel: String) -> String { app(id) + "/rollouts/" + channel + ".json" }
     /// The app's root documents, as signed envelopes by version: `roots/NNNNNN.json` (``RootStore``).
     func roots(_ id: String) -> String { app(id) + "/roots" }
-    func root(_ id: String, version: Int) -> String { roots(id) + "/" + Self.releaseName(version) }
+    func rootDocument(_ id: String, version: Int) -> String { roots(id) + "/" + Self.releaseName(version) }
     /// Release statements accepted for a channel, by release: `statements/<channel>/NNNNNN.json`.
     func statements(_ id: String, channel: String) -> String { app(id) + "/statements/" + channel }
     func statement(_ id: String, channel: String, release: Int) -> String { statements(id, channel: channel) + "/" + Self.releaseName(release) }

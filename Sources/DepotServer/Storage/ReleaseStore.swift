@@ -245,14 +245,16 @@ public final class ReleaseStore: Sendable {
     /// signed manifest and its envelope size before anything is written, and may refuse it (the
     /// allowance guard).
     ///
-    /// `rolloutChange` says what becomes of a rollout on the channel (``RolloutChange``). `now`:
-    /// when it is published, which decides its expiry and the signing keys in force.
+    /// `rolloutChange` says what becomes of a rollout on the channel (``RolloutChange``). `at`:
+    /// when it is published (now by default), which decides its expiry and the signing keys in force.
     func publish(
         _ app: String, channel: String = ReleaseStore.production, base expected: Int? = nil, rolloutChange: RolloutChange,
         change: ([PackEntry]) throws -> [PackEntry]?,
-        check: ((Manifest, Int64) throws -> Void)? = nil, then: (() throws -> Void)? = nil, at now: Date = Date()
+        check: ((Manifest, Int64) throws -> Void)? = nil, then: (() throws -> Void)? = nil, at instant: Date? = nil
     ) throws -> LiveManifest? {
         try publishLock.withLock { _ in
+            // Taken under the lock, so that releases' dates rise with their numbers.
+            let now = instant ?? Date()
             let channelRelease = try current(app, channel: channel)
             let base = try channelRelease ?? current(app)
             let liveRollout = channelRelease?.rollout

@@ -31,7 +31,13 @@ public struct RootAdmin {
     /// returns it with the state of each channel it protects.
     public func add(_ bytes: [UInt8], app: String, now: Date = Date()) throws -> (addition: RootStore.Addition, channels: [ChannelState]) {
         guard apps.settings(app) != nil else { throw DepotError.notFound("app \(app)") }
-        let addition = try releases.roots.add(bytes, app: app, inForce: apps.signingKeys(now: now).map(\.publicKey), now: now)
+        // Under the signing keys' lock (made on first use, before it is taken), which `depot keys
+        // retire-signing` holds while it checks the roots: a key is never retired while a root
+        // that needs it is added.
+        _ = try apps.signingKeys(now: now)
+        let addition = try LockedFile.withLock(folder.signingKey) {
+            try releases.roots.add(bytes, app: app, inForce: apps.signingKeys(now: now).map(\.publicKey), now: now)
+        }
         return (addition, try channels(app, root: addition.root.document))
     }
 

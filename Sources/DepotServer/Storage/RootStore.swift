@@ -59,7 +59,7 @@ public final class RootStore: Sendable {
         var envelopes: [Envelope] = []
         var newest: TrustedRoot?
         for version in versions {
-            let path = folder.root(app, version: version)
+            let path = folder.rootDocument(app, version: version)
             do {
                 let envelope = try Envelope.decode(FileSystem.readFile(path, limit: 1 << 20))
                 newest = try newest.map { try RootChain.next(envelope, after: $0) } ?? RootChain.selfSigned(envelope, app: app)
