@@ -1,5 +1,5 @@
 import DepotCore
-import DepotServer
+@testable import DepotServer
 import DepotTestSupport
 import Foundation
 import Testing
@@ -18,7 +18,7 @@ struct ProtectedChannelTests {
         try ManifestTrust.verify(envelope: try served(origin, channel: channel).bytes, pinned: root, record: nil, app: origin.app, channel: channel, now: Date())
     }
 
-    @Test("A publish straight to protected production is refused 409 release_signature_required, the same to beta works, `channels promote --sign` signs and promotes it; the manifest carries the root and the statement binding its packs, through a re-sign after a key rotation, a rollout's steps and its completion; backups keep them")
+    @Test("A publish straight to protected production is refused 409 release_signature_required, the same to beta works, `channels promote --sign` signs and promotes it; the manifest carries the root and the statement binding its packs, through a re-sign after a key rotation, a rollout's steps and its completion, and a re-sign before expiry; backups keep them")
     func promoteWithSignature() async throws {
         try await withServer(configure: { $0.refreshInterval = 3600 }) { origin in
             let work = TemporaryDirectory("depot-protected")
@@ -83,6 +83,11 @@ struct ProtectedChannelTests {
             #expect(try depot(["rollout", "complete"] + common).status == 0)
             #expect(try Self.served(origin).envelope.releases?.count == 1)
             #expect(try Self.verified(origin, root: root).signedRelease == candidate)
+            // The re-sign before expiry (80 days on, a quiet app) keeps it.
+            let quiet = try TrustFixture.manifest(Self.served(origin).bytes).version
+            #expect(try origin.server.origin.releases.refresh(app, channel: "production", now: Date().addingTimeInterval(80 * 86_400)))
+            let refreshed = try Self.verified(origin, root: root)
+            #expect(refreshed.manifest.version > quiet && refreshed.signedRelease == candidate)
 
             // Backups copy the roots and the statements with the rest of apps/.
             #expect(try depot(["backup", "--data", data, work.path + "/backup"]).status == 0)
