@@ -29,6 +29,12 @@ struct StatementOptions: ParsableArguments {
             envelope = try ReleaseSigning.statement(manifest, app: origin.app, channel: channel, release: release, keys: keys, addTo: nil)
         } else if let statement {
             envelope = try OfflineFiles.envelope(statement, what: "a release statement")
+            guard let payload = envelope.payloadBytes, let signed = try? ReleaseStatement.decode(payload) else {
+                throw CLIError("\(statement) is not a release statement (depot release sign writes them)")
+            }
+            guard signed.release == release, signed.channel == channel else {
+                throw CLIError("\(statement) is release \(signed.release)'s statement for channel \(signed.channel), not release \(release)'s for \(channel)")
+            }
         } else {
             return
         }
