@@ -97,6 +97,31 @@ struct ProtectedChannelTests {
         }
     }
 
+    @Test("The patch release the origin makes on a protected channel after a signed promotion keeps the statement: patches are not what it binds")
+    func patchesKeepTheStatement() async throws {
+        try await withServer(configure: { $0.patchDepth = 2; $0.refreshInterval = 3600 }) { origin in
+            let work = TemporaryDirectory("depot-protected-patches")
+            defer { work.remove() }
+            let v1 = PatchTests.random(1 << 20, seed: 7)
+            try put(origin, "level", v1)
+            let trust = TrustFixture(app: origin.app)
+            let root = try trust.addRoot(dataPath: origin.data.path)
+            #expect(try Eventually.wait { try Self.served(origin).envelope.roots == [root] })
+            try put(origin, "level", PatchTests.revise(v1, inserted: 5_000, seed: 9), query: "&channel=beta")
+            let candidate = try TrustFixture.manifest(Self.served(origin, channel: "beta").bytes).version
+            try FileSystem.writeAtomically(TrustFixture.keyFile(trust.releaseKeys[0]), to: work.path + "/release-key.json")
+            let promoted = try Processes.run(Processes.depotBinary, [
+                "channels", "promote", "--server", origin.baseURL.absoluteString, "--app", origin.app, "--token", origin.token,
+                "--channel", "production", "--release", "\(candidate)", "--sign", work.path + "/release-key.json",
+            ])
+            #expect(promoted.status == 0, "\(promoted.stdout)\(promoted.stderr)")
+            origin.server.waitForPatches()
+            let patched = try Self.verified(origin, root: root)
+            #expect(patched.manifest.version > candidate && patched.manifest[pack: "level"]?.patches?.isEmpty == false, "the origin released patches on production")
+            #expect(patched.signedRelease == candidate)
+        }
+    }
+
     @Test("Signing the live release of a protected channel (a root added over releases made before it) attaches the statement at once, without a new publish of content; a statement for another channel is refused before it is sent")
     func signTheLiveRelease() async throws {
         try await withServer(configure: { $0.refreshInterval = 3600 }) { origin in
