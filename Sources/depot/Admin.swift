@@ -252,26 +252,10 @@ struct Tokens: ParsableCommand {
 }
 
 struct Keys: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Export, rotate and retire an app's keys.", subcommands: [Export.self, List.self, Rotate.self, Retire.self, RotateSigning.self])
-
-    struct RotateSigning: ParsableCommand {
-        static let configuration = CommandConfiguration(
-            commandName: "rotate-signing",
-            abstract: "Add a new manifest signing key; the current one keeps co-signing for --grace-days, then retires.",
-            discussion: "Ship app builds with the new configuration (`depot keys export`) within the grace period: after it, manifests are signed by the new key only. A running server re-signs the live manifest within --refresh-interval."
-        )
-        @OptionGroup var data: DataOptions
-        @Option(name: .customLong("grace-days"), help: "Days during which both keys sign.") var graceDays: Int = 90
-
-        func validate() throws {
-            guard graceDays >= 0 else { throw ValidationError("--grace-days must not be negative") }
-        }
-
-        func run() throws {
-            let id = try AppStore(folder: DataFolder(data.data)).rotateSigningKey(grace: TimeInterval(graceDays) * 86_400)
-            print("new manifest signing key \(id); the previous key co-signs for \(graceDays) days. Export every app's configuration again.")
-        }
-    }
+    static let configuration = CommandConfiguration(
+        abstract: "Export, rotate and retire an app's pack keys and the origin's manifest signing keys.",
+        subcommands: [Export.self, List.self, Rotate.self, Retire.self, RotateSigning.self, RetireSigning.self, ListSigning.self]
+    )
 }
 
 /// A one-line failure for the command line.

@@ -37,7 +37,12 @@ struct Channels: AsyncParsableCommand {
     struct Promote: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Make a channel serve an existing release (creating the channel if needed).",
-            discussion: "Refused with 409 if the channel serves a newer release, or if the release exceeds the allowances recorded for shipped builds (unless --force)."
+            discussion: """
+                Refused with 409 if the channel serves a newer release, or if the release exceeds the allowances recorded \
+                for shipped builds (unless --force). A channel the app's root protects serves only releases signed for it by \
+                the app's release keys: --sign RELEASE-KEY.json signs release N for the channel and uploads the statement \
+                first (--statement FILE uploads one signed with depot release sign).
+                """
         )
         @OptionGroup var origin: ServerOptions
         @OptionGroup var token: TokenOption
@@ -45,10 +50,12 @@ struct Channels: AsyncParsableCommand {
         @Option(help: "The release it will serve.") var release: Int
         @Flag(help: "Promote even past the recorded allowances.") var force = false
         @Flag(help: "Managed apps: promote even if packs leave the channel's download manifest (devices delete them for good).") var remove = false
+        @OptionGroup var signing: StatementOptions
 
         struct Result: Decodable { var release: Int; var changed: Bool; var manifestURL: String }
 
         func run() async throws {
+            try await signing.upload(origin: origin, token: token, channel: channel, release: release)
             let query = [URLQueryItem(name: "release", value: String(release))] + (force ? [URLQueryItem(name: "force", value: "true")] : [])
                 + (remove ? [URLQueryItem(name: "removeLive", value: "true")] : [])
             let response = try await origin.transport().send(method: "POST", to: origin.endpoint("channels/\(channel)", query), headers: try token.headers())

@@ -104,7 +104,7 @@ extension Keys {
 
     struct Export: ParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Print the client configuration JSON to inject into the app: its pack keys and the manifest public keys.",
+            abstract: "Print the client configuration JSON to inject into the app: its pack keys, the manifest public keys and, for an app with a root of trust, its newest root.",
             discussion: """
                 It carries the current pack key, the staged ones, and the retired ones that a pack of a live release \
                 (any channel, any running rollout) or of the draft is still encrypted under. The output is a secret: \

@@ -100,26 +100,35 @@ struct Rollback: AsyncParsableCommand {
 
 struct Release: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Publish the staged changes as the next signed release, in one atomic switch.",
-        discussion: "With --base, the release is refused (409, nothing published) if another publish made a newer release first."
+        abstract: "Publish the staged changes as the next signed release (the default), or sign a release for a protected channel (depot release sign).",
+        subcommands: [Staged.self, Sign.self],
+        defaultSubcommand: Staged.self
     )
 
-    @OptionGroup var origin: ServerOptions
-    @OptionGroup var token: TokenOption
-    @Option(help: "The release you expect the channel to serve now.") var base: Int?
-    @OptionGroup var channel: ChannelOption
-    @Flag(help: "Publish even if the release exceeds the allowances recorded for shipped builds.") var force = false
+    struct Staged: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "publish",
+            abstract: "Publish the staged changes as the next signed release, in one atomic switch (what `depot release` does).",
+            discussion: "With --base, the release is refused (409, nothing published) if another publish made a newer release first. A channel the app's root protects takes no unsigned release (409 release_signature_required): publish on another channel, then sign and promote."
+        )
 
-    struct Result: Decodable { var release: Int?; var changed: Bool }
+        @OptionGroup var origin: ServerOptions
+        @OptionGroup var token: TokenOption
+        @Option(help: "The release you expect the channel to serve now.") var base: Int?
+        @OptionGroup var channel: ChannelOption
+        @Flag(help: "Publish even if the release exceeds the allowances recorded for shipped builds.") var force = false
 
-    func run() async throws {
-        let query = (base.map { [URLQueryItem(name: "base", value: String($0))] } ?? []) + (force ? [URLQueryItem(name: "force", value: "true")] : [])
-            + channel.query
-        let response = try await origin.transport().send(method: "POST", to: origin.endpoint("releases", query), headers: try token.headers())
-        guard (200..<300).contains(response.status) else { throw CLIError("release failed: HTTP \(response.status): \(Publish.message(response.body))") }
-        let result = try JSONDecoder().decode(Result.self, from: Data(response.body))
-        let on = channel.channel == "production" ? "" : " on channel \(channel.channel)"
-        print(result.changed ? "published release \(result.release ?? 0) of \(origin.app)\(on)" : "nothing changed: release \(result.release ?? 0) of \(origin.app) stays live\(on)")
+        struct Result: Decodable { var release: Int?; var changed: Bool }
+
+        func run() async throws {
+            let query = (base.map { [URLQueryItem(name: "base", value: String($0))] } ?? []) + (force ? [URLQueryItem(name: "force", value: "true")] : [])
+                + channel.query
+            let response = try await origin.transport().send(method: "POST", to: origin.endpoint("releases", query), headers: try token.headers())
+            guard (200..<300).contains(response.status) else { throw CLIError("release failed: HTTP \(response.status): \(Publish.message(response.body))") }
+            let result = try JSONDecoder().decode(Result.self, from: Data(response.body))
+            let on = channel.channel == "production" ? "" : " on channel \(channel.channel)"
+            print(result.changed ? "published release \(result.release ?? 0) of \(origin.app)\(on)" : "nothing changed: release \(result.release ?? 0) of \(origin.app) stays live\(on)")
+        }
     }
 }
 

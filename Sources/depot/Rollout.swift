@@ -98,7 +98,8 @@ struct RolloutCommand: AsyncParsableCommand {
 
     struct Start: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Start offering release N (one the channel does not serve yet, e.g. published with --channel beta) to a fraction of devices."
+            abstract: "Start offering release N (one the channel does not serve yet, e.g. published with --channel beta) to a fraction of devices.",
+            discussion: "On a channel the app's root protects, the candidate must be signed for it: --sign RELEASE-KEY.json signs release N and uploads the statement first (or --statement FILE)."
         )
         @OptionGroup var origin: ServerOptions
         @OptionGroup var token: TokenOption
@@ -109,8 +110,11 @@ struct RolloutCommand: AsyncParsableCommand {
         var haltOnFailureRate: Double?
         @Option(name: .customLong("min-reports"), help: "With --halt-on-failure-rate: the reports needed before it may halt (default 20).") var minReports: Int?
         @Flag(help: "Start even past the allowances recorded for shipped builds.") var force = false
+        @OptionGroup var signing: StatementOptions
 
         func run() async throws {
+            // A protected channel's candidate is signed for it first (--sign, or --statement).
+            try await signing.upload(origin: origin, token: token, channel: channel.channel, release: release)
             var query = [URLQueryItem(name: "release", value: String(release)), URLQueryItem(name: "fraction", value: String(fraction))]
             if let haltOnFailureRate { query.append(URLQueryItem(name: "haltOnFailureRate", value: String(haltOnFailureRate))) }
             if let minReports { query.append(URLQueryItem(name: "minReports", value: String(minReports))) }

@@ -69,7 +69,7 @@ struct Serve: ParsableCommand {
     @Option(name: .customLong("manifest-lifetime-days"), help: "How long a signed manifest stays valid (env DEPOT_MANIFEST_LIFETIME_DAYS).")
     var manifestLifetimeDays: Int = Environment.int("DEPOT_MANIFEST_LIFETIME_DAYS", 90)
 
-    @Option(name: .customLong("refresh-interval"), help: "Seconds between checks for live manifests to re-sign: near expiry, or after a signing key rotation (env DEPOT_REFRESH_INTERVAL).")
+    @Option(name: .customLong("refresh-interval"), help: "Seconds between checks for live manifests to re-sign near expiry (a signing key or root change is seen within seconds) (env DEPOT_REFRESH_INTERVAL).")
     var refreshInterval: Int = Environment.int("DEPOT_REFRESH_INTERVAL", 3600)
 
     @Option(name: .customLong("retention-days"), help: "Every --refresh-interval, blobs no live release, draft or release of the last this many days needs are removed, so releases that recent stay restorable by rollback (env DEPOT_RETENTION_DAYS).")

@@ -51,8 +51,27 @@ final class ManifestRefresher: Sendable {
                 } catch {
                     origin.publisher.logger.error("maintenance failed: \(error)")
                 }
-            } while wake.wait(timeout: .now() + (origin.readOnly ? configuration.replicaInterval : configuration.refreshInterval)) == .timedOut
-                && !stopped.withLock({ $0 })
+            } while waitForNextPass(origin, interval: origin.readOnly ? configuration.replicaInterval : configuration.refreshInterval)
+        }
+    }
+
+    /// Waits `interval` (false: stopped meanwhile). Every second of it, the writer signs again
+    /// the live manifests of apps whose roots or signing keys an admin command changed (`depot
+    /// root add`, `depot keys rotate-signing`), so that devices see a new root or key within seconds.
+    private func waitForNextPass(_ origin: Origin, interval: TimeInterval) -> Bool {
+        let end = DispatchTime.now() + interval
+        while true {
+            let slice = min(end, DispatchTime.now() + 1)
+            guard wake.wait(timeout: slice) == .timedOut, !stopped.withLock({ $0 }) else { return false }
+            if DispatchTime.now() >= end { return true }
+            guard !origin.readOnly else { continue }
+            do {
+                for app in try origin.releases.refreshChangedTrust() {
+                    origin.publisher.logger.notice("re-signed the live manifest: the app's roots or the signing keys changed", metadata: ["app": .string(app)])
+                }
+            } catch {
+                origin.publisher.logger.error("re-signing after a change of roots or keys failed: \(error)")
+            }
         }
     }
 

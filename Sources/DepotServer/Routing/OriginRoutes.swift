@@ -31,6 +31,7 @@ extension Router {
             Route("POST", app + "/rollback", label: "rollback", access: .admin, publishing.rollback),
             Route("POST", app + "/channels/:channel", label: "channels", access: .publisher, publishing.promote),
             Route("DELETE", app + "/channels/:channel", label: "channels", access: .admin, publishing.removeChannel),
+            Route("POST", app + "/channels/:channel/statements", label: "statements", access: .publisher, receiving: publishing.statement),
 
             Route("GET", app + "/rollouts/:channel", label: "rollouts", access: .publisher, rollouts.status),
             Route("POST", app + "/rollouts/:channel/start", label: "rollouts", access: .publisher, rollouts.start),

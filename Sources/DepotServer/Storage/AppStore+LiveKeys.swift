@@ -35,7 +35,8 @@ extension AppStore {
         return out
     }
 
-    /// What an app's builds are given: the manifest public keys and the pack keys a build needs —
+    /// What an app's builds are given: the manifest public keys (and, for an app with a root of
+    /// trust, its newest root, which such a build pins instead) and the pack keys a build needs —
     /// the current key, the staged ones (so that it reads packs published after the next
     /// retirement), and the retired ones a pack of a live release or of the draft is still
     /// encrypted under (so that a build exported after a retirement reads the older live packs).
@@ -49,6 +50,8 @@ extension AppStore {
         for keyID in [states.current] + states.staged + states.retired.filter(inUse.contains) {
             if let key = ring[keyID] { try given.insert(key, id: keyID) }
         }
-        return ClientConfiguration(app: id, manifestPublicKeys: try signingKeys().map(\.publicKey), keyRing: given)
+        return ClientConfiguration(
+            app: id, manifestPublicKeys: try signingKeys().map(\.publicKey), keyRing: given, root: try RootStore(folder: folder).trust(id)?.newest.envelope
+        )
     }
 }

@@ -9,6 +9,8 @@ import Foundation
 /// apps/<app>/app.json      settings
 /// apps/<app>/releases/NNNNNN.json   signed envelopes, immutable
 /// apps/<app>/current       the live release number
+/// apps/<app>/roots/NNNNNN.json      root documents (signed offline), immutable
+/// apps/<app>/statements/<channel>/NNNNNN.json   release statements accepted for a protected channel
 /// apps/<app>/staging/      the draft of the next release, a file per staged pack
 /// uploads/                 uploads in progress, never served
 /// keys/                    0700: pack master keys (<app>.json), manifest signing key
@@ -45,6 +47,12 @@ public struct DataFolder: Sendable {
     func trustRules(_ id: String) -> String { app(id) + "/trust-rules.json" }
     /// A channel's rollout record (``RolloutRecord``).
     func rollout(_ id: String, channel: String) -> String { app(id) + "/rollouts/" + channel + ".json" }
+    /// The app's root documents, as signed envelopes by version: `roots/NNNNNN.json` (``RootStore``).
+    func roots(_ id: String) -> String { app(id) + "/roots" }
+    func rootDocument(_ id: String, version: Int) -> String { roots(id) + "/" + Self.releaseName(version) }
+    /// Release statements accepted for a channel, by release: `statements/<channel>/NNNNNN.json`.
+    func statements(_ id: String, channel: String) -> String { app(id) + "/statements/" + channel }
+    func statement(_ id: String, channel: String, release: Int) -> String { statements(id, channel: channel) + "/" + Self.releaseName(release) }
     /// This origin's daily aggregates of device reports (``ReportBook``).
     func reports(_ id: String) -> String { app(id) + "/reports" }
     /// This origin's id among the origins of one bucket (its reports' key prefix there).
@@ -176,6 +184,10 @@ public struct DataFolder: Sendable {
             removed += FileSystem.removeTemporaryFiles(in: self.app(app) + "/staging")
             removed += FileSystem.removeTemporaryFiles(in: self.app(app) + "/rollouts")
             removed += FileSystem.removeTemporaryFiles(in: reports(app))
+            removed += FileSystem.removeTemporaryFiles(in: roots(app))
+            let statements = self.app(app) + "/statements"
+            removed += FileSystem.removeTemporaryFiles(in: statements)
+            for channel in FileSystem.contents(of: statements) { removed += FileSystem.removeTemporaryFiles(in: statements + "/" + channel) }
             // Envelopes re-signed for a channel (a promotion killed before its rename).
             let signed = self.app(app) + "/signed"
             removed += FileSystem.removeTemporaryFiles(in: signed)

@@ -23,6 +23,9 @@ extension ReleaseStore {
             if now == version { return false }
             if let rollout = serving?.rollout, rollout.fraction > 0 { throw Self.rolloutRunning(rollout, channel: channel) }
             if let now, now > version {
+                // A later release with the same content (the origin re-signed it, named patches):
+                // the channel serves release `version` already, as far as devices can tell.
+                if let serving, Self.sameContent(try load(app, version).manifest.packs, try serving.manifest.packs) { return false }
                 throw DepotError.conflict("channel_backwards", "channel \(channel) serves release \(now); it only moves forward. To go back, roll back (a new release with release \(version)'s packs)")
             }
             try checkRoom(for: channel, app: app)
@@ -42,7 +45,7 @@ extension ReleaseStore {
                 swept = true
             }
             // Signed for the channel it now serves: devices check the channel a manifest names.
-            let served = try signed(release, for: channel, app: app, packs: swept ? packs : nil, withoutRollout: true)
+            let served = try signed(release, for: channel, app: app, replacing: serving?.manifest, packs: swept ? packs : nil, withoutRollout: true)
             try FileSystem.createDirectory(folder.channels(app))
             try FileSystem.writeAtomically(Array("\(version)\n".utf8), to: pointerPath(app, channel))
             history.record(app, channel: channel, version: version)

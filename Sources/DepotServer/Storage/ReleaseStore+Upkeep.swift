@@ -11,7 +11,11 @@ extension ReleaseStore {
     @discardableResult
     func refreshExpiring(now: Date = Date()) throws -> [String] {
         var refreshed: [String] = []
+        let keys = roots.signingKeysStamp
         for app in FileSystem.contents(of: folder.apps) where FileSystem.isDirectory(folder.releases(app)) {
+            // What this pass sees of the app's roots and keys: a change after it is the watch's
+            // (``refreshChangedTrust()``).
+            _ = roots.changedSinceLastLook(app, keys: keys)
             for channel in channels(app).keys.sorted() where try refresh(app, channel: channel, now: now) {
                 refreshed.append(channel == Self.production ? app : app + " (\(channel))")
             }
@@ -19,7 +23,8 @@ extension ReleaseStore {
         return refreshed
     }
 
-    /// Re-signs one channel's release if it needs it; returns whether it did.
+    /// Re-signs one channel's release if it needs it (close to expiry, signed by other keys than
+    /// those in force, or carrying other roots or statements than it should now); returns whether it did.
     @discardableResult
     func refresh(_ app: String, channel: String, now: Date = Date()) throws -> Bool {
         guard var live = try current(app, channel: channel) else { return false }
@@ -29,7 +34,7 @@ extension ReleaseStore {
             let version = live.version
             guard let signed = try exclusively({ () throws -> LiveManifest? in
                 guard let served = try current(app, channel: channel), served.version == version else { return nil }
-                let signed = try signed(served, for: channel, app: app, now: now)
+                let signed = try signed(served, for: channel, app: app, replacing: served.manifest, now: now)
                 remember(signed, app: app, channel: channel)
                 return signed
             }) else { return false }
@@ -40,11 +45,12 @@ extension ReleaseStore {
         // so that builds trusting only the new key can read the live manifest at once.
         let signers = Set((try? Envelope.decode(live.envelope))?.signatures.map(\.keyid) ?? [])
         let inForce = Set(try apps.signingKeys(now: now).map { ManifestSigningKey.keyID(for: $0.publicKey) })
-        guard live.expiresAt.timeIntervalSince(now) < manifestLifetime / 3 || signers != inForce else { return relabelled }
+        let stale = live.expiresAt.timeIntervalSince(now) < manifestLifetime / 3 || signers != inForce
+        guard try stale || attachmentsChanged(live, app: app, channel: channel) else { return relabelled }
         let version = live.version
         return try publish(app, channel: channel, rolloutChange: .keep, change: { packs in
             try self.current(app, channel: channel)?.version == version ? packs : nil
-        }) != nil
+        }, at: now) != nil
     }
 
     /// The blobs that releases and drafts still need: every channel's live release, every

@@ -16,6 +16,8 @@ public final class ReleaseStore: Sendable {
     public static let production = "production"
     let folder: DataFolder
     let apps: AppStore
+    /// The apps' roots of trust and release statements, attached to the manifests they sign.
+    let roots: RootStore
     let publishLock = Mutex(())
     let live = Mutex<[String: LiveManifest]>([:])
     private let drafts: DraftStore
@@ -41,6 +43,7 @@ public final class ReleaseStore: Sendable {
     ) {
         self.folder = folder
         self.apps = apps
+        roots = RootStore(folder: folder)
         drafts = DraftStore(folder: folder)
         self.manifestLifetime = manifestLifetime
         self.maximumChannels = maximumChannels
@@ -112,14 +115,19 @@ public final class ReleaseStore: Sendable {
     /// `packs`, when given, replace the release's (its packs without swept patches).
     /// `withoutRollout`: the copy leaves out the release's rollout (a rollout step promoted to
     /// another channel: that channel gets the packs every device of the first one had).
-    func signed(_ release: LiveManifest, for channel: String, app: String, packs: [PackEntry]? = nil, withoutRollout: Bool = false, now: Date = Date()) throws -> LiveManifest {
-        guard release.channel != channel || packs != nil || withoutRollout && release.rollout != nil else { return release }
+    /// `replacing`: what the channel serves now (``seal(_:app:channel:replacing:release:now:)``).
+    func signed(
+        _ release: LiveManifest, for channel: String, app: String, replacing serving: Manifest?, packs: [PackEntry]? = nil, withoutRollout: Bool = false, now: Date = Date()
+    ) throws -> LiveManifest {
+        // An app with a root signs the copy anew: its roots and statements are the channel's.
+        let changed = release.channel != channel || packs != nil || withoutRollout && release.rollout != nil
+        guard try changed || roots.trust(app) != nil else { return release }
         var manifest = try release.manifest
         manifest.channel = channel
         if let packs { manifest.packs = packs }
         if withoutRollout { manifest.rollout = nil }
         manifest.expiresAt = now.addingTimeInterval(manifestLifetime)
-        let envelope = try Envelope.sign(manifest, with: apps.signingKeys()).encoded()
+        let envelope = try seal(manifest, app: app, channel: channel, replacing: serving, release: release.version, now: now)
         try FileSystem.createDirectory(folder.signedCopies(app, channel: channel))
         try FileSystem.writeAtomically(envelope, to: signedCopyPath(app, channel: channel, release.version))
         return LiveManifest(version: release.version, envelope: envelope, etag: "\"" + Hex.encode(SHA256Hasher.hash(envelope)) + "\"", manifest: manifest)
@@ -237,13 +245,16 @@ public final class ReleaseStore: Sendable {
     /// signed manifest and its envelope size before anything is written, and may refuse it (the
     /// allowance guard).
     ///
-    /// `rolloutChange` says what becomes of a rollout on the channel (``RolloutChange``).
+    /// `rolloutChange` says what becomes of a rollout on the channel (``RolloutChange``). `at`:
+    /// when it is published (now by default), which decides its expiry and the signing keys in force.
     func publish(
         _ app: String, channel: String = ReleaseStore.production, base expected: Int? = nil, rolloutChange: RolloutChange,
         change: ([PackEntry]) throws -> [PackEntry]?,
-        check: ((Manifest, Int64) throws -> Void)? = nil, then: (() throws -> Void)? = nil
+        check: ((Manifest, Int64) throws -> Void)? = nil, then: (() throws -> Void)? = nil, at instant: Date? = nil
     ) throws -> LiveManifest? {
         try publishLock.withLock { _ in
+            // Taken under the lock, so that releases' dates rise with their numbers.
+            let now = instant ?? Date()
             let channelRelease = try current(app, channel: channel)
             let base = try channelRelease ?? current(app)
             let liveRollout = channelRelease?.rollout
@@ -278,7 +289,6 @@ public final class ReleaseStore: Sendable {
             // Start-up removed any release a crash left unpublished, so the next number is free;
             // the files still count, so that a number is never written twice.
             let version = max(head(app) + 1, (Self.versions(in: folder.releases(app)).last ?? 0) + 1, floor)
-            let now = Date()
             var seen: [String: String] = [:]
             for pack in packs {
                 guard let group = pack.languageGroup, let language = pack.language else { continue }
@@ -295,7 +305,7 @@ public final class ReleaseStore: Sendable {
                 app: app, version: version, publishedAt: now, expiresAt: now.addingTimeInterval(manifestLifetime), packs: packs, channel: channel,
                 primaryLanguage: primary, rollout: rollout
             )
-            let envelope = try Envelope.sign(manifest, with: apps.signingKeys()).encoded()
+            let envelope = try seal(manifest, app: app, channel: channel, replacing: channelRelease?.manifest, now: now)
             try check?(manifest, Int64(envelope.count))
             try FileSystem.writeAtomically(envelope, to: folder.release(app, version))
             // `head` first: a crash before the pointer leaves a release that no channel serves
