@@ -53,7 +53,7 @@ struct StatementRouteTests {
             var changed = packs
             changed[0].sha256 = String(repeating: "0", count: 64)
             let differs = try Self.post(origin, try trust.statement(release: 1, packs: changed))
-            #expect(differs.status == 409 && differs.bodyText.contains("statement_packs_differ") && differs.bodyText.contains("level"), "\(differs.bodyText)")
+            #expect(differs.status == 409 && differs.bodyText.contains("statement_packs_differ") && differs.bodyText.contains("binds other packs than release 1"), "\(differs.bodyText)")
             #expect(try Self.post(origin, try trust.statement(release: 9, packs: packs)).status == 404)
             let noToken = try request(origin, "POST", "/v1/apps/\(origin.app)/channels/production/statements", body: good.encoded())
             #expect(noToken.status == 401)
