@@ -49,13 +49,26 @@ extension Keys {
             guard let key = try apps.signingKeyInfo().first(where: { $0.id == id }) else { throw CLIError("no signing key \(id) in \(data.data) (depot keys list-signing)") }
             let since = ISO8601DateFormatter().string(from: key.createdAt)
             let warning = "builds whose configuration lists only \(id) (exported while it was the only key, from \(since) until the next key was added) stop accepting manifests"
+            let keeping = Set(try apps.signingKeyInfo().filter { $0.id != id && $0.retireAt.map { $0 > Date() } ?? true }.map(\.id))
             guard yes else {
                 print("retiring \(id): \(warning).")
-                print("Before you do, check who still runs them: `depot fleet --server URL --app APP` for each app shows what devices report, by build and pack revision.")
+                for line in Self.figures(apps, keeping: keeping) { print(line) }
+                print("Check who still runs them: `depot fleet --server URL --app APP` shows, per key in force, the reports of builds without it.")
                 throw CLIError("run again with --yes to retire \(id)")
             }
             try apps.retireSigningKey(id)
             print("retired \(id): \(warning); a running server signs the live manifests without it within seconds")
+            for line in Self.figures(apps, keeping: keeping) { print(line) }
+        }
+
+        /// Per app, the reports of the last 7 days from builds that pin none of the keys `keeping`
+        /// (read from this origin's report files; builds that pin a root name no manifest key).
+        static func figures(_ apps: AppStore, keeping: Set<String>) -> [String] {
+            apps.list().sorted().compactMap { app in
+                let (stranded, named) = apps.keyRingTally(app, days: 7).stranded("manifest", keeping: keeping)
+                guard named > 0 else { return nil }
+                return "\(app): \(Count(stranded)) of \(Count(named)) reports in the last 7 days that name manifest keys come from builds that pin none of the keys left in force"
+            }
         }
     }
 

@@ -38,7 +38,15 @@ struct SigningRetirementTests {
 
             let listed = try depot(["keys", "list-signing"])
             #expect(listed.stdout.split(separator: "\n").count == 2 && listed.stdout.contains(oldID + "\t") && !listed.stdout.contains("retired"), "\(listed.stdout)")
-            let asked = try depot(["keys", "retire-signing", oldID])
+            // The old build reports the manifest key it pins; retire-signing counts it from the report files.
+            let body = "{\"channel\":\"production\",\"release\":1,\"packs\":[{\"id\":\"level\",\"revision\":1,\"outcome\":\"installed\",\"bytes\":10}],\"manifestKeys\":[\"\(oldID)\"]}"
+            let post = "POST /v1/apps/\(origin.app)/reports HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n" + body
+            #expect(try RawHTTP.send(port: origin.port, post).first?.status == 202)
+            var asked = try depot(["keys", "retire-signing", oldID])
+            #expect(try Eventually.wait {
+                asked = try depot(["keys", "retire-signing", oldID])
+                return asked.stdout.contains("\(origin.app): 1 of 1 reports in the last 7 days that name manifest keys come from builds that pin none of the keys left in force")
+            }, "\(asked.stdout)")
             #expect(asked.status != 0 && asked.stdout.contains("stop accepting manifests") && asked.stdout.contains("depot fleet") && asked.stderr.contains("--yes"), "\(asked.stdout)\(asked.stderr)")
             let needed = try depot(["keys", "retire-signing", oldID, "--yes"])
             #expect(needed.status != 0 && needed.stderr.contains("root (version 1) lists no other online key in force"), "\(needed.stderr)")

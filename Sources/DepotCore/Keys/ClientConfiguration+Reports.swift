@@ -13,7 +13,8 @@ extension ClientConfiguration {
     /// them; nil when it pins none, more than ``DeviceReport/maximumManifestKeys``, or one that is
     /// not a key.
     public var reportedManifestKeys: [String]? {
-        guard let keys = try? trustedKeys(), !keys.isEmpty, keys.count <= DeviceReport.maximumManifestKeys else { return nil }
+        // A build that pins a root trusts the root's online keys, whichever they are: it pins no manifest key.
+        guard root == nil, let keys = try? trustedKeys(), !keys.isEmpty, keys.count <= DeviceReport.maximumManifestKeys else { return nil }
         return Set(keys.map(ManifestSigningKey.keyID(for:))).sorted()
     }
 }

@@ -75,6 +75,17 @@ public struct KeyRingTally: Sendable, Hashable {
         return (with, without, unnamed(kind))
     }
 
+    /// The reports from builds that hold none of `keeping` among their keys of `kind` (a build
+    /// stranded when every other key is retired), and the reports that named a ring of that kind.
+    public func stranded(_ kind: String, keeping: Set<String>) -> (stranded: Int64, named: Int64) {
+        var (stranded, named): (Int64, Int64) = (0, 0)
+        for (ring, count) in kind == "manifest" ? manifestRings : packRings where ring != KeyRingCounts.other {
+            named.saturatingAdd(count)
+            if keeping.isDisjoint(with: KeyRingCounts.ids(ring)) { stranded.saturatingAdd(count) }
+        }
+        return (stranded, named)
+    }
+
     /// The reports that name no ring of `kind` (`pack` or `manifest`), or one past the day's bound.
     public func unnamed(_ kind: String) -> Int64 {
         var named: Int64 = 0
