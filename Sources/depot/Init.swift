@@ -22,12 +22,12 @@ struct Init: ParsableCommand {
         let folder = DataFolder(data.data)
         if folder.exists {
             let apps = AppStore(folder: folder).list()
-            print("\(data.data) is already a data folder (format \(try folder.recordedFormat() ?? DataFolder.formatVersion), \(apps.count) apps); nothing changed")
+            print("\(data.data) is already a data folder (format \(try folder.currentFormat()), \(apps.count) apps); nothing changed")
             return
         }
         try folder.makeFolders()
         _ = try AppStore(folder: folder).signingKeys()
-        print("initialised \(data.data) (data-folder format \(DataFolder.formatVersion), depot \(AssetDepotVersion.current)): no apps yet; next: depot apps create APP --data \(data.data)")
+        print("initialised \(data.data) (data-folder format \(try folder.currentFormat()), depot \(AssetDepotVersion.current)): no apps yet; next: depot apps create APP --data \(data.data)")
     }
 }
 

@@ -262,7 +262,7 @@ struct Serve: ParsableCommand {
         }
         // The start and the stop in the log itself (stderr, the journal), with what is running.
         let log = configuration.logger
-        log.notice("started depot \(AssetDepotVersion.current) (pid \(getpid()), uid \(getuid())) on \(host.contains(":") ? "[\(host)]" : host):\(server.port), data \(data.data) (format \(DataFolder.formatVersion)), \(apps.count) apps")
+        log.notice("started depot \(AssetDepotVersion.current) (pid \(getpid()), uid \(getuid())) on \(host.contains(":") ? "[\(host)]" : host):\(server.port), data \(data.data) (format \((try? DataFolder(data.data).currentFormat()) ?? DataFolder.baseFormat)), \(apps.count) apps")
         BufferedLogHandler.Sink.shared.flush()
         fflush(nil)
         let received = stop.wait()

@@ -76,6 +76,7 @@ extension AppStore {
             let keyID = keys.addKey()
             keys.staged = (keys.staged ?? []) + [keyID]
             keys.format = PackKeys.format
+            try folder.raiseFormat(to: 2)
             stored = keys
             return keyID
         }
@@ -113,12 +114,16 @@ extension AppStore {
                 keys.staged = staged
                 keys.retired = (keys.retired ?? [:]).merging([keyID: now]) { $1 }
                 keys.format = PackKeys.format
+                try folder.raiseFormat(to: 2)
+            try folder.raiseFormat(to: 2)
                 stored = keys
                 return PackKeyRetirement(keyID: keyID, wasStaged: false, current: keys.current, fresh: fresh)
             case .staged:
                 keys.staged = (keys.staged ?? []).filter { !$0.utf8.elementsEqual(keyID.utf8) }
                 keys.keys[keyID] = nil
                 keys.format = PackKeys.format
+                try folder.raiseFormat(to: 2)
+            try folder.raiseFormat(to: 2)
                 stored = keys
                 return PackKeyRetirement(keyID: keyID, wasStaged: true, current: keys.current, fresh: false)
             case .retired:

@@ -108,11 +108,19 @@ public struct DataFolder: Sendable {
     /// Whether the folder has been initialised.
     public var exists: Bool { FileSystem.isDirectory(apps) }
 
-    /// The format of the data folder this build reads and writes. A folder without `format.json`
-    /// (made before formats were recorded) is format 1; a change that an older `depot` would
-    /// misread raises the number, and that older `depot` then refuses the folder rather than
-    /// half-reading it.
-    public static let formatVersion = 1
+    /// The newest format of the data folder this build reads and writes. A folder without
+    /// `format.json` (made before formats were recorded) is format 1; a change that an older
+    /// `depot` would misread raises the number, and that older `depot` then refuses the folder
+    /// rather than half-reading it.
+    ///
+    /// Format 2 (issue 52): staged and retired pack keys (the key file's second form) and roots
+    /// of trust. A folder is raised to it the first time one is written (``raiseFormat(to:)``), so
+    /// an upgrade alone keeps the previous `depot` able to roll back: an older `depot keys rotate`
+    /// would drop the staged keys builds carry, and an older origin would serve manifests without
+    /// the root chain and release statements devices that pin a root require.
+    public static let formatVersion = 2
+    /// The format a new folder is recorded with: the oldest whose files it holds.
+    public static let baseFormat = 1
     var formatFile: String { root + "/format.json" }
 
     /// What `format.json` holds.
@@ -143,8 +151,20 @@ public struct DataFolder: Sendable {
             return
         }
         guard record, FileSystem.isDirectory(root) else { return }
-        try StoredJSON.write(FormatRecord(format: Self.formatVersion, writtenBy: AssetDepotVersion.current), to: formatFile)
+        try StoredJSON.write(FormatRecord(format: Self.baseFormat, writtenBy: AssetDepotVersion.current), to: formatFile)
     }
+
+    /// Raises the recorded format to `format` before a file only that format describes is
+    /// written (a crash between the two leaves a folder of the newer format holding older
+    /// files, which this build reads).
+    public func raiseFormat(to format: Int) throws {
+        precondition(format <= Self.formatVersion)
+        guard try (recordedFormat() ?? 1) < format else { return }
+        try StoredJSON.write(FormatRecord(format: format, writtenBy: AssetDepotVersion.current), to: formatFile)
+    }
+
+    /// The folder's format as recorded, or the one a folder without a record has.
+    public func currentFormat() throws -> Int { try recordedFormat() ?? Self.baseFormat }
 
     /// Creates the folders (keys/ with mode 0700) and removes temporary files that a crash left:
     /// only while holding ``lockExclusively()`` (the origin at start-up, offline maintenance), as

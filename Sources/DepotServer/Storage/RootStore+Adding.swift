@@ -52,6 +52,7 @@ extension RootStore {
                 let ids = try root.document.onlinePublicKeys().filter { !held.contains(OfflineKeyFile.publicText($0)) }.map(ManifestSigningKey.keyID)
                 throw DepotError.conflict("root_online_key_unknown", "root version \(document.version) lists online key \(ids.joined(separator: ", ")), which this origin does not hold in force (keys/manifest-signing.json): it could never sign with it, and a key it does not hold is one someone else may. List the keys `depot keys export --app \(app)` prints (depot root sign --online-keys-from CONFIG.json). Nothing was added")
             }
+            try folder.raiseFormat(to: 2)
             try FileSystem.writeAtomically(envelope.encoded(), to: folder.rootDocument(app, version: document.version))
             return Addition(root: root, added: true)
         }
