@@ -137,6 +137,11 @@ struct InstallStepTests {
             }
             kill(first.processIdentifier, SIGSTOP)
             defer { kill(first.processIdentifier, SIGCONT) }
+            // kill() returns before the signal stops the process: wait until /proc says it is stopped.
+            #expect(Eventually.wait(every: .milliseconds(1)) {
+                guard let stat = AdminPairTests.Started.procFile("/proc/\(first.processIdentifier)/stat"), let close = stat.lastIndex(of: ")") else { return false }
+                return stat[stat.index(close, offsetBy: 2)] == "T"
+            })
             let held = try #require(staging(), "the first step was caught mid-unpack (caught: \(caught))")
             let filesBefore = TreeFiles.list(packs + "/" + held).count
             // The second step runs to its end meanwhile: it installs the same delivery itself.

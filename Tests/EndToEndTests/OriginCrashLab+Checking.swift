@@ -71,6 +71,14 @@ extension OriginCrashLab {
                 let exported = try Processes.run(Processes.depotBinary, ["keys", "export", "--data", data, "--app", app]).stdout
                 let keys = (try? ClientConfiguration.decode(Array(exported.utf8)).trustedKeys().count) ?? 0
                 expect(keys >= count, "\(what): the acknowledged signing key is not in the app's configuration (\(keys) keys)")
+            case .packKeyCurrent(let id):
+                let listed = try Processes.run(Processes.depotBinary, ["keys", "list", "--data", data, "--app", app]).stdout
+                expect(listed.contains(id + "\tcurrent"), "\(what): the acknowledged current pack key \(id) is not current:\n\(listed)")
+            case .rootAdded(let version):
+                let shown = try Processes.run(Processes.depotBinary, ["root", "show", "--data", data, "--app", app]).stdout
+                expect(shown.contains("version \(version) (newest)"), "\(what): the acknowledged root version \(version) is not the newest:\n\(shown)")
+                let exported = try Processes.run(Processes.depotBinary, ["keys", "export", "--data", data, "--app", app]).stdout
+                expect((try? ClientConfiguration.decode(Array(exported.utf8)).pinnedRoot()) != nil, "\(what): the configuration does not pin the acknowledged root")
             case .keyExported(let id):
                 let exported = try Processes.run(Processes.depotBinary, ["keys", "export", "--data", data, "--app", app]).stdout
                 expect(exported.contains("\"\(id)\""), "\(what): the acknowledged key \(id) is not in the app's configuration")

@@ -90,6 +90,10 @@ final class OriginCrashLab {
         case signingKeys(Int)
         /// A trust rule `depot apps trust --list` shows.
         case ruleListed(String)
+        /// The app's current pack key (`depot keys list`).
+        case packKeyCurrent(String)
+        /// A root version `depot root show` lists, which the exported configuration pins.
+        case rootAdded(Int)
     }
 
     struct Response { var status: Int; var body: [UInt8]; var headers: [(String, String)] }
@@ -154,6 +158,11 @@ final class OriginCrashLab {
             let issuer = try OIDCIssuer()
             self.issuer = issuer
             jobToken = try issuer.mint(["aud": "crash", "repository": "studio/levels", "exp": Int(Date().timeIntervalSince1970) + 3_600])
+        case .rotateKey:
+            // Root version 1 for the step to add (made offline; no channel protected, so that the
+            // lab's device keeps syncing what is live).
+            let root = try TrustFixture(app: app).root(dataPath: data, protect: [])
+            try FileSystem.writeAtomically(root.encoded(), to: work.path + "/root-1.json")
         case .tokens:
             let created = try Processes.run(Processes.depotBinary, ["tokens", "create", "--data", data, "--app", app])
             spareToken = String(created.stdout.split(separator: "\n").last ?? "")
@@ -207,6 +216,16 @@ final class OriginCrashLab {
             }
             if let signing = try cli(["keys", "rotate-signing", "--data", data, "--grace-days", "1"]), signing.status == 0 {
                 acks.append(.signingKeys(baseSigningKeys + 1))
+            }
+            // The staged key made current (the current one retired), then a root of trust added.
+            if let listed = try cli(["keys", "list", "--data", data, "--app", app]), listed.status == 0,
+               let current = listed.stdout.split(separator: "\n").first(where: { $0.split(separator: "\t").dropFirst().first == "current" })?.split(separator: "\t").first,
+               let retired = try cli(["keys", "retire", "--data", data, "--app", app, String(current)]), retired.status == 0,
+               let id = retired.stdout.components(separatedBy: "encrypted with key ").dropFirst().first?.split(separator: " ").first {
+                acks.append(.packKeyCurrent(String(id)))
+            }
+            if let added = try cli(["root", "add", "--data", data, "--app", app, work.path + "/root-1.json"]), added.status == 0 {
+                acks.append(.rootAdded(1))
             }
             return acks
         case .tokens:
