@@ -26,6 +26,10 @@ public struct ManifestSource: Sendable {
     public let trustedKeys: [Ed25519PublicKey]
     /// The signed root document the build pins (`ClientConfiguration.root`); nil: ``trustedKeys``.
     public let root: Envelope?
+    /// Per protected channel, the signed release the configuration was exported at
+    /// (`ClientConfiguration.releaseFloors`): a device that has recorded none yet (a new install)
+    /// accepts no older one.
+    public var releaseFloors: [String: Int] = [:]
     /// Sent with every request (download credentials).
     public var headers: [String: String] = [:]
     let transport: HTTPTransport
@@ -43,6 +47,7 @@ public struct ManifestSource: Sendable {
     public init(url: URL, channel: String = ManifestSource.production, configuration: ClientConfiguration, transport: HTTPTransport = .shared) throws {
         let root = try configuration.pinnedRoot()
         self.init(url: url, app: configuration.app, channel: channel, trustedKeys: root == nil ? try configuration.trustedKeys() : [], root: root, transport: transport)
+        releaseFloors = configuration.releaseFloors ?? [:]
     }
 
     /// The manifest URL of a channel of `app` on `server`.
@@ -165,7 +170,28 @@ public struct ManifestSource: Sendable {
         // signed before channels were named is production's.
         guard (manifest.channel ?? Self.production) == channel else { throw ClientError.wrongChannel(manifest.channel, asked: channel) }
         if let refusal = state.refusal(accepted, channel: channel) { throw refusal }
+        if let release = accepted.trusted?.signedRelease, let exported = releaseFloors[channel], release < exported {
+            throw ClientError.manifest("release \(release) of channel \(channel) is older than release \(exported), which this build's configuration was exported at: an older signed release is replayed")
+        }
         guard manifest.expiresAt > now else { throw ClientError.expired(manifest.version) }
-        return accepted
+        guard accepted.trusted?.signedRelease != nil else { return accepted }
+        // A protected channel: a zip's tree patch is checked file by file against hashes the patch
+        // itself carries, which no release key signed; such a pack is downloaded whole (its
+        // container's SHA-256 is bound). Byte patches stay: their result is checked against the
+        // signed plaintext SHA-256 and size.
+        var bound = accepted
+        bound.manifest = Self.withoutTreePatches(manifest)
+        return bound
+    }
+
+    /// `manifest` without the patches of its zip packs (and of its rollout's).
+    static func withoutTreePatches(_ manifest: Manifest) -> Manifest {
+        func strip(_ packs: inout [PackEntry]) {
+            for index in packs.indices where packs[index].patches != nil && ZipPack.isZip(contentType: packs[index].contentType) { packs[index].patches = nil }
+        }
+        var out = manifest
+        strip(&out.packs)
+        if out.rollout != nil { strip(&out.rollout!.packs) }
+        return out
     }
 }

@@ -56,9 +56,18 @@ extension Root {
         func run() throws {
             let signers = try keys.map(OfflineFiles.key)
             let before = try previous.map { path -> TrustedRoot in
-                do { return try RootChain.selfSigned(try OfflineFiles.envelope(path, what: "a root document"), app: app) } catch let error as TrustError {
+                let trusted: TrustedRoot
+                do { trusted = try RootChain.selfSigned(try OfflineFiles.envelope(path, what: "a root document"), app: app) } catch let error as TrustError {
                     throw CLIError("--previous \(path): \(error)")
                 }
+                // Only a document your own root keys signed continues your chain: one taken from
+                // the origin could list a key an attacker added, which the next version would inherit.
+                let own = try trusted.document.rootPublicKeys().filter { key in signers.contains { $0.publicKey == key } }
+                // (A partial document is checked when a holder of the previous keys completes it.)
+                guard partial || trusted.envelope.validSigners(among: own) >= 1 else {
+                    throw CLIError("--previous \(path) is not signed by any of the --key files given: pass the root version you (or your co-holders) signed, kept offline with the root keys (not a copy from the origin)")
+                }
+                return trusted
             }
             var envelope: Envelope
             if let addTo {

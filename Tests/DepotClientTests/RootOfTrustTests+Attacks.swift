@@ -115,4 +115,61 @@ extension RootOfTrustTests {
         #expect(try legacy.verify(bytes, floor: 0, now: Self.now).packs == packs)
         #expect(try Envelope.decode(bytes).verifiedManifest(trusting: [lab.online.publicKey]).version == 1)
     }
+
+    @Test func aForkCheckedAgainstARootAnotherProcessRecordedMeanwhile() throws {
+        // The app and its extension: one read the state before the other recorded root version 2.
+        let lab = Lab()
+        let packs = [lab.entry("levels", revision: 1, digit: "a")]
+        let firstKeys = lab.rootKeys[0]
+        lab.addRoot(keys: [Ed25519PrivateKey()])
+        var app = lab.device()
+        let stale = app.state
+        try app.take(lab.envelope(version: 1, packs: packs, releases: [lab.statement(release: 1, packs: packs)]))
+        #expect(app.state.trust?.rootVersion == 2)
+        // A fork from version 1's (retired) key: another version 2 and a version 3 after it.
+        let attacker = Ed25519PrivateKey()
+        let forgedRoot = RootDocument(
+            app: Self.app, version: 2, expiresAt: Self.now + 86_400 * 999, rootKeys: firstKeys.map(\.publicKey), rootThreshold: 1, onlineKeys: [attacker.publicKey],
+            releaseKeys: [Ed25519PrivateKey().publicKey], releaseThreshold: 1, protectedChannels: []
+        )
+        let two = try forgedRoot.signed(with: firstKeys)
+        var third = forgedRoot
+        third.version = 3
+        let three = try third.signed(with: firstKeys)
+        let evil = lab.envelope(version: 9, packs: [lab.entry("levels", revision: 9, digit: "f")], releases: nil, signer: attacker, roots: [lab.roots[0], two, three])
+        // Verified against the state read before: the walk passes.
+        let accepted = try app.source.verify(evil, state: stale, now: Self.now)
+        #expect(accepted.trusted?.root.document.version == 3)
+        // Under the lock, against the state as it is now: refused.
+        let refusal = try #require(app.state.refusal(accepted, channel: "production"))
+        #expect(String(describing: refusal).contains("root version 2 is not the one this device trusts"))
+    }
+
+    @Test func aNewInstallTakesNoReleaseOlderThanItsConfigurationWasExportedAt() throws {
+        let lab = Lab()
+        let first = [lab.entry("levels", revision: 1, digit: "a")]
+        var fresh = lab.device()
+        var source = fresh.source
+        source.releaseFloors = ["production": 2]
+        fresh = Device(source: source)
+        #expect(fresh.refusal(lab.envelope(version: 5, packs: first, releases: [lab.statement(release: 1, packs: first)])).contains("older than release 2, which this build's configuration was exported at"))
+        let second = [lab.entry("levels", revision: 2, digit: "b")]
+        try fresh.take(lab.envelope(version: 6, packs: second, releases: [lab.statement(release: 2, packs: second)]))
+    }
+
+    @Test func aZipOnAProtectedChannelIsNotTreePatched() throws {
+        // A tree patch's files are checked against hashes the patch carries, which no release key
+        // signed: on a protected channel a zip is downloaded whole; a byte patch stays.
+        let lab = Lab()
+        var zip = lab.entry("maps", revision: 2, digit: "a")
+        zip.contentType = "application/zip"
+        var file = lab.entry("movie", revision: 2, digit: "b")
+        let patch = PackPatch(fromRevision: 1, fromPlaintextSHA256: String(repeating: "1", count: 64), url: "https://cdn.example.com/p", size: 10, sha256: String(repeating: "2", count: 64))
+        (zip.patches, file.patches) = ([patch], [patch])
+        var device = lab.device()
+        let manifest = try device.take(lab.envelope(version: 1, packs: [zip, file], releases: [lab.statement(release: 1, packs: [zip, file])]))
+        #expect(manifest[pack: "maps"]?.patches == nil && manifest[pack: "movie"]?.patches == [patch])
+        var beta = lab.device(channel: "beta")
+        #expect(try beta.take(lab.envelope(version: 1, packs: [zip, file], channel: "beta", releases: nil))[pack: "maps"]?.patches == [patch])
+    }
 }

@@ -16,6 +16,10 @@ public struct ClientConfiguration: Codable, Hashable, Sendable {
     /// Base64 of the signed root document (its envelope's JSON) the build pins, for an app with a
     /// root of trust; nil: the build trusts `manifestPublicKeys`.
     public var root: String?
+    /// With a root: per protected channel, the signed release it served when the configuration
+    /// was exported. A new install accepts no older signed release (before its first sync it has
+    /// recorded none).
+    public var releaseFloors: [String: Int]?
 
     public init(app: String, manifestPublicKeys: [Ed25519PublicKey], keyRing: KeyRing, root: Envelope? = nil) {
         self.app = app

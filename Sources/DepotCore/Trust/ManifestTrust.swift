@@ -79,7 +79,9 @@ public enum ManifestTrust {
             if verified.root.document.version < record.rootVersion {
                 return "root version \(verified.root.document.version) is older than version \(record.rootVersion), which this device trusts"
             }
-            if verified.root.document.version == record.rootVersion && verified.root.payloadSHA256 != record.rootSHA256 {
+            // The walk must have passed through the very root recorded (recorded by another
+            // process since this one read the state, it may be a version the walk went through).
+            if let passed = verified.root.walked[record.rootVersion], passed != record.rootSHA256 {
                 return "root version \(record.rootVersion) is not the one this device trusts"
             }
         }

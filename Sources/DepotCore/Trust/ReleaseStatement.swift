@@ -38,12 +38,22 @@ public struct ReleaseStatement: Codable, Hashable, Sendable {
     public static func bound(_ packs: [PackEntry]) -> [BoundPack] { packs.map(BoundPack.init).sorted { $0.id < $1.id } }
 
     /// SHA-256 (lower-case hex) of the packs' canonical text: per pack, sorted by id, one line of
-    /// `id`, `revision`, `sha256`, `size`, `plaintextSHA256`, `installSize` and `language` (empty
-    /// when none), separated by tabs and ended by a line feed. Every field is ASCII (ids, hex
-    /// digests, decimal numbers, language tags), so the text is the same on every platform.
+    /// `id`, `revision`, `sha256`, `size`, `plaintextSHA256`, `installSize`, then `language` and
+    /// `contentType` each as its UTF-8 byte count, a colon and its bytes (`0:` for no language),
+    /// separated by tabs and ended by a line feed. Ids, hex digests and decimal numbers hold no tab
+    /// or line feed (a manifest with any other id is refused), and the two free texts are
+    /// length-prefixed, so no two pack lists have the same text.
+    ///
+    /// Hashed as it is produced (the packs of a decoded manifest are in id order already: no copy
+    /// is made of them), so that a manifest of 10,000 packs is checked in an extension's memory.
     public static func digest(of packs: [PackEntry]) -> String {
         let hasher = SHA256Hasher()
-        for pack in bound(packs) { hasher.update(Array(pack.canonicalLine.utf8)) }
+        let sorted = zip(packs, packs.dropFirst()).allSatisfy { $0.id < $1.id }
+        if sorted {
+            for pack in packs { hasher.update(Array(BoundPack.canonicalLine(pack).utf8)) }
+        } else {
+            for pack in packs.sorted(by: { $0.id < $1.id }) { hasher.update(Array(BoundPack.canonicalLine(pack).utf8)) }
+        }
         return Hex.encode(hasher.finalize())
     }
 
@@ -80,7 +90,8 @@ public struct ReleaseStatement: Codable, Hashable, Sendable {
     }
 }
 
-/// A pack as a release statement binds it: the fields a device installs by. Not the URL (any
+/// A pack as a release statement binds it: the fields a device installs by, and how (its media
+/// type: a zip is unpacked). Not the URL (any
 /// mirror may serve the bytes), not patches (a patched copy is checked against the plaintext's
 /// SHA-256 and size), nor tags, policy or `userInfo` (when, not what).
 public struct BoundPack: Codable, Hashable, Sendable {
@@ -97,11 +108,18 @@ public struct BoundPack: Codable, Hashable, Sendable {
 
     public init(_ entry: PackEntry) {
         (id, revision, sha256, size) = (entry.id, entry.revision, entry.sha256, entry.size)
-        (plaintextSHA256, installSize, language) = (entry.plaintextSHA256, entry.installSize, entry.language)
+        (plaintextSHA256, installSize, language, contentType) = (entry.plaintextSHA256, entry.installSize, entry.language, entry.contentType)
     }
 
-    /// Its line in the canonical text (``ReleaseStatement/digest(of:)``).
-    var canonicalLine: String { "\(id)\t\(revision)\t\(sha256)\t\(size)\t\(plaintextSHA256)\t\(installSize)\t\(language ?? "")\n" }
+    /// The pack's media type (a zip is unpacked, other types installed as one file).
+    public var contentType: String
+
+    /// A pack's line in the canonical text (``ReleaseStatement/digest(of:)``).
+    static func canonicalLine(_ pack: PackEntry) -> String {
+        let language = pack.language ?? ""
+        return "\(pack.id)\t\(pack.revision)\t\(pack.sha256)\t\(pack.size)\t\(pack.plaintextSHA256)\t\(pack.installSize)\t"
+            + "\(language.utf8.count):\(language)\t\(pack.contentType.utf8.count):\(pack.contentType)\n"
+    }
 }
 
 /// The check a device on a protected channel makes: the manifest's packs, and a running
@@ -139,7 +157,8 @@ public enum ReleaseBinding {
         }
         if let rollout = manifest.rollout {
             let candidate = manifest.choosing(candidate: true).packs
-            guard verified.contains(where: { $0.release == rollout.release && $0.binds(candidate) }) else {
+            let digest = ReleaseStatement.digest(of: candidate)
+            guard verified.contains(where: { $0.release == rollout.release && $0.packCount == candidate.count && $0.packsSHA256 == digest }) else {
                 throw TrustError("the rollout's candidate (release \(rollout.release)) is not a release signed for channel \(channel)")
             }
             guard rollout.release > bound.release else {

@@ -64,6 +64,9 @@ public struct RootDocument: Codable, Hashable, Sendable {
         }
         guard !rootKeys.isEmpty, (1...rootKeys.count).contains(rootThreshold) else { return "rootThreshold must be between 1 and the number of root keys" }
         guard !onlineKeys.isEmpty else { return "no online key may sign manifests" }
+        // An online key lives on the origin: were it also a root or release key, the origin's
+        // holder would hold what the root keeps offline.
+        guard Set(onlineKeys).isDisjoint(with: rootKeys + releaseKeys) else { return "an online key is also a root or release key" }
         guard (0...releaseKeys.count).contains(releaseThreshold) else { return "releaseThreshold is larger than the number of release keys" }
         guard protectedChannels.allSatisfy(Identifier.isValidChannel), Set(protectedChannels).count == protectedChannels.count else { return "protectedChannels holds a name that is not a channel, or a channel twice" }
         guard protectedChannels.isEmpty || releaseThreshold >= 1 else { return "protected channels need release keys and a releaseThreshold of at least 1" }
@@ -94,6 +97,15 @@ public struct TrustedRoot: Sendable, Hashable {
     public let payloadSHA256: String
     /// The envelope it came in.
     public let envelope: Envelope
+    /// Every version the walk that reached it passed through, with its payload's SHA-256 (its own
+    /// included): what a device checks its record against again under its state's lock, where
+    /// another process may have recorded a newer root meanwhile.
+    public internal(set) var walked: [Int: String] = [:]
+
+    init(document: RootDocument, payloadSHA256: String, envelope: Envelope) {
+        (self.document, self.payloadSHA256, self.envelope) = (document, payloadSHA256, envelope)
+        walked = [document.version: payloadSHA256]
+    }
 }
 
 /// Walking an app's root chain.
@@ -146,8 +158,11 @@ public enum RootChain {
         if let record, record.version == trusted.document.version, record.payloadSHA256 != trusted.payloadSHA256 {
             throw TrustError("root version \(record.version) is not the one this device trusts")
         }
+        var walked = trusted.walked
         while let envelope = byVersion[trusted.document.version + 1] {
             trusted = try next(envelope, after: trusted)
+            walked[trusted.document.version] = trusted.payloadSHA256
+            trusted.walked = walked
             if let record, record.version == trusted.document.version, record.payloadSHA256 != trusted.payloadSHA256 {
                 throw TrustError("root version \(record.version) is not the one this device trusts: the chain was forked")
             }

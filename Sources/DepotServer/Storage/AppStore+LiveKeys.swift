@@ -50,8 +50,19 @@ extension AppStore {
         for keyID in [states.current] + states.staged + states.retired.filter(inUse.contains) {
             if let key = ring[keyID] { try given.insert(key, id: keyID) }
         }
-        return ClientConfiguration(
-            app: id, manifestPublicKeys: try signingKeys().map(\.publicKey), keyRing: given, root: try RootStore(folder: folder).trust(id)?.newest.envelope
-        )
+        let newest = try RootStore(folder: folder).trust(id)?.newest
+        var configuration = ClientConfiguration(app: id, manifestPublicKeys: try signingKeys().map(\.publicKey), keyRing: given, root: newest?.envelope)
+        if let root = newest?.document {
+            // Each protected channel's signed release now: a new install accepts none older.
+            let releases = ReleaseStore(folder: folder, apps: self, manifestLifetime: 0)
+            var floors: [String: Int] = [:]
+            for channel in releases.channels(id).keys where root.protects(channel) {
+                guard let live = try releases.current(id, channel: channel),
+                      let signed = releases.signedRelease(id, channel: channel, packs: try live.manifest.packs, root: root) else { continue }
+                floors[channel] = signed.release
+            }
+            configuration.releaseFloors = floors.isEmpty ? nil : floors
+        }
+        return configuration
     }
 }

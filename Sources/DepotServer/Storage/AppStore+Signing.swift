@@ -28,6 +28,13 @@ extension AppStore {
         return try LockedFile.withLock(folder.signingKey) {
             var stored = try readSigningKeys() ?? []
             if let grace {
+                // A root lists the keys its devices accept; the new key is in none yet. Retiring
+                // every key a root lists on a date would leave its devices accepting nothing then.
+                let roots = RootStore(folder: folder)
+                for app in list() {
+                    guard let root = try roots.trust(app)?.newest.document else { continue }
+                    throw DepotError.conflict("root_needs_key", "app \(app) has a root of trust (version \(root.version)), which lists the keys its devices accept: --grace-days would retire them on a date while no root lists the new key. Rotate without --grace-days, sign and add the next root version naming the new key, then retire the old one (depot keys retire-signing). Nothing changed")
+                }
                 for index in stored.indices where stored[index].retireAt == nil || stored[index].retireAt! > now + grace {
                     stored[index].retireAt = now + grace
                 }

@@ -36,7 +36,11 @@ public struct RootAdmin {
         // that needs it is added.
         _ = try apps.signingKeys(now: now)
         let addition = try LockedFile.withLock(folder.signingKey) {
-            try releases.roots.add(bytes, app: app, inForce: apps.signingKeys(now: now).map(\.publicKey), now: now)
+            let held = try apps.signingKeyInfo()
+            return try releases.roots.add(
+                bytes, app: app, inForce: apps.signingKeys(now: now).map(\.publicKey), everHeld: Set(held.map(\.publicKey)),
+                retiring: Set(held.filter { $0.retireAt.map { $0 > now } ?? false }.map(\.publicKey)), now: now
+            )
         }
         return (addition, try channels(app, root: addition.root.document))
     }

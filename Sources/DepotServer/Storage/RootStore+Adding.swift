@@ -18,7 +18,12 @@ extension RootStore {
     /// online key this origin does not hold in force: the chain is never rewritten, and a device
     /// that walked to a root listing a key the origin cannot sign with would refuse every
     /// manifest until the next root. `inForce`: the folder's manifest signing keys in force.
-    public func add(_ bytes: [UInt8], app: String, inForce: [Ed25519PublicKey], now: Date = Date()) throws -> Addition {
+    /// `everHeld`: the base64 public keys of every signing key the folder holds, retired ones
+    /// included (none may be a root or release key: the origin would hold what is meant to be
+    /// offline); `retiring`: those of the keys in force with a retirement date set.
+    public func add(
+        _ bytes: [UInt8], app: String, inForce: [Ed25519PublicKey], everHeld: Set<String> = [], retiring: Set<String> = [], now: Date = Date()
+    ) throws -> Addition {
         guard let envelope = try? Envelope.decode(bytes), envelope.payloadType == RootDocument.payloadType, let payload = envelope.payloadBytes else {
             throw DepotError.badRequest("this is not a signed root document (the JSON file `depot root sign` writes)")
         }
@@ -51,6 +56,13 @@ extension RootStore {
             guard unknown.isEmpty else {
                 let ids = try root.document.onlinePublicKeys().filter { !held.contains(OfflineKeyFile.publicText($0)) }.map(ManifestSigningKey.keyID)
                 throw DepotError.conflict("root_online_key_unknown", "root version \(document.version) lists online key \(ids.joined(separator: ", ")), which this origin does not hold in force (keys/manifest-signing.json): it could never sign with it, and a key it does not hold is one someone else may. List the keys `depot keys export --app \(app)` prints (depot root sign --online-keys-from CONFIG.json). Nothing was added")
+            }
+            let offline = Set(root.document.rootKeys + root.document.releaseKeys).intersection(everHeld)
+            guard offline.isEmpty else {
+                throw DepotError.conflict("root_offline_key_online", "root version \(document.version) lists a root or release key that is one of this origin's manifest signing keys: whoever holds the origin would hold it too. Make root and release keys with depot root keygen, offline. Nothing was added")
+            }
+            guard !root.document.onlineKeys.allSatisfy(retiring.contains) else {
+                throw DepotError.conflict("root_online_key_retiring", "every online key root version \(document.version) lists is due to retire (depot keys list-signing): its devices would accept no manifest after that. List a key that is not (depot keys rotate-signing adds one). Nothing was added")
             }
             try folder.raiseFormat(to: 2)
             try FileSystem.writeAtomically(envelope.encoded(), to: folder.rootDocument(app, version: document.version))
