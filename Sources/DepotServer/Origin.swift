@@ -113,14 +113,16 @@ final class Origin: HTTPHandler {
             dataRoot: folder.root, observe: { [releases, apps, folder, manifestLifetime = configuration.manifestLifetime] in
                 // Every live channel's manifest (cached in memory; the channel pointers are read).
                 var expiries: [(app: String, channel: String, expiresAt: Date)] = []
+                var roots: [(app: String, expiresAt: Date)] = []
                 let all = apps.list()
                 for app in all {
                     for channel in releases.channels(app).keys.sorted() {
                         if let live = try? releases.current(app, channel: channel) { expiries.append((app, channel, live.expiresAt)) }
                     }
+                    if let root = try? releases.roots.trust(app)?.newest.document { roots.append((app, root.expiresAt)) }
                 }
                 let space = ScratchBudget.space(of: folder.root).map { (free: $0.free, total: $0.total) }
-                return OriginMetrics.Observations(volume: space, reserve: patchLimits.reserve, manifestLifetime: manifestLifetime, expiries: expiries, apps: all, unreadableFiles: StateHealth.shared.problems(under: folder.root).count)
+                return OriginMetrics.Observations(volume: space, reserve: patchLimits.reserve, manifestLifetime: manifestLifetime, expiries: expiries, apps: all, unreadableFiles: StateHealth.shared.problems(under: folder.root).count, rootExpiries: roots)
             }
         )
         reports = try ReportBook(folder: folder, releases: releases, mirror: mirror, logger: configuration.logger, metrics: metrics)

@@ -35,12 +35,12 @@ struct AlertRulesTests {
         }
         let checked = try Processes.run(tool, ["check", "rules", Self.rules])
         #expect(checked.status == 0, "\(checked.stdout)\n\(checked.stderr)")
-        #expect(checked.stdout.contains("SUCCESS: 8 rules found"), "\(checked.stdout)")
+        #expect(checked.stdout.contains("SUCCESS: 9 rules found"), "\(checked.stdout)")
         // Each alert fires on the series it is for (a counter's first event too) and not on healthy ones.
         let tested = try Processes.run(tool, ["test", "rules", "alerts_test.yml"], cwd: ReadmeTests.root + "/Deploy/prometheus")
         #expect(tested.status == 0 && tested.stdout.contains("SUCCESS"), "\(tested.stdout)\n\(tested.stderr)")
         let cases = try String(contentsOfFile: ReadmeTests.root + "/Deploy/prometheus/alerts_test.yml", encoding: .utf8)
-        for alert in ["OriginDown", "ServerErrors", "DiskReserveReached", "PatchesSkipped", "ReportsShed", "RolloutHalted", "ManifestNearExpiry"] {
+        for alert in ["OriginDown", "ServerErrors", "DiskReserveReached", "PatchesSkipped", "ReportsShed", "RolloutHalted", "ManifestNearExpiry", "RootExpiring"] {
             #expect(cases.contains("alertname: AssetDepot\(alert)\n        exp_alerts:"), "alerts_test.yml has a firing case for AssetDepot\(alert)")
         }
     }
@@ -51,7 +51,7 @@ struct AlertRulesTests {
         #expect(names.isSuperset(of: [
             "depot_http_requests_total", "depot_data_volume_free_bytes", "depot_data_volume_size_bytes", "depot_patch_disk_reserve_ratio",
             "depot_patches_skipped_total", "depot_reports_total", "depot_rollouts_halted_total", "depot_manifest_expiry_timestamp_seconds",
-            "depot_manifest_lifetime_seconds",
+            "depot_manifest_lifetime_seconds", "depot_root_expiry_timestamp_seconds",
         ]), "\(names.sorted())")
         let metricsToken = "metrics-" + String(repeating: "m", count: 24)
         try await withServer(configure: {
@@ -65,6 +65,9 @@ struct AlertRulesTests {
             try put(origin, "level", bytes(5_000, seed: 3), query: "&channel=beta")
             #expect(try call(origin, "POST", "/v1/apps/\(origin.app)/rollouts/production/start?release=3&fraction=0.5").status == 201)
             #expect(try call(origin, "POST", "/v1/apps/\(origin.app)/rollouts/production/halt").status == 201)
+            // A root of trust (nothing protected), whose expiry the rules watch.
+            let root = try TrustFixture(app: origin.app).root(dataPath: origin.data.path, protect: [])
+            _ = try RootAdmin(dataPath: origin.data.path).add(root.encoded(), app: origin.app)
             let report = DeviceReport(channel: "production", release: 2, packs: [.init(id: "level", revision: 2, outcome: .installed, bytes: 5_000)])
             #expect(try call(origin, "POST", "/v1/apps/\(origin.app)/reports", token: "", body: report.encoded()).status == 202)
             func scrape() throws -> String {
@@ -90,6 +93,8 @@ struct AlertRulesTests {
                 #expect(abs(expiry - (now + 90 * 86_400)) < 3_600, "\(line)")
             }
             #expect(text.contains("depot_patch_disk_reserve_ratio 0.1"))
+            let rootLine = try #require(text.split(separator: "\n").first { $0.hasPrefix("depot_root_expiry_timestamp_seconds{app=\"\(origin.app)\"}") })
+            #expect(abs((Double(rootLine.split(separator: " ").last ?? "") ?? 0) - (now + 365 * 86_400)) < 3_600, "\(rootLine)")
             #expect(text.contains("depot_manifest_lifetime_seconds 7776000"))
             #expect(text.contains("depot_rollouts_halted_total{app=\"\(origin.app)\",channel=\"production\",by=\"hand\"} 1"))
             // The event counters the rules watch are served at 0 before their first event, so the

@@ -34,6 +34,8 @@ final class OriginMetrics: Sendable {
         var apps: [String]
         /// How many data-folder files this process cannot read (``StateHealth``).
         var unreadableFiles = 0
+        /// When the newest root of trust of each app that has one expires.
+        var rootExpiries: [(app: String, expiresAt: Date)] = []
     }
 
     /// Why a patch can be skipped (``patchSkipped(app:reason:)``).
@@ -162,7 +164,25 @@ final class OriginMetrics: Sendable {
                 observed.expiries[key] = gauge
                 gauge.set(expiry.expiresAt.timeIntervalSince1970)
             }
-            for (key, gauge) in observed.expiries where !seen.contains(key) {
+            for (key, gauge) in observed.expiries where !key.hasPrefix("\u{1}") && !seen.contains(key) {
+                registry.unregisterGauge(gauge)
+                observed.expiries[key] = nil
+            }
+            // Roots of trust, keyed apart from channels ("\u{1}" and the app).
+            var roots: Set<String> = []
+            for root in observations.rootExpiries {
+                let key = "\u{1}" + root.app
+                roots.insert(key)
+                let gauge = observed.expiries[key] ?? registry.makeGauge(
+                    descriptor: MetricNameDescriptor(
+                        metricName: "depot_root_expiry_timestamp_seconds", unitName: "",
+                        helpText: "When the newest root of trust of an app expires: devices pinning it then take no new manifest until the next version is signed (depot root sign) and added"
+                    ), labels: [("app", root.app)]
+                )
+                observed.expiries[key] = gauge
+                gauge.set(root.expiresAt.timeIntervalSince1970)
+            }
+            for (key, gauge) in observed.expiries where key.hasPrefix("\u{1}") && !roots.contains(key) {
                 registry.unregisterGauge(gauge)
                 observed.expiries[key] = nil
             }
