@@ -16,9 +16,9 @@ final class Rollouts: Sendable {
     let publisher: Publisher
     let reports: ReportBook
     private var releases: ReleaseStore { publisher.releases }
-    private var folder: DataFolder { publisher.folder }
+    var folder: DataFolder { publisher.folder }
     /// One step at a time per origin (the record and the release it publishes go together).
-    private let steps = Mutex(())
+    let steps = Mutex(())
 
     init(publisher: Publisher, reports: ReportBook) {
         (self.publisher, self.reports) = (publisher, reports)
@@ -33,7 +33,7 @@ final class Rollouts: Sendable {
     /// truth, and a crash between a step's release and its record (or a failed write) leaves
     /// them apart. A rollout in the manifest that the record does not know is taken up
     /// (`recovered`); a running one the manifest no longer carries was completed. Call under `steps`.
-    private func reconciled(_ app: String, channel: String) throws -> RolloutRecord? {
+    func reconciled(_ app: String, channel: String) throws -> RolloutRecord? {
         var record = record(app, channel: channel)
         let live = try releases.current(app, channel: channel)
         if let live, let rollout = live.rollout {
@@ -295,40 +295,6 @@ final class Rollouts: Sendable {
             reports: reports, failures: failures, failureRate: reports > 0 ? Double(failures) / Double(reports) : nil, failuresByKind: byKind,
             manifestURL: publisher.urls.manifest(record.app, channel: record.channel)
         )
-    }
-
-    /// The guard: halts each running guarded rollout of `apps` whose candidate has at least
-    /// `minReports` reports with a failure share above `haltOnFailureRate`.
-    func evaluate(_ apps: [String]) {
-        for app in apps {
-            for name in FileSystem.contents(of: folder.app(app) + "/rollouts") where name.hasSuffix(".json") {
-                let channel = String(name.dropLast(5))
-                guard Identifier.isValidChannel(channel) else { continue }
-                let found: RolloutRecord?
-                do {
-                    found = try steps.withLock { _ in try reconciled(app, channel: channel) }
-                } catch {
-                    publisher.logger.error("could not read a rollout's record", metadata: ["app": .string(app), "channel": .string(channel), "error": .string("\(error)")])
-                    continue
-                }
-                guard let record = found, record.state == .running,
-                      let rate = record.haltOnFailureRate, let minimum = record.minReports else { continue }
-                let tally = self.reports.candidateFigures(record)
-                let (reports, failures) = (tally.reports, tally.failures)
-                guard reports >= Int64(minimum), Double(failures) > rate * Double(reports) else { continue }
-                let trigger = RolloutRecord.Trigger(reports: reports, failures: failures, failureRate: Double(failures) / Double(reports), at: Date())
-                do {
-                    _ = try halt(app, channel: channel, by: "automatic", trigger: trigger, measured: (record.salt, record.countingFrom))
-                    publisher.metrics.rolloutHalted(app: app, channel: channel, by: "automatic")
-                    publisher.logger.warning("rollout halted automatically: the candidate's failure rate crossed the threshold", metadata: [
-                        "app": .string(app), "channel": .string(channel), "release": .stringConvertible(record.release),
-                        "reports": .stringConvertible(reports), "failures": .stringConvertible(failures), "threshold": .stringConvertible(rate),
-                    ])
-                } catch {
-                    publisher.logger.error("could not halt a failing rollout", metadata: ["app": .string(app), "channel": .string(channel), "error": .string("\(error)")])
-                }
-            }
-        }
     }
 
     /// Fleet figures of a channel over `days` days, with its rollout's status and its keys section.
