@@ -13,7 +13,10 @@ import Testing
 @Suite("The scheduling step's memory")
 struct ScheduleMemoryTests {
     /// A signed manifest of `count` packs with the field lengths of real ones, and the client configuration that trusts it.
-    static func write(count: Int, in folder: String) throws -> (manifest: String, config: String, size: Int) {
+    /// With `rooted`, the configuration pins a root of trust that protects the channel, and the
+    /// envelope carries the root and the release statement (issue 52): what a protected channel's
+    /// extension checks.
+    static func write(count: Int, in folder: String, rooted: Bool = false) throws -> (manifest: String, config: String, size: Int) {
         let key = Ed25519PrivateKey()
         let now = Date()
         let packs = (0..<count).map { i -> PackEntry in
@@ -26,10 +29,21 @@ struct ScheduleMemoryTests {
             )
         }
         let manifest = Manifest(app: "com.example.game", version: 7, publishedAt: now, expiresAt: now.addingTimeInterval(86400), packs: packs, channel: "production")
-        let envelope = try Envelope.sign(manifest, with: [key]).encoded()
-        let paths = (folder + "/manifest-\(count).json", folder + "/client-\(count).json")
+        var signed = try Envelope.sign(manifest, with: [key])
+        var root: Envelope?
+        if rooted {
+            let (rootKey, releaseKey) = (Ed25519PrivateKey(), Ed25519PrivateKey())
+            root = try RootDocument(
+                app: "com.example.game", version: 1, expiresAt: now.addingTimeInterval(86_400 * 365), rootKeys: [rootKey.publicKey], rootThreshold: 1,
+                onlineKeys: [key.publicKey], releaseKeys: [releaseKey.publicKey], releaseThreshold: 1, protectedChannels: ["production"]
+            ).signed(with: [rootKey])
+            signed.roots = [root!]
+            signed.releases = [try ReleaseStatement(app: "com.example.game", channel: "production", release: 7, signedAt: now, packs: packs).signed(with: [releaseKey])]
+        }
+        let envelope = signed.encoded()
+        let paths = (folder + "/manifest-\(count)\(rooted ? "-rooted" : "").json", folder + "/client-\(count)\(rooted ? "-rooted" : "").json")
         try FileSystem.writeAtomically(envelope, to: paths.0)
-        let configuration = ClientConfiguration(app: "com.example.game", manifestPublicKeys: [key.publicKey], keyRing: try KeyRing(["k1": [UInt8](repeating: 1, count: 32)]))
+        let configuration = ClientConfiguration(app: "com.example.game", manifestPublicKeys: [key.publicKey], keyRing: try KeyRing(["k1": [UInt8](repeating: 1, count: 32)]), root: root)
         try FileSystem.writeAtomically(configuration.encoded(), to: paths.1)
         return (paths.0, paths.1, envelope.count)
     }
@@ -43,16 +57,16 @@ struct ScheduleMemoryTests {
         return (Int(line.dropFirst("maxrss=".count)) ?? 0, run.stdout.split(separator: "\n").count)
     }
 
-    @Test("Manifests of 100, 1,000 and 10,000 packs: peak RSS above a 1-pack manifest's within twice the manifest's size")
-    func scheduleMemory() throws {
+    @Test("Manifests of 100, 1,000 and 10,000 packs: peak RSS above a 1-pack manifest's within twice the manifest's size; the same with a root of trust and a release statement on a protected channel", arguments: [false, true])
+    func scheduleMemory(rooted: Bool) throws {
         let work = TemporaryDirectory("depot-schedule-memory")
         defer { work.remove() }
         // Best of five per size: the least this step needed (another process's load only adds).
         func measure(_ count: Int) throws -> (best: Int, worst: Int, size: Int) {
-            let files = try Self.write(count: count, in: work.path)
+            let files = try Self.write(count: count, in: work.path, rooted: rooted)
             var runs: [Int] = []
             for round in 0..<5 {
-                let (kib, lines) = try Self.schedule(files, dest: work.path + "/dest-\(count)-\(round)")
+                let (kib, lines) = try Self.schedule(files, dest: work.path + "/dest-\(count)-\(round)\(rooted ? "-rooted" : "")")
                 #expect(lines == count, "every pack is scheduled")
                 runs.append(kib)
             }
@@ -70,6 +84,6 @@ struct ScheduleMemoryTests {
             rows.append("\(count) packs: manifest \(size / 1024) KiB, peak \(kib) KiB, \(above) KiB above 1 pack (\(String(format: "%.2f", Double(above) * 1024 / Double(size)))x the manifest)")
             #expect((above - spread) * 1024 <= 2 * size, "\(count) packs: \(above) KiB above the 1-pack step (spread \(spread) KiB) for a manifest of \(size / 1024) KiB")
         }
-        print("schedule memory (1 pack: \(base.best)–\(base.worst) KiB):\n" + rows.joined(separator: "\n"))
+        print("schedule memory\(rooted ? ", rooted" : "") (1 pack: \(base.best)–\(base.worst) KiB):\n" + rows.joined(separator: "\n"))
     }
 }
