@@ -4,7 +4,7 @@ import Foundation
 
 extension PublishHandlers {
     /// `POST …/channels/{channel}/statements`: a release statement signed by the app's release
-    /// keys (the JSON `depot release sign` writes, at most 16 MiB), checked against the app's
+    /// keys (the JSON `depot release sign` writes, at most 64 KiB), checked against the app's
     /// newest root and the release it names, and kept for the channel: `201
     /// {"release","channel","signers","threshold"}`. A channel protected by the root serves a
     /// release only with one (409 `release_signature_required` otherwise).

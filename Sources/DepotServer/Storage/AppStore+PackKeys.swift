@@ -115,7 +115,6 @@ extension AppStore {
                 keys.retired = (keys.retired ?? [:]).merging([keyID: now]) { $1 }
                 keys.format = PackKeys.format
                 try folder.raiseFormat(to: 2)
-            try folder.raiseFormat(to: 2)
                 stored = keys
                 return PackKeyRetirement(keyID: keyID, wasStaged: false, current: keys.current, fresh: fresh)
             case .staged:
@@ -123,7 +122,6 @@ extension AppStore {
                 keys.keys[keyID] = nil
                 keys.format = PackKeys.format
                 try folder.raiseFormat(to: 2)
-            try folder.raiseFormat(to: 2)
                 stored = keys
                 return PackKeyRetirement(keyID: keyID, wasStaged: true, current: keys.current, fresh: false)
             case .retired:
