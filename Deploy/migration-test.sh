@@ -95,7 +95,7 @@ promote() {  # FILE: through beta, signed, to production
     local number
     number=$(publish "$new" "$1" levels beta)
     [ -n "$number" ] || fail "publishing $1 on beta"
-    "$new" channels promote --server "$url" --app $app --token "$token" --channel production --release "$number" --sign release-key.json --config rooted.json >/dev/null
+    "$new" channels promote --server "$url" --app $app --token "$token" --channel production --release "$number" --sign release-key.json --config rooted.json --pack-file levels="$1" >/dev/null
 }
 promote levels-2.bin
 check "the old client, production protected" "$old" legacy.json device-old levels levels-2.bin

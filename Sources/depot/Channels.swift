@@ -40,8 +40,9 @@ struct Channels: AsyncParsableCommand {
             discussion: """
                 Refused with 409 if the channel serves a newer release, or if the release exceeds the allowances recorded \
                 for shipped builds (unless --force). A channel the app's root protects serves only releases signed for it by \
-                the app's release keys: --sign RELEASE-KEY.json signs release N for the channel and uploads the statement \
-                first (--statement FILE uploads one signed with depot release sign).
+                the app's release keys: --sign RELEASE-KEY.json --config CONFIG.json --packs DIR checks release N against \
+                your exported configuration and your own pack files (depot release sign --help says how), signs it for the \
+                channel and uploads the statement first (--statement FILE uploads one signed with depot release sign).
                 """
         )
         @OptionGroup var origin: ServerOptions

@@ -99,7 +99,7 @@ struct RolloutCommand: AsyncParsableCommand {
     struct Start: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Start offering release N (one the channel does not serve yet, e.g. published with --channel beta) to a fraction of devices.",
-            discussion: "On a channel the app's root protects, the candidate must be signed for it: --sign RELEASE-KEY.json signs release N and uploads the statement first (or --statement FILE)."
+            discussion: "On a channel the app's root protects, the candidate must be signed for it: --sign RELEASE-KEY.json --config CONFIG.json --packs DIR checks release N against your configuration and your own pack files, signs it and uploads the statement first (or --statement FILE)."
         )
         @OptionGroup var origin: ServerOptions
         @OptionGroup var token: TokenOption

@@ -89,6 +89,8 @@ struct CompromisedOriginTests {
             let promoted = try Self.depot(rig, [
                 "channels", "promote", "--server", rig.server.url, "--app", Self.app, "--token", rig.token, "--channel", "production", "--release", "\(number)",
                 "--sign", "release-key.json", "--config", "rooted.json",
+                // The signer's own files of the packs (intro's, for the first release signed).
+                "--pack-file", "levels=levels-beta-\(text.utf8.count)", "--pack-file", "intro=intro-production-8",
             ])
             #expect(promoted.status == 0, "\(promoted.stdout)\(promoted.stderr)")
             for build in ["legacy", "rooted"] {

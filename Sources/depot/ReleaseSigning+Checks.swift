@@ -1,0 +1,107 @@
+import DepotClient
+import DepotCore
+import Foundation
+
+/// What the signer checks before signing: a release key vouches for bytes the signer checked
+/// against a source the origin does not control. Each pack of release N is either unchanged
+/// since the channel's last signed release (every field a statement binds equal, that release's
+/// statement verified with the root's release keys: a release key holder checked it before), or
+/// matched by the signer's own file, whose plaintext the container the release names decrypts to.
+extension ReleaseSigning {
+    /// A pack of a release signed before for the channel, and the release it came with.
+    struct SignedPack {
+        var pack: BoundPack
+        var release: Int
+    }
+
+    /// The packs the channel's live manifest carries under release statements the configuration's
+    /// root verifies, by id, and a line saying where they come from.
+    struct SignedBefore {
+        var packs: [String: [SignedPack]] = [:]
+        var summary: String
+
+        /// The release a pack as `entry` binds it was signed with, if any.
+        func release(of entry: PackEntry) -> Int? {
+            let bound = BoundPack(entry)
+            return packs[entry.id]?.filter { $0.pack == bound }.map(\.release).max()
+        }
+    }
+
+    /// Release `release`, checked pack by pack against the channel's last signed release and
+    /// the signer's files (one line per pack printed before anything is signed); throws, naming
+    /// every pack that is neither, when one is.
+    static func checked(origin: ServerOptions, credentials: CredentialsOption, channel: String, release: Int, config: String, files: PackFilesOptions) async throws -> Manifest {
+        let configuration = try Sync.loadConfiguration(config)
+        guard configuration.app == origin.app else { throw CLIError("\(config) is for app \(configuration.app), not \(origin.app)") }
+        guard let pinned = try configuration.pinnedRoot() else {
+            throw CLIError("\(config) pins no root of trust: only an app with a root has release statements; export its configuration again after depot root add (depot keys export --app \(origin.app))")
+        }
+        let manifest = try await fetch(origin: origin, credentials: credentials, release: release, pinned: pinned, config: config)
+        let before = try await signedBefore(origin: origin, credentials: credentials, channel: channel, pinned: pinned)
+        let index = files.index(ids: Set(manifest.packs.map(\.id)))
+        let containers = ContainerCheck(
+            keyRing: try configuration.keyRing(), headers: credentials.headers, options: origin.connection.options, release: release
+        )
+        var lines: [String] = []
+        var refused: [(id: String, line: String)] = []
+        for entry in manifest.packs.sorted(by: { $0.id < $1.id }) {
+            let name = "\(entry.id) revision \(entry.revision)\(entry.language.map { " (\($0))" } ?? "")"
+            if let signed = before.release(of: entry) {
+                lines.append("  \(name): unchanged since release \(signed) (signed)")
+                continue
+            }
+            switch index.file(for: entry.id) {
+            case .none(let why):
+                refused.append((entry.id, "\(name): changed since the last signed release, and \(why)"))
+            case .file(let path):
+                switch await containers.vouch(entry, file: path) {
+                case .success(let how): lines.append("  \(name): matches \(path) (\(how))")
+                case .failure(let why): refused.append((entry.id, "\(name): \(why.description)"))
+                }
+            }
+        }
+        let heading = "release \(release) of \(origin.app) for channel \(channel), checked against \(config): \(before.summary)"
+        guard refused.isEmpty else {
+            FileHandle.standardError.write(Data(([heading] + refused.map { "  " + $0.line }).map { $0 + "\n" }.joined().utf8))
+            let (count, total) = (refused.count, manifest.packs.count)
+            throw CLIError("""
+                refusing to sign release \(release) of \(origin.app) for channel \(channel): \(count) of its \(total) pack\(total == 1 ? "" : "s") \
+                (\(refused.map(\.id).joined(separator: ", "))) \(count == 1 ? "is" : "are") neither unchanged since the channel's last signed release \
+                nor matched by your files (above); nothing was signed or uploaded
+                """)
+        }
+        print(heading)
+        for line in lines { print(line) }
+        return manifest
+    }
+
+    /// The packs of the channel's live manifest that release statements bind: its main packs,
+    /// and a running rollout's candidate's, when the configuration's root verifies the manifest
+    /// and the statements. None when the channel serves nothing yet, is not protected, or its
+    /// manifest carries no statement the root verifies: then every pack needs its file.
+    static func signedBefore(origin: ServerOptions, credentials: CredentialsOption, channel: String, pinned: Envelope) async throws -> SignedBefore {
+        let response = try await origin.transport().get(origin.endpoint("channels/\(channel)/manifest"), headers: credentials.headers, limit: ManifestSource.sizeLimit)
+        guard response.status != 404 else { return SignedBefore(summary: "channel \(channel) serves no release yet, so every pack is checked against your files") }
+        guard response.status == 200 else {
+            throw CLIError("reading channel \(channel)'s manifest failed: HTTP \(response.status): \(Publish.message(response.body))")
+        }
+        let trusted: TrustedManifest
+        do {
+            trusted = try ManifestTrust.verify(envelope: response.body, pinned: pinned, record: nil, app: origin.app, channel: channel, now: Date())
+        } catch {
+            return SignedBefore(summary: "no release signed before counts: channel \(channel)'s live manifest does not verify with your configuration (\(error)), so every pack is checked against your files")
+        }
+        guard let main = trusted.signedRelease else {
+            return SignedBefore(summary: "channel \(channel) is not protected by root version \(trusted.root.document.version), so no release of it was signed and every pack is checked against your files")
+        }
+        var before = SignedBefore(summary: "channel \(channel)'s last signed release is release \(main) (its statement verified with root version \(trusted.root.document.version)'s release keys)")
+        for entry in trusted.manifest.packs { before.packs[entry.id, default: []].append(SignedPack(pack: BoundPack(entry), release: main)) }
+        if let rollout = trusted.manifest.rollout {
+            for entry in trusted.manifest.choosing(candidate: true).packs {
+                before.packs[entry.id, default: []].append(SignedPack(pack: BoundPack(entry), release: rollout.release))
+            }
+            before.summary += "; its running rollout's candidate, release \(rollout.release), too"
+        }
+        return before
+    }
+}
