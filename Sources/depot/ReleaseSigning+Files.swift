@@ -8,7 +8,7 @@ struct PackFilesOptions: ParsableArguments {
     @Option(
         name: .customLong("packs"),
         help: ArgumentHelp(
-            "A folder of the packs' files as you published them, each named by its pack id (levels, or levels.zip): every pack the channel's last signed release does not hold as it is is checked against its file before you sign.",
+            "A folder of the packs' files as you published them, each named by its pack id (levels, or levels.zip): a pack that is not unchanged since the channel's last signed release is checked against its file before you sign.",
             valueName: "dir"
         )
     )

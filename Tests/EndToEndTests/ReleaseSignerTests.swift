@@ -121,7 +121,7 @@ struct ReleaseSignerTests {
         #expect(Self.temporaryFiles(rig).isEmpty, "no container left behind")
     }
 
-    @Test("An attacker holding the data folder rewrites the release the signer is asked to sign — its own levels and a new pack, then its own container under the honest file's plaintext SHA-256 — signed with the folder's online key: --sign and depot release sign refuse, naming each pack, and no statement reaches the origin")
+    @Test("An attacker holding the data folder rewrites the release the signer is asked to sign — its own levels and a new pack, then its own container under the honest file's plaintext SHA-256 — signed with the folder's online key: --sign, depot release sign and a second signer's --add-to refuse, naming each pack, and no statement reaches the origin")
     func compromisedOriginCannotObtainASignature() throws {
         var rig = try Self.rootedRig("depot-signer-attack")
         defer {
@@ -134,6 +134,10 @@ struct ReleaseSignerTests {
         let honest = try CompromisedOriginTests.publish(rig, "levels", Array("levels v2".utf8), channel: "beta")
         try Self.signerFiles(rig, "signer", ["levels": "levels v2"])
         let honestPacks = try TrustFixture.manifest(FileSystem.readFile(DataFolder(rig.data).release(Self.app, honest))).packs
+        // A first signer signs the honest release (a second one is to add a signature later).
+        let signArguments = ["release", "sign", "--server", rig.server.url, "--app", Self.app, "--release", "\(honest)", "--key", "release-key.json", "--config", "rooted.json", "--packs", "signer"]
+        let alice = try CompromisedOriginTests.depot(rig, signArguments + ["--out", "alice.json"])
+        #expect(alice.status == 0 && alice.stdout.contains("  levels revision 2: matches signer/levels (plaintext sha256 \(Self.sha256("levels v2"))"), "\(alice.stdout)\(alice.stderr)")
 
         // The attacker's pack: a real blob under the real pack key, published through beta.
         let evilRelease = try CompromisedOriginTests.publish(rig, "levels", Array("levels XX".utf8), channel: "beta")
@@ -157,6 +161,9 @@ struct ReleaseSignerTests {
         ])
         #expect(written.status != 0 && written.stderr.contains("no file named extra"), "\(written.stderr)")
         #expect(!FileSystem.exists(rig.work.path + "/statement.json"))
+        let second = try CompromisedOriginTests.depot(rig, signArguments + ["--add-to", "alice.json", "--out", "both.json"])
+        #expect(second.status != 0 && second.stderr.contains("levels revision \(evil.revision): signer/levels is sha256"), "the second signer checks the same way: \(second.stderr)")
+        #expect(!FileSystem.exists(rig.work.path + "/both.json"))
         #expect(try Self.statements(rig) == accepted && CompromisedOriginTests.served(rig) == liveBefore, "no statement uploaded, production unchanged")
 
         // Subtler: the attacker's container, under an entry claiming the honest file's plaintext
