@@ -5,7 +5,7 @@ import Foundation
 /// (one, or two during a signing key rotation), is for this app and this channel, is not older
 /// than the highest version already accepted on that channel, and has not expired.
 ///
-/// With a pinned root (``root``, an app with a root of trust, <doc:RootOfTrust>), the trusted keys
+/// With a pinned root (``root``, an app with a root of trust: DepotCore's RootOfTrust article), the trusted keys
 /// are the online keys of the newest root the envelope's chain reaches from it, and on a channel
 /// that root protects the packs must be a release the app's release keys signed.
 public struct ManifestSource: Sendable {
@@ -34,8 +34,12 @@ public struct ManifestSource: Sendable {
     public var headers: [String: String] = [:]
     let transport: HTTPTransport
 
-    public init(url: URL, app: String, channel: String = ManifestSource.production, trustedKeys: [Ed25519PublicKey], root: Envelope? = nil, transport: HTTPTransport = .shared) {
+    public init(
+        url: URL, app: String, channel: String = ManifestSource.production, trustedKeys: [Ed25519PublicKey], root: Envelope? = nil,
+        releaseFloors: [String: Int] = [:], transport: HTTPTransport = .shared
+    ) {
         self.url = url
+        self.releaseFloors = releaseFloors
         self.app = app
         self.channel = channel
         self.trustedKeys = trustedKeys
@@ -46,8 +50,10 @@ public struct ManifestSource: Sendable {
     /// A source trusting what `configuration` says: its root, or else its manifest keys.
     public init(url: URL, channel: String = ManifestSource.production, configuration: ClientConfiguration, transport: HTTPTransport = .shared) throws {
         let root = try configuration.pinnedRoot()
-        self.init(url: url, app: configuration.app, channel: channel, trustedKeys: root == nil ? try configuration.trustedKeys() : [], root: root, transport: transport)
-        releaseFloors = configuration.releaseFloors ?? [:]
+        self.init(
+            url: url, app: configuration.app, channel: channel, trustedKeys: root == nil ? try configuration.trustedKeys() : [], root: root,
+            releaseFloors: configuration.releaseFloors ?? [:], transport: transport
+        )
     }
 
     /// The manifest URL of a channel of `app` on `server`.
@@ -175,6 +181,11 @@ public struct ManifestSource: Sendable {
         }
         guard manifest.expiresAt > now else { throw ClientError.expired(manifest.version) }
         guard accepted.trusted?.signedRelease != nil else { return accepted }
+        // An Apple Archive (no key: served as published) whose plaintext fields are not its
+        // container's would let a patch lead to bytes the signer never saw.
+        for entry in manifest.allEntries where entry.keyID.isEmpty && (entry.plaintextSHA256 != entry.sha256 || entry.installSize != entry.size) {
+            throw ClientError.manifest("pack \(entry.id) is an Apple Archive whose plaintext is not its container: refused on protected channel \(channel)")
+        }
         // A protected channel: a zip's tree patch is checked file by file against hashes the patch
         // itself carries, which no release key signed; such a pack is downloaded whole (its
         // container's SHA-256 is bound). Byte patches stay: their result is checked against the
@@ -187,7 +198,9 @@ public struct ManifestSource: Sendable {
     /// `manifest` without the patches of its zip packs (and of its rollout's).
     static func withoutTreePatches(_ manifest: Manifest) -> Manifest {
         func strip(_ packs: inout [PackEntry]) {
-            for index in packs.indices where packs[index].patches != nil && ZipPack.isZip(contentType: packs[index].contentType) { packs[index].patches = nil }
+            for index in packs.indices where packs[index].patches != nil && (ZipPack.isZip(contentType: packs[index].contentType) || packs[index].keyID.isEmpty) {
+                packs[index].patches = nil
+            }
         }
         var out = manifest
         strip(&out.packs)

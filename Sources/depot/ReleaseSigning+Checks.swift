@@ -5,8 +5,11 @@ import Foundation
 /// What the signer checks before signing: a release key vouches for bytes the signer checked
 /// against a source the origin does not control. Each pack of release N is either unchanged
 /// since the channel's last signed release (every field a statement binds equal, that release's
-/// statement verified with the root's release keys: a release key holder checked it before), or
-/// matched by the signer's own file, whose plaintext the container the release names decrypts to.
+/// statement verified with the root's release keys: a release key holder checked it before; the
+/// release no older than the one the signer's configuration was exported at, and never a rollout's
+/// candidate), or matched by the signer's own file, whose plaintext the container the release
+/// names decrypts to. A pack given a file is always checked against it; `--check-all` counts no
+/// release signed before.
 extension ReleaseSigning {
     /// A pack of a release signed before for the channel, and the release it came with.
     struct SignedPack {
@@ -37,7 +40,9 @@ extension ReleaseSigning {
             throw CLIError("\(config) pins no root of trust: only an app with a root has release statements; export its configuration again after depot root add (depot keys export --app \(origin.app))")
         }
         let manifest = try await fetch(origin: origin, credentials: credentials, release: release, pinned: pinned, config: config)
-        let before = try await signedBefore(origin: origin, credentials: credentials, channel: channel, pinned: pinned)
+        let before = files.checkAll
+            ? SignedBefore(summary: "--check-all: every pack is checked against your files")
+            : try await signedBefore(origin: origin, credentials: credentials, channel: channel, pinned: pinned, floor: configuration.releaseFloors?[channel] ?? 0)
         let index = files.index(ids: Set(manifest.packs.map(\.id)))
         let containers = ContainerCheck(
             keyRing: try configuration.keyRing(), headers: credentials.headers, options: origin.connection.options, release: release
@@ -46,20 +51,28 @@ extension ReleaseSigning {
         var refused: [(id: String, line: String)] = []
         for entry in manifest.packs.sorted(by: { $0.id < $1.id }) {
             let name = "\(entry.id) revision \(entry.revision)\(entry.language.map { " (\($0))" } ?? "")"
-            if let signed = before.release(of: entry) {
-                lines.append("  \(name): unchanged since release \(signed) (signed)")
+            // What a device does with it: unpacked (a zip) or one file, and how large once installed.
+            let how = " [\(entry.contentType), \(entry.installSize) bytes installed]"
+            let file = index.file(for: entry.id)
+            // A pack you gave a file for is checked against it, unchanged or not: the origin
+            // chose which release the baseline is.
+            if let signed = before.release(of: entry), case .none = file {
+                lines.append("  \(name): unchanged since release \(signed) (signed)" + how)
                 continue
             }
-            switch index.file(for: entry.id) {
+            switch file {
             case .none(let why):
                 refused.append((entry.id, "\(name): changed since the last signed release, and \(why)"))
             case .file(let path):
                 switch await containers.vouch(entry, file: path) {
-                case .success(let how): lines.append("  \(name): matches \(path) (\(how))")
+                case .success(let found): lines.append("  \(name): matches \(path) (\(found))" + how)
                 case .failure(let why): refused.append((entry.id, "\(name): \(why.description)"))
                 }
             }
         }
+        let kept = Set(manifest.packs.map(\.id))
+        for id in before.packs.keys.sorted() where !kept.contains(id) { lines.append("  \(id): removed (the last signed release has it; release \(release) does not)") }
+        for unused in index.unused(ids: kept) { lines.append("  note: \(unused) names no pack of release \(release)") }
         let heading = "release \(release) of \(origin.app) for channel \(channel), checked against \(config): \(before.summary)"
         guard refused.isEmpty else {
             FileHandle.standardError.write(Data(([heading] + refused.map { "  " + $0.line }).map { $0 + "\n" }.joined().utf8))
@@ -79,7 +92,7 @@ extension ReleaseSigning {
     /// and a running rollout's candidate's, when the configuration's root verifies the manifest
     /// and the statements. None when the channel serves nothing yet, is not protected, or its
     /// manifest carries no statement the root verifies: then every pack needs its file.
-    static func signedBefore(origin: ServerOptions, credentials: CredentialsOption, channel: String, pinned: Envelope) async throws -> SignedBefore {
+    static func signedBefore(origin: ServerOptions, credentials: CredentialsOption, channel: String, pinned: Envelope, floor: Int) async throws -> SignedBefore {
         let response = try await origin.transport().get(origin.endpoint("channels/\(channel)/manifest"), headers: credentials.headers, limit: ManifestSource.sizeLimit)
         guard response.status != 404 else { return SignedBefore(summary: "channel \(channel) serves no release yet, so every pack is checked against your files") }
         guard response.status == 200 else {
@@ -94,14 +107,14 @@ extension ReleaseSigning {
         guard let main = trusted.signedRelease else {
             return SignedBefore(summary: "channel \(channel) is not protected by root version \(trusted.root.document.version), so no release of it was signed and every pack is checked against your files")
         }
-        var before = SignedBefore(summary: "channel \(channel)'s last signed release is release \(main) (its statement verified with root version \(trusted.root.document.version)'s release keys)")
-        for entry in trusted.manifest.packs { before.packs[entry.id, default: []].append(SignedPack(pack: BoundPack(entry), release: main)) }
-        if let rollout = trusted.manifest.rollout {
-            for entry in trusted.manifest.choosing(candidate: true).packs {
-                before.packs[entry.id, default: []].append(SignedPack(pack: BoundPack(entry), release: rollout.release))
-            }
-            before.summary += "; its running rollout's candidate, release \(rollout.release), too"
+        // The origin answers this request: it could show any release ever signed for the channel.
+        // Only one at or above the release your configuration was exported at counts (export it
+        // again before signing; --check-all takes none), and never a rollout's candidate.
+        guard main >= floor else {
+            return SignedBefore(summary: "no release signed before counts: channel \(channel) shows release \(main), older than release \(floor), which your configuration was exported at; every pack is checked against your files")
         }
+        var before = SignedBefore(summary: "channel \(channel)'s last signed release is release \(main) (its statement verified with root version \(trusted.root.document.version)'s release keys; your configuration was exported at release \(floor))")
+        for entry in trusted.manifest.packs { before.packs[entry.id, default: []].append(SignedPack(pack: BoundPack(entry), release: main)) }
         return before
     }
 }

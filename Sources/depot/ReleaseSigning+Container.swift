@@ -23,6 +23,11 @@ struct ContainerCheck: Sendable {
         do { sha256 = try SHA256Hasher.hexDigest(ofFile: path) } catch { return .failure(CLIError("reading \(path) failed: \(error)")) }
         // A managed app's Apple Archive is served as published: the container is the file itself.
         if entry.keyID.isEmpty {
+            // Its plaintext fields are its container's: a statement binding others would let a
+            // patch lead to other bytes than the ones checked here.
+            guard entry.plaintextSHA256 == entry.sha256, entry.installSize == entry.size else {
+                return .failure(CLIError("release \(release) states an Apple Archive whose plaintext (sha256 \(entry.plaintextSHA256), \(entry.installSize) bytes) is not its container (sha256 \(entry.sha256), \(entry.size) bytes): an archive is served as published"))
+            }
             guard sha256 == entry.sha256, size == entry.size else {
                 return .failure(CLIError("\(path) is sha256 \(sha256), \(size) bytes; release \(release) states sha256 \(entry.sha256), \(entry.size) bytes"))
             }

@@ -16,6 +16,9 @@ struct PackFilesOptions: ParsableArguments {
     @Option(name: .customLong("pack-file"), help: ArgumentHelp("One pack's file, named otherwise (repeatable).", valueName: "id=path"))
     var files: [String] = []
 
+    @Flag(name: .customLong("check-all"), help: "Count no release signed before: every pack is checked against your files (after a leaked release key, or with a configuration exported long ago).")
+    var checkAll = false
+
     var isEmpty: Bool { folder == nil && files.isEmpty }
 
     func validate() throws {
@@ -77,5 +80,13 @@ struct PackFileIndex {
         case 1: return .file(folder + "/" + named[0])
         default: return .none("\(named.joined(separator: ", ")) in \(folder) could each be its file: name one with --pack-file \(id)=PATH")
         }
+    }
+
+    /// The files given that are no pack's of `ids` (a typo, or a pack the release dropped).
+    func unused(ids: Set<String>) -> [String] {
+        var used: Set<String> = []
+        for id in ids { if case .file(let path) = file(for: id) { used.insert(path) } }
+        let all = given.values.map { $0 } + names.filter { !$0.hasPrefix(".") }.map { (folder ?? "") + "/" + $0 }
+        return Set(all).subtracting(used).sorted()
     }
 }

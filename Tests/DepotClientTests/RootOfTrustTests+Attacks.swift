@@ -172,4 +172,21 @@ extension RootOfTrustTests {
         var beta = lab.device(channel: "beta")
         #expect(try beta.take(lab.envelope(version: 1, packs: [zip, file], channel: "beta", releases: nil))[pack: "maps"]?.patches == [patch])
     }
+
+    @Test func anArchiveWhosePlaintextIsNotItsContainerIsRefused() throws {
+        // An entry with no key (an Apple Archive, served as published): its plaintext fields are
+        // its container's, or a patch could lead to bytes no signer saw.
+        let lab = Lab()
+        var archive = lab.entry("scene", revision: 2, digit: "c")
+        archive.keyID = ""
+        (archive.plaintextSHA256, archive.installSize) = (archive.sha256, archive.size)
+        archive.patches = [PackPatch(fromRevision: 1, fromPlaintextSHA256: String(repeating: "1", count: 64), url: "https://cdn.example.com/p", size: 10, sha256: String(repeating: "2", count: 64))]
+        var device = lab.device()
+        let taken = try device.take(lab.envelope(version: 1, packs: [archive], releases: [lab.statement(release: 1, packs: [archive])]))
+        #expect(taken[pack: "scene"]?.patches == nil, "an archive is not patched on a protected channel")
+        var lying = archive
+        lying.plaintextSHA256 = String(repeating: "d", count: 64)
+        #expect(device.refusal(lab.envelope(version: 2, packs: [lying], releases: [lab.statement(release: 2, packs: [lying])])).contains("an Apple Archive whose plaintext is not its container"))
+    }
 }
+

@@ -169,7 +169,7 @@ import Testing
     @Test func aStatementBindsThePacksCanonicalText() throws {
         let lab = Lab()
         let packs = [lab.entry("voice-fr", revision: 1, digit: "c", language: "fr"), lab.entry("levels", revision: 2, digit: "b")]
-        let text = "levels\t2\t\(String(repeating: "b", count: 64))\t1002\t\(String(repeating: "e", count: 63))b\t900\t0:\t24:application/octet-stream\n"
+        let text = "levels\t2\t\(String(repeating: "b", count: 64))\t1002\t\(String(repeating: "e", count: 63))b\t900\t-\t24:application/octet-stream\n"
             + "voice-fr\t1\t\(String(repeating: "c", count: 64))\t1001\t\(String(repeating: "e", count: 63))c\t900\t2:fr\t24:application/octet-stream\n"
         #expect(ReleaseStatement.digest(of: packs) == Hex.encode(SHA256Hasher.hash(Array(text.utf8))))
         let statement = ReleaseStatement(app: Self.app, channel: "production", release: 2, signedAt: Self.now, packs: packs)
@@ -179,6 +179,9 @@ import Testing
         var smuggled = packs[1]
         smuggled.language = "fr\t24:application/octet-stream\nwidget\t1"
         #expect(ReleaseStatement.digest(of: [packs[0], smuggled]) != ReleaseStatement.digest(of: [packs[0], packs[1]]))
+        var empty = packs[0]
+        empty.language = ""
+        #expect(!statement.binds([empty, packs[1]]), "an empty language is not no language")
         var zip = packs[0]
         zip.contentType = "application/zip"
         #expect(!statement.binds([zip, packs[1]]), "the media type is bound: a file is not unpacked as a zip")

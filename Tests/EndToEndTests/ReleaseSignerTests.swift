@@ -101,8 +101,8 @@ struct ReleaseSignerTests {
         let promoted = try Self.promote(rig, first, ["--config", "rooted.json", "--packs", "signer"])
         #expect(promoted.status == 0, "\(promoted.stdout)\(promoted.stderr)")
         let lines = promoted.stdout.split(separator: "\n").map(String.init)
-        #expect(lines.contains("  intro revision 1: matches signer/intro.txt (plaintext sha256 \(Self.sha256("intro v1")), 8 bytes; container checked)"), "\(promoted.stdout)")
-        #expect(lines.contains("  levels revision 1: matches signer/levels.bin (plaintext sha256 \(Self.sha256("levels v1")), 9 bytes; container checked)"), "\(promoted.stdout)")
+        #expect(lines.contains("  intro revision 1: matches signer/intro.txt (plaintext sha256 \(Self.sha256("intro v1")), 8 bytes; container checked) [application/octet-stream, 8 bytes installed]"), "\(promoted.stdout)")
+        #expect(lines.contains("  levels revision 1: matches signer/levels.bin (plaintext sha256 \(Self.sha256("levels v1")), 9 bytes; container checked) [application/octet-stream, 9 bytes installed]"), "\(promoted.stdout)")
         let signedAt = try #require(lines.firstIndex { $0.hasPrefix("release \(first) is signed for production") }, "\(promoted.stdout)")
         #expect(lines.firstIndex { $0.contains("levels revision 1: matches") }! < signedAt, "the lines come before the signature")
         #expect(Self.statements(rig) == [String(format: "%06d.json", first)])
@@ -179,4 +179,44 @@ struct ReleaseSignerTests {
         let synced = try rig.sync("rooted.json", device: "rooted")
         #expect(try synced.status == 0 && rig.installed("rooted", "levels") == Array("levels v1".utf8), "\(synced.stderr)")
     }
+
+    @Test("The baseline is the origin's answer, so it is bounded: an older signed release shown as production's live one, for an old pack to pass as unchanged in the release to sign, counts for nothing below the release the configuration was exported at; and a pack given a file is checked against it whatever the baseline says")
+    func olderBaselineCountsForNothing() throws {
+        var rig = try Self.rootedRig("depot-signer-baseline")
+        defer {
+            rig.server.process.terminate()
+            rig.work.remove()
+        }
+        let first = try CompromisedOriginTests.publish(rig, "levels", Array("levels v1".utf8), channel: "beta")
+        try Self.signerFiles(rig, "one", ["intro": "intro v1", "levels": "levels v1"])
+        #expect(try Self.promote(rig, first, ["--config", "rooted.json", "--packs", "one"]).status == 0)
+        let firstLive = try CompromisedOriginTests.served(rig)
+        let second = try CompromisedOriginTests.publish(rig, "levels", Array("levels v2".utf8), channel: "beta")
+        try Self.signerFiles(rig, "two", ["levels": "levels v2"])
+        #expect(try Self.promote(rig, second, ["--config", "rooted.json", "--packs", "two"]).status == 0)
+        _ = try rig.export("rooted.json")  // exported at release `second`
+        let accepted = Self.statements(rig)
+
+        // CI's next release changes intro only. The attacker makes production show release
+        // `first` again (its real statement) and puts first's levels into the release to sign.
+        let next = try CompromisedOriginTests.publish(rig, "intro", Array("intro v2".utf8), channel: "beta")
+        let firstPacks = try TrustFixture.manifest(firstLive).packs
+        let oldLevels = try #require(firstPacks.first { $0.id == "levels" })
+        let nextPacks = try TrustFixture.manifest(FileSystem.readFile(DataFolder(rig.data).release(Self.app, next))).packs
+        _ = try CompromisedOriginTests.forge(&rig, packs: firstPacks, like: firstLive, version: next + 1)
+        try Self.rewrite(&rig, release: next, packs: nextPacks.filter { $0.id != "levels" } + [oldLevels])
+
+        try Self.signerFiles(rig, "three", ["intro": "intro v2"])
+        let refused = try Self.promote(rig, next, ["--config", "rooted.json", "--packs", "three"])
+        #expect(refused.status != 0, "\(refused.stdout)")
+        #expect(refused.stderr.contains("shows release \(first), older than release \(second), which your configuration was exported at"), "\(refused.stderr)")
+        #expect(refused.stderr.contains("levels revision \(oldLevels.revision): changed since the last signed release, and no file named levels"), "\(refused.stderr)")
+        // With the current levels as the signer's file, it is checked against it: refused too.
+        try Self.signerFiles(rig, "three", ["levels": "levels v2"])
+        let checked = try Self.promote(rig, next, ["--config", "rooted.json", "--packs", "three", "--check-all"])
+        #expect(checked.status != 0 && checked.stderr.contains("--check-all: every pack is checked against your files"), "\(checked.stderr)")
+        #expect(checked.stderr.contains("levels revision \(oldLevels.revision): three/levels is sha256 \(Self.sha256("levels v2"))"), "\(checked.stderr)")
+        #expect(Self.statements(rig) == accepted, "no statement uploaded")
+    }
 }
+

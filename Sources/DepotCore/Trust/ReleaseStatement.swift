@@ -39,7 +39,7 @@ public struct ReleaseStatement: Codable, Hashable, Sendable {
 
     /// SHA-256 (lower-case hex) of the packs' canonical text: per pack, sorted by id, one line of
     /// `id`, `revision`, `sha256`, `size`, `plaintextSHA256`, `installSize`, then `language` and
-    /// `contentType` each as its UTF-8 byte count, a colon and its bytes (`0:` for no language),
+    /// `contentType` each as its UTF-8 byte count, a colon and its bytes (`-` for no language),
     /// separated by tabs and ended by a line feed. Ids, hex digests and decimal numbers hold no tab
     /// or line feed (a manifest with any other id is refused), and the two free texts are
     /// length-prefixed, so no two pack lists have the same text.
@@ -116,9 +116,9 @@ public struct BoundPack: Codable, Hashable, Sendable {
 
     /// A pack's line in the canonical text (``ReleaseStatement/digest(of:)``).
     static func canonicalLine(_ pack: PackEntry) -> String {
-        let language = pack.language ?? ""
+        let language = pack.language.map { "\($0.utf8.count):\($0)" } ?? "-"
         return "\(pack.id)\t\(pack.revision)\t\(pack.sha256)\t\(pack.size)\t\(pack.plaintextSHA256)\t\(pack.installSize)\t"
-            + "\(language.utf8.count):\(language)\t\(pack.contentType.utf8.count):\(pack.contentType)\n"
+            + "\(language)\t\(pack.contentType.utf8.count):\(pack.contentType)\n"
     }
 }
 
