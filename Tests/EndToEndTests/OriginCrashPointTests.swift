@@ -214,7 +214,7 @@ final class OriginCrashLab {
                let id = rotated.stdout.components(separatedBy: "staged key ").dropFirst().first?.split(separator: " ").first {
                 acks.append(.keyExported(String(id)))
             }
-            if let signing = try cli(["keys", "rotate-signing", "--data", data, "--grace-days", "1"]), signing.status == 0 {
+            if let signing = try cli(["keys", "rotate-signing", "--data", data]), signing.status == 0 {
                 acks.append(.signingKeys(baseSigningKeys + 1))
             }
             // The staged key made current (the current one retired), then a root of trust added.
