@@ -53,6 +53,15 @@ struct ReleaseSignerTests {
         for (file, text) in files { try FileSystem.writeAtomically(Array(text.utf8), to: folder + "/" + file) }
     }
 
+    /// levels v1 published on beta, then signed with the signer's files (`files`: intro and
+    /// levels) and promoted to production: the release every attack starts from.
+    static func firstSignedRelease(_ rig: Rig, files: String) throws -> Int {
+        let first = try CompromisedOriginTests.publish(rig, "levels", Array("levels v1".utf8), channel: "beta")
+        try signerFiles(rig, files, ["intro": "intro v1", "levels": "levels v1"])
+        #expect(try promote(rig, first, ["--config", "rooted.json", "--packs", files]).status == 0)
+        return first
+    }
+
     /// The statements production has accepted.
     static func statements(_ rig: Rig) -> [String] { FileSystem.contents(of: rig.data + "/apps/\(app)/statements/production").filter { $0.hasSuffix(".json") } }
 
@@ -128,9 +137,7 @@ struct ReleaseSignerTests {
             rig.server.process.terminate()
             rig.work.remove()
         }
-        let first = try CompromisedOriginTests.publish(rig, "levels", Array("levels v1".utf8), channel: "beta")
-        try Self.signerFiles(rig, "signer", ["intro": "intro v1", "levels": "levels v1"])
-        #expect(try Self.promote(rig, first, ["--config", "rooted.json", "--packs", "signer"]).status == 0)
+        _ = try Self.firstSignedRelease(rig, files: "signer")
         let honest = try CompromisedOriginTests.publish(rig, "levels", Array("levels v2".utf8), channel: "beta")
         try Self.signerFiles(rig, "signer", ["levels": "levels v2"])
         let honestPacks = try TrustFixture.manifest(FileSystem.readFile(DataFolder(rig.data).release(Self.app, honest))).packs
@@ -187,9 +194,7 @@ struct ReleaseSignerTests {
             rig.server.process.terminate()
             rig.work.remove()
         }
-        let first = try CompromisedOriginTests.publish(rig, "levels", Array("levels v1".utf8), channel: "beta")
-        try Self.signerFiles(rig, "one", ["intro": "intro v1", "levels": "levels v1"])
-        #expect(try Self.promote(rig, first, ["--config", "rooted.json", "--packs", "one"]).status == 0)
+        let first = try Self.firstSignedRelease(rig, files: "one")
         let firstLive = try CompromisedOriginTests.served(rig)
         let second = try CompromisedOriginTests.publish(rig, "levels", Array("levels v2".utf8), channel: "beta")
         try Self.signerFiles(rig, "two", ["levels": "levels v2"])
