@@ -79,6 +79,13 @@ extension OriginCrashLab {
                 expect(shown.contains("version \(version) (newest)"), "\(what): the acknowledged root version \(version) is not the newest:\n\(shown)")
                 let exported = try Processes.run(Processes.depotBinary, ["keys", "export", "--data", data, "--app", app]).stdout
                 expect((try? ClientConfiguration.decode(Array(exported.utf8)).pinnedRoot()) != nil, "\(what): the configuration does not pin the acknowledged root")
+            case .signed(let channel, let release):
+                let pinned = try ClientConfiguration.decode(Array(configuration.utf8)).pinnedRoot()
+                let path = channel == "production" ? "/v1/apps/\(app)/manifest" : "/v1/apps/\(app)/channels/\(channel)/manifest"
+                let trusted = try pinned.flatMap { pinned in
+                    try call(port, "GET", path).map { try ManifestTrust.verify(envelope: $0.body, pinned: pinned, record: nil, app: app, channel: channel, now: Date()) }
+                }
+                expect(trusted?.signedRelease == release, "\(what): a device pinning the root does not find channel \(channel) serving release \(release)'s signed statement")
             case .keyExported(let id):
                 let exported = try Processes.run(Processes.depotBinary, ["keys", "export", "--data", data, "--app", app]).stdout
                 expect(exported.contains("\"\(id)\""), "\(what): the acknowledged key \(id) is not in the app's configuration")

@@ -15,7 +15,7 @@ struct OriginCrashPointTests {
     /// Each sequence: what the base state holds, then the step whose process is killed.
     enum Sequence: String, CaseIterable, Sendable {
         case putRelease, firstPublish, tus, tusRefused, release, promote, rollback, rollout, rolloutSteps, rotateKey, tokens, collect, patchRelease, reports,
-             trustedPublishing
+             trustedPublishing, signedPromote
     }
 
     @Test("Killed at every crash point of each durable step, nothing acknowledged is lost and every channel serves a whole release", .enabled(if: CrashSeam.killsEnabled), arguments: Sequence.allCases)
@@ -46,6 +46,10 @@ final class OriginCrashLab {
     /// Trusted publishing's issuer (that sequence only), and the CI job's token it signed.
     var issuer: OIDCIssuer?
     var jobToken = ""
+    /// The root of trust and release key of the signed-promotion sequence (kept offline: here).
+    var trust: TrustFixture?
+    /// The beta release that sequence signs and promotes.
+    var betaRelease = 0
 
     /// One port for every start: the manifests name blobs by the public URL, which must stay.
     let port: Int
@@ -90,6 +94,8 @@ final class OriginCrashLab {
         case signingKeys(Int)
         /// A trust rule `depot apps trust --list` shows.
         case ruleListed(String)
+        /// A device pinning the exported root finds `channel` serving `release`'s signed statement.
+        case signed(channel: String, release: Int)
         /// The app's current pack key (`depot keys list`).
         case packKeyCurrent(String)
         /// A root version `depot root show` lists, which the exported configuration pins.
@@ -163,6 +169,18 @@ final class OriginCrashLab {
             // lab's device keeps syncing what is live).
             let root = try TrustFixture(app: app).root(dataPath: data, protect: [])
             try FileSystem.writeAtomically(root.encoded(), to: work.path + "/root-1.json")
+        case .signedPromote:
+            // Release 3 on beta; then a root protecting production, and production's live release
+            // (2) signed, so that a device pinning the root takes it.
+            let trust = TrustFixture(app: app)
+            self.trust = trust
+            try trust.addRoot(dataPath: data)
+            let live = try TrustFixture.manifest(FileSystem.readFile(data + "/apps/\(app)/releases/000002.json")).packs
+            let signed = call(server.port, "POST", "/v1/apps/\(app)/channels/production/statements", token: token, body: try trust.statement(release: 2, packs: live).encoded())
+            #expect(Self.ok(signed), "\(signed.map { String(decoding: $0.body, as: UTF8.self) } ?? "")")
+            // Then the candidate on beta (after the re-signs the root and the statement caused).
+            put(server.port, "level", size: 30_000, seed: 4, query: "&channel=beta", into: &ignored)
+            betaRelease = Int(String(decoding: try FileSystem.readFile(data + "/apps/\(app)/channels/beta"), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
         case .tokens:
             let created = try Processes.run(Processes.depotBinary, ["tokens", "create", "--data", data, "--app", app])
             spareToken = String(created.stdout.split(separator: "\n").last ?? "")
@@ -294,6 +312,18 @@ final class OriginCrashLab {
             if let answer = call(port, "POST", "/v1/apps/\(app)/releases", token: token), Self.ok(answer),
                let published = try? JSONDecoder().decode(Published.self, from: Data(answer.body)), let number = published.release {
                 acks.append(.channel("production", releases: [number]))
+            }
+        case .signedPromote:
+            // A release statement uploaded, then the promotion it allows.
+            let packs = try TrustFixture.manifest(FileSystem.readFile(data + "/apps/\(app)/releases/" + String(format: "%06d.json", betaRelease))).packs
+            let uploaded = call(port, "POST", "/v1/apps/\(app)/channels/production/statements", token: token, body: try trust!.statement(release: betaRelease, packs: packs).encoded())
+            if crash == nil { #expect(Self.ok(uploaded), "\(uploaded.map { "\($0.status) " + String(decoding: $0.body, as: UTF8.self) } ?? "no answer")") }
+            guard Self.ok(uploaded) else { break }
+            let promoted = call(port, "POST", "/v1/apps/\(app)/channels/production?release=\(betaRelease)", token: token)
+            if crash == nil { #expect(Self.ok(promoted), "\(promoted.map { "\($0.status) " + String(decoding: $0.body, as: UTF8.self) } ?? "no answer")") }
+            if Self.ok(promoted) {
+                acks.append(.channel("production", releases: [betaRelease]))
+                acks.append(.signed(channel: "production", release: betaRelease))
             }
         case .promote:
             if Self.ok(call(port, "POST", "/v1/apps/\(app)/channels/beta?release=2", token: token)) { acks.append(.channel("beta", releases: [2, 3])) }
