@@ -117,7 +117,7 @@ public enum X509Chain {
             let error = X509_STORE_CTX_get_error(context)
             let depth = X509_STORE_CTX_get_error_depth(context)
             ERR_clear_error()
-            throw .backend("verifying the chain: \(String(cString: X509_verify_cert_error_string(Int(error)))) (certificate \(depth))")
+            throw .backend("the chain check (at depth \(depth): \(String(cString: X509_verify_cert_error_string(Int(error)))))")
         }
     }
 }
