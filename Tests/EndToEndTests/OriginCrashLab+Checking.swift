@@ -94,6 +94,8 @@ extension OriginCrashLab {
             case .ruleListed(let rule):
                 let listed = try Processes.run(Processes.depotBinary, ["apps", "trust", app, "--list", "--data", data]).stdout
                 expect(listed.contains(rule), "\(what): the acknowledged rule \(rule) is not listed")
+            case .attestedKey, .keyRevoked:
+                break
             case .tokenRefused(let token):
                 expect(call(port, "GET", "/v1/apps/\(app)/staging", token: token)?.status == 401, "\(what): a revoked token still works")
             case .rollout(let states):
@@ -104,6 +106,7 @@ extension OriginCrashLab {
                 expect(acknowledged, "\(what): the rollout was acknowledged \(states[0]), and is: \(status)")
             }
         }
+        if sequence == .attest { try checkAttest(acks, port: port, what, expect: expect) }
         // Every channel's manifest verifies and every blob it names is served whole.
         let channels = ["/v1/apps/\(app)/manifest"] + FileSystem.contents(of: data + "/apps/\(app)/channels").filter { !$0.hasPrefix(".") }
             .map { "/v1/apps/\(app)/channels/\($0)/manifest" }

@@ -15,7 +15,7 @@ struct OriginCrashPointTests {
     /// Each sequence: what the base state holds, then the step whose process is killed.
     enum Sequence: String, CaseIterable, Sendable {
         case putRelease, firstPublish, tus, tusRefused, release, promote, rollback, rollout, rolloutSteps, rotateKey, tokens, collect, patchRelease, reports,
-             trustedPublishing, signedPromote
+             trustedPublishing, signedPromote, attest
     }
 
     @Test("Killed at every crash point of each durable step, nothing acknowledged is lost and every channel serves a whole release", .enabled(if: CrashSeam.killsEnabled), arguments: Sequence.allCases)
@@ -50,6 +50,9 @@ final class OriginCrashLab {
     var trust: TrustFixture?
     /// The beta release that sequence signs and promotes.
     var betaRelease = 0
+    /// The attest sequence's device, and the crash points its origin's run has (the command's follow).
+    var attestDevice: TestAppAttest?
+    var attestServerPoints = 0
 
     /// One port for every start: the manifests name blobs by the public URL, which must stay.
     let port: Int
@@ -100,6 +103,10 @@ final class OriginCrashLab {
         case packKeyCurrent(String)
         /// A root version `depot root show` lists, which the exported configuration pins.
         case rootAdded(Int)
+        /// An App Attest key (base64) `depot attest list` shows, which the origin knows.
+        case attestedKey(String)
+        /// An App Attest key `depot attest list` shows revoked.
+        case keyRevoked(String)
     }
 
     struct Response { var status: Int; var body: [UInt8]; var headers: [(String, String)] }
@@ -128,7 +135,8 @@ final class OriginCrashLab {
     func start(_ environment: [String: String] = [:], bootstrap: Bool = false) throws -> ServeProcess {
         // No background sweep or re-signing during a sequence: its crash points stay in order.
         try ServeProcess(data: data, environment: ["DEPOT_REFRESH_INTERVAL": "100000", "DEPOT_THREADS": "2", "DEPOT_LISTEN": "127.0.0.1:\(port)"]
-            .merging(sequence == .patchRelease ? ["DEPOT_PATCH_DEPTH": "1"] : [:]) { $1 }.merging(environment) { $1 }, bootstrap: bootstrap)
+            .merging(sequence == .patchRelease ? ["DEPOT_PATCH_DEPTH": "1"] : [:]) { $1 }
+            .merging(sequence == .attest ? ["DEPOT_APP_ATTEST_TEST_ANCHOR": attestAnchor] : [:]) { $1 }.merging(environment) { $1 }, bootstrap: bootstrap)
     }
 
     /// Ends the origin: SIGKILL, or (`gracefully`) SIGTERM, whose exit is where a power cut one
@@ -181,6 +189,8 @@ final class OriginCrashLab {
             // Then the candidate on beta (after the re-signs the root and the statement caused).
             put(server.port, "level", size: 30_000, seed: 4, query: "&channel=beta", into: &ignored)
             betaRelease = Int(String(decoding: try FileSystem.readFile(data + "/apps/\(app)/channels/beta"), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+        case .attest:
+            try prepareAttest()
         case .tokens:
             let created = try Processes.run(Processes.depotBinary, ["tokens", "create", "--data", data, "--app", app])
             spareToken = String(created.stdout.split(separator: "\n").last ?? "")
@@ -196,7 +206,7 @@ final class OriginCrashLab {
     /// waits for background work to end before the process is killed); with `crash`, the process
     /// doing the step dies at that crash point, numbered across the step's processes (a command
     /// after the one killed does not run, as a script stops with its machine).
-    func step(trace: String? = nil, crash: (point: Int, mode: CrashSeam.Mode, backup: String)? = nil) throws -> [Ack] {
+    func step(trace: String? = nil, crash: (point: Int, mode: CrashSeam.Mode, backup: String)? = nil) async throws -> [Ack] {
         let waiting = trace != nil
         var environment: [String: String] = trace.map { ["DEPOT_CRASH_TRACE": $0] } ?? [:]
         if let crash { environment = CrashSeam.environment(at: crash.point, mode: crash.mode, backup: crash.backup) }
@@ -227,6 +237,8 @@ final class OriginCrashLab {
             return result
         }
         switch sequence {
+        case .attest:
+            return try await stepAttest(trace: trace, crash: crash)
         case .rotateKey:
             if let rotated = try cli(["keys", "rotate", "--data", data, "--app", app]), rotated.status == 0,
                let id = rotated.stdout.components(separatedBy: "staged key ").dropFirst().first?.split(separator: " ").first {
@@ -390,13 +402,13 @@ final class OriginCrashLab {
         try prepare()
         try CrashSeam.copy(base, to: data)
         let trace = work.path + "/trace"
-        let traced = try step(trace: trace)
+        let traced = try await step(trace: trace)
         let count = CrashSeam.trace(trace).count
         #expect(count > 0 && !traced.isEmpty || [.collect, .reports].contains(sequence), "\(sequence): the step must acknowledge something")
         var reached = 0
         try await CrashSeam.enumerate(count, modes: modes, trace: trace, work: work.path, label: sequence.rawValue) { crash in
             try CrashSeam.copy(base, to: data)
-            let acks = try step(crash: (crash.point, crash.mode, crash.backup))
+            let acks = try await step(crash: (crash.point, crash.mode, crash.backup))
             guard try check(acks, crash.what) else { return false }
             reached += 1
             return true
