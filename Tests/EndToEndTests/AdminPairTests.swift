@@ -5,7 +5,7 @@ import Foundation
 import Synchronization
 import Testing
 
-/// Every ordered pair of admin commands (`apps`, `tokens`, `keys`, `apps trust`, `channels`) run
+/// Every ordered pair of admin commands (`apps`, `tokens`, `keys`, `apps trust`, `channels`, `attest`) run
 /// at once against a live origin while a publisher keeps publishing: enumerated, not sampled.
 /// The first command of a pair is stopped at its first rename (the write of the file it changes,
 /// after it read it: `DEPOT_CRASH_AT=rename:1` with `DEPOT_CRASH_STOP=1`), the second runs until
@@ -38,6 +38,7 @@ struct AdminPairTests {
         let apps = AppStore(folder: folder)
         let tokens = TokenStore(folder: folder)
         let trust = TrustStore(folder: folder)
+        let attested = AttestedKeys(folder: folder, cached: 1)
         let depot = Processes.depotBinary
         let port = UInt16(server.port)!
 
@@ -104,6 +105,21 @@ struct AdminPairTests {
             }, check: { output, _ in
                 let id = try #require(word(output, prefix: "rule-"))
                 return trust.rules(app).contains { $0.id == id } ? "rule \(id) is back" : nil
+            }),
+            Command(name: "attest configure", local: true, arguments: { ["attest", "configure", "--app", app, "--app-id", "ABCDE12345.com.example.pair\($0)"] + d }, check: { _, peers in
+                let stored = apps.settings(app)?.attestation?.appID ?? "none"
+                return peers.contains { $0.contains("App Attest for \(stored),") } ? nil : "the stored App ID \(stored) is none of those printed"
+            }),
+            Command(name: "attest revoke", local: true, arguments: { n in
+                // A key the origin accepted (stored as it stores one), to revoke.
+                let publicKey = [4] + SecureRandom.bytes(64)
+                let key = AttestedKey(keyID: SHA256Hasher.hash(publicKey), publicKey: publicKey, environment: .production, receipt: [UInt8(n & 0xff)])
+                try attested.store(app: app, key: key, at: Date())
+                return ["attest", "revoke", "--app", app, Data(key.keyID).base64EncodedString()] + d
+            }, check: { output, _ in
+                let name = try #require(words(output).dropFirst(3).first, "\(output)")
+                let keyID = Array(try #require(Data(base64Encoded: name), "\(output)"))
+                return try attested.key(app: app, keyID: keyID)?.revokedAt != nil ? nil : "key \(name) is not revoked"
             }),
             Command(name: "channels promote", local: false, arguments: { ["channels", "promote", "--channel", "pair-\($0)", "--release", "1"] + remote }, check: { output, _ in
                 let channel = try #require(word(output, prefix: "pair-"), "\(output)")
