@@ -143,3 +143,27 @@ struct AttestStoreTests {
         #expect(challenges.count == 1)
     }
 }
+
+extension AttestStoreTests {
+    @Test("Attested keys go with their app: a backup copies them, a restore brings them back, removing the app removes them")
+    func backupRestoreRemove() throws {
+        let (data, keys) = try Self.store()
+        defer { data.remove() }
+        let work = TemporaryDirectory("depot-attest-backup")
+        defer { work.remove() }
+        let key = Self.key(5)
+        try keys.store(app: Self.app, key: key, at: Date(timeIntervalSince1970: 1_800_000_000))
+        _ = try keys.revoke(app: Self.app, keyID: key.keyID, at: Date(timeIntervalSince1970: 1_800_000_100))
+        try keys.store(app: Self.app, key: Self.key(6), at: Date(timeIntervalSince1970: 1_800_000_200))
+        let before = try keys.list(app: Self.app)
+
+        _ = try DataBackup.take(data: data.path, to: work.path + "/backup")
+        _ = try DataRestore.restore(backup: work.path + "/backup", into: work.path + "/restored", replace: false)
+        #expect(try AttestedKeys(folder: DataFolder(work.path + "/restored")).list(app: Self.app) == before)
+
+        let folder = DataFolder(data.path)
+        _ = try AppStore(folder: folder).remove(Self.app)
+        #expect(!FileSystem.exists(folder.attestedKeys(Self.app)))
+        #expect(try AttestedKeys(folder: folder).key(app: Self.app, keyID: key.keyID) == nil)
+    }
+}
