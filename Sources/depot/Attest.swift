@@ -1,15 +1,18 @@
 import ArgumentParser
+import DepotServer
 
-/// `depot attest`: App Attest, Apple's proof that a request comes from a genuine copy of an app
-/// on a genuine device.
+extension AppAttestEnvironment: ExpressibleByArgument {}
+
+/// `depot attest`: App Attest, per app (the App ID and environment its keys are attested for),
+/// the keys the origin accepted, and the offline check of one attestation.
 struct Attest: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "App Attest: check an attestation object offline (Apple's validation steps, against Apple's pinned root).",
+        abstract: "App Attest: set an app's App ID and environment, list and revoke the keys its devices attested, check an attestation offline.",
         discussion: """
-            The origin verifies attestations and assertions itself; `check` runs the same verification on one \
+            `check` runs the origin's verification (Apple's validation steps, against Apple's pinned root) on one \
             attestation object an operator holds, as when settling a first device run. See docs/Operating.md, \
             "Settling a first device run".
             """,
-        subcommands: [AttestCheck.self]
+        subcommands: [Configure.self, List.self, Revoke.self, AttestCheck.self]
     )
 }
