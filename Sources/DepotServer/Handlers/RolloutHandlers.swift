@@ -43,7 +43,7 @@ struct RolloutHandlers: Sendable {
         try Self.private(rollouts.status(context.app, channel: context["channel"]))
     }
 
-    /// `POST …/rollouts/{channel}/start?release=N&fraction=F[&haltOnFailureRate=R&minReports=M][&force=true]`.
+    /// `POST …/rollouts/{channel}/start?release=N&fraction=F[&haltOnFailureRate=R&minReports=M][&attestedOnly=true][&force=true]`.
     func start(_ context: RequestContext) throws -> HTTPResponse {
         try context.requireChannel(context["channel"])
         guard let release = context.query("release").flatMap(ReleaseNumber.parse) else {
@@ -59,7 +59,7 @@ struct RolloutHandlers: Sendable {
         }
         let status = try rollouts.start(
             context.app, channel: context["channel"], release: release, fraction: Self.fraction(context), haltOnFailureRate: rate, minReports: minimum,
-            force: context.flag("force"), by: by(context)
+            attestedOnly: context.flag("attestedOnly"), force: context.flag("force"), by: by(context)
         )
         return try Self.private(status, status: 201)
     }
