@@ -103,6 +103,11 @@ struct AttestedReportTests {
             #expect(try upload(origin, pack: "level", Array(repeating: 1, count: 100)).status == 201)
             #expect(try upload(origin, pack: "level", Array(repeating: 2, count: 100), query: "?channel=beta").status == 201)
             let rollouts = "/v1/apps/\(origin.app)/rollouts/production"
+            // Refused for an app that takes no App Attest keys: such a guard would never see a report.
+            let blind = try request(origin, "POST", rollouts + "/start?release=2&fraction=1&haltOnFailureRate=0.2&attestedOnly=true", headers: ["Authorization: Bearer \(origin.token)"])
+            #expect(blind.status == 409 && blind.bodyText.contains("attestation_not_configured") && blind.bodyText.contains("depot attest configure"), "\(blind.bodyText)")
+            let apps = AppStore(folder: DataFolder(origin.data.path))
+            try apps.setAttestation(origin.app, AttestationSettings(appID: "ABCDE12345.com.example.game"))
             let start = try request(origin, "POST", rollouts + "/start?release=2&fraction=1&haltOnFailureRate=0.2&minReports=5&attestedOnly=true", headers: ["Authorization: Bearer \(origin.token)"])
             #expect(start.status == 201 && start.bodyText.contains(#""attestedOnly" : true"#), "\(start.bodyText)")
             let record = try StoredJSON.read(RolloutRecord.self, from: origin.data.path + "/apps/\(origin.app)/rollouts/production.json")
@@ -135,7 +140,13 @@ struct AttestedReportTests {
             let row = try #require((fleet["revisions"] as? [[String: Any]])?.first { $0["revision"] as? Int == candidate.revision })
             #expect(row["failed"] as? Int == 205 && (row["attested"] as? [String: Int])?["failed"] == 5, "\(row)")
 
-            // Without the flag (an app that does not require attestation), the same unattested failures halt it.
+            // Without the flag, for an app whose settings require attestation: recorded all the same.
+            try apps.setAttestation(origin.app, AttestationSettings(appID: "ABCDE12345.com.example.game", required: true))
+            #expect(try request(origin, "POST", rollouts + "/start?release=2&fraction=1&haltOnFailureRate=0.2&minReports=5", headers: ["Authorization: Bearer \(origin.token)"]).status == 201)
+            #expect(try StoredJSON.read(RolloutRecord.self, from: origin.data.path + "/apps/\(origin.app)/rollouts/production.json").attestedOnly == true)
+            #expect(try request(origin, "POST", rollouts + "/halt", headers: ["Authorization: Bearer \(origin.token)"]).status == 201)
+            // Without the flag, for an app that does not require attestation: the same unattested failures halt it.
+            try apps.setAttestation(origin.app, AttestationSettings(appID: "ABCDE12345.com.example.game", required: false))
             #expect(try request(origin, "POST", rollouts + "/start?release=2&fraction=1&haltOnFailureRate=0.2&minReports=5", headers: ["Authorization: Bearer \(origin.token)"]).status == 201)
             let again = try #require(try origin.server.origin.releases.current(origin.app, channel: "production"))
             var plain = failed

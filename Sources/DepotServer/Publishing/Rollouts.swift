@@ -72,7 +72,7 @@ final class Rollouts: Sendable {
 
     /// Whether the app's settings require attested reports (its App Attest settings).
     static func requiresAttestation(_ settings: AppSettings) -> Bool {
-        false
+        settings.attestation?.required == true
     }
 
     static func checkFraction(_ fraction: Double) throws {
@@ -97,6 +97,9 @@ final class Rollouts: Sendable {
         guard let settings = publisher.appSettings(app) else { throw DepotError.notFound("app \(app)") }
         if settings.isManaged {
             throw DepotError.conflict("rollout_managed", "app \(app) is managed: the system chooses what every device downloads from the one download manifest, so a device cannot take a candidate; publish the release on a channel (beta) instead. Nothing changed")
+        }
+        if attestedOnly && settings.attestation == nil {
+            throw DepotError.conflict("attestation_not_configured", "app \(app) takes no App Attest keys, so none of its reports is attested and a guard that counts only attested reports would never see one: configure it first (depot attest configure --app \(app) --app-id TEAMID.BUNDLEID). Nothing changed")
         }
         let onlyAttested: Bool? = attestedOnly || Self.requiresAttestation(settings) ? true : nil
         return try steps.withLock { _ in
