@@ -19,7 +19,7 @@ struct AttestationObject {
             throw AppAttestRefusal(.format, "the attestation object is not CBOR: \(error)")
         }
         guard case .map = value else { throw AppAttestRefusal(.format, "the attestation object is not a CBOR map") }
-        guard value["fmt"] == .text("apple-appattest") else {
+        guard value["fmt"]?.text?.utf8.elementsEqual("apple-appattest".utf8) == true else {
             throw AppAttestRefusal(.format, "fmt is not \"apple-appattest\"")
         }
         guard let statement = value["attStmt"], case .map = statement else {

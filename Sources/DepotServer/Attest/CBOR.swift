@@ -8,7 +8,8 @@
 // other one-byte simple values); tags, floats and indefinite lengths are refused. Every declared
 // length is checked against the bytes that remain before anything is allocated (an array or map
 // cannot declare more items than it has bytes, so work and memory stay linear in the input), nesting stops at 16 levels, text must be UTF-8,
-// and a map's keys must be distinct (two readers must never see two different objects). Fuzzed
+// and a map's keys must be distinct (two readers must never see two different objects; text keys that
+// differ only by Unicode canonical equivalence count as the same key, and are refused too). Fuzzed
 // by Deploy/fuzz/targets/cbor.swift. Self-contained: the fuzz target compiles this file alone.
 
 /// One decoded CBOR data item.
@@ -26,10 +27,11 @@ public indirect enum CBORValue: Sendable, Hashable {
     /// A simple value other than false, true and null (0-19, 23 undefined, 32-255).
     case simple(UInt8)
 
-    /// The value under a text key, when this is a map that has it.
+    /// The value under a text key, when this is a map that has it. Keys compare by their UTF-8
+    /// bytes (Swift's `==` on strings is canonical equivalence: "\u{212A}" == "K").
     public subscript(key: String) -> CBORValue? {
         guard case .map(let entries) = self else { return nil }
-        return entries.first { $0.key == .text(key) }?.value
+        return entries.first { $0.key.text?.utf8.elementsEqual(key.utf8) == true }?.value
     }
 
     /// The value under an integer key (COSE keys use them: 1, 3, -1, -2, -3).
@@ -37,6 +39,12 @@ public indirect enum CBORValue: Sendable, Hashable {
         guard case .map(let entries) = self else { return nil }
         let wanted: CBORValue = key >= 0 ? .unsigned(UInt64(key)) : .negative(UInt64(-1 - key))
         return entries.first { $0.key == wanted }?.value
+    }
+
+    /// The text of a text string, else nil.
+    public var text: String? {
+        if case .text(let text) = self { return text }
+        return nil
     }
 
     /// The bytes of a byte string, else nil.
