@@ -117,10 +117,13 @@ struct AttestedReportEndToEndTests {
 
     @Test("A rollout of an app that requires attestation: 200 forged (unattested) failure reports, and forged assertions, leave it running; attested failures from five test devices halt it at the guard's minimum; status and the fleet show both kinds")
     func guardOfAnAttestedApp() async throws {
-        let setup = try Setup()
-        #expect(try setup.depot(["attest", "configure", "--app", Self.app, "--app-id", AttestEndToEndTests.appID, "--require"]).status == 0)
+        let setup = try Setup(configure: false)
         try Self.publish(setup)
         let cli = ["--server", setup.server.url, "--app", Self.app, "--token", setup.server.token]
+        // --attested-only for an app that takes no App Attest keys: refused, nothing started.
+        let blind = try Processes.run(Processes.depotBinary, ["rollout", "start", "--release", "2", "--fraction", "1", "--attested-only"] + cli)
+        #expect(blind.status != 0 && blind.stderr.contains("HTTP 409") && blind.stderr.contains("takes no App Attest keys"), "\(blind.stdout)\(blind.stderr)")
+        #expect(try setup.depot(["attest", "configure", "--app", Self.app, "--app-id", AttestEndToEndTests.appID, "--require"]).status == 0)
         let start = try Processes.run(Processes.depotBinary, ["rollout", "start", "--release", "2", "--fraction", "1", "--halt-on-failure-rate", "0.2", "--min-reports", "5"] + cli)
         #expect(start.status == 0 && start.stdout.contains("guard: halts itself above 20 % failures once 5 attested reports are in (it counts only attested reports)"), "\(start.stdout)\(start.stderr)")
         let status = { try Self.json(Self.send(setup, "GET", "/v1/apps/\(Self.app)/rollouts/production", headers: ["Authorization: Bearer \(setup.server.token)"])) }
