@@ -27,6 +27,8 @@ struct FloodTests {
         /// A body file per client (the same one when a single path is given).
         var bodies: [String] = []
         var expected: Set<Int>
+        /// What must still work while it runs (checked once the flood is on, before wrk).
+        var alongside: (() throws -> Void)? = nil
     }
 
     struct Measure {
@@ -36,7 +38,7 @@ struct FloodTests {
     }
 
     @Test("Every unauthenticated route flooded from 8 addresses: another app's 1 KiB blob keeps at least 0.8× its rate under a /healthz flood, and the origin stays under 96 MiB plus its live manifests and caches' caps")
-    func floods() throws {
+    func floods() async throws {
         for tool in ["/usr/bin/wrk", "/usr/bin/curl"] where !FileManager.default.isExecutableFile(atPath: tool) {
             Issue.record("\(tool) is not installed (Deploy/setup.sh installs it)")
             return
@@ -57,8 +59,12 @@ struct FloodTests {
         let liveBytes = HistoryFixture.liveEnvelopeBytes(data: work.path + "/data")
         let rssBoundKiB = Int(96 * 1024 + liveBytes / 1024 + 64 * 1024)
         print("flood: live envelopes \(liveBytes / 1024) KiB in all; RSS bound \(rssBoundKiB / 1024) MiB")
+        // App Attest's routes too: the origin trusts a test CA's root (a debug build only).
+        let device = try TestAppAttest(appID: Self.attestAppID)
+        try FileSystem.writeAtomically(device.root, to: work.path + "/anchor.der")
         let server = try ServeProcess(data: work.path + "/data", environment: [
             "DEPOT_LOG_LEVEL": "warning", "DEPOT_PUBLIC_DIR": Self.repository + "/Public", "DEPOT_PATCH_DEPTH": "0", "DEPOT_PUBLIC_URL": HistoryFixture.publicURL,
+            "DEPOT_APP_ATTEST_TEST_ANCHOR": work.path + "/anchor.der",
         ], bootstrap: false)
         defer { server.process.terminate(); server.process.waitUntilExit() }
         let port = UInt16(server.port)!
@@ -76,6 +82,8 @@ struct FloodTests {
             return try #require(made.stdout.split(separator: "\n").last.map(String.init))
         }
         let (victimToken, adminToken) = (try token(victim), try token(app))
+        let configured = try Processes.run(Processes.depotBinary, ["attest", "configure", "--data", work.path + "/data", "--app", app, "--app-id", Self.attestAppID])
+        #expect(configured.status == 0, "\(configured.stderr)")
         #expect(try call("PUT", "/v1/apps/\(victim)/packs/small?release=true", body: [UInt8](repeating: 7, count: 1024), token: victimToken).status == 201)
         for release in 1...3 {
             for pack in 0..<100 {
@@ -183,6 +191,13 @@ struct FloodTests {
             Flood(name: "history: reports across the window of two apps", method: "POST", path: "", headers: ["Content-Type: application/json"], bodies: windowReports, expected: [202, 429, 503]),
             Flood(name: "history: reports about a release past the window", method: "POST", path: "/v1/apps/\(old1)/reports", headers: ["Content-Type: application/json"], bodies: [pastWindow], expected: [422, 429]),
         ]
+        var keys: [String] = []
+        for _ in 0..<12 { keys.append(try await device.generateKey()) }
+        let attestVictim = AttestVictim(
+            device: device, port: port, app: app,
+            report: DeviceReport(channel: "production", release: liveOfDev, packs: [.init(id: "p2", revision: liveOfDev, outcome: .installed, bytes: 10)]).encoded(), keys: keys
+        )
+        floods += try Self.attestFloods(work: work.path, port: port, app: app, release: liveOfDev, victim: attestVictim)
         let control = Flood(name: "healthz (control)", path: "/healthz", expected: [200])
 
         /// Starts the 8 flooding curl processes; each checked first to get an expected status.
@@ -195,14 +210,16 @@ struct FloodTests {
                     let config = work.path + "/flood-\(client).curl"
                     var text = ""
                     for index in 0..<flood.bodies.count {
-                        let parts = flood.bodies[(index + client * flood.bodies.count / 8) % flood.bodies.count].split(separator: "|")
+                        let parts = flood.bodies[(index + client * flood.bodies.count / 8) % flood.bodies.count].split(separator: "|").map(String.init)
                         text += "url = \"http://127.0.0.1:\(port)\(parts[0])#[1-1000]\"\ndata-binary = \"@\(parts[1])\"\n"
-                        for header in flood.headers { text += "header = \"\(header)\"\n" }
+                        // Headers of the flood, then the entry's own (path|body|header|…).
+                        for header in flood.headers + parts.dropFirst(2) { text += "header = \"\(header)\"\n" }
                         text += "output = \"/dev/null\"\nrequest = \"\(flood.method)\"\nnext\n"
                     }
                     try FileSystem.writeAtomically(Array(text.utf8), to: config)
-                    let first = flood.bodies[(client * flood.bodies.count / 8) % flood.bodies.count].split(separator: "|")
-                    let probe = try Processes.run("/usr/bin/curl", ["-s", "-o", "/dev/null", "--interface", source, "-X", flood.method, "-w", "%{http_code}", "--data-binary", "@" + first[1]] + flood.headers.flatMap { ["-H", $0] } + ["http://127.0.0.1:\(port)" + first[0]])
+                    let first = flood.bodies[(client * flood.bodies.count / 8) % flood.bodies.count].split(separator: "|").map(String.init)
+                    let probe = try Processes.run("/usr/bin/curl", ["-s", "-o", "/dev/null", "--interface", source, "-X", flood.method, "-w", "%{http_code}", "--data-binary", "@" + first[1]]
+                        + (flood.headers + first.dropFirst(2)).flatMap { ["-H", $0] } + ["http://127.0.0.1:\(port)" + first[0]])
                     #expect(flood.expected.contains(Int(probe.stdout) ?? 0), "\(flood.name): \(probe.stdout) \(probe.stderr)")
                     let process = Process()
                     process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
@@ -248,6 +265,7 @@ struct FloodTests {
             }
             // The flood is on before the measure begins (its first answers arrived).
             Thread.sleep(forTimeInterval: 0.2)
+            try flood.alongside?()
             let result = try Processes.run("/usr/bin/wrk", ["-t2", "-c64", "-d\(seconds)s", "--latency", "http://127.0.0.1:\(port)\(target)"])
             let lines = result.stdout.split(separator: "\n")
             let rate = lines.first { $0.hasPrefix("Requests/sec:") }.flatMap { Double($0.split(separator: " ").last ?? "") } ?? 0
