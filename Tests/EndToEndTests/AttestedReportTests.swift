@@ -1,0 +1,135 @@
+import DepotClient
+import DepotCore
+import DepotTestSupport
+import Foundation
+import Testing
+
+/// An App Attest device that records what it was asked, in order, around another one (or none:
+/// then it answers nothing and throws `failure`). `isSupported` as given.
+final class RecordingAppAttest: AppAttesting {
+    enum Call: Equatable {
+        case generateKey, attestKey(String), generateAssertion(String)
+    }
+
+    let supported: Bool
+    let inner: (any AppAttesting)?
+    /// Errors to throw, by call kind, once each, before the call reaches `inner`.
+    private let failures = Locked<[String: [any Error]]>([:])
+    private let log = Locked<[Call]>([])
+
+    init(supported: Bool = true, wrapping inner: (any AppAttesting)? = nil) {
+        (self.supported, self.inner) = (supported, inner)
+    }
+
+    var calls: [Call] { log.withLock { $0 } }
+    var isSupported: Bool { supported }
+
+    /// The next `kind` call ("generateKey", "attestKey", "generateAssertion") throws `error`.
+    func fail(_ kind: String, with error: any Error) { failures.withLock { $0[kind, default: []].append(error) } }
+
+    private func record(_ call: Call, _ kind: String) throws {
+        log.withLock { $0.append(call) }
+        if let error = failures.withLock({ $0[kind]?.isEmpty == false ? $0[kind]!.removeFirst() : nil }) { throw error }
+    }
+
+    func generateKey() async throws -> String {
+        try record(.generateKey, "generateKey")
+        guard let inner else { throw Self.unsupported }
+        return try await inner.generateKey()
+    }
+
+    func attestKey(_ keyId: String, clientDataHash: Data) async throws -> Data {
+        try record(.attestKey(keyId), "attestKey")
+        guard let inner else { throw Self.unsupported }
+        return try await inner.attestKey(keyId, clientDataHash: clientDataHash)
+    }
+
+    func generateAssertion(_ keyId: String, clientDataHash: Data) async throws -> Data {
+        try record(.generateAssertion(keyId), "generateAssertion")
+        guard let inner else { throw Self.unsupported }
+        return try await inner.generateAssertion(keyId, clientDataHash: clientDataHash)
+    }
+
+    /// DeviceCheck's errors as the framework throws them (`DCErrorDomain`, `DCError.Code`).
+    static func deviceCheckError(_ code: Int) -> NSError { NSError(domain: "com.apple.devicecheck.error", code: code) }
+    static let unsupported = deviceCheckError(1)  // featureUnsupported
+    static let invalidKey = deviceCheckError(3)
+    static let serverUnavailable = deviceCheckError(4)
+}
+
+/// What `DeviceReporter` keeps in its state folder (`attest-key.json`), read as the next send would.
+struct KeptKey: Decodable {
+    var app: String
+    var keyId: String
+    var attested: Bool
+    var challenge: String?
+    var attestation: String?
+
+    static func read(_ folder: String) -> KeptKey? {
+        guard let bytes = try? FileSystem.readFile(folder + "/attest-key.json") else { return nil }
+        return try? JSONDecoder().decode(KeptKey.self, from: Data(bytes))
+    }
+}
+
+@Suite("Attested reports: DeviceReporter with App Attest against the origin")
+struct AttestedReportTests {
+    static func installed(_ origin: TestOrigin) throws -> DeviceReport {
+        try put(origin, "level", bytes(2_000, seed: 1))
+        return DeviceReport(channel: "production", release: 1, packs: [.init(id: "level", revision: 1, outcome: .installed, bytes: 2_000)])
+    }
+
+    struct Counted: Equatable {
+        var reports: Int64
+        var attested: Int64
+    }
+
+    /// The production channel's reports and attested reports, summed over the days `GET …/fleet` shows.
+    static func fleet(_ origin: TestOrigin) throws -> Counted {
+        origin.server.flushReports()
+        let response = try call(origin, "GET", "/v1/apps/\(origin.app)/fleet?channel=production")
+        #expect(response.status == 200, "\(response.bodyText)")
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any])
+        func sum(_ key: String) -> Int64 { ((object[key] as? [Any]) ?? []).reduce(0) { $0 + ((($1 as? NSNumber)?.int64Value) ?? 0) } }
+        return Counted(reports: sum("reports"), attested: sum("attestedReports"))
+    }
+
+    @Test("A device without App Attest (isSupported false) sends its report unattested: no DeviceCheck call, no key kept, counted")
+    func unsupportedDevice() async throws {
+        try await withServer { origin in
+            let state = TemporaryDirectory("depot-attest-state")
+            defer { state.remove() }
+            let device = RecordingAppAttest(supported: false)
+            let reporter = DeviceReporter(server: origin.baseURL, app: origin.app, attestation: device, stateFolder: state.path)
+            let report = try Self.installed(origin)
+            #expect(try await reporter.send(report) == 202)
+            #expect(device.calls.isEmpty)
+            #expect(!FileSystem.exists(state.path + "/attest-key.json"))
+            #expect(try Self.fleet(origin) == Self.Counted(reports: 1, attested: 0))
+        }
+    }
+
+    @Test("An origin that does not attest the app (no attestation settings): the report goes unattested, and no key is generated for it")
+    func originWithoutAttestation() async throws {
+        try await withServer { origin in
+            let state = TemporaryDirectory("depot-attest-state")
+            defer { state.remove() }
+            let device = RecordingAppAttest()
+            let reporter = DeviceReporter(server: origin.baseURL, app: origin.app, attestation: device, stateFolder: state.path)
+            let report = try Self.installed(origin)
+            #expect(try await reporter.send(report) == 202)
+            #expect(device.calls.isEmpty, "the challenge is asked for before a key is made")
+            #expect(KeptKey.read(state.path) == nil)
+        }
+    }
+
+    @Test("Attestation without a state folder to keep the key in is refused before anything is sent")
+    func stateFolderRequired() async throws {
+        var reporter = DeviceReporter(server: URL(string: "http://127.0.0.1:9")!, app: "com.example.game")
+        reporter.attestation = RecordingAppAttest()
+        await #expect {
+            try await reporter.send(DeviceReport(channel: "production", release: 1, packs: []))
+        } throws: { error in
+            (error as? ClientError)?.kind == .state && "\(error)".contains("stateFolder")
+        }
+    }
+}
