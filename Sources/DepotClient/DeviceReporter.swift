@@ -7,9 +7,10 @@ import Foundation
 /// Call it from the app, after its install step, never from the Background Assets extension:
 /// an extension has seconds per callback and its network time belongs to the downloads (and App
 /// Attest's `generateKey` fails in an extension). One report per install step, at most. A report
-/// names no device: the channel, the release, and per pack the revision, the outcome and the
-/// bytes. A report that cannot be sent is dropped (figures are counts, not a ledger); nothing is
-/// queued on the device.
+/// says the channel, the release, and per pack the revision, the outcome and the bytes; without
+/// App Attest it names no device, with it the request carries the install's key id (below). A
+/// report that cannot be sent is dropped (figures are counts, not a ledger); nothing is queued on
+/// the device.
 ///
 /// **App Attest.** With ``attestation`` (on a device, `DCAppAttestService.shared`) and a
 /// ``stateFolder``, each report carries an assertion: the key's signature over the report's exact
@@ -21,8 +22,11 @@ import Foundation
 /// a simulator, an old device), when the origin has no attestation settings for the app, or while
 /// an attestation waits (Apple's service unreachable, the origin busy); a key the origin does not
 /// know or revoked, or that DeviceCheck calls invalid, is forgotten and a new one attested at the
-/// next send. See ``AttestationRecord`` for what is kept and why a crash or a suspension at any
-/// point is safe.
+/// next send. What it keeps (`attest-key.json`: the key's id, whether the origin accepted it, and
+/// while an attestation is under way the challenge and Apple's attestation object) is written
+/// atomically before each step that depends on it, and no lock is held across an `await`: the app
+/// may be suspended or ended anywhere in a send, and the next send picks up from the record — the
+/// same key attested again, the same attestation handed over again, or at worst a new key.
 public struct DeviceReporter: Sendable {
     /// The origin or edge base URL (the manifest's server).
     public var server: URL
