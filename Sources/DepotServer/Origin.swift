@@ -27,6 +27,8 @@ final class Origin: HTTPHandler {
     /// Hot blobs' answers, made once.
     let answers: BlobResponses
     let reportWriter: ReportWriter
+    /// App Attest keys the origin accepted (``AttestedKeys``).
+    let attestedKeys: AttestedKeys
     let router: Router
     let metrics: OriginMetrics
     private let accessLog: AccessLog
@@ -155,6 +157,8 @@ final class Origin: HTTPHandler {
         reportWriter = writer
         reports.onBacklog { writer.poke() }
         let (tokens, trust) = (TokenStore(folder: folder), TrustStore(folder: folder))
+        let attestedKeys = AttestedKeys(folder: folder)
+        self.attestedKeys = attestedKeys
         router = Router(
             routes: Router.originRoutes(
                 reads: ReadHandlers(
@@ -170,6 +174,13 @@ final class Origin: HTTPHandler {
                     exchange: TokenExchange(trust: trust, tokens: tokens, keys: IssuerKeys(logger: configuration.logger)),
                     limits: ExchangeLimits(), metrics: metrics, logger: configuration.logger, readOnly: readOnly,
                     settings: { [apps] in apps.settings($0) }
+                ),
+                attest: AttestHandlers(
+                    challenges: AttestChallenges(
+                        lifetime: configuration.attestChallengeLifetime, perAddress: configuration.attestChallengesPerAddress, total: configuration.attestChallengesTotal
+                    ),
+                    keys: attestedKeys, limiter: ReportRateLimiter(perAddress: configuration.attestRatePerAddress, total: configuration.attestRateTotal),
+                    metrics: metrics, logger: configuration.logger, anchor: configuration.appAttestAnchor ?? AppAttestVerifier.appleRoot, readOnly: readOnly
                 )
             ),
             authenticator: Authenticator(tokens: tokens, trust: trust), settings: settings, readOnly: readOnly

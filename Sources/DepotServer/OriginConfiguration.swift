@@ -51,6 +51,19 @@ public struct OriginConfiguration: Sendable {
     public var reportRatePerAddress: Double = 200
     /// Device reports accepted per second in all (burst: twice as many).
     public var reportRateTotal: Double = 2000
+    /// App Attest: the anchor attestation chains must end at (DER). Nil: Apple's App Attestation
+    /// root, pinned in the source (``AppAttestVerifier/appleRoot``); a test CA's root in tests
+    /// only (`depot serve` takes one from `DEPOT_APP_ATTEST_TEST_ANCHOR` in debug builds only).
+    public var appAttestAnchor: [UInt8]?
+    /// How long an attestation challenge stays usable.
+    public var attestChallengeLifetime: Duration = .seconds(300)
+    /// Attestation challenges outstanding at most per client address, and in all.
+    public var attestChallengesPerAddress = 16
+    public var attestChallengesTotal = 65_536
+    /// Attestation requests (challenges and attestations) accepted per second from one client
+    /// address, and in all (bursts of twice as many).
+    public var attestRatePerAddress: Double = 10
+    public var attestRateTotal: Double = 200
     /// The answers of hot blobs kept ready (a data folder's blobs only): memory for small ones,
     /// open descriptors for larger ones. ``BlobCacheLimits/none`` opens the file per request.
     public var blobCache = BlobCacheLimits()

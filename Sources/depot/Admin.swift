@@ -40,7 +40,7 @@ struct Apps: ParsableCommand {
 
     struct Remove: ParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Remove an app, with the origin stopped: its releases, channels, settings, drafts, rollouts, reports, trust rules, tokens and pack keys.",
+            abstract: "Remove an app, with the origin stopped: its releases, channels, settings, drafts, rollouts, reports, trust rules, attested keys, tokens and pack keys.",
             discussion: """
                 Its blobs stay until `depot gc` (or the running origin's sweep) finds nothing naming them. Devices keep what \
                 they installed; the app's manifest answers 404 from then on. The pack keys are deleted: a backup keeps them. \

@@ -13,7 +13,7 @@ struct Depot: AsyncParsableCommand {
             publish and sync talk HTTP. A failing command prints one line to stderr and exits non-zero.
             """,
         version: AssetDepotVersion.current,
-        subcommands: [Serve.self, Init.self, Apps.self, Tokens.self, Keys.self, Root.self, Publish.self, Unstage.self, Release.self, Releases.self, Rollback.self, Channels.self, RolloutCommand.self, Fleet.self, Plist.self, GC.self, Backup.self, Restore.self, Sync.self, ExtensionCommand.self, DeltaCommand.self, Fetch.self, Inspect.self, Storage.self, VerifyEdge.self]
+        subcommands: [Serve.self, Init.self, Apps.self, Tokens.self, Keys.self, Root.self, Publish.self, Unstage.self, Release.self, Releases.self, Rollback.self, Channels.self, RolloutCommand.self, Fleet.self, Attest.self, Plist.self, GC.self, Backup.self, Restore.self, Sync.self, ExtensionCommand.self, DeltaCommand.self, Fetch.self, Inspect.self, Storage.self, VerifyEdge.self]
     )
 
     /// Runs the command; a failure is one line on stderr (a usage error points at `depot help`),
@@ -48,7 +48,7 @@ struct Depot: AsyncParsableCommand {
             if !line.hasPrefix("Error: ") { line = "Error: " + line }
             if message.contains("Usage:") {
                 let words = CommandLine.arguments.dropFirst().prefix { !$0.hasPrefix("-") }
-                let known = words.prefix { word in configuration.subcommands.contains { $0._commandName == word } || ["create", "list", "revoke", "export", "rotate", "retire", "rotate-signing", "retire-signing", "list-signing", "keygen", "sign", "add", "show", "publish", "allowances", "credentials", "promote", "remove", "migrate", "schedule", "receive", "install", "make", "apply", "start", "advance", "halt", "complete", "status", "init"].contains(word) }
+                let known = words.prefix { word in configuration.subcommands.contains { $0._commandName == word } || ["create", "list", "revoke", "export", "rotate", "retire", "rotate-signing", "retire-signing", "list-signing", "keygen", "sign", "add", "show", "publish", "allowances", "credentials", "promote", "remove", "migrate", "schedule", "receive", "install", "make", "apply", "start", "advance", "halt", "complete", "status", "init", "configure"].contains(word) }
                 line += " (see `depot help\(known.isEmpty ? "" : " " + known.joined(separator: " "))`)"
             }
             FileHandle.standardError.write(Data((line + "\n").utf8))

@@ -98,6 +98,10 @@ struct Serve: ParsableCommand {
     var reportRatePerAddress: Int = Environment.int("DEPOT_REPORT_RATE_PER_ADDRESS", 200)
     @Option(name: .customLong("report-rate-total"), help: "Device reports accepted per second in all, burst twice that (env DEPOT_REPORT_RATE_TOTAL).")
     var reportRateTotal: Int = Environment.int("DEPOT_REPORT_RATE_TOTAL", 2000)
+    @Option(name: .customLong("attest-rate-per-address"), help: "App Attest requests (challenges and attestations) accepted per second from one client address, burst twice that (env DEPOT_ATTEST_RATE_PER_ADDRESS).")
+    var attestRatePerAddress: Int = Environment.int("DEPOT_ATTEST_RATE_PER_ADDRESS", 10)
+    @Option(name: .customLong("attest-rate-total"), help: "App Attest requests accepted per second in all, burst twice that (env DEPOT_ATTEST_RATE_TOTAL).")
+    var attestRateTotal: Int = Environment.int("DEPOT_ATTEST_RATE_TOTAL", 200)
 
     @Option(name: .customLong("max-channels"), help: "Most channels an app may have besides production; creating one more is refused with 409 too_many_channels (env DEPOT_MAX_CHANNELS).")
     var maxChannels: Int = Environment.int("DEPOT_MAX_CHANNELS", ReleaseStore.defaultMaximumChannels)
@@ -137,6 +141,7 @@ struct Serve: ParsableCommand {
         }
         guard replicaInterval >= 1 else { throw ValidationError("--replica-interval must be at least 1") }
         guard reportRatePerAddress >= 1, reportRateTotal >= 1 else { throw ValidationError("--report-rate-per-address and --report-rate-total must be at least 1") }
+        guard attestRatePerAddress >= 1, attestRateTotal >= 1 else { throw ValidationError("--attest-rate-per-address and --attest-rate-total must be at least 1") }
         guard maxChannels >= 1 else { throw ValidationError("--max-channels must be at least 1") }
         guard (0...16).contains(patchDepth) else { throw ValidationError("--patch-depth must be 0–16") }
         guard bootstrap == "dev" || bootstrap == "none" else { throw ValidationError("--bootstrap must be dev or none") }
@@ -219,6 +224,10 @@ struct Serve: ParsableCommand {
         configuration.replicaInterval = TimeInterval(replicaInterval)
         configuration.reportRatePerAddress = Double(reportRatePerAddress)
         configuration.reportRateTotal = Double(reportRateTotal)
+        configuration.attestRatePerAddress = Double(attestRatePerAddress)
+        configuration.attestRateTotal = Double(attestRateTotal)
+        // Apple's App Attestation root; a debug build (tests) takes a test CA's from DEPOT_APP_ATTEST_TEST_ANCHOR.
+        configuration.appAttestAnchor = AppAttestVerifier.anchorFromEnvironment()
         configuration.patchDepth = patchDepth
         configuration.maximumChannels = maxChannels
         configuration.patchLimits = PatchLimits(

@@ -121,6 +121,15 @@ final class OriginMetrics: Sendable {
         counter("depot_oidc_exchanges_total", [("result", result)]).increment()
     }
 
+    /// App Attest: `route` `challenge` (`issued`, or `rate_limited`, `too_many_challenges`, `busy`,
+    /// `not_configured`, `read_only`) or `keys` (`accepted`, or `rate_limited`, `too_large`,
+    /// `invalid`, `unknown_challenge`, `key_known`, `not_configured`, `read_only`, or the
+    /// verifier's check that refused it: `format`, `chain`, `nonce`, `key_id`, `app_id`, `counter`,
+    /// `environment`, `credential_id`).
+    func attestation(app: String, route: String, result: String) {
+        counter("depot_attest_total", [("app", app), ("route", route), ("result", result)]).increment()
+    }
+
     func uploaded(bytes: Int64) {
         counter("depot_upload_plaintext_bytes_total", []).increment(by: Int(bytes))
     }

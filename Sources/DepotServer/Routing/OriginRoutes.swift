@@ -3,7 +3,7 @@
 extension Router {
     static func originRoutes(
         reads: ReadHandlers, publishing: PublishHandlers, resumable: ResumableHandlers, operations: OperationsHandlers,
-        dashboard: DashboardHandlers, rollouts: RolloutHandlers, trust: TrustHandlers
+        dashboard: DashboardHandlers, rollouts: RolloutHandlers, trust: TrustHandlers, attest: AttestHandlers
     ) -> [Route] {
         let app = "/v1/apps/:app"
         return [
@@ -40,6 +40,9 @@ extension Router {
             Route("POST", app + "/rollouts/:channel/complete", label: "rollouts", access: .publisher, rollouts.complete),
             Route("GET", app + "/fleet", label: "fleet", access: .publisher, rollouts.fleet),
             Route("POST", app + "/reports", label: "reports", access: .download, receiving: rollouts.report),
+            // App Attest: a device's key attested once (its own bounds; see AttestHandlers).
+            Route("POST", app + "/attest/challenges", label: "attest-challenges", access: .download, attest.challenge),
+            Route("POST", app + "/attest/keys", label: "attest-keys", access: .download, receiving: attest.attest),
             // Trusted publishing: a CI job's OIDC token for a short-lived publish token (its own checks).
             Route("POST", app + "/oidc-token", label: "oidc-token", access: .open, trust.exchange),
 

@@ -13,7 +13,8 @@ extension AppStore {
     }
 
     /// Removes an app: its tokens first (nothing can publish to it from then on), then its
-    /// folder (releases, channels, settings, drafts, rollouts, reports, trust rules) in one
+    /// folder (releases, channels, settings, drafts, rollouts, reports, trust rules, attested
+    /// keys) in one
     /// rename into `uploads/` (start-up removes what a crash leaves there), then its pack keys.
     /// The folder's ``ReleaseFloor`` is raised above the app's highest release first, so that
     /// the id made again never reuses a release number or pack revision.

@@ -18,6 +18,9 @@ public struct AppSettings: Codable, Sendable, Hashable {
     /// The app's primary language (a normalised language tag): the localized packs a device
     /// takes when none of its languages is offered. Required once a release has localized packs.
     public var primaryLanguage: String?
+    /// App Attest: the App ID and environment the app's keys are attested for (`depot attest
+    /// configure`); nil: the attestation routes answer 404 `attestation_not_configured`.
+    public var attestation: AttestationSettings?
 
     /// Whether the system manages the app's packs (Apple Archives and a download manifest).
     public var isManaged: Bool { mode == .managed }
@@ -159,6 +162,11 @@ public struct AppStore: Sendable {
             throw DepotError.badRequest("the primary language must be an ISO 639 code with, optionally, a script and a region (en, pt-BR)")
         }
         return tag.description
+    }
+
+    /// Sets (or, with nil, turns off) the app's App Attest settings.
+    public func setAttestation(_ id: String, _ attestation: AttestationSettings?) throws {
+        try changeSettings(id) { $0.attestation = attestation }
     }
 
     /// Records (or, with nil, clears) the allowances of the app's shipped builds.

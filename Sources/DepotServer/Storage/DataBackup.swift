@@ -25,7 +25,7 @@ public struct BackupRecord: Codable, Sendable {
 /// durable: a release before the pointer (`head`, `current`, `channels/*`) that names it, a key
 /// before anything signed or encrypted with it, a blob before any release or draft that names
 /// it. So the copy takes the pointers of every app first, then the rest of `apps/` (releases,
-/// signed copies, drafts, rollouts, settings, reports, trust rules), then `keys/`, `tokens.json`
+/// signed copies, drafts, rollouts, settings, reports, trust rules, attested keys), then `keys/`, `tokens.json`
 /// and the other files of the root, and `blobs/` last: whatever a copied file names was on disk
 /// before it, and is copied after it. Blobs are never removed meanwhile: the copy holds
 /// `backup.lock` shared (``BackupLock``), and the origin's sweep and `depot gc` skip their

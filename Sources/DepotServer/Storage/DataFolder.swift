@@ -12,6 +12,7 @@ import Foundation
 /// apps/<app>/roots/NNNNNN.json      root documents (signed offline), immutable
 /// apps/<app>/statements/<channel>/NNNNNN.json   release statements accepted for a protected channel
 /// apps/<app>/staging/      the draft of the next release, a file per staged pack
+/// apps/<app>/attest/<keyIdHex>.json   App Attest keys the origin accepted (``AttestedKeys``)
 /// uploads/                 uploads in progress, never served
 /// keys/                    0700: pack master keys (<app>.json), manifest signing key
 /// tokens.json              publish tokens as SHA-256 hashes
@@ -53,6 +54,8 @@ public struct DataFolder: Sendable {
     /// Release statements accepted for a channel, by release: `statements/<channel>/NNNNNN.json`.
     func statements(_ id: String, channel: String) -> String { app(id) + "/statements/" + channel }
     func statement(_ id: String, channel: String, release: Int) -> String { statements(id, channel: channel) + "/" + Self.releaseName(release) }
+    /// The App Attest keys the origin accepted for the app, a file each (``AttestedKeys``).
+    func attestedKeys(_ id: String) -> String { app(id) + "/attest" }
     /// This origin's daily aggregates of device reports (``ReportBook``).
     func reports(_ id: String) -> String { app(id) + "/reports" }
     /// This origin's id among the origins of one bucket (its reports' key prefix there).
@@ -205,6 +208,7 @@ public struct DataFolder: Sendable {
             removed += FileSystem.removeTemporaryFiles(in: self.app(app) + "/rollouts")
             removed += FileSystem.removeTemporaryFiles(in: reports(app))
             removed += FileSystem.removeTemporaryFiles(in: roots(app))
+            removed += FileSystem.removeTemporaryFiles(in: attestedKeys(app))
             let statements = self.app(app) + "/statements"
             removed += FileSystem.removeTemporaryFiles(in: statements)
             for channel in FileSystem.contents(of: statements) { removed += FileSystem.removeTemporaryFiles(in: statements + "/" + channel) }

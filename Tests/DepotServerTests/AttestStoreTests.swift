@@ -1,0 +1,145 @@
+import DepotCore
+@testable import DepotServer
+import DepotTestSupport
+import Foundation
+import Testing
+
+/// The origin's App Attest state: the attested keys on disk (``AttestedKeys``) and the challenges
+/// in memory (``AttestChallenges``), each with an injected clock where time matters.
+@Suite("App Attest: the key store and the challenges")
+struct AttestStoreTests {
+    static let app = "com.example.attest"
+
+    static func key(_ seed: UInt8, environment: AppAttestEnvironment = .production) -> AttestedKey {
+        let publicKey = [4] + [UInt8](repeating: seed, count: 64)
+        return AttestedKey(keyID: SHA256Hasher.hash(publicKey), publicKey: publicKey, environment: environment, receipt: [1, 2, 3, seed])
+    }
+
+    static func store() throws -> (TemporaryDirectory, AttestedKeys) {
+        let data = TemporaryDirectory("depot-attest")
+        let folder = DataFolder(data.path)
+        try folder.prepare()
+        try AppStore(folder: folder).create(app)
+        return (data, AttestedKeys(folder: folder))
+    }
+
+    @Test("A stored key reads back with its bytes in its file; the same key id again is 409 key_known, revoked or not; revoke keeps the first date")
+    func storeAndRevoke() throws {
+        let (data, keys) = try Self.store()
+        defer { data.remove() }
+        let first = Self.key(1), second = Self.key(2, environment: .development)
+        let at = Date(timeIntervalSince1970: 1_800_000_000)
+        try keys.store(app: Self.app, key: first, at: at)
+        try keys.store(app: Self.app, key: second, at: at.addingTimeInterval(5))
+        let file = data.path + "/apps/\(Self.app)/attest/" + Hex.encode(first.keyID) + ".json"
+        let text = String(decoding: try FileSystem.readFile(file), as: UTF8.self)
+        #expect(text.contains("\"keyId\" : \"\(Data(first.keyID).base64EncodedString())\""), "\(text)")
+        #expect(text.contains("\"receipt\" : \"AQIDAQ==\"") && text.contains("\"counter\" : 0") && !text.contains("revokedAt"), "\(text)")
+        #expect(try keys.key(app: Self.app, keyID: first.keyID) == StoredKey(key: first, counter: 0, attestedAt: at))
+        #expect(try keys.list(app: Self.app).map(\.key) == [first, second])
+
+        #expect(throws: DepotError.self) { try keys.store(app: Self.app, key: first, at: at) }
+        do { try keys.store(app: Self.app, key: first, at: at) } catch let error as DepotError { #expect(error.code == "key_known") }
+
+        let revokedAt = at.addingTimeInterval(60)
+        #expect(try keys.revoke(app: Self.app, keyID: first.keyID, at: revokedAt) == true)
+        #expect(try keys.revoke(app: Self.app, keyID: first.keyID, at: revokedAt.addingTimeInterval(60)) == false)
+        // The cache sees the change made through the file (as a CLI's beside a running origin).
+        #expect(try keys.key(app: Self.app, keyID: first.keyID)?.revokedAt == revokedAt)
+        do {
+            try keys.store(app: Self.app, key: first, at: at)
+            Issue.record("a revoked key attested again")
+        } catch let error as DepotError {
+            #expect(error.code == "key_known" && error.message.contains("revoked"))
+        }
+        do {
+            _ = try keys.revoke(app: Self.app, keyID: Self.key(9).keyID, at: at)
+            Issue.record("an unknown key revoked")
+        } catch let error as DepotError {
+            #expect(error.code == "unknown_attested_key" && error.kind == .notFound)
+        }
+        #expect(try keys.key(app: Self.app, keyID: Self.key(9).keyID) == nil)
+    }
+
+    @Test("advance: only a rising counter is kept, durably; a revoked key refuses it; a revocation and advances at once both hold")
+    func advance() async throws {
+        let (data, keys) = try Self.store()
+        defer { data.remove() }
+        let key = Self.key(3)
+        try keys.store(app: Self.app, key: key, at: Date())
+        #expect(try keys.advance(app: Self.app, keyID: key.keyID, to: 1) == true)
+        #expect(try keys.advance(app: Self.app, keyID: key.keyID, to: 1) == false, "a replayed counter")
+        #expect(try keys.advance(app: Self.app, keyID: key.keyID, to: 7) == true)
+        #expect(try keys.advance(app: Self.app, keyID: key.keyID, to: 5) == false, "a lower counter")
+        // On disk, as a new store (another process) reads it.
+        #expect(try AttestedKeys(folder: DataFolder(data.path)).key(app: Self.app, keyID: key.keyID)?.counter == 7)
+        do {
+            _ = try keys.advance(app: Self.app, keyID: Self.key(8).keyID, to: 1)
+            Issue.record("an unknown key advanced")
+        } catch let error as DepotError {
+            #expect(error.code == "unknown_attested_key")
+        }
+
+        // Many advances from threads and a revocation in the middle: the highest counter taken
+        // before the revocation is kept, and so is the revocation.
+        let other = Self.key(4)
+        try keys.store(app: Self.app, key: other, at: Date())
+        let accepted = await withTaskGroup(of: UInt32?.self) { group in
+            for counter in UInt32(1)...64 {
+                group.addTask {
+                    if counter == 32 { _ = try? keys.revoke(app: Self.app, keyID: other.keyID, at: Date()) }
+                    return (try? keys.advance(app: Self.app, keyID: other.keyID, to: counter)) == true ? counter : nil
+                }
+            }
+            var all: [UInt32] = []
+            for await counter in group { if let counter { all.append(counter) } }
+            return all
+        }
+        let stored = try #require(try AttestedKeys(folder: DataFolder(data.path)).key(app: Self.app, keyID: other.keyID))
+        #expect(stored.revokedAt != nil, "the revocation was lost to an advance")
+        #expect(stored.counter == (accepted.max() ?? 0), "the stored counter is the highest accepted")
+        do {
+            _ = try keys.advance(app: Self.app, keyID: other.keyID, to: 1_000)
+            Issue.record("a revoked key advanced")
+        } catch let error as DepotError {
+            #expect(error.code == "attested_key_revoked" && error.kind == .forbidden)
+        }
+    }
+
+    @Test("A challenge is used once, for its app only, before it expires (an injected clock: no waiting)")
+    func challengesOnce() throws {
+        let challenges = AttestChallenges(lifetime: .seconds(300))
+        let t0 = ContinuousClock.now
+        let first = try challenges.issue(app: "a", address: "10.0.0.1", now: t0)
+        #expect(first.count == 32)
+        #expect(challenges.take(first, app: "a", now: t0 + .seconds(1)))
+        #expect(!challenges.take(first, app: "a", now: t0 + .seconds(2)), "used twice")
+
+        let other = try challenges.issue(app: "a", address: "10.0.0.1", now: t0)
+        #expect(!challenges.take(other, app: "b", now: t0), "another app's challenge")
+        #expect(!challenges.take(other, app: "a", now: t0), "tried once for the wrong app, it is gone")
+
+        let late = try challenges.issue(app: "a", address: "10.0.0.1", now: t0)
+        #expect(!challenges.take(late, app: "a", now: t0 + .seconds(300)), "expired at its lifetime")
+        let justInTime = try challenges.issue(app: "a", address: "10.0.0.1", now: t0)
+        #expect(challenges.take(justInTime, app: "a", now: t0 + .seconds(299)))
+        #expect(!challenges.take(SecureRandom.bytes(32), app: "a", now: t0), "never issued")
+        #expect(challenges.count == 0)
+    }
+
+    @Test("Challenges are bounded per address and in all, with the seconds until the oldest expires; expired ones free their places")
+    func challengeBounds() throws {
+        let challenges = AttestChallenges(lifetime: .seconds(300), perAddress: 4, total: 10)
+        let t0 = ContinuousClock.now
+        for index in 0..<4 { _ = try challenges.issue(app: "a", address: "10.0.0.1", now: t0 + .seconds(index)) }
+        #expect(throws: AttestChallenges.Refusal.address(retryAfter: 290)) { try challenges.issue(app: "a", address: "10.0.0.1", now: t0 + .seconds(10)) }
+        for index in 0..<6 { _ = try challenges.issue(app: "a", address: "10.0.1.\(index)", now: t0 + .seconds(20)) }
+        #expect(throws: AttestChallenges.Refusal.full(retryAfter: 280)) { try challenges.issue(app: "a", address: "10.0.2.1", now: t0 + .seconds(20)) }
+        // The first address's oldest challenge expires: a place for it, and one in all.
+        let again = try challenges.issue(app: "a", address: "10.0.0.1", now: t0 + .seconds(300))
+        #expect(challenges.take(again, app: "a", now: t0 + .seconds(301)))
+        // All expired: every place is free again, and nothing is kept.
+        _ = try challenges.issue(app: "a", address: "10.0.2.1", now: t0 + .seconds(700))
+        #expect(challenges.count == 1)
+    }
+}
