@@ -1,5 +1,6 @@
 import DepotClient
 import DepotCore
+import DepotServer
 import DepotTestSupport
 import Foundation
 import Testing
@@ -8,7 +9,8 @@ import Testing
 /// then it answers nothing and throws `failure`). `isSupported` as given.
 final class RecordingAppAttest: AppAttesting {
     enum Call: Equatable {
-        case generateKey, attestKey(String), generateAssertion(String)
+        /// `attestKey` with the key id and the clientDataHash it was given.
+        case generateKey, attestKey(String, Data), generateAssertion(String)
     }
 
     let supported: Bool
@@ -39,7 +41,7 @@ final class RecordingAppAttest: AppAttesting {
     }
 
     func attestKey(_ keyId: String, clientDataHash: Data) async throws -> Data {
-        try record(.attestKey(keyId), "attestKey")
+        try record(.attestKey(keyId, clientDataHash), "attestKey")
         guard let inner else { throw Self.unsupported }
         return try await inner.attestKey(keyId, clientDataHash: clientDataHash)
     }
@@ -56,6 +58,9 @@ final class RecordingAppAttest: AppAttesting {
     static let invalidKey = deviceCheckError(3)
     static let serverUnavailable = deviceCheckError(4)
 }
+
+/// The test CA's software device is what DCAppAttestService is to DepotClient.
+extension TestAppAttest: AppAttesting {}
 
 /// What `DeviceReporter` keeps in its state folder (`attest-key.json`), read as the next send would.
 struct KeptKey: Decodable {
