@@ -3,7 +3,7 @@
 // revision over the days, failures by kind — from the fleet figures (GET …/fleet).
 
 import { call, appPath, OriginError } from "./api.js";
-import { $, el, alertError, confirmAction, notify } from "./ui.js";
+import { $, el, alertError, confirmAction, labelCells, notify } from "./ui.js";
 import { perform } from "./actions.js";
 
 const SVG = "http://www.w3.org/2000/svg";
@@ -96,6 +96,22 @@ export function keyLines(fleet) {
 
 const count = (n) => Number(n).toLocaleString("en-US");
 
+/** The channel's reports over the days and the attested ones among them (`depot fleet`'s first line). */
+export function reportsLine(fleet) {
+  const sum = (list) => (list ?? []).reduce((a, b) => a + b, 0);
+  return `${count(sum(fleet.reports))} reports in ${fleet.days.length} days, ${count(sum(fleet.attestedReports))} of them attested (App Attest).`;
+}
+
+/** One row per pack revision: every report's outcomes, then the attested reports' among them. */
+export function revisionRows(fleet) {
+  return fleet.revisions.map((r) => {
+    const attested = r.attested ?? { installed: 0, patched: 0, failed: 0, deferred: 0 };
+    return el("tr", { dataRevision: `${r.pack}@${r.revision}` }, el("th", { scope: "row" }, r.pack), el("td", { className: "num" }, r.revision),
+      ...[r.installed, r.patched, r.failed, r.deferred, attested.installed, attested.patched, attested.failed, attested.deferred]
+        .map((n) => el("td", { className: "num" }, count(n))));
+  });
+}
+
 const figures = (trigger) => (trigger ? `: ${trigger.failures} failures in ${trigger.reports} reports (${percent(trigger.failureRate)})` : "");
 const when = (at) => {
   const date = new Date(at);
@@ -109,8 +125,14 @@ function facts(status) {
     ["Current release", `${status.baseRelease} (manifest version now ${status.manifest})`],
     ["Reports about the candidate", `${status.reports}, failures ${status.failures}` + (status.failureRate !== undefined && status.failureRate !== null ? ` (${percent(status.failureRate)})` : "")],
   ];
+  if (status.attestedReports !== undefined) {
+    rows.push(["Attested reports about the candidate", `${status.attestedReports}, failures ${status.attestedFailures}` +
+      (status.attestedFailureRate !== undefined && status.attestedFailureRate !== null ? ` (${percent(status.attestedFailureRate)})` : "")]);
+  }
   if (status.haltOnFailureRate !== undefined && status.haltOnFailureRate !== null) {
-    rows.push(["Guard", `halts itself above ${percent(status.haltOnFailureRate)} failures once ${status.minReports} reports are in`]);
+    rows.push(["Guard", status.attestedOnly
+      ? `halts itself above ${percent(status.haltOnFailureRate)} failures once ${status.minReports} attested reports are in (it counts only attested reports)`
+      : `halts itself above ${percent(status.haltOnFailureRate)} failures once ${status.minReports} reports are in`]);
   }
   const steps = status.steps ?? [];
   const halt = lastHalt(status);
@@ -155,6 +177,9 @@ export async function showRollout(app, channel) {
   const status = render(fleet.rollout ?? null, channel);
   $("adoption-chart").replaceChildren(adoptionChart(fleet));
   $("failure-chart").replaceChildren(failureChart(fleet));
+  $("fleet-reports").textContent = reportsLine(fleet);
+  $("fleet-revisions").tBodies[0].replaceChildren(...revisionRows(fleet));
+  labelCells($("fleet-revisions"));
   $("fleet-keys").replaceChildren(...keyLines(fleet).map((line) => el("li", line.id ? { dataKey: line.id, dataWithout: line.without } : {}, line.text)));
   return status;
 }
@@ -198,9 +223,12 @@ export function setUpRollout(currentApp, channel, reload) {
     const share = fraction($("rollout-percent").value);
     const rate = $("rollout-rate").value.trim() ? fraction($("rollout-rate").value) : null;
     const min = $("rollout-min").value.trim();
-    const guard = rate === null ? "" : ` It halts itself if more than ${percent(rate)} of the candidate's reports are failures, once ${min || 20} are in.`;
+    const attestedOnly = $("rollout-attested").checked;
+    const which = attestedOnly ? "attested reports" : "reports";
+    const guard = rate === null ? "" : ` It halts itself if more than ${percent(rate)} of the candidate's ${which} are failures, once ${min || 20} are in.`;
     if (!(await confirmAction("Start a rollout", `Offer release ${release} to ${percent(share)} of ${channel()}'s devices? Each device decides from its own install id; the rest keep the current release.${guard}`, "Start"))) return;
-    await perform(path("start"), { release, fraction: share, haltOnFailureRate: rate ?? undefined, minReports: rate === null ? undefined : min || undefined }, "POST",
+    await perform(path("start"), { release, fraction: share, haltOnFailureRate: rate ?? undefined, minReports: rate === null ? undefined : min || undefined,
+      attestedOnly: attestedOnly ? "true" : undefined }, "POST",
       (s) => `Rollout of release ${s.release} started: ${percent(s.fraction)} of ${s.channel}'s devices (manifest version ${s.manifest}).`, reload);
   });
   // Each step reads the rollout again first, its dialog names that rollout, and the step names

@@ -168,7 +168,8 @@ final class Origin: HTTPHandler {
                 resumable: ResumableHandlers(uploads: uploads, publisher: publisher, expiry: configuration.uploadExpiry),
                 operations: operations, dashboard: DashboardHandlers(apps: apps, trust: trust),
                 rollouts: RolloutHandlers(
-                    rollouts: rollouts, limiter: ReportRateLimiter(perAddress: configuration.reportRatePerAddress, total: configuration.reportRateTotal)
+                    rollouts: rollouts, limiter: ReportRateLimiter(perAddress: configuration.reportRatePerAddress, total: configuration.reportRateTotal),
+                    keys: attestedKeys
                 ),
                 trust: TrustHandlers(
                     exchange: TokenExchange(trust: trust, tokens: tokens, keys: IssuerKeys(logger: configuration.logger)),

@@ -48,7 +48,7 @@ struct Depot: AsyncParsableCommand {
             if !line.hasPrefix("Error: ") { line = "Error: " + line }
             if message.contains("Usage:") {
                 let words = CommandLine.arguments.dropFirst().prefix { !$0.hasPrefix("-") }
-                let known = words.prefix { word in configuration.subcommands.contains { $0._commandName == word } || ["create", "list", "revoke", "export", "rotate", "retire", "rotate-signing", "retire-signing", "list-signing", "keygen", "sign", "add", "show", "publish", "allowances", "credentials", "promote", "remove", "migrate", "schedule", "receive", "install", "make", "apply", "start", "advance", "halt", "complete", "status", "init", "configure"].contains(word) }
+                let known = words.prefix { word in configuration.subcommands.contains { $0._commandName == word } || ["create", "list", "revoke", "export", "rotate", "retire", "rotate-signing", "retire-signing", "list-signing", "keygen", "sign", "add", "show", "publish", "allowances", "credentials", "promote", "remove", "migrate", "schedule", "receive", "install", "make", "apply", "start", "advance", "halt", "complete", "status", "init", "configure", "check"].contains(word) }
                 line += " (see `depot help\(known.isEmpty ? "" : " " + known.joined(separator: " "))`)"
             }
             FileHandle.standardError.write(Data((line + "\n").utf8))

@@ -22,6 +22,11 @@ struct RolloutAnswer: Decodable {
     var failures: Int64
     var failureRate: Double?
     var failuresByKind: [String: Int64]
+    /// Absent from origins that predate attested reports.
+    var attestedOnly: Bool?
+    var attestedReports: Int64?
+    var attestedFailures: Int64?
+    var attestedFailureRate: Double?
     var steps: [Step]?
 
     struct Step: Decodable { var action: String; var fraction: Double; var by: String; var trigger: Trigger? }
@@ -38,9 +43,14 @@ struct RolloutAnswer: Decodable {
             "candidate: " + (candidates.map { "\($0.pack) revision \($0.revision)" } + removed.map { "\($0) removed" }).joined(separator: ", "),
             "reports about the candidate: \(reports), failures \(failures)" + (failureRate.map { " (\(Self.percent($0)))" } ?? ""),
         ]
+        if let attestedReports, let attestedFailures {
+            lines.append("attested reports about the candidate: \(attestedReports), failures \(attestedFailures)" + (attestedFailureRate.map { " (\(Self.percent($0)))" } ?? ""))
+        }
         if !failuresByKind.isEmpty { lines.append("failures by kind: " + failuresByKind.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")) }
         if let rate = haltOnFailureRate, let minimum = minReports {
-            lines.append("guard: halts itself above \(Self.percent(rate)) failures once \(minimum) reports are in")
+            lines.append(attestedOnly == true
+                ? "guard: halts itself above \(Self.percent(rate)) failures once \(minimum) attested reports are in (it counts only attested reports)"
+                : "guard: halts itself above \(Self.percent(rate)) failures once \(minimum) reports are in")
         }
         let figures = { (trigger: Trigger?) in trigger.map { ": \($0.failures) failures in \($0.reports) reports (\(Self.percent($0.failureRate)))" } ?? "" }
         if let haltedBy {
@@ -109,6 +119,8 @@ struct RolloutCommand: AsyncParsableCommand {
         @Option(name: .customLong("halt-on-failure-rate"), help: "Halt by itself when more than this share of the candidate's reports are failures (0.05: 5 %).")
         var haltOnFailureRate: Double?
         @Option(name: .customLong("min-reports"), help: "With --halt-on-failure-rate: the reports needed before it may halt (default 20).") var minReports: Int?
+        @Flag(name: .customLong("attested-only"), help: "The guard counts only attested reports (App Attest); the default when the app requires attestation (depot attest configure --require).")
+        var attestedOnly = false
         @Flag(help: "Start even past the allowances recorded for shipped builds.") var force = false
         @OptionGroup var signing: StatementOptions
 
@@ -118,6 +130,7 @@ struct RolloutCommand: AsyncParsableCommand {
             var query = [URLQueryItem(name: "release", value: String(release)), URLQueryItem(name: "fraction", value: String(fraction))]
             if let haltOnFailureRate { query.append(URLQueryItem(name: "haltOnFailureRate", value: String(haltOnFailureRate))) }
             if let minReports { query.append(URLQueryItem(name: "minReports", value: String(minReports))) }
+            if attestedOnly { query.append(URLQueryItem(name: "attestedOnly", value: "true")) }
             if force { query.append(URLQueryItem(name: "force", value: "true")) }
             try await RolloutCommand.call(origin, token, channel.channel, "start", query)
         }
@@ -186,9 +199,18 @@ struct Fleet: AsyncParsableCommand {
             var deferred: Int64
             var bytes: Int64
             var failuresByKind: [String: Int64]
+            var attested: Attested?
+        }
+        /// A revision's attested reports, by outcome.
+        struct Attested: Decodable {
+            var installed: Int64
+            var patched: Int64
+            var failed: Int64
+            var deferred: Int64
         }
         var days: [String]
         var reports: [Int64]
+        var attestedReports: [Int64]?
         var revisions: [Revision]
         var failuresByKind: [String: Int64]
         var rollout: RolloutAnswer?
@@ -200,10 +222,14 @@ struct Fleet: AsyncParsableCommand {
         let response = try await origin.transport().get(origin.endpoint("fleet", query), headers: try token.headers())
         guard response.status == 200 else { throw CLIError("fleet failed: HTTP \(response.status): \(Publish.message(response.body))") }
         let answer = try JSONDecoder().decode(Answer.self, from: Data(response.body))
-        print("\(origin.app) on \(channel.channel): \(answer.reports.reduce(0, +)) reports in \(answer.days.count) days (\(answer.days.first ?? "") to \(answer.days.last ?? ""))")
-        print("pack\trevision\tinstalled\tpatched\tfailed\tdeferred\tbytes")
+        let attested = (answer.attestedReports ?? []).reduce(0, +)
+        print("\(origin.app) on \(channel.channel): \(answer.reports.reduce(0, +)) reports in \(answer.days.count) days (\(answer.days.first ?? "") to \(answer.days.last ?? "")), \(attested) of them attested")
+        // The attested reports among each row's, by outcome, in the last four columns.
+        print("pack\trevision\tinstalled\tpatched\tfailed\tdeferred\tbytes\tattested installed\tattested patched\tattested failed\tattested deferred")
         for revision in answer.revisions {
-            print("\(revision.pack)\t\(revision.revision)\t\(revision.installed)\t\(revision.patched)\t\(revision.failed)\t\(revision.deferred)\t\(revision.bytes)")
+            let mine = revision.attested
+            print("\(revision.pack)\t\(revision.revision)\t\(revision.installed)\t\(revision.patched)\t\(revision.failed)\t\(revision.deferred)\t\(revision.bytes)"
+                + "\t\(mine?.installed ?? 0)\t\(mine?.patched ?? 0)\t\(mine?.failed ?? 0)\t\(mine?.deferred ?? 0)")
         }
         print("failures by kind: " + (answer.failuresByKind.isEmpty ? "none" : answer.failuresByKind.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")))
         if let rollout = answer.rollout { for line in rollout.lines { print(line) } }

@@ -68,6 +68,27 @@ struct AppAttestTests {
         #expect(AppAttestVerifier(appID: "A", environment: .production).anchor == AppAttestVerifier.appleRoot)
     }
 
+    @Test("DepotCore's X.509 helpers: the leaf's nonce, key and end of validity; a P-384 key, trailing bytes and garbage refused; the root's own chain")
+    func x509() throws {
+        guard case .array(let x5c)? = try CBORDecoder.decode(sample.object)["attStmt"]?["x5c"] else { throw CBORError(offset: 0, reason: "no x5c") }
+        let certificates = x5c.compactMap(\.byteString)
+        let leaf = try X509Certificate(der: certificates[0])
+        #expect(try leaf.extensionValue(oid: "1.2.840.113635.100.8.2").map(Hex.encode)
+            == "3024a122042087b7d06d93a4294e46f011e66b6cc400f0bab20729976c619580b42ae60bff6e")
+        #expect(try leaf.extensionValue(oid: "1.2.3.4.5") == nil)
+        #expect(try Data(leaf.p256PublicKey()).base64EncodedString() == sample.publicKeyBase64)
+        #expect(try leaf.notAfter() == Date(timeIntervalSince1970: 1_776_967_992)) // 2026-04-23T18:13:12Z
+        #expect(throws: CryptoError.self) { try X509Certificate(der: AppAttestVerifier.appleRoot).p256PublicKey() }
+        #expect(throws: CryptoError.self) { try X509Certificate(der: certificates[0] + [0]) }
+        #expect(throws: CryptoError.self) { try X509Certificate(der: Array("garbage".utf8)) }
+        #expect(throws: CryptoError.self) { try X509Certificate(der: []) }
+        try X509Chain.verify(certificates, anchor: AppAttestVerifier.appleRoot, at: sample.validAt)
+        try X509Chain.verify([AppAttestVerifier.appleRoot], anchor: AppAttestVerifier.appleRoot, at: Date())
+        #expect(throws: CryptoError.self) { try X509Chain.verify([], anchor: AppAttestVerifier.appleRoot, at: Date()) }
+        #expect(!P256Signature.isValid([0x30, 0x00], for: [1, 2, 3], publicKey: sample.keyID))
+        #expect(!P256Signature.isValid([0x30, 0x00], for: [1, 2, 3], publicKey: [0x04] + [UInt8](repeating: 1, count: 64)))
+    }
+
     @Test("Today (after 2026-04-23T18:13:12Z) the sample has expired: chain")
     func expired() {
         let refusal = refusal(at: Date())

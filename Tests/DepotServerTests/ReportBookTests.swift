@@ -188,7 +188,7 @@ struct ReportBookTests {
         #expect(try ReportDayFile.read(folder: folder, day: day).figures == restarted.figures)
     }
 
-    @Test("The guard's figures, kept as reports come (today) and summed once per past day, equal a sum over every stored row — after every step of a seeded walk of reports over three days, writes, compactions and restarts", arguments: [1, 2, 3] as [UInt64])
+    @Test("The guard's figures, kept as reports come (today) and summed once per past day, equal a sum over every stored row (of all reports and of the attested ones) — after every step of a seeded walk of reports over three days, writes, compactions and restarts", arguments: [1, 2, 3] as [UInt64])
     func guardFiguresModel(seed: UInt64) async throws {
         try await withServer(configure: { $0.reportRatePerAddress = 1_000_000; $0.reportRateTotal = 1_000_000 }) { origin in
             for round in 0..<3 { #expect(try upload(origin, pack: "level", Array(repeating: UInt8(round), count: 100 + round)).status == 201) }
@@ -215,7 +215,8 @@ struct ReportBookTests {
                         error: outcome == .failed ? ["http", "integrity", "install"][rng.next(3)] : nil, bytes: 1
                     )]
                     if release == 4 { packs.append(.init(id: "map", revision: try Self.revision(origin, release: 4, pack: "map"), outcome: .installed)) }
-                    try book.accept(DeviceReport(channel: "production", release: release, packs: packs), app: origin.app, now: when)
+                    // Some reports attested (issue 53): the index keeps their figures apart, equal to the rows' sum too.
+                    try book.accept(DeviceReport(channel: "production", release: release, packs: packs), app: origin.app, attested: rng.next(3) == 0, now: when)
                     switch rng.next(10) {
                     case 0: book.flush(now: when)
                     case 1: book.flush(now: when, final: true)
@@ -227,7 +228,7 @@ struct ReportBookTests {
                     }
                     let incremental = book.candidateFigures(record, now: when)
                     let full = record.candidateFigures(book.figures(origin.app, days: 4, now: when))
-                    #expect(incremental.reports == full.reports && incremental.failures == full.failures && incremental.byKind == full.byKind, "seed \(seed), day -\(day), step \(step)")
+                    #expect(incremental == full, "seed \(seed), day -\(day), step \(step)")
                 }
                 book.flush(now: when)
             }

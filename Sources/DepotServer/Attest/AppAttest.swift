@@ -118,6 +118,8 @@ public struct AppAttestVerifier: Sendable {
             throw AppAttestRefusal(.keyID, "the key id given is \(Self.base64(keyID)), expected SHA-256 of the certificate's public key, \(Self.base64(computedKeyID))")
         }
         let data = parsed.data
+        // Not one of Apple's numbered steps: authData's credential public key (WebAuthn's COSE
+        // key) must be the certified key, so that no reader of the stored object finds a second one.
         guard data.credentialPublicKey == publicKey else {
             throw AppAttestRefusal(.keyID, "the credential public key in authData is not the certificate's public key")
         }
@@ -144,7 +146,7 @@ public struct AppAttestVerifier: Sendable {
 
     private var anchorName: String { anchor == Self.appleRoot ? "Apple App Attestation Root CA" : "configured test anchor" }
 
-    static func hex(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02x", $0) }.joined() }
+    static func hex(_ bytes: [UInt8]) -> String { Hex.encode(bytes) }
     static func base64(_ bytes: [UInt8]) -> String { Data(bytes).base64EncodedString() }
     static func printable(_ aaguid: [UInt8]) -> String {
         "\"" + String(decoding: aaguid.prefix { $0 != 0 }, as: UTF8.self) + "\"" + (aaguid.contains(0) ? " + zeros" : "")

@@ -21,7 +21,7 @@ extension AppAttestVerifier {
             "tijVoyFraWVIyd/dganmrduC1bmTBGwD",
         ].joined()
         guard let der = Data(base64Encoded: base64).map(Array.init),
-              SHA256Hasher.hash(der).map({ String(format: "%02x", $0) }).joined() == appleRootSHA256 else {
+              Hex.encode(SHA256Hasher.hash(der)) == appleRootSHA256 else {
             fatalError("the embedded Apple App Attestation Root CA does not match its pinned SHA-256 \(appleRootSHA256)")
         }
         return der

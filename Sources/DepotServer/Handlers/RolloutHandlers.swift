@@ -8,6 +8,8 @@ import Synchronization
 struct RolloutHandlers: Sendable {
     let rollouts: Rollouts
     let limiter: ReportRateLimiter
+    /// The App Attest keys attested reports are signed with (``ReportAssertion``).
+    let keys: AttestedKeys
 
     private func by(_ context: RequestContext) -> String { context.token.map { "token " + $0.id } ?? "unknown" }
 
@@ -43,7 +45,7 @@ struct RolloutHandlers: Sendable {
         try Self.private(rollouts.status(context.app, channel: context["channel"]))
     }
 
-    /// `POST …/rollouts/{channel}/start?release=N&fraction=F[&haltOnFailureRate=R&minReports=M][&force=true]`.
+    /// `POST …/rollouts/{channel}/start?release=N&fraction=F[&haltOnFailureRate=R&minReports=M][&attestedOnly=true][&force=true]`.
     func start(_ context: RequestContext) throws -> HTTPResponse {
         try context.requireChannel(context["channel"])
         guard let release = context.query("release").flatMap(ReleaseNumber.parse) else {
@@ -59,7 +61,7 @@ struct RolloutHandlers: Sendable {
         }
         let status = try rollouts.start(
             context.app, channel: context["channel"], release: release, fraction: Self.fraction(context), haltOnFailureRate: rate, minReports: minimum,
-            force: context.flag("force"), by: by(context)
+            attestedOnly: context.flag("attestedOnly"), force: context.flag("force"), by: by(context)
         )
         return try Self.private(status, status: 201)
     }
@@ -101,7 +103,8 @@ struct RolloutHandlers: Sendable {
     }
 
     /// `POST …/reports`: one device report (JSON, at most 32 KiB), counted or refused; rate-limited
-    /// per client address and in all before its body is read. No address is stored.
+    /// per client address and in all before its body is read. No address is stored. With an App
+    /// Attest assertion (``ReportAssertion``) it counts as attested once that is checked.
     func report(_ context: RequestContext) throws -> HTTPDisposition {
         let app = context.app
         let metrics = rollouts.publisher.metrics
@@ -120,8 +123,19 @@ struct RolloutHandlers: Sendable {
             // a new connection per request.
             return .receiveBody(DiscardingReceiver(answer: ErrorResponse.response(for: refusal)))
         }
+        let assertion: ReportAssertion?
+        do {
+            assertion = try ReportAssertion.read(context, keys: keys)
+        } catch {
+            metrics.report(app: app, result: (error as? DepotError)?.code ?? "invalid")
+            // Read and dropped, as above: a flood of bad headers keeps its connections.
+            return .receiveBody(DiscardingReceiver(answer: ErrorResponse.response(for: error)))
+        }
         let address = ReportRateLimiter.key(context.request.clientAddress ?? "")
-        return .receiveBody(ReportReceiver(app: app, book: rollouts.reports, metrics: metrics, charge: { [limiter] cost in limiter.charge(address: address, cost: cost) }))
+        return .receiveBody(ReportReceiver(
+            app: app, book: rollouts.reports, metrics: metrics, assertion: assertion.map { ($0, keys) },
+            charge: { [limiter] cost in limiter.charge(address: address, cost: cost) }
+        ))
     }
 
     static func `private`(_ value: some Encodable, status: Int = 200) throws -> HTTPResponse {
@@ -136,13 +150,17 @@ final class ReportReceiver: HTTPBodyReceiver {
     private let app: String
     private let book: ReportBook
     private let metrics: OriginMetrics
+    /// The report's assertion and the keys it is checked against; nil: an unattested report.
+    private let assertion: (ReportAssertion, AttestedKeys)?
     /// Charges the sender's rate buckets for the work its report made (a release's listing read).
     private let charge: (Double) -> Void
     private var body: [UInt8] = []
     private var failed = false
 
-    init(app: String, book: ReportBook, metrics: OriginMetrics, charge: @escaping (Double) -> Void = { _ in }) {
-        (self.app, self.book, self.metrics, self.charge) = (app, book, metrics, charge)
+    init(
+        app: String, book: ReportBook, metrics: OriginMetrics, assertion: (ReportAssertion, AttestedKeys)? = nil, charge: @escaping (Double) -> Void = { _ in }
+    ) {
+        (self.app, self.book, self.metrics, self.assertion, self.charge) = (app, book, metrics, assertion, charge)
     }
 
     func receive(_ chunk: UnsafeRawBufferPointer) -> HTTPResponse? {
@@ -166,7 +184,11 @@ final class ReportReceiver: HTTPBodyReceiver {
                 throw DepotError.badRequest(error.description + "; the report was not counted")
             }
             do {
-                try book.accept(report, app: app, charge: charge)
+                // The assertion is checked over the exact bytes received, once the report passed
+                // every other check; one that fails refuses the report (never counted unattested).
+                try book.accept(report, app: app, attested: assertion != nil, charge: charge) { [body, assertion] in
+                    if let (assertion, keys) = assertion { try assertion.verify(body, keys: keys) }
+                }
             } catch let error as DepotError {
                 metrics.report(app: app, result: error.code)
                 throw error
@@ -174,7 +196,7 @@ final class ReportReceiver: HTTPBodyReceiver {
                 metrics.report(app: app, result: failure.status == 503 ? "shed" : failure.code)
                 throw failure
             }
-            metrics.report(app: app, result: "accepted")
+            metrics.report(app: app, result: assertion == nil ? "accepted" : "accepted_attested")
             // Accepted: counted by the writer within a second (the queue is bounded; see ReportBook).
             var response = HTTPResponse.bytes(Array("{\"accepted\":true}\n".utf8), status: 202, contentType: "application/json")
             response.headers.add("Cache-Control", "no-store")

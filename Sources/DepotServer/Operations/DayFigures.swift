@@ -3,8 +3,9 @@ import Foundation
 
 /// One day's counts of device reports for one app, as kept on disk
 /// (`apps/<app>/reports/<day>.json`) and in the bucket (`apps/<app>/reports/<origin>/<day>.json`):
-/// per channel the number of reports, and per channel, release, pack revision, outcome and
-/// error kind a count and the bytes. Nothing names a device or an address.
+/// per channel the number of reports (and of attested ones among them), and per channel,
+/// release, pack revision, outcome, error kind and attestation a count and the bytes. Nothing
+/// names a device, a key or an address.
 struct DayFigures: Codable, Hashable, Sendable {
     /// What one count is about.
     struct Key: Codable, Hashable, Sendable {
@@ -14,6 +15,17 @@ struct DayFigures: Codable, Hashable, Sendable {
         var revision: Int
         var outcome: DeviceReport.Outcome
         var error: String?
+        /// True for the counts of attested reports (an App Attest assertion over the report's
+        /// bytes checked); nil for unattested ones — never false, so that their rows, and every
+        /// file written before reports could be attested, keep their bytes.
+        var attested: Bool? = nil
+
+        /// The key with `attested` false (from a file or another origin) taken as nil.
+        var normalized: Key {
+            var key = self
+            if key.attested != true { key.attested = nil }
+            return key
+        }
     }
 
     /// One count: its key's fields, `count` and `bytes`, in one flat JSON object.
@@ -42,8 +54,11 @@ struct DayFigures: Codable, Hashable, Sendable {
 
     /// `YYYY-MM-DD`, UTC.
     var day: String
-    /// Reports per channel.
+    /// Reports per channel (attested ones included).
     var reports: [String: Int64] = [:]
+    /// Attested reports per channel (among ``reports``); absent when there were none (and in
+    /// days counted before reports could be attested).
+    var attestedReports: [String: Int64]?
     var rows: [Row] = []
     /// Per channel, reports per pack key ring (the ids a build holds, sorted, joined with `,`;
     /// ``KeyRingCounts/other`` past ``KeyRingCounts/ringsPerDay``); absent when none was named
@@ -56,38 +71,48 @@ struct DayFigures: Codable, Hashable, Sendable {
     var byKey: [Key: (count: Int64, bytes: Int64)] {
         var out: [Key: (count: Int64, bytes: Int64)] = [:]
         for row in rows {
-            let before = out[row.key] ?? (0, 0)
-            out[row.key] = (ReportBook.adding(before.count, row.count), ReportBook.adding(before.bytes, row.bytes))
+            let key = row.key.normalized
+            let before = out[key] ?? (0, 0)
+            out[key] = (ReportBook.adding(before.count, row.count), ReportBook.adding(before.bytes, row.bytes))
         }
         return out
     }
 
     init(day: String) { self.day = day }
 
-    init(day: String, reports: [String: Int64], counts: [Key: (count: Int64, bytes: Int64)], rings: [KeyRingCounts.Key: Int64] = [:]) {
+    init(
+        day: String, reports: [String: Int64], attestedReports: [String: Int64] = [:], counts: [Key: (count: Int64, bytes: Int64)],
+        rings: [KeyRingCounts.Key: Int64] = [:]
+    ) {
         self.day = day
         self.reports = reports
+        self.attestedReports = attestedReports.isEmpty ? nil : attestedReports
         (packKeyRings, manifestKeyRings) = KeyRingCounts.nested(rings)
         rows = counts.map { Row(key: $0.key, count: $0.value.count, bytes: $0.value.bytes) }.sorted { a, b in
             let (x, y) = (a.key, b.key)
-            return (x.channel, x.release, x.pack, x.revision, x.outcome.rawValue, x.error ?? "") < (y.channel, y.release, y.pack, y.revision, y.outcome.rawValue, y.error ?? "")
+            if (x.channel, x.release, x.pack, x.revision, x.outcome.rawValue, x.error ?? "") != (y.channel, y.release, y.pack, y.revision, y.outcome.rawValue, y.error ?? "") {
+                return (x.channel, x.release, x.pack, x.revision, x.outcome.rawValue, x.error ?? "") < (y.channel, y.release, y.pack, y.revision, y.outcome.rawValue, y.error ?? "")
+            }
+            return x.attested == nil && y.attested != nil
         }
     }
 
     /// The sum of several origins' figures for the same day.
     static func sum(_ parts: [DayFigures], day: String) -> DayFigures {
         var reports: [String: Int64] = [:]
+        var attested: [String: Int64] = [:]
         var counts: [Key: (count: Int64, bytes: Int64)] = [:]
         var rings: [KeyRingCounts.Key: Int64] = [:]
         for part in parts {
             reports.merge(part.reports, uniquingKeysWith: ReportBook.adding)
+            attested.merge(part.attestedReports ?? [:], uniquingKeysWith: ReportBook.adding)
             rings.merge(part.keyRings, uniquingKeysWith: ReportBook.adding)
             for (key, value) in part.byKey {
                 let before = counts[key] ?? (0, 0)
                 counts[key] = (ReportBook.adding(before.count, value.count), ReportBook.adding(before.bytes, value.bytes))
             }
         }
-        return DayFigures(day: day, reports: reports, counts: counts, rings: rings)
+        return DayFigures(day: day, reports: reports, attestedReports: attested, counts: counts, rings: rings)
     }
 
     /// The key-ring counts, flat.

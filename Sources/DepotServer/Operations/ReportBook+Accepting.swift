@@ -14,8 +14,14 @@ extension ReportBook {
     /// (``ReleaseHistory``) before any listing is looked at; a listing not kept is read off the
     /// serving thread (``ReleaseListings``), the report answered `503` meanwhile. `charge` is
     /// told the extra work a report made the origin do (a listing read), in the rate limiter's
-    /// tokens.
-    func accept(_ report: DeviceReport, app: String, now: Date = Date(), charge: (Double) -> Void = { _ in }) throws {
+    /// tokens. `attested`: the report's App Attest assertion is checked by `proving`, which runs
+    /// once every check above has passed (so that no signature is verified, and no key's counter
+    /// advanced, for a report that would be refused anyway) and before the report is queued
+    /// (what it throws refuses the report); the report then counts among the attested ones too.
+    func accept(
+        _ report: DeviceReport, app: String, attested: Bool = false, now: Date = Date(), charge: (Double) -> Void = { _ in },
+        proving: () throws -> Void = {}
+    ) throws {
         // The channel's live release (cached: no file is read per report once it is known).
         guard let live = try releases.current(app, channel: report.channel) else {
             throw DepotError(.unprocessable, "unknown_channel", "app \(app) has no channel \(report.channel); the report was not counted")
@@ -61,7 +67,8 @@ extension ReportBook {
                 throw DepotError(.unprocessable, "impossible_bytes", "pack \(pack.id) revision \(pack.revision) is \(most) bytes at most; the report was not counted")
             }
         }
-        let item = Item(app: app, report: report, day: DayFigures.day(of: now), live: live.version)
+        try proving()
+        let item = Item(app: app, report: report, day: DayFigures.day(of: now), live: live.version, attested: attested)
         let (queued, backlog) = queue.withLock { queue -> (Bool, Bool) in
             // One app's reports take at most a quarter of the queue: a flood about one app does
             // not shed another's.

@@ -4,10 +4,10 @@ import Foundation
 /// Counting, on the writer thread: the queue taken and each report added to its app's day in
 /// place (hash lookups, no copy, whatever the day holds).
 extension ReportBook {
-    static func key(_ report: DeviceReport, _ pack: DeviceReport.PackResult) -> DayFigures.Key {
+    static func key(_ report: DeviceReport, _ pack: DeviceReport.PackResult, attested: Bool = false) -> DayFigures.Key {
         DayFigures.Key(
             channel: report.channel, release: report.release, pack: pack.id, revision: pack.revision, outcome: pack.outcome,
-            error: pack.outcome == .failed ? (pack.error ?? "other") : nil
+            error: pack.outcome == .failed ? (pack.error ?? "other") : nil, attested: attested ? true : nil
         )
     }
 
@@ -58,7 +58,7 @@ extension ReportBook {
                     unreadable.insert(item.app + "\u{0}" + item.day)
                     continue
                 }
-                let keys = item.report.packs.map { Self.key(item.report, $0) }
+                let keys = item.report.packs.map { Self.key(item.report, $0, attested: item.attested) }
                 var fresh = 0
                 for key in keys where app.days[item.day]?.counts[key] == nil { fresh += 1 }
                 if fresh > 0 {
@@ -75,7 +75,7 @@ extension ReportBook {
                     }
                 }
                 let empty = ReportDay(day: item.day, file: .init(generation: 1, length: 0, snapshotBytes: 0))
-                app.days[item.day, default: empty].addReport(channel: item.report.channel)
+                app.days[item.day, default: empty].addReport(channel: item.report.channel, attested: item.attested)
                 if let ids = item.report.packKeys { app.days[item.day, default: empty].addRing(.pack, channel: item.report.channel, ids: ids) }
                 if let ids = item.report.manifestKeys { app.days[item.day, default: empty].addRing(.manifest, channel: item.report.channel, ids: ids) }
                 for (key, pack) in zip(keys, item.report.packs) { app.days[item.day, default: empty].add(key, bytes: pack.bytes) }

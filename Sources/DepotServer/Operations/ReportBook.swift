@@ -56,6 +56,8 @@ final class ReportBook: Sendable {
         var day: String
         /// The release the report's channel served when it was accepted.
         var live: Int
+        /// Whether its App Attest assertion was checked (it counts as attested).
+        var attested: Bool = false
     }
     let queue = Mutex<(items: [Item], packs: Int, byApp: [String: Int])>(([], 0, [:]))
     /// Called when the queue passes a quarter of its size (the writer takes it early).
@@ -139,6 +141,7 @@ final class ReportBook: Sendable {
         var app: String
         var day: String
         var reports: [String: Int64]
+        var attestedReports: [String: Int64]
         var counts: [DayFigures.Key: ReportCounts]
         var rings: [KeyRingCounts.Key: Int64]
         var cursor: ReportDayFile.Cursor
@@ -172,10 +175,12 @@ final class ReportBook: Sendable {
                         let bucket = entry.bucketBehind && (final || clock >= counts.bucketDue)
                         guard entry.hasPending || compact || bucket else { continue }
                         jobs.append(Job(
-                            app: app, day: day, reports: entry.pendingReports, counts: entry.pendingCounts, rings: entry.pendingRings, cursor: entry.file,
+                            app: app, day: day, reports: entry.pendingReports, attestedReports: entry.pendingAttestedReports, counts: entry.pendingCounts,
+                            rings: entry.pendingRings, cursor: entry.file,
                             whole: compact || bucket ? entry : nil, compact: compact, bucket: bucket
                         ))
                         entry.pendingReports = [:]
+                        entry.pendingAttestedReports = [:]
                         entry.pendingCounts = [:]
                         entry.pendingRings = [:]
                         if bucket { entry.bucketBehind = false }
@@ -190,8 +195,10 @@ final class ReportBook: Sendable {
                 var cursor = job.cursor
                 var appended = true
                 do {
-                    cursor = try ReportDayFile.append(reports: job.reports, counts: job.counts, rings: job.rings, day: job.day, cursor: cursor, folder: folder)
-                    if !job.reports.isEmpty || !job.counts.isEmpty || !job.rings.isEmpty { apps.insert(job.app) }
+                    cursor = try ReportDayFile.append(
+                        reports: job.reports, attestedReports: job.attestedReports, counts: job.counts, rings: job.rings, day: job.day, cursor: cursor, folder: folder
+                    )
+                    if !job.reports.isEmpty || !job.attestedReports.isEmpty || !job.counts.isEmpty || !job.rings.isEmpty { apps.insert(job.app) }
                 } catch {
                     appended = false
                     logger.warning("could not write device reports", metadata: ["app": .string(job.app), "day": .string(job.day), "error": .string("\(error)")])
@@ -232,6 +239,9 @@ final class ReportBook: Sendable {
                     } else {
                         // Not written: the deltas go back, to be appended with the next ones.
                         for (channel, count) in job.reports { entry.pendingReports[channel] = Self.adding(entry.pendingReports[channel] ?? 0, count) }
+                        for (channel, count) in job.attestedReports {
+                            entry.pendingAttestedReports[channel] = Self.adding(entry.pendingAttestedReports[channel] ?? 0, count)
+                        }
                         for (key, value) in job.counts { entry.pendingCounts[key, default: ReportCounts()].add(count: value.count, bytes: value.bytes) }
                         for (key, count) in job.rings { entry.pendingRings[key] = Self.adding(entry.pendingRings[key] ?? 0, count) }
                     }

@@ -13,25 +13,50 @@ struct ReportCounts: Hashable, Sendable {
 }
 
 /// What the rollout guard sums about a candidate: reports that are not deferrals, the failures
-/// among them, and the failures by kind.
+/// among them, and the failures by kind — of every report, and apart, of the attested ones.
 struct CandidateTally: Hashable, Sendable {
-    var reports: Int64 = 0
-    var failures: Int64 = 0
-    var byKind: [String: Int64] = [:]
+    /// One kind's figures.
+    struct Figures: Hashable, Sendable {
+        var reports: Int64 = 0
+        var failures: Int64 = 0
+        var byKind: [String: Int64] = [:]
 
-    mutating func add(_ key: DayFigures.Key, count: Int64) {
-        guard key.outcome != .deferred else { return }
-        reports = ReportBook.adding(reports, count)
-        if key.outcome == .failed {
-            failures = ReportBook.adding(failures, count)
-            byKind[key.error ?? "other", default: 0] = ReportBook.adding(byKind[key.error ?? "other", default: 0], count)
+        mutating func add(_ key: DayFigures.Key, count: Int64) {
+            reports = ReportBook.adding(reports, count)
+            if key.outcome == .failed {
+                failures = ReportBook.adding(failures, count)
+                byKind[key.error ?? "other", default: 0] = ReportBook.adding(byKind[key.error ?? "other", default: 0], count)
+            }
+        }
+
+        mutating func add(_ other: Figures) {
+            reports = ReportBook.adding(reports, other.reports)
+            failures = ReportBook.adding(failures, other.failures)
+            byKind.merge(other.byKind, uniquingKeysWith: ReportBook.adding)
         }
     }
 
+    /// Every report's (attested ones included).
+    var all = Figures()
+    /// The attested reports' only.
+    var attested = Figures()
+
+    var reports: Int64 { all.reports }
+    var failures: Int64 { all.failures }
+    var byKind: [String: Int64] { all.byKind }
+
+    /// What a guard counts: only the attested reports' figures when its rollout requires them.
+    func counted(attestedOnly: Bool) -> Figures { attestedOnly ? attested : all }
+
+    mutating func add(_ key: DayFigures.Key, count: Int64) {
+        guard key.outcome != .deferred else { return }
+        all.add(key, count: count)
+        if key.attested == true { attested.add(key, count: count) }
+    }
+
     mutating func add(_ other: CandidateTally) {
-        reports = ReportBook.adding(reports, other.reports)
-        failures = ReportBook.adding(failures, other.failures)
-        byKind.merge(other.byKind, uniquingKeysWith: ReportBook.adding)
+        all.add(other.all)
+        attested.add(other.attested)
     }
 }
 
@@ -42,6 +67,8 @@ struct CandidateTally: Hashable, Sendable {
 struct ReportDay: Sendable {
     let day: String
     var reports: [String: Int64] = [:]
+    /// Attested reports per channel (among ``reports``).
+    var attestedReports: [String: Int64] = [:]
     var counts: [DayFigures.Key: ReportCounts] = [:]
     /// Per `channel \0 pack@revision`, per release: what the guard sums.
     var byCandidate: [String: [Int: CandidateTally]] = [:]
@@ -50,6 +77,7 @@ struct ReportDay: Sendable {
     var ringsKept: [String: Int] = [:]
     /// What changed since the last append (deltas).
     var pendingReports: [String: Int64] = [:]
+    var pendingAttestedReports: [String: Int64] = [:]
     var pendingCounts: [DayFigures.Key: ReportCounts] = [:]
     var pendingRings: [KeyRingCounts.Key: Int64] = [:]
     /// Whether the bucket's copy is behind.
@@ -64,12 +92,17 @@ struct ReportDay: Sendable {
 
     /// Adds a total read back from disk (not pending).
     mutating func load(_ key: DayFigures.Key, _ value: ReportCounts) {
+        let key = key.normalized
         counts[key, default: ReportCounts()].add(count: value.count, bytes: value.bytes)
         byCandidate[Self.candidateKey(channel: key.channel, pack: key.pack, revision: key.revision), default: [:]][key.release, default: CandidateTally()].add(key, count: value.count)
     }
 
     mutating func loadReports(_ channel: String, _ count: Int64) {
         reports[channel] = ReportBook.adding(reports[channel] ?? 0, count)
+    }
+
+    mutating func loadAttestedReports(_ channel: String, _ count: Int64) {
+        attestedReports[channel] = ReportBook.adding(attestedReports[channel] ?? 0, count)
     }
 
     /// Adds a key ring's total read back from disk (not pending).
@@ -84,6 +117,7 @@ struct ReportDay: Sendable {
     /// Loads a day's whole figures (its files read back, or another origin's day).
     mutating func load(_ figures: DayFigures) {
         for (channel, count) in figures.reports { loadReports(channel, count) }
+        for (channel, count) in figures.attestedReports ?? [:] { loadAttestedReports(channel, count) }
         for row in figures.rows { load(row.key, ReportCounts(count: row.count, bytes: row.bytes)) }
         for (key, count) in figures.keyRings { loadRing(key, count) }
     }
@@ -108,17 +142,22 @@ struct ReportDay: Sendable {
         bucketBehind = true
     }
 
-    mutating func addReport(channel: String) {
+    /// Adds one report (`attested`: its assertion was checked; it counts among ``attestedReports`` too).
+    mutating func addReport(channel: String, attested: Bool = false) {
         loadReports(channel, 1)
         pendingReports[channel] = ReportBook.adding(pendingReports[channel] ?? 0, 1)
+        if attested {
+            loadAttestedReports(channel, 1)
+            pendingAttestedReports[channel] = ReportBook.adding(pendingAttestedReports[channel] ?? 0, 1)
+        }
         bucketBehind = true
     }
 
-    var hasPending: Bool { !pendingCounts.isEmpty || !pendingReports.isEmpty || !pendingRings.isEmpty }
+    var hasPending: Bool { !pendingCounts.isEmpty || !pendingReports.isEmpty || !pendingAttestedReports.isEmpty || !pendingRings.isEmpty }
 
     /// The day as the API and the files show it (sorted rows).
     var figures: DayFigures {
-        DayFigures(day: day, reports: reports, counts: counts.mapValues { ($0.count, $0.bytes) }, rings: rings)
+        DayFigures(day: day, reports: reports, attestedReports: attestedReports, counts: counts.mapValues { ($0.count, $0.bytes) }, rings: rings)
     }
 
     /// The guard's sum over this day.

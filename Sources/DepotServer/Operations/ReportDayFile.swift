@@ -24,7 +24,9 @@ enum ReportDayFile {
         var afterFailedCompaction: Cursor { Cursor(generation: generation + 1, length: 0, snapshotBytes: snapshotBytes) }
     }
 
-    /// One line of a log: a count's delta (`pack` set) or a channel's reports' delta.
+    /// One line of a log: a count's delta (`pack` set) or a channel's reports' delta (with
+    /// `attested`: its attested reports' delta). `attested` is absent from unattested counts,
+    /// so their lines keep the bytes they had before reports could be attested.
     struct Line: Codable {
         var channel: String
         var reports: Int64?
@@ -39,6 +41,8 @@ enum ReportDayFile {
         var packKeys: String?
         /// A manifest key ring's delta.
         var manifestKeys: String?
+        /// True on an attested count's delta, or on a channel's attested reports' delta.
+        var attested: Bool?
     }
 
     private struct SnapshotMark: Decodable { var log: Int? }
@@ -121,7 +125,7 @@ enum ReportDayFile {
     private static func apply(_ line: Line, to day: inout ReportDay) {
         if let reports = line.reports, reports >= 0 {
             guard Identifier.isValidChannel(line.channel) else { return }
-            day.loadReports(line.channel, reports)
+            if line.attested == true { day.loadAttestedReports(line.channel, reports) } else { day.loadReports(line.channel, reports) }
             return
         }
         if let ring = line.packKeys ?? line.manifestKeys {
@@ -131,15 +135,19 @@ enum ReportDayFile {
         }
         guard let release = line.release, let pack = line.pack, let revision = line.revision, let outcome = line.outcome,
               let count = line.count, let bytes = line.bytes, count >= 0, bytes >= 0 else { return }
-        let key = DayFigures.Key(channel: line.channel, release: release, pack: pack, revision: revision, outcome: outcome, error: line.error)
+        let key = DayFigures.Key(channel: line.channel, release: release, pack: pack, revision: revision, outcome: outcome, error: line.error, attested: line.attested)
         day.load(key, ReportCounts(count: count, bytes: bytes))
     }
 
     /// Appends what changed since the last append to the day's log and fsyncs it; the pending
     /// deltas are cleared only once that succeeded.
     static func append(_ day: inout ReportDay, folder: String) throws {
-        day.file = try append(reports: day.pendingReports, counts: day.pendingCounts, rings: day.pendingRings, day: day.day, cursor: day.file, folder: folder)
+        day.file = try append(
+            reports: day.pendingReports, attestedReports: day.pendingAttestedReports, counts: day.pendingCounts, rings: day.pendingRings, day: day.day,
+            cursor: day.file, folder: folder
+        )
         day.pendingReports = [:]
+        day.pendingAttestedReports = [:]
         day.pendingCounts = [:]
         day.pendingRings = [:]
     }
@@ -147,17 +155,21 @@ enum ReportDayFile {
     /// Appends deltas to a day's log at `cursor` (cutting off first whatever a crash left past
     /// its last whole line) and fsyncs it; returns where the next append goes.
     static func append(
-        reports: [String: Int64], counts: [DayFigures.Key: ReportCounts], rings: [KeyRingCounts.Key: Int64] = [:], day: String, cursor: Cursor, folder: String
+        reports: [String: Int64], attestedReports: [String: Int64] = [:], counts: [DayFigures.Key: ReportCounts], rings: [KeyRingCounts.Key: Int64] = [:],
+        day: String, cursor: Cursor, folder: String
     ) throws -> Cursor {
-        guard !reports.isEmpty || !counts.isEmpty || !rings.isEmpty else { return cursor }
+        guard !reports.isEmpty || !attestedReports.isEmpty || !counts.isEmpty || !rings.isEmpty else { return cursor }
         var out: [UInt8] = []
         for (channel, count) in reports.sorted(by: { $0.key < $1.key }) {
             out += try StoredJSON.compact.encode(Line(channel: channel, reports: count)) + [10]
         }
+        for (channel, count) in attestedReports.sorted(by: { $0.key < $1.key }) {
+            out += try StoredJSON.compact.encode(Line(channel: channel, reports: count, attested: true)) + [10]
+        }
         for (key, value) in counts {
             out += try StoredJSON.compact.encode(Line(
                 channel: key.channel, release: key.release, pack: key.pack, revision: key.revision, outcome: key.outcome, error: key.error,
-                count: value.count, bytes: value.bytes
+                count: value.count, bytes: value.bytes, attested: key.attested == true ? true : nil
             )) + [10]
         }
         for (key, count) in rings {

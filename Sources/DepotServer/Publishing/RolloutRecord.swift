@@ -50,6 +50,9 @@ struct RolloutRecord: Codable, Hashable, Sendable {
     /// `haltOnFailureRate` of them are failures.
     var haltOnFailureRate: Double?
     var minReports: Int?
+    /// True when the guard counts only attested reports (the app required attestation when the
+    /// rollout started, or the publisher asked); nil otherwise (and in records made before).
+    var attestedOnly: Bool? = nil
     /// `automatic` (the guard) or the id of the token that halted it.
     var haltedBy: String?
     var trigger: Trigger?
@@ -75,24 +78,24 @@ struct RolloutRecord: Codable, Hashable, Sendable {
     }
 
     /// The candidate's reports among `days`: from ``countingFrom`` on, on its channel, about
-    /// its pack revisions (deferred ones aside): how many, how many failed, and by kind.
-    func candidateFigures(_ days: [DayFigures]) -> (reports: Int64, failures: Int64, byKind: [String: Int64]) {
+    /// its pack revisions (deferred ones aside): how many, how many failed, and by kind — of
+    /// all, and of the attested ones. A sum over every row (the model the guard's index is
+    /// checked against).
+    func candidateFigures(_ days: [DayFigures]) -> CandidateTally {
         let wanted = Set(candidates.map { "\($0.pack)@\($0.revision)" })
-        var (reports, failures) = (Int64(0), Int64(0))
-        var byKind: [String: Int64] = [:]
+        var tally = CandidateTally()
         for day in days {
             for row in day.rows {
                 let key = row.key
-                guard key.channel == channel, key.release >= countingFrom, key.outcome != .deferred, wanted.contains("\(key.pack)@\(key.revision)") else { continue }
-                reports.saturatingAdd(row.count)
-                if key.outcome == .failed {
-                    failures.saturatingAdd(row.count)
-                    byKind[key.error ?? "other", default: 0].saturatingAdd(row.count)
-                }
+                guard key.channel == channel, key.release >= countingFrom, wanted.contains("\(key.pack)@\(key.revision)") else { continue }
+                tally.add(key, count: row.count)
             }
         }
-        return (reports, failures, byKind)
+        return tally
     }
+
+    /// Whether the guard counts only attested reports.
+    var countsAttestedOnly: Bool { attestedOnly == true }
 }
 
 /// What a person acting on a rollout saw (`release`, `state`, `steps` of a step's query): a step
@@ -149,74 +152,20 @@ struct RolloutStatus: Encodable, Sendable {
     var haltedBy: String?
     var trigger: RolloutRecord.Trigger?
     var steps: [RolloutRecord.Step]
-    /// Reports about the candidate since the rollout started, failures among them, by kind.
+    /// Reports about the candidate since the rollout started, failures among them, by kind
+    /// (attested or not).
     var reports: Int64
     var failures: Int64
     var failureRate: Double?
     var failuresByKind: [String: Int64]
+    /// True when the guard counts only attested reports.
+    var attestedOnly: Bool
+    /// The attested reports among them, failures among those, by kind.
+    var attestedReports: Int64
+    var attestedFailures: Int64
+    var attestedFailureRate: Double?
+    var attestedFailuresByKind: [String: Int64]
     var manifestURL: String
-}
-
-/// What `GET …/fleet` answers: per pack revision, what devices on a channel reported each day.
-struct FleetFigures: Encodable, Sendable {
-    struct Revision: Encodable, Sendable {
-        var pack: String
-        var revision: Int
-        var installed: Int64
-        var patched: Int64
-        var failed: Int64
-        var deferred: Int64
-        var bytes: Int64
-        var failuresByKind: [String: Int64]
-        /// Installs (whole or patched) per day, oldest first, one per day of ``FleetFigures/days``.
-        var daily: [Int64]
-    }
-
-    var app: String
-    var channel: String
-    var days: [String]
-    /// Reports per day.
-    var reports: [Int64]
-    var revisions: [Revision]
-    var failuresByKind: [String: Int64]
-    var rollout: RolloutStatus?
-    /// Per key devices need, reports from builds with and without it (``FleetKeys``).
-    var keys: FleetKeys?
-
-    init(app: String, channel: String, figures: [DayFigures], rollout: RolloutStatus?, keys: FleetKeys? = nil) {
-        self.app = app
-        self.channel = channel
-        self.rollout = rollout
-        self.keys = keys
-        days = figures.map(\.day)
-        reports = figures.map { $0.reports[channel] ?? 0 }
-        var byRevision: [String: Revision] = [:]
-        var kinds: [String: Int64] = [:]
-        for (index, day) in figures.enumerated() {
-            for row in day.rows where row.key.channel == channel {
-                let (pack, number) = (row.key.pack, row.key.revision)
-                let key = "\(pack)@\(number)"
-                var revision = byRevision[key] ?? Revision(
-                    pack: pack, revision: number, installed: 0, patched: 0, failed: 0, deferred: 0, bytes: 0, failuresByKind: [:],
-                    daily: Array(repeating: 0, count: figures.count)
-                )
-                revision.bytes.saturatingAdd(row.bytes)
-                switch row.key.outcome {
-                case .installed: revision.installed.saturatingAdd(row.count)
-                case .patched: revision.patched.saturatingAdd(row.count)
-                case .deferred: revision.deferred.saturatingAdd(row.count)
-                case .failed:
-                    revision.failed.saturatingAdd(row.count)
-                    revision.failuresByKind[row.key.error ?? "other", default: 0].saturatingAdd(row.count)
-                    kinds[row.key.error ?? "other", default: 0].saturatingAdd(row.count)
-                }
-                if row.key.outcome == .installed || row.key.outcome == .patched { revision.daily[index].saturatingAdd(row.count) }
-                byRevision[key] = revision
-            }
-        }
-        revisions = byRevision.values.sorted { ($0.pack, $0.revision) < ($1.pack, $1.revision) }
-        failuresByKind = kinds
-    }
 }
 
 extension Int64 {

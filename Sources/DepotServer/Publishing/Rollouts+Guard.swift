@@ -4,7 +4,9 @@ import Logging
 
 extension Rollouts {
     /// The guard: halts each running guarded rollout of `apps` whose candidate has at least
-    /// `minReports` reports with a failure share above `haltOnFailureRate`.
+    /// `minReports` reports with a failure share above `haltOnFailureRate` — counting only
+    /// attested reports when the rollout requires them (``RolloutRecord/attestedOnly``): then no
+    /// number of forged, unattested reports moves it.
     func evaluate(_ apps: [String]) {
         for app in apps {
             for name in FileSystem.contents(of: folder.app(app) + "/rollouts") where name.hasSuffix(".json") {
@@ -19,7 +21,7 @@ extension Rollouts {
                 }
                 guard let record = found, record.state == .running,
                       let rate = record.haltOnFailureRate, let minimum = record.minReports else { continue }
-                let tally = self.reports.candidateFigures(record)
+                let tally = self.reports.candidateFigures(record).counted(attestedOnly: record.countsAttestedOnly)
                 let (reports, failures) = (tally.reports, tally.failures)
                 guard reports >= Int64(minimum), Double(failures) > rate * Double(reports) else { continue }
                 let trigger = RolloutRecord.Trigger(reports: reports, failures: failures, failureRate: Double(failures) / Double(reports), at: Date())

@@ -70,15 +70,23 @@ final class Rollouts: Sendable {
         try StoredJSON.write(record, to: folder.rollout(record.app, channel: record.channel))
     }
 
+    /// Whether the app's settings require attested reports (its App Attest settings).
+    static func requiresAttestation(_ settings: AppSettings) -> Bool {
+        settings.attestation?.required == true
+    }
+
     static func checkFraction(_ fraction: Double) throws {
         guard fraction.isFinite, fraction > 0, fraction <= 1 else {
             throw DepotError.badRequest("a rollout's fraction is above 0 and at most 1 (0.1 is 10 % of devices)")
         }
     }
 
-    /// Starts offering release `release` to `fraction` of `channel`'s devices.
+    /// Starts offering release `release` to `fraction` of `channel`'s devices. Its guard counts
+    /// only attested reports when `attestedOnly` is set or the app's settings require attestation
+    /// (recorded at the start: a later change of the settings does not change a running guard).
     func start(
-        _ app: String, channel: String, release: Int, fraction: Double, haltOnFailureRate: Double?, minReports: Int?, force: Bool, by: String
+        _ app: String, channel: String, release: Int, fraction: Double, haltOnFailureRate: Double?, minReports: Int?, attestedOnly: Bool = false,
+        force: Bool, by: String
     ) throws -> RolloutStatus {
         try Self.checkFraction(fraction)
         if let rate = haltOnFailureRate, !(rate.isFinite && rate >= 0 && rate < 1) {
@@ -90,6 +98,10 @@ final class Rollouts: Sendable {
         if settings.isManaged {
             throw DepotError.conflict("rollout_managed", "app \(app) is managed: the system chooses what every device downloads from the one download manifest, so a device cannot take a candidate; publish the release on a channel (beta) instead. Nothing changed")
         }
+        if attestedOnly && settings.attestation == nil {
+            throw DepotError.conflict("attestation_not_configured", "app \(app) takes no App Attest keys, so none of its reports is attested and a guard that counts only attested reports would never see one: configure it first (depot attest configure --app \(app) --app-id TEAMID.BUNDLEID). Nothing changed")
+        }
+        let onlyAttested: Bool? = attestedOnly || Self.requiresAttestation(settings) ? true : nil
         return try steps.withLock { _ in
             var made: Rollout?
             var base = 0
@@ -125,7 +137,7 @@ final class Rollouts: Sendable {
                 try self.save(RolloutRecord(
                     app: app, channel: channel, release: release, baseRelease: base, state: .running, fraction: fraction, salt: rollout.salt,
                     candidates: candidates, removed: rollout.removed, haltOnFailureRate: haltOnFailureRate,
-                    minReports: haltOnFailureRate == nil ? nil : (minReports ?? 20), haltedBy: nil, trigger: nil, steps: []
+                    minReports: haltOnFailureRate == nil ? nil : (minReports ?? 20), attestedOnly: onlyAttested, haltedBy: nil, trigger: nil, steps: []
                 ))
                 provisional = true
                 return rollout
@@ -140,7 +152,7 @@ final class Rollouts: Sendable {
             let record = RolloutRecord(
                 app: app, channel: channel, release: release, baseRelease: base, state: .running, fraction: fraction, salt: made.salt,
                 candidates: candidates, removed: made.removed,
-                haltOnFailureRate: haltOnFailureRate, minReports: haltOnFailureRate == nil ? nil : (minReports ?? 20), haltedBy: nil, trigger: nil,
+                haltOnFailureRate: haltOnFailureRate, minReports: haltOnFailureRate == nil ? nil : (minReports ?? 20), attestedOnly: onlyAttested, haltedBy: nil, trigger: nil,
                 steps: [RolloutRecord.Step(at: Date(), action: "start", fraction: fraction, manifest: published.version, by: by)]
             )
             try save(record)
@@ -288,11 +300,14 @@ final class Rollouts: Sendable {
         self.reports.settle()
         let tally = self.reports.candidateFigures(record)
         let (reports, failures, byKind) = (tally.reports, tally.failures, tally.byKind)
+        let attested = tally.attested
         return RolloutStatus(
             app: record.app, channel: record.channel, state: record.state, release: record.release, baseRelease: record.baseRelease, fraction: record.fraction,
             manifest: (try? releases.current(record.app, channel: record.channel)?.version) ?? 0, candidates: record.candidates, removed: record.removed,
             haltOnFailureRate: record.haltOnFailureRate, minReports: record.minReports, haltedBy: record.haltedBy, trigger: record.trigger, steps: record.steps,
             reports: reports, failures: failures, failureRate: reports > 0 ? Double(failures) / Double(reports) : nil, failuresByKind: byKind,
+            attestedOnly: record.countsAttestedOnly, attestedReports: attested.reports, attestedFailures: attested.failures,
+            attestedFailureRate: attested.reports > 0 ? Double(attested.failures) / Double(attested.reports) : nil, attestedFailuresByKind: attested.byKind,
             manifestURL: publisher.urls.manifest(record.app, channel: record.channel)
         )
     }

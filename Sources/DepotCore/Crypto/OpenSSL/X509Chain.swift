@@ -13,19 +13,17 @@ public final class X509Certificate: @unchecked Sendable {
 
     /// Parses `der`; the whole input must be one certificate (no trailing bytes).
     public init(der: [UInt8]) throws(CryptoError) {
-        var end: UnsafePointer<UInt8>?
-        let parsed: OpaquePointer? = der.withUnsafeBufferPointer { buffer in
-            var cursor: UnsafePointer<UInt8>? = buffer.baseAddress
+        let (parsed, used): (OpaquePointer?, Int) = der.withUnsafeBufferPointer { buffer in
+            guard let start = buffer.baseAddress else { return (nil, 0) }
+            var cursor: UnsafePointer<UInt8>? = start
             let x = d2i_X509(nil, &cursor, buffer.count)
-            end = cursor
-            return x
+            return (x, cursor.map { $0 - start } ?? 0)
         }
         guard let parsed else {
             ERR_clear_error()
             throw .backend("reading a DER certificate")
         }
         certificate = parsed
-        let used = der.withUnsafeBufferPointer { buffer in end.map { $0 - buffer.baseAddress! } ?? 0 }
         guard used == der.count else { throw .backend("reading a DER certificate (\(der.count - used) bytes after it)") }
     }
 
