@@ -37,7 +37,7 @@ struct AttestationFlowTests {
     @Test("The first send attests the key once (challenge, attestKey over the challenge's SHA-256, the origin stores it) and signs; the second only signs")
     func attestsOnceThenSigns() async throws {
         try await AttestingSetup.run { setup in
-            let report = try AttestedReportTests.installed(setup.origin)
+            let report = try ReporterAttestTests.installed(setup.origin)
             #expect(try await setup.reporter.send(report) == 202)
             let key = try #require(setup.kept?.keyId)
             #expect(setup.kept?.attested == true && setup.kept?.attestation == nil && setup.kept?.challenge == nil)
@@ -49,14 +49,48 @@ struct AttestationFlowTests {
 
             #expect(try await setup.reporter.send(report) == 202)
             #expect(setup.recorder.calls.dropFirst(3) == [.generateAssertion(key)], "the second send only signs")
-            #expect(try setup.originKeys().count == 1)
+            #expect(try setup.originKeys().map(\.counter) == [2], "the origin advanced the key's counter for each report")
+            #expect(try ReporterAttestTests.fleet(setup.origin) == .init(reports: 2, attested: 2))
+        }
+    }
+
+    @Test("A key the origin does not know (403 unknown_attested_key: another origin's, a restored data folder) is forgotten; the next send attests a new one and is counted attested")
+    func unknownKeyIsReplaced() async throws {
+        try await AttestingSetup.run { setup in
+            let report = try ReporterAttestTests.installed(setup.origin)
+            // A key attested elsewhere: recorded as attested, unknown to this origin.
+            let elsewhere = try await setup.device.generateKey()
+            try FileSystem.writeAtomically(Array(#"{"app":"\#(setup.origin.app)","keyId":"\#(elsewhere)","attested":true}"#.utf8), to: setup.state.path + "/attest-key.json")
+            #expect(try await setup.reporter.send(report) == 403)
+            #expect(setup.kept?.keyId == "", "forgotten")
+            #expect(setup.recorder.calls == [.generateAssertion(elsewhere)])
+            #expect(try await setup.reporter.send(report) == 202)
+            #expect(setup.kept?.attested == true && setup.kept?.keyId != elsewhere)
+            #expect(setup.recorder.calls.filter { $0 == .generateKey }.count == 1)
+            #expect(try ReporterAttestTests.fleet(setup.origin) == .init(reports: 1, attested: 1))
+        }
+    }
+
+    @Test("A key the operator revoked (depot attest revoke: 403 attested_key_revoked) is forgotten; the next send attests a new one")
+    func revokedKeyIsReplaced() async throws {
+        try await AttestingSetup.run { setup in
+            let report = try ReporterAttestTests.installed(setup.origin)
+            #expect(try await setup.reporter.send(report) == 202)
+            let first = try #require(setup.kept?.keyId)
+            let revoke = try Processes.run(Processes.depotBinary, ["attest", "revoke", "--data", setup.origin.data.path, "--app", setup.origin.app, first])
+            #expect(revoke.status == 0, "\(revoke.stdout)\(revoke.stderr)")
+            #expect(try await setup.reporter.send(report) == 403)
+            #expect(setup.kept?.keyId == "")
+            #expect(try await setup.reporter.send(report) == 202)
+            #expect(setup.kept?.attested == true && setup.kept?.keyId != first)
+            #expect(try ReporterAttestTests.fleet(setup.origin) == .init(reports: 2, attested: 2))
         }
     }
 
     @Test("DeviceCheck's serverUnavailable on attestKey: unattested this time; the next send attests the same key over the same clientDataHash, as Apple's page asks")
     func serverUnavailableRetriesTheSameInputs() async throws {
         try await AttestingSetup.run { setup in
-            let report = try AttestedReportTests.installed(setup.origin)
+            let report = try ReporterAttestTests.installed(setup.origin)
             setup.recorder.fail("attestKey", with: RecordingAppAttest.serverUnavailable)
             #expect(try await setup.reporter.send(report) == 202)
             let kept = try #require(setup.kept)
@@ -76,7 +110,7 @@ struct AttestationFlowTests {
     @Test("DeviceCheck's invalidKey on generateAssertion: the report goes unattested, the key is forgotten, the next send attests a new one")
     func invalidKeyReplacesTheKey() async throws {
         try await AttestingSetup.run { setup in
-            let report = try AttestedReportTests.installed(setup.origin)
+            let report = try ReporterAttestTests.installed(setup.origin)
             #expect(try await setup.reporter.send(report) == 202)
             let first = try #require(setup.kept?.keyId)
             setup.recorder.fail("generateAssertion", with: RecordingAppAttest.invalidKey)
@@ -93,7 +127,7 @@ struct AttestationFlowTests {
     @Test("An origin that refuses the attestation (422: another App ID): the key is discarded, as Apple says, and no attestation is tried again for a day")
     func refusedAttestationWaits() async throws {
         try await AttestingSetup.run(device: "ABCDE12345.com.example.other") { setup in
-            let report = try AttestedReportTests.installed(setup.origin)
+            let report = try ReporterAttestTests.installed(setup.origin)
             #expect(try await setup.reporter.send(report) == 202)
             #expect(setup.recorder.calls.count == 2, "generateKey and attestKey: \(setup.recorder.calls)")
             #expect(setup.kept?.keyId == "" && setup.kept?.attested == false)
@@ -106,7 +140,7 @@ struct AttestationFlowTests {
     @Test("Stopped after Apple's attestation was kept and before the origin's answer: the next send hands the same object over, with no new key and no second attestKey")
     func keptAttestationIsHandedOver() async throws {
         try await AttestingSetup.run { setup in
-            let report = try AttestedReportTests.installed(setup.origin)
+            let report = try ReporterAttestTests.installed(setup.origin)
             let keyId = try await setup.device.generateKey()
             let challenge = try #require(try Self.challenge(setup))
             let object = try await setup.device.attestKey(keyId, clientDataHash: Data(SHA256Hasher.hash(Data(base64Encoded: challenge)!)))
@@ -115,6 +149,39 @@ struct AttestationFlowTests {
             #expect(setup.recorder.calls == [.generateAssertion(keyId)])
             #expect(setup.kept?.attested == true)
             #expect(try setup.originKeys().map { Data($0.key.keyID).base64EncodedString() } == [keyId])
+        }
+    }
+
+    @Test("Stopped after the origin stored the key, before its 201 arrived: the same object handed over again meets a taken challenge (400), the key is taken as attested, and the report's assertion proves it (counted attested)")
+    func lostCreatedAnswer() async throws {
+        try await AttestingSetup.run { setup in
+            let report = try ReporterAttestTests.installed(setup.origin)
+            let keyId = try await setup.device.generateKey()
+            let challenge = try #require(try Self.challenge(setup))
+            let object = try await setup.device.attestKey(keyId, clientDataHash: Data(SHA256Hasher.hash(Data(base64Encoded: challenge)!)))
+            try Self.keep(setup, keyId: keyId, challenge: challenge, attestation: object)
+            let body = try JSONSerialization.data(withJSONObject: ["keyId": keyId, "challenge": challenge, "attestation": object.base64EncodedString()])
+            #expect(try call(setup.origin, "POST", "/v1/apps/\(setup.origin.app)/attest/keys", token: "", body: Array(body)).status == 201, "the answer the device never saw")
+            #expect(try await setup.reporter.send(report) == 202)
+            #expect(setup.recorder.calls == [.generateAssertion(keyId)] && setup.kept?.attested == true)
+            #expect(try ReporterAttestTests.fleet(setup.origin) == .init(reports: 1, attested: 1))
+        }
+    }
+
+    @Test("Stopped after Apple attested the key, and the origin never took it (its challenge gone): the key is spent (DeviceCheck attests a key once); its report is refused (403) and a new key attested at the next send")
+    func spentKeyIsReplaced() async throws {
+        try await AttestingSetup.run { setup in
+            let report = try ReporterAttestTests.installed(setup.origin)
+            let keyId = try await setup.device.generateKey()
+            let gone = Data((0..<32).map { UInt8($0) }).base64EncodedString()  // no challenge the origin gave
+            let object = try await setup.device.attestKey(keyId, clientDataHash: Data(SHA256Hasher.hash(Data(base64Encoded: gone)!)))
+            try Self.keep(setup, keyId: keyId, challenge: gone, attestation: object)
+            #expect(try await setup.reporter.send(report) == 403, "taken as attested, refused as unknown")
+            #expect(setup.kept?.keyId == "")
+            #expect(try await setup.reporter.send(report) == 202)
+            #expect(setup.kept?.attested == true && setup.kept?.keyId != keyId)
+            #expect(try setup.originKeys().count == 1)
+            #expect(try ReporterAttestTests.fleet(setup.origin) == .init(reports: 1, attested: 1))
         }
     }
 

@@ -77,7 +77,7 @@ struct KeptKey: Decodable {
 }
 
 @Suite("Attested reports: DeviceReporter with App Attest against the origin")
-struct AttestedReportTests {
+struct ReporterAttestTests {
     static func installed(_ origin: TestOrigin) throws -> DeviceReport {
         try put(origin, "level", bytes(2_000, seed: 1))
         return DeviceReport(channel: "production", release: 1, packs: [.init(id: "level", revision: 1, outcome: .installed, bytes: 2_000)])
