@@ -124,6 +124,19 @@ struct AttestationFlowTests {
         }
     }
 
+    @Test("DeviceCheck's invalidKey on attestKey (a key attested already, or refused by Apple): unattested this time, the key forgotten, a new one attested at the next send")
+    func invalidKeyOnAttestation() async throws {
+        try await AttestingSetup.run { setup in
+            let report = try ReporterAttestTests.installed(setup.origin)
+            setup.recorder.fail("attestKey", with: RecordingAppAttest.invalidKey)
+            #expect(try await setup.reporter.send(report) == 202)
+            #expect(setup.kept?.keyId == "" && setup.recorder.calls.count == 2)
+            #expect(try await setup.reporter.send(report) == 202)
+            #expect(setup.kept?.attested == true && setup.recorder.calls.filter { $0 == .generateKey }.count == 2)
+            #expect(try ReporterAttestTests.fleet(setup.origin) == .init(reports: 2, attested: 1))
+        }
+    }
+
     @Test("An origin that refuses the attestation (422: another App ID): the key is discarded, as Apple says, and no attestation is tried again for a day")
     func refusedAttestationWaits() async throws {
         try await AttestingSetup.run(device: "ABCDE12345.com.example.other") { setup in

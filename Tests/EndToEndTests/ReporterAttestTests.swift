@@ -123,6 +123,8 @@ struct ReporterAttestTests {
             let report = try Self.installed(origin)
             #expect(try await reporter.send(report) == 202)
             #expect(device.calls.isEmpty, "the challenge is asked for before a key is made")
+            let challenge = try call(origin, "POST", "/v1/apps/\(origin.app)/attest/challenges", token: "")
+            #expect(challenge.status == 404 && challenge.bodyText.contains("attestation_not_configured"), "what the reporter met: \(challenge.bodyText)")
             #expect(KeptKey.read(state.path) == nil)
         }
     }
@@ -136,5 +138,49 @@ struct ReporterAttestTests {
         } throws: { error in
             (error as? ClientError)?.kind == .state && "\(error)".contains("stateFolder")
         }
+    }
+
+    @Test("Against the real depot serve (its anchor a test CA's, DEPOT_APP_ATTEST_TEST_ANCHOR), set up by depot attest configure: the first send attests once and signs, the second only signs — one generateKey, one attestKey in all — both counted attested; depot attest list shows the key and its counter")
+    func againstDepotServe() async throws {
+        let (app, appID) = ("com.example.dev", "ABCDE12345.com.example.dev")
+        let work = TemporaryDirectory("depot-reporter-serve")
+        defer { work.remove() }
+        let device = try TestAppAttest(appID: appID)
+        try FileSystem.writeAtomically(device.root, to: work.path + "/anchor.der")
+        let data = work.path + "/data"
+        let server = try ServeProcess(data: data, environment: ["DEPOT_APP_ATTEST_TEST_ANCHOR": work.path + "/anchor.der"])
+        defer {
+            server.process.terminate()
+            server.process.waitUntilExit()
+        }
+        let depot = { (arguments: [String]) in try Processes.run(Processes.depotBinary, arguments + ["--data", data]) }
+        let configured = try depot(["attest", "configure", "--app", app, "--app-id", appID])
+        #expect(configured.status == 0, "\(configured.stdout)\(configured.stderr)")
+        let pack = bytes(3_000, seed: 9)
+        let head = "PUT /v1/apps/\(app)/packs/level?release=true HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(server.token)\r\nContent-Length: \(pack.count)\r\nConnection: close\r\n\r\n"
+        #expect(try RawHTTP.send(port: UInt16(server.port)!, head, body: pack).first?.status == 201)
+
+        let state = TemporaryDirectory("depot-reporter-serve-state")
+        defer { state.remove() }
+        let recorder = RecordingAppAttest(wrapping: device)
+        let reporter = DeviceReporter(server: URL(string: server.url)!, app: app, attestation: recorder, stateFolder: state.path)
+        let report = DeviceReport(channel: "production", release: 1, packs: [.init(id: "level", revision: 1, outcome: .installed, bytes: 3_000)])
+        #expect(try await reporter.send(report) == 202)
+        #expect(try await reporter.send(report) == 202)
+        let key = try #require(KeptKey.read(state.path)?.keyId)
+        #expect(recorder.calls.filter { $0 == .generateKey }.count == 1)
+        #expect(recorder.calls.filter { if case .attestKey = $0 { true } else { false } }.count == 1)
+        #expect(recorder.calls.filter { $0 == .generateAssertion(key) }.count == 2)
+
+        // Counted as attested (the origin writes its counts within a second).
+        func attested() -> Int64? {
+            let get = "GET /v1/apps/\(app)/fleet?channel=production HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(server.token)\r\nConnection: close\r\n\r\n"
+            guard let body = try? RawHTTP.send(port: UInt16(server.port)!, get).first?.body,
+                  let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any] else { return nil }
+            return ((object["attestedReports"] as? [Any]) ?? []).reduce(0) { $0 + ((($1 as? NSNumber)?.int64Value) ?? 0) }
+        }
+        #expect(Eventually.wait(every: .milliseconds(100)) { attested() == 2 }, "attested reports: \(String(describing: attested()))")
+        let listed = try depot(["attest", "list", "--app", app])
+        #expect(listed.stdout.contains(key) && listed.stdout.contains("counter 2") && listed.stdout.contains("active"), "\(listed.stdout)")
     }
 }
