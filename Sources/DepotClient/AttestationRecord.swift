@@ -10,7 +10,9 @@ import Foundation
 ///
 /// Each change is written atomically and durably (``FileSystem/writeAtomically(_:to:mode:)``)
 /// before the next step that depends on it, and no lock is held across an `await`: iOS may
-/// suspend or end the app anywhere in a send. Where it stops decides what the next send does:
+/// suspend or end the app anywhere in a send. A key is made only once the origin gave a challenge
+/// (an origin that does not attest the app costs no key). Where a send stops decides what the
+/// next one does:
 /// - after `generateKey`, before the record: that key is never used (one unused key in the
 ///   Secure Enclave); the next send generates another.
 /// - after the record, before `attestKey` returned: the next send attests the same key.
