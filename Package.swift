@@ -104,11 +104,14 @@ let package = Package(
         // A stand-in for Apple's BackgroundAssets framework (Linux has none), declared as Apple's
         // pages declare it, so that the integration guide's code compiles and runs in tests.
         .target(name: "BackgroundAssets", path: "Tests/BackgroundAssets", swiftSettings: strict),
+        // The same for DeviceCheck (App Attest), which the guide's reporting block uses.
+        .target(name: "DeviceCheck", path: "Tests/DeviceCheck", swiftSettings: strict),
         .testTarget(
             name: "EndToEndTests",
             dependencies: [
                 "DepotServer", "DepotClient", "DepotCore", "DepotTestSupport", "depot",
                 .target(name: "BackgroundAssets", condition: .when(platforms: [.linux])),
+                .target(name: "DeviceCheck", condition: .when(platforms: [.linux])),
             ],
             exclude: ["Fixtures"],
             swiftSettings: strict

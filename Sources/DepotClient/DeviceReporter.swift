@@ -5,38 +5,107 @@ import Foundation
 /// to the origin's `POST /v1/apps/{app}/reports`, for an app that opts in.
 ///
 /// Call it from the app, after its install step, never from the Background Assets extension:
-/// an extension has seconds per callback and its network time belongs to the downloads. One
-/// report per install step, at most. A report names no device: the channel, the release, and
-/// per pack the revision, the outcome and the bytes. A report that cannot be sent is dropped
-/// (figures are counts, not a ledger); nothing is queued on the device.
+/// an extension has seconds per callback and its network time belongs to the downloads (and App
+/// Attest's `generateKey` fails in an extension). One report per install step, at most. A report
+/// says the channel, the release, and per pack the revision, the outcome and the bytes; without
+/// App Attest it names no device, with it the request carries the install's key id (below). A
+/// report that cannot be sent is dropped (figures are counts, not a ledger); nothing is queued on
+/// the device.
+///
+/// **App Attest.** With ``attestation`` (on a device, `DCAppAttestService.shared`) and a
+/// ``stateFolder``, each report carries an assertion: the key's signature over the report's exact
+/// bytes (`X-Depot-Attest-Key`, `X-Depot-Assertion`), which the origin verifies with the key it
+/// attested, so that a guard requiring attestation counts only reports from genuine copies of the
+/// app. The first send generates the key, asks the origin for a challenge, has Apple attest the
+/// key over its SHA-256 and hands the attestation to the origin; later sends only sign. The report
+/// goes unattested, never dropped, when App Attest is not supported (`isSupported` false: a Mac,
+/// a simulator, an old device), when the origin has no attestation settings for the app, or while
+/// an attestation waits (Apple's service unreachable, the origin busy); a key the origin does not
+/// know or revoked, or that DeviceCheck calls invalid, is forgotten and a new one attested at the
+/// next send. What it keeps (`attest-key.json`: the key's id, whether the origin accepted it, and
+/// while an attestation is under way the challenge and Apple's attestation object) is written
+/// atomically before each step that depends on it, and no lock is held across an `await`: the app
+/// may be suspended or ended anywhere in a send, and the next send picks up from the record — the
+/// same key attested again, the same attestation handed over again, or at worst a new key.
 public struct DeviceReporter: Sendable {
     /// The origin or edge base URL (the manifest's server).
     public var server: URL
     /// The app id.
     public var app: String
-    /// Sent with the request (the app's download credentials, if its downloads need them).
+    /// Sent with the request (the app's download credentials, if its downloads need them); with
+    /// attestation, with the challenge and key requests too.
     public var headers: [String: String] = [:]
     /// What https trusts and where names connect.
     public var transport = TransportOptions()
     /// Seconds before the request gives up.
     public var timeout: TimeInterval = 15
+    /// App Attest, to sign each report: `DCAppAttestService.shared` on a device; nil sends
+    /// unattested reports (as every report before App Attest).
+    public var attestation: (any AppAttesting)?
+    /// The folder where the attested key's id is kept (`attest-key.json`): the app's state folder
+    /// (``StateStore/stateFolder``), which a purge of the packs keeps. Required with
+    /// ``attestation``.
+    public var stateFolder: String?
 
     public init(server: URL, app: String) {
         self.server = server
         self.app = app
     }
 
+    /// A reporter that signs its reports with `attestation`, keeping the key's id in `stateFolder`.
+    public init(server: URL, app: String, attestation: any AppAttesting, stateFolder: String) {
+        self.init(server: server, app: app)
+        self.attestation = attestation
+        self.stateFolder = stateFolder
+    }
+
     /// Where reports go: `SERVER/v1/apps/APP/reports`.
-    public var url: URL { server.appendingPathComponent("v1").appendingPathComponent("apps").appendingPathComponent(app).appendingPathComponent("reports") }
+    public var url: URL { appURL.appendingPathComponent("reports") }
+
+    var appURL: URL { server.appendingPathComponent("v1").appendingPathComponent("apps").appendingPathComponent(app) }
 
     /// Sends `report`; returns the origin's status (`202` when accepted for counting; `429` or
-    /// `503` with `Retry-After` when the origin sheds it — it is not sent again). Throws only
-    /// when the origin could not be reached.
+    /// `503` with `Retry-After` when the origin sheds it — it is not sent again; `403` when it
+    /// refused the report's attestation). Throws when the origin could not be reached, or when
+    /// ``attestation`` is set without a ``stateFolder``.
     @discardableResult
     public func send(_ report: DeviceReport) async throws -> Int {
+        let body = report.encoded()
         var headers = headers
         headers["Content-Type"] = "application/json"
-        let response = try await HTTPTransport(timeout: timeout, options: transport).send(method: "POST", to: url, headers: headers, body: Data(report.encoded()))
+        let http = HTTPTransport(timeout: timeout, options: transport)
+        var signedBy: String?
+        if let attestation, attestation.isSupported {
+            guard let stateFolder else {
+                throw ClientError.state("DeviceReporter.attestation needs a stateFolder to keep its key in (the app's state folder)")
+            }
+            let attester = ReportAttester(reporter: self, service: attestation, record: AttestationRecord.File(folder: stateFolder, app: app), http: http)
+            if let signature = await attester.sign(body) {
+                headers[Self.keyHeader] = signature.keyId
+                headers[Self.assertionHeader] = signature.assertion.base64EncodedString()
+                signedBy = signature.keyId
+            }
+        }
+        let response = try await http.send(method: "POST", to: url, headers: headers, body: Data(body))
+        if let signedBy, response.status == 403, let code = Self.errorCode(response.body), Self.keyRefusals.contains(code) {
+            // The origin does not know the key (a restored data folder, another origin) or revoked
+            // it: a new one is attested at the next send.
+            DepotLog.notice("the origin refused the report's key (\(code)); a new key is attested at the next report", category: "report")
+            AttestationRecord.File(folder: stateFolder ?? "", app: app).forget(keyId: signedBy)
+        }
         return response.status
+    }
+
+    /// The report's headers with App Attest: the key's id (base64, as `generateKey` returned it)
+    /// and the assertion (base64).
+    public static let keyHeader = "X-Depot-Attest-Key"
+    public static let assertionHeader = "X-Depot-Assertion"
+    /// The origin's refusals of a report's key (`403`), after which the key is forgotten.
+    static let keyRefusals: Set<String> = ["unknown_attested_key", "attested_key_revoked"]
+
+    /// The `code` of the origin's JSON error body (`{"error":{"code":…,"message":…}}`).
+    static func errorCode(_ body: [UInt8]) -> String? {
+        struct Body: Decodable { struct E: Decodable { var code: String }; var error: E }
+        return (try? JSONDecoder().decode(Body.self, from: Data(body)))?.error.code
     }
 }

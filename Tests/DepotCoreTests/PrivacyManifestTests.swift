@@ -123,6 +123,12 @@ struct PrivacyManifestTests {
         }
         let used = Self.used(in: code, file: "Integration.md")
         #expect(used.keys.contains("NSPrivacyAccessedAPICategoryUserDefaults"))
+        // An app that signs its reports with App Attest sends a per-install key id with each:
+        // a device-level identifier, which links the reports, to be declared as collected.
+        if code.contains("DCAppAttestService") {
+            #expect(guide.contains("`NSPrivacyCollectedDataTypeDeviceID`") && guide.contains("`NSPrivacyCollectedDataTypeLinked`"),
+                    "the guide's reporter uses App Attest and its text does not tell the app to declare the key id it sends")
+        }
         for category in used.keys {
             #expect(guide.components(separatedBy: "```").enumerated().contains { $0.offset % 2 == 0 && $0.element.contains(category) },
                     "the guide's code uses \(category) and its text does not tell the app to declare it")

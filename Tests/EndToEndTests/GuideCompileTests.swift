@@ -64,6 +64,11 @@ struct GuideCompileTests {
                 "the delegate path is in the app's part")
         // The manager refuses scheduling during downloads(for:) and fetchCurrentDownloads() can block.
         #expect(!files.filter(\.inExtension).contains { $0.text.contains("fetchCurrentDownloads") }, "the extension never asks the manager")
+        // App Attest: the app signs its reports, keeping the key's id beside the state; never the
+        // extension (generateKey fails there, as Apple's isSupported page says).
+        #expect(files.filter(\.inApp).contains { $0.text.contains("reporter.attestation = DCAppAttestService.shared") && $0.text.contains("reporter.stateFolder") },
+                "the app's reporter attests")
+        #expect(!files.filter(\.inExtension).contains { $0.text.contains("DCAppAttestService") }, "no App Attest in the extension")
         #expect(!files.contains { $0.text.contains("Task.detached") && $0.text.contains("installArrived") } && files.contains { $0.text.contains("Thread {") && $0.text.contains("installArrived") },
                 "the install step runs on a thread of its own, not Swift's cooperative pool")
         let work = TemporaryDirectory("depot-guide-\(sdk)-\(newTargetDefaults)")
@@ -71,7 +76,8 @@ struct GuideCompileTests {
         let modules = Self.root + "/.build/debug/Modules"
         let sdkFlags = sdk == "27" ? ["-D", "BA_SDK_27"] : []
         // The stand-ins, built for this SDK into their own folder (found before the package's).
-        for (name, source) in [("BackgroundAssets", "Tests/BackgroundAssets/BackgroundAssets.swift"), ("UIKit", "Tests/UIKit/UIKit.swift")] {
+        for (name, source) in [("BackgroundAssets", "Tests/BackgroundAssets/BackgroundAssets.swift"), ("UIKit", "Tests/UIKit/UIKit.swift"),
+                               ("DeviceCheck", "Tests/DeviceCheck/DeviceCheck.swift")] {
             let standIn = try Processes.run("/usr/bin/env", ["swiftc", "-emit-module", "-module-name", name, "-swift-version", "6", "-parse-as-library",
                                                              "-emit-module-path", work.path + "/\(name).swiftmodule", Self.root + "/" + source] + sdkFlags)
             #expect(standIn.status == 0, "\(standIn.stderr)")
@@ -88,7 +94,13 @@ struct GuideCompileTests {
                 try FileSystem.writeAtomically(Array(file.text.utf8), to: path)
                 paths.append(path)
             }
-            let flags = ["-swift-version", "6", "-parse-as-library", "-module-name", target] + sdkFlags + (newTargetDefaults ? Self.xcode26Defaults : [])
+            if target == "GuideApp" {
+                // What DepotClient declares on Apple platforms only (DCAppAttestService is an
+                // AppAttesting), which Linux's DepotClient lacks: the same file, in the app's target.
+                paths.append(Self.root + "/Sources/DepotClient/AppAttesting+DeviceCheck.swift")
+            }
+            let flags = ["-swift-version", "6", "-parse-as-library", "-module-name", target, "-D", "DEPOT_DEVICECHECK_STANDIN"] + sdkFlags
+                + (newTargetDefaults ? Self.xcode26Defaults : [])
             let checked = try Processes.run("/usr/bin/env", ["swiftc", "-typecheck"] + flags + cModules + ["-I", work.path, "-I", modules] + paths)
             #expect(checked.status == 0, "the guide's \(target) target does not compile (iOS \(sdk) SDK, new-target defaults: \(newTargetDefaults)):\n\(checked.stderr)")
             #expect(!checked.stderr.contains("error:") && !checked.stderr.contains("warning:"), "\(checked.stderr)")
@@ -125,5 +137,29 @@ struct GuideCompileTests {
         #expect(checked.stderr.contains("int64Value"), "Int? has no int64Value: \(checked.stderr)")
         #expect(checked.stderr.contains("withExclusiveControl") || checked.stderr.contains("async"), "the async form is not in the iOS 26 SDK: \(checked.stderr)")
         #expect(checked.stderr.contains("'shared' is a 'let' constant") || checked.stderr.contains("cannot assign"), "shared is get-only: \(checked.stderr)")
+    }
+
+    @Test("The DeviceCheck stand-in catches App Attest calls that stray from Apple's declarations")
+    func catchesDeviceCheckMistakes() throws {
+        let work = TemporaryDirectory("depot-guide-devicecheck")
+        defer { work.remove() }
+        let wrong = """
+            import DeviceCheck
+            func f() async throws {
+                DCAppAttestService.shared.isSupported = true
+                _ = try await DCAppAttestService.shared.attestKey("k", clientDataHash: [UInt8](repeating: 0, count: 32))
+            }
+            func g() async throws {
+                let keyId: String = DCAppAttestService.shared.generateKey()
+                _ = keyId
+            }
+            """
+        try FileSystem.writeAtomically(Array(wrong.utf8), to: work.path + "/Wrong.swift")
+        let checked = try Processes.run("/usr/bin/env", ["swiftc", "-typecheck", "-swift-version", "6", "-parse-as-library", "-I", Self.root + "/.build/debug/Modules", work.path + "/Wrong.swift"])
+        #expect(checked.status != 0)
+        #expect(checked.stderr.contains("isSupported") && checked.stderr.contains("get-only"), "isSupported is get-only: \(checked.stderr)")
+        #expect(checked.stderr.contains("'Array<UInt8>'") && checked.stderr.contains("'Data'"), "clientDataHash is Data: \(checked.stderr)")
+        #expect(checked.stderr.contains("'async' but is not marked with 'await'") && checked.stderr.contains("can throw but is not marked with 'try'"),
+                "generateKey's form without a completion handler is async and throws: \(checked.stderr)")
     }
 }
