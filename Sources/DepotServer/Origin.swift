@@ -159,6 +159,16 @@ final class Origin: HTTPHandler {
         let (tokens, trust) = (TokenStore(folder: folder), TrustStore(folder: folder))
         let attestedKeys = AttestedKeys(folder: folder)
         self.attestedKeys = attestedKeys
+        let logger = configuration.logger
+        reports.onWriting {
+            do {
+                try attestedKeys.writeCounters()
+                return true
+            } catch {
+                logger.error("attested keys' counters could not be written; report counts wait for them", metadata: ["error": .string("\(error)")])
+                return false
+            }
+        }
         router = Router(
             routes: Router.originRoutes(
                 reads: ReadHandlers(

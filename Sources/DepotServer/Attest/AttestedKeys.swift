@@ -1,12 +1,14 @@
 import DepotCore
 import Foundation
+import Synchronization
 
 /// The App Attest keys the origin accepted, a small file each: `apps/<app>/attest/<keyIdHex>.json`
 /// (``StoredKey``). The origin stores them (`POST …/attest/keys`) and advances their counters
 /// (attested reports); `depot attest list` and `depot attest revoke` read and change them beside
 /// a running origin. Every change is a read-modify-write under the file's lock (``LockedFile``),
 /// written atomically and durably through the crash-point seam, so a revocation and a counter
-/// advance made at once both hold. The folder goes with its app (backups copy it, a restore
+/// write made at once both hold (counters are raised in memory and written each second:
+/// ``advance(app:keyID:to:)``). The folder goes with its app (backups copy it, a restore
 /// brings it back, `depot apps remove` removes it).
 ///
 /// Lookups are cached in memory (``FileStampCache``: bounded, one `stat` per lookup), so a key
@@ -15,6 +17,8 @@ import Foundation
 public final class AttestedKeys: Sendable {
     let folder: DataFolder
     private let cache: FileStampCache<StoredKey>
+    /// Counters raised by attested reports, by key file, until written and a while after (``advance(app:keyID:to:)``).
+    private let raised = Mutex<[String: Raised]>([:])
 
     public init(folder: DataFolder, cached: Int = 16_384) {
         self.folder = folder
@@ -82,29 +86,66 @@ public final class AttestedKeys: Sendable {
     }
 
     /// Raises a key's counter to `counter` (an assertion's, already verified) for attested
-    /// reports: false, changing nothing, when it does not exceed the stored one (a replayed or
-    /// reordered assertion). Throws `403 attested_key_revoked` for a revoked key and `404
+    /// reports: false, changing nothing, when it does not exceed the highest one taken (a replayed
+    /// or reordered assertion). Throws `403 attested_key_revoked` for a revoked key and `404
     /// unknown_attested_key` for one never stored.
     ///
-    /// Cadence: the new counter is written durably (atomically, under the key file's lock, which
-    /// a revocation takes too) before this returns, so before the report is handed to the
-    /// counting queue: a report's counts are never durable while its counter is not, and the
-    /// same assertion replayed after a crash is refused. That is one small atomic write per
-    /// attested report; reports are bounded per address and in all before this is reached, and
-    /// each device sends a report per install event, so the writes stay few. Two reports of one
-    /// key at once are ordered by the lock: the lower counter loses.
+    /// Cadence: the counter is raised in memory here (one lock, no I/O on the serving thread)
+    /// and written by the report writer's next pass (``writeCounters()``, at most a second
+    /// later), before that pass writes the counts of the reports it takes: a report's counts are
+    /// never durable while its counter is not. A crash loses the last second's counters with the
+    /// last second's counts, so an assertion replayed after it counts once, never twice. A
+    /// genuine device making assertions as fast as it can therefore costs the origin a write per
+    /// key per second, not an fsync per report on a serving thread (which would let one tenant's
+    /// devices hold the threads every tenant's downloads are served from).
     public func advance(app: String, keyID: [UInt8], to counter: UInt32) throws -> Bool {
+        guard let stored = try key(app: app, keyID: keyID) else { throw Self.unknown(app: app, keyID: keyID) }
+        guard !stored.isRevoked else { throw Self.revoked(stored) }
         let path = path(app: app, keyID: keyID)
-        guard Identifier.isValidApp(app), keyID.count == 32, FileSystem.exists(path) else { throw Self.unknown(app: app, keyID: keyID) }
-        return try LockedFile.update(StoredKey.self, at: path) { stored in
-            guard var key = stored else { throw Self.unknown(app: app, keyID: keyID) }
-            guard key.revokedAt == nil else { throw Self.revoked(key) }
-            guard counter > key.counter else { return false }
-            key.counter = counter
-            stored = key
+        return raised.withLock { raised in
+            guard counter > max(stored.counter, raised[path]?.counter ?? 0) else { return false }
+            raised[path] = Raised(counter: counter, written: false, at: .now)
             return true
         }
     }
+
+    /// A counter raised in memory: whether it is written yet, and when it was raised.
+    struct Raised {
+        var counter: UInt32
+        var written: Bool
+        var at: ContinuousClock.Instant
+    }
+
+    /// Writes the counters raised since the last pass, each under its key file's lock (a
+    /// revocation made meanwhile is kept). A counter stays in memory for ``raisedMemory`` after
+    /// it is written, so that a report whose key was read from the file just before the write
+    /// still meets it; the map holds what a few seconds of attested reports raised. Throws the
+    /// first write that failed (the others are still tried; a failed one is tried again next pass).
+    public func writeCounters() throws {
+        let now = ContinuousClock.now
+        let due = raised.withLock { raised -> [(String, UInt32)] in
+            raised = raised.filter { !$0.value.written || now - $0.value.at < Self.raisedMemory }
+            return raised.compactMap { $0.value.written ? nil : ($0.key, $0.value.counter) }
+        }
+        var failure: (any Error)?
+        for (path, counter) in due {
+            do {
+                try LockedFile.update(StoredKey.self, at: path) { stored in
+                    guard var key = stored, counter > key.counter else { return }
+                    key.counter = counter
+                    stored = key
+                }
+                raised.withLock { raised in
+                    if raised[path]?.counter == counter { raised[path]?.written = true }
+                }
+            } catch {
+                failure = failure ?? error
+            }
+        }
+        if let failure { throw failure }
+    }
+
+    static let raisedMemory: Duration = .seconds(10)
 
     static func revoked(_ key: StoredKey) -> DepotError {
         DepotError(.forbidden, "attested_key_revoked", "key \(key.keyID) was revoked by the operator: its reports are not counted (generate and attest a new key)")

@@ -121,6 +121,12 @@ final class ReportBook: Sendable {
     /// Sets who is told after each write.
     func onFlushed(_ body: @escaping @Sendable ([String]) -> Void) { flushed.withLock { $0 = body } }
 
+    /// Called by each write before it writes any count, after it took the queue (the attested
+    /// keys' counters: ``AttestedKeys/writeCounters()``); false when that could not be written,
+    /// and the write then waits for the next pass (at stop it goes on).
+    let beforeWrite: Mutex<(@Sendable () -> Bool)?> = Mutex(nil)
+    func onWriting(_ body: @escaping @Sendable () -> Bool) { beforeWrite.withLock { $0 = body } }
+
     /// Sets who is called when the queue fills up (the writer's wake-up).
     func onBacklog(_ body: @escaping @Sendable () -> Void) { wake.withLock { $0 = body } }
 
@@ -160,6 +166,8 @@ final class ReportBook: Sendable {
         let written = writing.withLock { retention -> [String] in
             settle()
             lastFlush.withLock { $0 = .now }
+            // The counters of the attested reports just taken are durable before their counts are.
+            if let before = beforeWrite.withLock({ $0 }), !before(), !final { return [] }
             let today = DayFigures.day(of: now)
             let clock = ContinuousClock.now
             let jobs: [Job] = book.withLock { book in
