@@ -52,13 +52,35 @@ struct AttestationRecord: Codable, Equatable, Sendable {
 
         var path: String { folder + "/attest-key.json" }
 
-        /// The record for this app; nil when there is none, it is another app's, or it cannot be
-        /// read (then a new key is attested and the record rewritten).
-        func load() -> AttestationRecord? {
-            guard let bytes = try? FileSystem.readFile(path, limit: 64 << 10),
-                  let record = try? Self.decoder.decode(AttestationRecord.self, from: Data(bytes)),
+        /// The record for this app; nil when there is none, it is another app's, or it is not a
+        /// record (then a new key is attested and the record rewritten).
+        func load() -> AttestationRecord? { try? read() }
+
+        /// Like ``load()``, but a file that exists and cannot be read now (data protection before
+        /// the first unlock, an I/O error, too many open files) throws: that is no reason to
+        /// replace an attested key.
+        func read() throws -> AttestationRecord? {
+            let bytes: [UInt8]
+            do {
+                bytes = try FileSystem.readFile(path, limit: 64 << 10)
+            } catch {
+                if error.errno == ENOENT { return nil }
+                throw ClientError.state("cannot read the App Attest key's record \(path) now: \(error)")
+            }
+            guard let record = try? Self.decoder.decode(AttestationRecord.self, from: Data(bytes)),
                   record.app.utf8.elementsEqual(app.utf8) else { return nil }
             return record
+        }
+
+        /// Keeps the record's key and state, and tries no signing or attestation before `date`.
+        func pause(until date: Date) {
+            guard var record = try? read() ?? AttestationRecord(app: app, keyId: "") else { return }
+            record.notBefore = date
+            do {
+                try save(record)
+            } catch {
+                DepotLog.error("\(error)", category: "report")
+            }
         }
 
         func save(_ record: AttestationRecord) throws {

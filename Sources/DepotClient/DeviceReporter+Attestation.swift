@@ -22,6 +22,13 @@ struct ReportAttester: Sendable {
     /// the origin's settings (App ID, environment), which each attempt would meet again, and
     /// each attempt costs a call to Apple's service.
     static let afterRefusal: TimeInterval = 24 * 3600
+    /// How long no key is generated after `generateKey` failed.
+    static let afterFailure: TimeInterval = 3600
+    /// How long no new key is made after the origin lost a fresh attestation's challenge.
+    static let afterLostChallenge: TimeInterval = 600
+    /// How long no report is signed, and no attestation tried, after the origin said it attests
+    /// no key for this app (`404 attestation_not_configured`).
+    static let afterNotConfigured: TimeInterval = 6 * 3600
 
     /// The report's key and assertion, or nil: the report goes unattested.
     func sign(_ body: [UInt8]) async -> Signature? {
@@ -44,9 +51,17 @@ struct ReportAttester: Sendable {
     /// The key the origin accepted, attested first when it has not (at most one round trip); nil
     /// when there is none to sign with this time.
     func attestedKey() async throws -> String? {
-        var current = record.load() ?? AttestationRecord(app: reporter.app, keyId: "")
-        if current.hasKey && current.attested { return current.keyId }
+        // A record that exists and cannot be read now (before the first unlock): unattested this
+        // time, the key kept.
+        var current = try record.read() ?? AttestationRecord(app: reporter.app, keyId: "")
         if let notBefore = current.notBefore, now < notBefore { return nil }
+        if current.hasKey && current.attested {
+            if current.notBefore != nil {
+                current.notBefore = nil
+                try record.save(current)
+            }
+            return current.keyId
+        }
         current.notBefore = nil
         // Apple's attestation from an earlier send, which the origin may hold already.
         if current.hasKey, let object = current.attestation, let challenge = current.challenge {
@@ -61,7 +76,15 @@ struct ReportAttester: Sendable {
             (challenge, current.challenge, current.challengeExpires) = (fresh.challenge, fresh.challenge, now.addingTimeInterval(fresh.expiresIn))
         }
         if !current.hasKey {
-            current.keyId = try await service.generateKey()
+            do {
+                current.keyId = try await service.generateKey()
+            } catch {
+                // No key now (the capability missing, an extension, the Secure Enclave busy): not
+                // asked again for an hour, so that each report does not cost a challenge.
+                DepotLog.error("App Attest could not generate a key (\(error)); reports go unattested, tried again in an hour", category: "report")
+                record.pause(until: now.addingTimeInterval(Self.afterFailure))
+                return nil
+            }
             current.attested = false
             // Recorded at once: a key whose id is lost can never be used.
             try record.save(current)
@@ -124,8 +147,11 @@ struct ReportAttester: Sendable {
         if response.status == 400 && code == "unknown_challenge" {
             // The challenge expired or the origin restarted: Apple attested this key already, and
             // attests no key twice.
-            DepotLog.notice("the origin no longer held the App Attest challenge: a new key at the next report", category: "report")
+            DepotLog.notice("the origin no longer held the App Attest challenge: a new key in ten minutes", category: "report")
             record.forget(keyId: current.keyId)
+            // Not at once: an origin that keeps losing challenges (restarts, several processes
+            // behind one name) would otherwise cost a Secure Enclave key and an Apple attestation per report.
+            record.pause(until: now.addingTimeInterval(Self.afterLostChallenge))
             return nil
         }
         if response.status == 422 {
@@ -140,9 +166,13 @@ struct ReportAttester: Sendable {
 
     /// Any other answer: unattested this time; `429`/`503` postpone attestation by their
     /// `Retry-After`; `404 attestation_not_configured` is the origin's choice (no attestation for
-    /// this app), asked again at the next report.
+    /// this app), asked again in ``afterNotConfigured``.
     private func settle(_ response: HTTPTransport.Response, _ current: inout AttestationRecord, _ what: String) throws {
-        if response.status == 404 && DeviceReporter.errorCode(response.body) == "attestation_not_configured" { return }
+        if response.status == 404 && DeviceReporter.errorCode(response.body) == "attestation_not_configured" {
+            current.notBefore = now.addingTimeInterval(Self.afterNotConfigured)
+            try record.save(current)
+            return
+        }
         DepotLog.notice("\(what): HTTP \(response.status); report sent unattested", category: "report")
         if response.status == 429 || response.status == 503 {
             let seconds = response.header("Retry-After").flatMap(TimeInterval.init) ?? 60

@@ -18,11 +18,12 @@ import Foundation
 /// attested, so that a guard requiring attestation counts only reports from genuine copies of the
 /// app. The first send generates the key, asks the origin for a challenge, has Apple attest the
 /// key over its SHA-256 and hands the attestation to the origin; later sends only sign. The report
-/// goes unattested, never dropped, when App Attest is not supported (`isSupported` false: a Mac,
-/// a simulator, an old device), when the origin has no attestation settings for the app, or while
-/// an attestation waits (Apple's service unreachable, the origin busy); a key the origin does not
-/// know or revoked, or that DeviceCheck calls invalid, is forgotten and a new one attested at the
-/// next send. What it keeps (`attest-key.json`: the key's id, whether the origin accepted it, and
+/// goes unattested when App Attest is not supported (`isSupported` false: a Mac, a simulator, an
+/// old device; or an app extension), when the origin has no attestation settings for the app
+/// (asked again after six hours), or while an attestation waits (Apple's service unreachable, the
+/// origin busy); a report whose signature the origin refuses is sent again unattested. A key the
+/// origin does not know, revoked or whose signature it refused, or that DeviceCheck calls
+/// invalid, is forgotten and a new one attested at the next send. What it keeps (`attest-key.json`: the key's id, whether the origin accepted it, and
 /// while an attestation is under way the challenge and Apple's attestation object) is written
 /// atomically before each step that depends on it, and no lock is held across an `await`: the app
 /// may be suspended or ended anywhere in a send, and the next send picks up from the record — the
@@ -65,8 +66,8 @@ public struct DeviceReporter: Sendable {
     var appURL: URL { server.appendingPathComponent("v1").appendingPathComponent("apps").appendingPathComponent(app) }
 
     /// Sends `report`; returns the origin's status (`202` when accepted for counting; `429` or
-    /// `503` with `Retry-After` when the origin sheds it — it is not sent again; `403` when it
-    /// refused the report's attestation). Throws when the origin could not be reached, or when
+    /// `503` with `Retry-After` when the origin sheds it — it is not sent again; a report whose
+    /// signature was refused is sent again unattested and this is that answer). Throws when the origin could not be reached, or when
     /// ``attestation`` is set without a ``stateFolder``.
     @discardableResult
     public func send(_ report: DeviceReport) async throws -> Int {
@@ -75,10 +76,11 @@ public struct DeviceReporter: Sendable {
         headers["Content-Type"] = "application/json"
         let http = HTTPTransport(timeout: timeout, options: transport)
         var signedBy: String?
-        if let attestation, attestation.isSupported {
-            guard let stateFolder else {
-                throw ClientError.state("DeviceReporter.attestation needs a stateFolder to keep its key in (the app's state folder)")
-            }
+        if attestation != nil && stateFolder == nil {
+            // Checked before isSupported: a simulator or a Mac (unsupported) would hide it until devices.
+            throw ClientError.state("DeviceReporter.attestation needs a stateFolder to keep its key in (the app's state folder)")
+        }
+        if let attestation, let stateFolder, attestation.isSupported, !Self.inAppExtension {
             let attester = ReportAttester(reporter: self, service: attestation, record: AttestationRecord.File(folder: stateFolder, app: app), http: http)
             if let signature = await attester.sign(body) {
                 headers[Self.keyHeader] = signature.keyId
@@ -86,22 +88,41 @@ public struct DeviceReporter: Sendable {
                 signedBy = signature.keyId
             }
         }
-        let response = try await http.send(method: "POST", to: url, headers: headers, body: Data(body))
-        if let signedBy, response.status == 403, let code = Self.errorCode(response.body), Self.keyRefusals.contains(code) {
-            // The origin does not know the key (a restored data folder, another origin) or revoked
-            // it: a new one is attested at the next send.
-            DepotLog.notice("the origin refused the report's key (\(code)); a new key is attested at the next report", category: "report")
-            AttestationRecord.File(folder: stateFolder ?? "", app: app).forget(keyId: signedBy)
+        var response = try await http.send(method: "POST", to: url, headers: headers, body: Data(body))
+        if let signedBy, let stateFolder, let code = Self.errorCode(response.body), Self.unsignedAgain.contains(code) {
+            let record = AttestationRecord.File(folder: stateFolder, app: app)
+            if Self.keyRefusals.contains(code) {
+                // The origin does not know the key (a restored data folder, a replica), revoked it,
+                // or refused its signature (the app's App ID changed): a new one at the next send.
+                DepotLog.notice("the origin refused the report's key (\(code)); a new key is attested at the next report", category: "report")
+                record.forget(keyId: signedBy)
+            } else if code == "attestation_not_configured" {
+                DepotLog.notice("the origin attests no key for this app now; reports go unattested", category: "report")
+                record.pause(until: Date().addingTimeInterval(ReportAttester.afterNotConfigured))
+            }
+            // The report itself is sent again, unattested: a refusal of its signature is no
+            // reason to lose what it says.
+            headers[Self.keyHeader] = nil
+            headers[Self.assertionHeader] = nil
+            response = try await http.send(method: "POST", to: url, headers: headers, body: Data(body))
         }
         return response.status
     }
+
+    /// Whether this process is an app extension, where App Attest's `generateKey` fails whatever
+    /// `isSupported` says (its page): reports from there go unattested.
+    static var inAppExtension: Bool { Bundle.main.bundlePath.hasSuffix(".appex") }
 
     /// The report's headers with App Attest: the key's id (base64, as `generateKey` returned it)
     /// and the assertion (base64).
     public static let keyHeader = "X-Depot-Attest-Key"
     public static let assertionHeader = "X-Depot-Assertion"
     /// The origin's refusals of a report's key (`403`), after which the key is forgotten.
-    static let keyRefusals: Set<String> = ["unknown_attested_key", "attested_key_revoked"]
+    static let keyRefusals: Set<String> = ["unknown_attested_key", "attested_key_revoked", "assertion_refused"]
+    /// The refusals of a report's signature after which it is sent again unattested (the key
+    /// refused; `404 attestation_not_configured`: the app's attestation turned off; `409
+    /// stale_counter`: another report of the key overtook this one).
+    static let unsignedAgain: Set<String> = keyRefusals.union(["attestation_not_configured", "stale_counter"])
 
     /// The `code` of the origin's JSON error body (`{"error":{"code":…,"message":…}}`).
     static func errorCode(_ body: [UInt8]) -> String? {

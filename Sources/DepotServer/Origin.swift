@@ -161,13 +161,11 @@ final class Origin: HTTPHandler {
         self.attestedKeys = attestedKeys
         let logger = configuration.logger
         reports.onWriting {
-            do {
-                try attestedKeys.writeCounters()
-                return true
-            } catch {
-                logger.error("attested keys' counters could not be written; report counts wait for them", metadata: ["error": .string("\(error)")])
-                return false
+            let held = attestedKeys.writeCounters()
+            if !held.isEmpty {
+                logger.error("attested keys' counters could not be written; these apps' report counts wait for them", metadata: ["apps": .string(held.sorted().joined(separator: ","))])
             }
+            return held
         }
         router = Router(
             routes: Router.originRoutes(

@@ -73,12 +73,12 @@ struct AttestStoreTests {
         #expect(try keys.advance(app: Self.app, keyID: key.keyID, to: 5) == false, "a lower counter")
         // Not on disk until the report writer's pass writes it (with the counts of the reports
         // it took): no fsync per report on a serving thread.
-        #expect(try AttestedKeys(folder: DataFolder(data.path)).key(app: Self.app, keyID: key.keyID)?.counter == 0)
-        try keys.writeCounters()
+        #expect(try Self.listed(data, key.keyID)?.counter == 0)
+        #expect(keys.writeCounters().isEmpty)
         // On disk, as a new store (another process) reads it; this store still refuses 7 and below.
-        #expect(try AttestedKeys(folder: DataFolder(data.path)).key(app: Self.app, keyID: key.keyID)?.counter == 7)
+        #expect(try Self.listed(data, key.keyID)?.counter == 7)
         #expect(try keys.advance(app: Self.app, keyID: key.keyID, to: 7) == false)
-        try keys.writeCounters()
+        #expect(keys.writeCounters().isEmpty)
         #expect(try keys.advance(app: Self.app, keyID: key.keyID, to: 6) == false, "a lower counter, after the write")
         do {
             _ = try keys.advance(app: Self.app, keyID: Self.key(8).keyID, to: 1)
@@ -102,8 +102,8 @@ struct AttestStoreTests {
             for await counter in group { if let counter { all.append(counter) } }
             return all
         }
-        try keys.writeCounters()
-        let stored = try #require(try AttestedKeys(folder: DataFolder(data.path)).key(app: Self.app, keyID: other.keyID))
+        #expect(keys.writeCounters().isEmpty)
+        let stored = try #require(try Self.listed(data, other.keyID))
         #expect(stored.revokedAt != nil, "the revocation was lost to an advance")
         #expect(stored.counter == (accepted.max() ?? 0), "the stored counter is the highest accepted")
         do {
@@ -112,6 +112,47 @@ struct AttestStoreTests {
         } catch let error as DepotError {
             #expect(error.code == "attested_key_revoked" && error.kind == .forbidden)
         }
+    }
+
+    /// A key as `depot attest list` reads it (a new store: another process), its counter the journal's.
+    static func listed(_ data: TemporaryDirectory, _ keyID: [UInt8]) throws -> StoredKey? {
+        try AttestedKeys(folder: DataFolder(data.path)).list(app: app).first { $0.key.keyID == keyID }
+    }
+
+    @Test("The counter journal: one append per pass for any number of keys; a line a crash cut short is skipped and cut off; compacted once it doubles; a restarted store refuses what was written and takes what rises")
+    func counterJournal() throws {
+        let data = TemporaryDirectory("depot-attest")
+        defer { data.remove() }
+        let folder = DataFolder(data.path)
+        try folder.prepare()
+        try AppStore(folder: folder).create(Self.app)
+        let keys = AttestedKeys(folder: folder, compactAbove: 512)
+        let all = (10..<30).map { Self.key(UInt8($0)) }
+        for key in all { try keys.store(app: Self.app, key: key, at: Date()) }
+        for key in all { #expect(try keys.advance(app: Self.app, keyID: key.keyID, to: 5)) }
+        #expect(keys.writeCounters().isEmpty)
+        let path = folder.attestedKeys(Self.app) + "/counters.log"
+        let lines = String(decoding: try FileSystem.readFile(path), as: UTF8.self).split(separator: "\n")
+        #expect(lines.count == 20 && lines.allSatisfy { $0.hasSuffix(" 5") && $0.count == 66 }, "\(lines)")
+        // A crash cut the next append short: a torn line at the end.
+        let torn = try FileSystem.readFile(path) + Array((Hex.encode(all[0].keyID) + " 9").utf8)
+        try FileSystem.writeAtomically(torn, to: path)
+        let restarted = AttestedKeys(folder: folder, compactAbove: 512)
+        #expect(try restarted.list(app: Self.app).map(\.counter) == Array(repeating: 5, count: 20), "the torn line (9) is not taken")
+        #expect(try restarted.advance(app: Self.app, keyID: all[0].keyID, to: 5) == false, "a written counter is refused after a restart")
+        #expect(try restarted.advance(app: Self.app, keyID: all[0].keyID, to: 6))
+        #expect(restarted.writeCounters().isEmpty)
+        let after = String(decoding: try FileSystem.readFile(path), as: UTF8.self)
+        #expect(after.hasSuffix(Hex.encode(all[0].keyID) + " 6\n") && !after.contains(" 9"), "the torn tail was cut off before the append")
+        // Grown past twice its compacted size: one line per key again.
+        for round in UInt32(7)...40 {
+            #expect(try restarted.advance(app: Self.app, keyID: all[1].keyID, to: round))
+            #expect(restarted.writeCounters().isEmpty)
+        }
+        let compacted = String(decoding: try FileSystem.readFile(path), as: UTF8.self).split(separator: "\n")
+        #expect(compacted.count < 20 + 1 + 34, "\(compacted.count) lines: never compacted")
+        let final = try AttestedKeys(folder: folder).list(app: Self.app)
+        #expect(final.first { $0.key.keyID == all[0].keyID }?.counter == 6 && final.first { $0.key.keyID == all[1].keyID }?.counter == 40)
     }
 
     @Test("A challenge is used once, for its app only, before it expires (an injected clock: no waiting)")

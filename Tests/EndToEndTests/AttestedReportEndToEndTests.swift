@@ -119,7 +119,7 @@ struct AttestedReportEndToEndTests {
         #expect(printed.stdout.contains("2 reports in 1 days") && printed.stdout.contains("1 of them attested") && printed.stdout.contains("level\t1\t2\t0\t0\t0\t6000\t1\t0\t0\t0"), "\(printed.stdout)\(printed.stderr)")
     }
 
-    @Test("A rollout of an app that requires attestation: 200 forged (unattested) failure reports, and forged assertions, leave it running; attested failures from five test devices halt it at the guard's minimum; status and the fleet show both kinds")
+    @Test("A rollout of an app that requires attestation: 200 forged (unattested) failure reports, and forged assertions, leave it running; one genuine device's twenty signed failures count once; attested failures from five test devices halt it at the guard's minimum; status and the fleet show both kinds")
     func guardOfAnAttestedApp() async throws {
         let setup = try Setup(configure: false)
         try Self.publish(setup)
@@ -149,15 +149,25 @@ struct AttestedReportEndToEndTests {
         var now = try status()
         #expect(now["failures"] as? Int == 200 && now["attestedReports"] as? Int == 0 && now["attestedOnly"] as? Bool == true, "\(now)")
 
-        // Genuine devices whose candidate install failed: the fifth attested failure halts it.
-        for (index, key) in keys.enumerated() {
+        // One genuine device signing failure after failure (each assertion new, its counter
+        // rising): it counts once among the attested reports, its other reports unattested.
+        for _ in 0..<20 {
+            let (answer, _) = try await Self.report(setup, failure, keyID: keys[0])
+            #expect(answer.status == 202, "\(answer.bodyText)")
+        }
+        #expect(Eventually.wait { Self.written(setup) == (220, 1) })
+        now = try status()
+        #expect(now["state"] as? String == "running" && now["attestedReports"] as? Int == 1, "one device made the guard's minimum alone: \(now)")
+
+        // Other genuine devices whose candidate install failed: the fifth device's failure halts it.
+        for (index, key) in keys.dropFirst().enumerated() {
             let (answer, _) = try await Self.report(setup, failure, keyID: key)
             #expect(answer.status == 202, "\(answer.bodyText)")
-            // Once it is written, the guard has looked at every earlier write (the 200 forged failures too).
-            #expect(Eventually.wait { Self.written(setup) == (201 + index, 1 + index) })
-            if index < 4 {
+            // Once it is written, the guard has looked at every earlier write (the forged failures too).
+            #expect(Eventually.wait { Self.written(setup) == (221 + index, 2 + index) })
+            if index < 3 {
                 now = try status()
-                #expect(now["state"] as? String == "running", "after \(index + 1) attested failures: \(now)")
+                #expect(now["state"] as? String == "running", "after \(index + 2) attested failures: \(now)")
             } else {
                 #expect(try Eventually.wait { try status()["state"] as? String == "halted" }, "the fifth attested failure did not halt it")
                 now = try status()
@@ -166,11 +176,11 @@ struct AttestedReportEndToEndTests {
         let trigger = try #require(now["trigger"] as? [String: Any])
         #expect(now["haltedBy"] as? String == "automatic" && trigger["reports"] as? Int == 5 && trigger["failures"] as? Int == 5, "\(now)")
         let printed = try Processes.run(Processes.depotBinary, ["rollout", "status"] + cli)
-        #expect(printed.stdout.contains("reports about the candidate: 205, failures 205 (100 %)") && printed.stdout.contains("attested reports about the candidate: 5, failures 5 (100 %)"), "\(printed.stdout)")
+        #expect(printed.stdout.contains("reports about the candidate: 224, failures 224 (100 %)") && printed.stdout.contains("attested reports about the candidate: 5, failures 5 (100 %)"), "\(printed.stdout)")
         let fleet = try Self.fleet(setup)
-        #expect(fleet["reports"] as? [Int] == [205] && fleet["attestedReports"] as? [Int] == [5], "\(fleet)")
+        #expect(fleet["reports"] as? [Int] == [224] && fleet["attestedReports"] as? [Int] == [5], "\(fleet)")
         let row = try #require((fleet["revisions"] as? [[String: Any]])?.first { $0["revision"] as? Int == revision })
-        #expect(row["failed"] as? Int == 205 && (row["attested"] as? [String: Int])?["failed"] == 5, "\(row)")
+        #expect(row["failed"] as? Int == 224 && (row["attested"] as? [String: Int])?["failed"] == 5, "\(row)")
     }
 }
 

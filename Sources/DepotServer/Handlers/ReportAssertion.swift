@@ -19,6 +19,9 @@ import Foundation
 /// (at most 32 KiB) and its checks against what the channel served (cached). Only then the
 /// ECDSA verification, then the counter's durable advance, then the queue.
 struct ReportAssertion: Sendable {
+    /// What a refused assertion costs its sender in the report buckets' tokens (a report costs
+    /// one per KiB): its ECDSA verification was done in vain.
+    static let refusedCost = 16.0
     static let keyHeader = "X-Depot-Attest-Key"
     static let assertionHeader = "X-Depot-Assertion"
     /// Base64 of 32 bytes.
@@ -60,10 +63,13 @@ struct ReportAssertion: Sendable {
         return ReportAssertion(app: app, stored: stored, assertion: Array(assertion), settings: settings)
     }
 
-    /// Checks the assertion over `body` and advances the key's counter durably: `403
-    /// assertion_refused` (with the check that refused it) for an assertion by another key or over
-    /// other bytes, `409 stale_counter` for one whose counter does not rise (replayed, or overtaken).
-    func verify(_ body: [UInt8], keys: AttestedKeys) throws {
+    /// Checks the assertion over `body` and raises the key's counter: `403 assertion_refused`
+    /// (with the check that refused it) for an assertion by another key or over other bytes, `409
+    /// stale_counter` for one whose counter does not rise (replayed, or overtaken). Returns whether
+    /// the report counts among the attested ones: a key counts once per channel and release (its
+    /// first report about it), so that one genuine device signing report after report cannot make
+    /// a guard's minimum on its own; its later reports about that release count as unattested.
+    func verify(_ body: [UInt8], report: DeviceReport, keys: AttestedKeys) throws -> Bool {
         let counter: UInt32
         do {
             counter = try AppAttestVerifier(appID: settings.appID, environment: settings.environment)
@@ -75,6 +81,7 @@ struct ReportAssertion: Sendable {
         guard try keys.advance(app: app, keyID: stored.key.keyID, to: counter) else {
             throw Self.stale("the assertion's counter is \(counter), and the key's last one is as high already (a replayed or overtaken assertion)")
         }
+        return keys.firstReport(app: app, keyID: stored.key.keyID, channel: report.channel, release: report.release)
     }
 
     static func stale(_ detail: String) -> DepotError {

@@ -177,6 +177,7 @@ final class ReportReceiver: HTTPBodyReceiver {
     func finish() -> HTTPResponse {
         do {
             let report: DeviceReport
+            var countedAttested = false
             do {
                 report = try DeviceReport.decode(body)
             } catch let error as ManifestError {
@@ -187,7 +188,17 @@ final class ReportReceiver: HTTPBodyReceiver {
                 // The assertion is checked over the exact bytes received, once the report passed
                 // every other check; one that fails refuses the report (never counted unattested).
                 try book.accept(report, app: app, attested: assertion != nil, charge: charge) { [body, assertion] in
-                    if let (assertion, keys) = assertion { try assertion.verify(body, keys: keys) }
+                    guard let (assertion, keys) = assertion else { return true }
+                    do {
+                        countedAttested = try assertion.verify(body, report: report, keys: keys)
+                    } catch let error as DepotError where error.code == "assertion_refused" || error.code == "stale_counter" {
+                        // A signature checked in vain costs its sender more than a report's size:
+                        // a flood of bad assertions under one genuine key id runs out of tokens
+                        // after a few a second per address (genuine reports are not charged).
+                        charge(ReportAssertion.refusedCost)
+                        throw error
+                    }
+                    return countedAttested
                 }
             } catch let error as DepotError {
                 metrics.report(app: app, result: error.code)
@@ -196,7 +207,7 @@ final class ReportReceiver: HTTPBodyReceiver {
                 metrics.report(app: app, result: failure.status == 503 ? "shed" : failure.code)
                 throw failure
             }
-            metrics.report(app: app, result: assertion == nil ? "accepted" : "accepted_attested")
+            metrics.report(app: app, result: assertion == nil ? "accepted" : countedAttested ? "accepted_attested" : "accepted_attested_again")
             // Accepted: counted by the writer within a second (the queue is bounded; see ReportBook).
             var response = HTTPResponse.bytes(Array("{\"accepted\":true}\n".utf8), status: 202, contentType: "application/json")
             response.headers.add("Cache-Control", "no-store")

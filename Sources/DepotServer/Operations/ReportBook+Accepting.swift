@@ -17,10 +17,11 @@ extension ReportBook {
     /// tokens. `attested`: the report's App Attest assertion is checked by `proving`, which runs
     /// once every check above has passed (so that no signature is verified, and no key's counter
     /// advanced, for a report that would be refused anyway) and before the report is queued
-    /// (what it throws refuses the report); the report then counts among the attested ones too.
+    /// (what it throws refuses the report); the report then counts among the attested ones too,
+    /// unless `proving` returns false (the key reported about that release already: counted once).
     func accept(
         _ report: DeviceReport, app: String, attested: Bool = false, now: Date = Date(), charge: (Double) -> Void = { _ in },
-        proving: () throws -> Void = {}
+        proving: () throws -> Bool = { true }
     ) throws {
         // The channel's live release (cached: no file is read per report once it is known).
         guard let live = try releases.current(app, channel: report.channel) else {
@@ -67,8 +68,8 @@ extension ReportBook {
                 throw DepotError(.unprocessable, "impossible_bytes", "pack \(pack.id) revision \(pack.revision) is \(most) bytes at most; the report was not counted")
             }
         }
-        try proving()
-        let item = Item(app: app, report: report, day: DayFigures.day(of: now), live: live.version, attested: attested)
+        let proved = try proving()
+        let item = Item(app: app, report: report, day: DayFigures.day(of: now), live: live.version, attested: attested && proved)
         let (queued, backlog) = queue.withLock { queue -> (Bool, Bool) in
             // One app's reports take at most a quarter of the queue: a flood about one app does
             // not shed another's.

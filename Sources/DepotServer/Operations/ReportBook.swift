@@ -122,10 +122,10 @@ final class ReportBook: Sendable {
     func onFlushed(_ body: @escaping @Sendable ([String]) -> Void) { flushed.withLock { $0 = body } }
 
     /// Called by each write before it writes any count, after it took the queue (the attested
-    /// keys' counters: ``AttestedKeys/writeCounters()``); false when that could not be written,
-    /// and the write then waits for the next pass (at stop it goes on).
-    let beforeWrite: Mutex<(@Sendable () -> Bool)?> = Mutex(nil)
-    func onWriting(_ body: @escaping @Sendable () -> Bool) { beforeWrite.withLock { $0 = body } }
+    /// keys' counters: ``AttestedKeys/writeCounters()``); returns the apps whose counters could
+    /// not be written, whose counts then wait for the next pass (at stop they go on).
+    let beforeWrite: Mutex<(@Sendable () -> Set<String>)?> = Mutex(nil)
+    func onWriting(_ body: @escaping @Sendable () -> Set<String>) { beforeWrite.withLock { $0 = body } }
 
     /// Sets who is called when the queue fills up (the writer's wake-up).
     func onBacklog(_ body: @escaping @Sendable () -> Void) { wake.withLock { $0 = body } }
@@ -167,12 +167,13 @@ final class ReportBook: Sendable {
             settle()
             lastFlush.withLock { $0 = .now }
             // The counters of the attested reports just taken are durable before their counts are.
-            if let before = beforeWrite.withLock({ $0 }), !before(), !final { return [] }
+            let failed = beforeWrite.withLock({ $0 })?() ?? []
+            let held = final ? [] : failed
             let today = DayFigures.day(of: now)
             let clock = ContinuousClock.now
             let jobs: [Job] = book.withLock { book in
                 var jobs: [Job] = []
-                for (app, counts) in book.apps {
+                for (app, counts) in book.apps where !held.contains(app) {
                     for day in counts.days.keys {
                         guard var entry = counts.days[day] else { continue }
                         counts.days[day] = nil
