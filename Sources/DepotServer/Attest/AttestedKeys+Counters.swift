@@ -75,11 +75,10 @@ extension AttestedKeys {
         guard !stored.isRevoked else { throw Self.revoked(stored) }
         try loadJournal(app)
         return journals.withLock { journals in
-            guard var journal = journals[app] else { return false }
-            guard counter > max(stored.counter, journal.counters[digest] ?? 0) else { return false }
-            journal.counters[digest] = counter
-            journal.pending[digest] = counter
-            journals[app] = journal
+            // Changed in place (a copy of the journal would copy every key's counter per report).
+            guard let last = journals[app].map({ $0.counters[digest] ?? 0 }), counter > max(stored.counter, last) else { return false }
+            journals[app]?.counters[digest] = counter
+            journals[app]?.pending[digest] = counter
             return true
         }
     }
