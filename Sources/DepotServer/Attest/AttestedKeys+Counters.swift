@@ -71,7 +71,14 @@ extension AttestedKeys {
     /// with one fsync, so a million devices reporting costs the writer a few bytes each, not an
     /// fsync each.
     public func advance(app: String, keyID: [UInt8], to counter: UInt32) throws -> Bool {
-        guard let stored = try key(app: app, keyID: keyID), let digest = CounterJournal.Digest(keyID) else { throw Self.unknown(app: app, keyID: keyID) }
+        guard let stored = try key(app: app, keyID: keyID) else { throw Self.unknown(app: app, keyID: keyID) }
+        return try advance(app: app, stored: stored, to: counter)
+    }
+
+    /// ``advance(app:keyID:to:)`` for a key the caller looked up already (a report's: its key
+    /// was read, one `stat`, before its assertion was checked; not looked up twice).
+    func advance(app: String, stored: StoredKey, to counter: UInt32) throws -> Bool {
+        guard let digest = CounterJournal.Digest(stored.key.keyID) else { throw Self.unknown(app: app, keyID: stored.key.keyID) }
         guard !stored.isRevoked else { throw Self.revoked(stored) }
         try loadJournal(app)
         return journals.withLock { journals in

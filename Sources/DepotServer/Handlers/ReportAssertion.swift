@@ -78,7 +78,7 @@ struct ReportAssertion: Sendable {
             if error.check == .counter { throw Self.stale(error.detail) }
             throw DepotError(.forbidden, "assertion_refused", "the report's assertion was refused (\(error.description)); the report was not counted")
         }
-        guard try keys.advance(app: app, keyID: stored.key.keyID, to: counter) else {
+        guard try keys.advance(app: app, stored: stored, to: counter) else {
             throw Self.stale("the assertion's counter is \(counter), and the key's last one is as high already (a replayed or overtaken assertion)")
         }
         return keys.firstReport(app: app, keyID: stored.key.keyID, channel: report.channel, release: report.release)
