@@ -15,8 +15,29 @@ struct AttestingSetup {
     let recorder: RecordingAppAttest
     let state: TemporaryDirectory
 
-    var reporter: DeviceReporter { DeviceReporter(server: origin.baseURL, app: origin.app, attestation: recorder, stateFolder: state.path) }
+    /// The reporter, with a timeout no loaded test machine reaches: these tests are about what the
+    /// record says after each answer, not about a slow origin.
+    var reporter: DeviceReporter {
+        var reporter = DeviceReporter(server: origin.baseURL, app: origin.app, attestation: recorder, stateFolder: state.path)
+        reporter.timeout = 300
+        return reporter
+    }
     var kept: KeptKey? { KeptKey.read(state.path) }
+
+    /// Sends `report` until the kept record says attested, at most `sends` times (each accepted,
+    /// 202), and returns how many it took. The attestation is a round trip to the origin, and a
+    /// send whose round trip failed on the way (a connection lost under load) goes unattested by
+    /// design and leaves no pause: the next send tries again. A send that ends unattested with a
+    /// pause recorded, or `sends` of them, fails the test.
+    func sendUntilAttested(_ report: DeviceReport, sends: Int = 3) async throws -> Int {
+        for sent in 1...sends {
+            #expect(try await reporter.send(report) == 202)
+            if kept?.attested == true { return sent }
+            try #require(kept?.notBefore == nil, "a pause after a send that did not attest: \(String(describing: kept)); calls \(recorder.calls)")
+        }
+        Issue.record("\(sends) sends and no attested key: \(String(describing: kept)); calls \(recorder.calls)")
+        return sends
+    }
 
     /// The keys the origin holds for the app, as `depot attest list` reads them.
     func originKeys() throws -> [StoredKey] { try AttestedKeys(folder: DataFolder(origin.data.path)).list(app: origin.app) }
@@ -67,10 +88,10 @@ struct AttestationFlowTests {
             #expect(try await setup.reporter.send(report) == 202)
             #expect(setup.kept?.keyId == "", "forgotten")
             #expect(setup.recorder.calls == [.generateAssertion(elsewhere)])
-            #expect(try await setup.reporter.send(report) == 202)
+            let sends = try await setup.sendUntilAttested(report)
             #expect(setup.kept?.attested == true && setup.kept?.keyId != elsewhere)
             #expect(setup.recorder.calls.filter { $0 == .generateKey }.count == 1)
-            #expect(try ReporterAttestTests.fleet(setup.origin) == .init(reports: 2, attested: 1))
+            #expect(try ReporterAttestTests.fleet(setup.origin) == .init(reports: Int64(1 + sends), attested: 1))
         }
     }
 
@@ -83,10 +104,10 @@ struct AttestationFlowTests {
             let revoke = try Processes.run(Processes.depotBinary, ["attest", "revoke", "--data", setup.origin.data.path, "--app", setup.origin.app, first])
             #expect(revoke.status == 0, "\(revoke.stdout)\(revoke.stderr)")
             #expect(try await setup.reporter.send(report) == 202, "refused (403), sent again unattested")
-            #expect(setup.kept?.keyId == "")
-            #expect(try await setup.reporter.send(report) == 202)
+            #expect(setup.kept?.keyId == "" && setup.kept?.notBefore == nil)
+            let sends = try await setup.sendUntilAttested(report)
             #expect(setup.kept?.attested == true && setup.kept?.keyId != first)
-            #expect(try ReporterAttestTests.fleet(setup.origin) == .init(reports: 3, attested: 2))
+            #expect(try ReporterAttestTests.fleet(setup.origin) == .init(reports: Int64(2 + sends), attested: 2))
         }
     }
 
@@ -135,8 +156,8 @@ struct AttestationFlowTests {
             let first = try #require(setup.kept?.keyId)
             setup.recorder.fail("generateAssertion", with: RecordingAppAttest.invalidKey)
             #expect(try await setup.reporter.send(report) == 202)
-            #expect(setup.kept?.keyId == "", "forgotten")
-            #expect(try await setup.reporter.send(report) == 202)
+            #expect(setup.kept?.keyId == "" && setup.kept?.notBefore == nil, "forgotten, no pause")
+            _ = try await setup.sendUntilAttested(report)
             let second = try #require(setup.kept?.keyId)
             #expect(second != first && setup.kept?.attested == true)
             #expect(setup.recorder.calls.filter { $0 == .generateKey }.count == 2)
@@ -150,10 +171,10 @@ struct AttestationFlowTests {
             let report = try ReporterAttestTests.installed(setup.origin)
             setup.recorder.fail("attestKey", with: RecordingAppAttest.invalidKey)
             #expect(try await setup.reporter.send(report) == 202)
-            #expect(setup.kept?.keyId == "" && setup.recorder.calls.count == 2)
-            #expect(try await setup.reporter.send(report) == 202)
+            #expect(setup.kept?.keyId == "" && setup.kept?.notBefore == nil && setup.recorder.calls.count == 2)
+            let sends = try await setup.sendUntilAttested(report)
             #expect(setup.kept?.attested == true && setup.recorder.calls.filter { $0 == .generateKey }.count == 2)
-            #expect(try ReporterAttestTests.fleet(setup.origin) == .init(reports: 2, attested: 1))
+            #expect(try ReporterAttestTests.fleet(setup.origin) == .init(reports: Int64(1 + sends), attested: 1))
         }
     }
 
@@ -210,11 +231,11 @@ struct AttestationFlowTests {
             let object = try await setup.device.attestKey(keyId, clientDataHash: Data(SHA256Hasher.hash(Data(base64Encoded: gone)!)))
             try Self.keep(setup, keyId: keyId, challenge: gone, attestation: object)
             #expect(try await setup.reporter.send(report) == 202, "taken as attested, refused as unknown (403), sent again unattested")
-            #expect(setup.kept?.keyId == "")
-            #expect(try await setup.reporter.send(report) == 202)
+            #expect(setup.kept?.keyId == "" && setup.kept?.notBefore == nil)
+            let sends = try await setup.sendUntilAttested(report)
             #expect(setup.kept?.attested == true && setup.kept?.keyId != keyId)
             #expect(try setup.originKeys().count == 1)
-            #expect(try ReporterAttestTests.fleet(setup.origin) == .init(reports: 2, attested: 1))
+            #expect(try ReporterAttestTests.fleet(setup.origin) == .init(reports: Int64(1 + sends), attested: 1))
         }
     }
 
