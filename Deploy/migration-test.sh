@@ -11,8 +11,9 @@
 #   1. the old origin (the old binary) serves an app; the old client syncs with the configuration
 #      exported then ("today's exported configuration");
 #   2. the new origin takes over the same data folder (the upgrade);
-#   3. a root of trust is made offline and added, production is protected, and a release goes
-#      through beta, signed by a release key and promoted;
+#   3. a release goes to beta; a root of trust is made offline and added, production is
+#      protected and re-signed by the running origin (a release above beta's), and beta's release
+#      is signed by a release key and promoted over it;
 #   4. the pack key is rotated (staged) and the manifest signing key rotated, and a release is
 #      signed and promoted again;
 #
@@ -82,22 +83,30 @@ stop
 start "$new"
 check "the old client after the upgrade" "$old" legacy.json device-old levels levels-1.bin
 
-# 3. A root of trust, offline; production protected; a release signed and promoted.
+# 3. A release on beta (CI's), then a root of trust, offline; production protected, and re-signed
+#    by the running origin with the root (a release above beta's); beta's release signed and
+#    promoted over it.
+echo "levels v2" > levels-2.bin
+beta_release=$(publish "$new" levels-2.bin levels beta)
+[ -n "$beta_release" ] || fail "publishing levels-2.bin on beta"
+production_release() {
+    python3 -c 'import json, sys, urllib.request; print(json.load(urllib.request.urlopen(sys.argv[1]))["channels"]["production"])' "$url/v1/apps/$app/releases"
+}
 "$new" root keygen --out root-key.json >/dev/null
 release_public=$("$new" root keygen --out release-key.json | grep -o '[A-Za-z0-9+/]\{43\}=' | head -1)
 [ -n "$release_public" ] || fail "root keygen printed no public key"
 "$new" root sign --app $app --key root-key.json --online-keys-from legacy.json --release-key "$release_public" --out root-1.json >/dev/null
 "$new" root add --data "$data" --app $app root-1.json >/dev/null
 "$new" keys export --data "$data" --app $app > rooted.json
-echo "levels v2" > levels-2.bin
+# The origin re-signs production with the root within seconds (the event waited for).
+for _ in $(seq 1 600); do [ "$(production_release)" -gt "$beta_release" ] && break; sleep 0.1; done
+[ "$(production_release)" -gt "$beta_release" ] || fail "the origin did not re-sign production after root add"
 if publish "$new" levels-2.bin levels production 2>/dev/null; then fail "an unsigned publish reached protected production"; fi
-promote() {  # FILE: through beta, signed, to production
-    local number
-    number=$(publish "$new" "$1" levels beta)
-    [ -n "$number" ] || fail "publishing $1 on beta"
-    "$new" channels promote --server "$url" --app $app --token "$token" --channel production --release "$number" --sign release-key.json --config rooted.json --pack-file levels="$1" >/dev/null
+sign_and_promote() {  # FILE RELEASE: signed, to production
+    "$new" channels promote --server "$url" --app $app --token "$token" --channel production --release "$2" --sign release-key.json --config rooted.json --pack-file levels="$1" >/dev/null
 }
-promote levels-2.bin
+sign_and_promote levels-2.bin "$beta_release"
+[ "$(production_release)" -gt "$beta_release" ] || fail "production went back below the re-signed release"
 check "the old client, production protected" "$old" legacy.json device-old levels levels-2.bin
 check "a build pinning the root" "$new" rooted.json device-rooted levels levels-2.bin
 
@@ -105,7 +114,9 @@ check "a build pinning the root" "$new" rooted.json device-rooted levels levels-
 "$new" keys rotate --data "$data" --app $app >/dev/null
 "$new" keys rotate-signing --data "$data" >/dev/null
 echo "levels v3" > levels-3.bin
-promote levels-3.bin
+number=$(publish "$new" levels-3.bin levels beta)
+[ -n "$number" ] || fail "publishing levels-3.bin on beta"
+sign_and_promote levels-3.bin "$number"
 check "the old client after both rotations" "$old" legacy.json device-old levels levels-3.bin
 check "the rooted build after both rotations" "$new" rooted.json device-rooted levels levels-3.bin
 say "PASS: a client built at $old_revision kept every release through the upgrade, the root, the protection and both rotations"

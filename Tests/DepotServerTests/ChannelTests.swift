@@ -66,6 +66,32 @@ struct ChannelTests {
         }
     }
 
+    @Test("A release published on beta before the origin re-signed production's older content (a signing key rotated beside it; a root added, expiry alike) is promoted over it: published anew above the re-signed release with exactly its packs; an older release is still refused")
+    func promotionOverAReSignedChannel() async throws {
+        try await withServer { origin in
+            let app = origin.app
+            #expect(try upload(origin, pack: "base", [1, 2, 3]).status == 201)
+            #expect(try upload(origin, pack: "base", [4, 5, 6], query: "?channel=beta").status == 201)
+            let rotated = try Processes.run(Processes.depotBinary, ["keys", "rotate-signing", "--data", origin.data.path])
+            #expect(rotated.status == 0, "\(rotated.stderr)")
+            // The running origin re-signs every channel with both keys: production's release 1
+            // packs become a release above beta's 2.
+            #expect(try Eventually.wait { try liveManifest(origin).version > 2 })
+            let resigned = try liveManifest(origin).version
+            let promoted = try Self.post(origin, "/v1/apps/\(app)/channels/production?release=2")
+            #expect(promoted.status == 201, "\(promoted.bodyText)")
+            let live = try liveManifest(origin)
+            #expect(promoted.bodyText.contains("\"release\" : \(live.version)"), "\(promoted.bodyText)")
+            let beta = try #require(try Self.manifest(origin, channel: "beta"))
+            func content(_ manifest: Manifest) -> [String] { manifest.packs.map { "\($0.id) \($0.revision) \($0.sha256)" } }
+            #expect(live.version > resigned && content(live) == content(beta), "release 2's packs as they are, revisions too, above \(resigned)")
+            #expect(try Self.post(origin, "/v1/apps/\(app)/channels/production?release=2").status == 200, "already there: unchanged")
+            let backwards = try Self.post(origin, "/v1/apps/\(app)/channels/production?release=1")
+            #expect(backwards.status == 409 && backwards.bodyText.contains("channel_backwards"), "\(backwards.bodyText)")
+            #expect(try liveManifest(origin).version == live.version)
+        }
+    }
+
     @Test("Rollback on a channel leaves the others; removing a channel needs an admin and spares production")
     func rollbackAndRemoval() async throws {
         try await withServer { origin in

@@ -12,6 +12,7 @@ final class ManifestRefresher: Sendable {
     private let wake = DispatchSemaphore(value: 0)
 
     init(origin: Origin, configuration: OriginConfiguration) {
+        if !origin.readOnly { origin.releases.lookAtTrust() }
         Thread.detachNewThread { [self] in
             repeat {
                 if origin.readOnly, let mirror = origin.mirror {

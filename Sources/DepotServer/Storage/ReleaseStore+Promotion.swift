@@ -5,7 +5,14 @@ import Foundation
 extension ReleaseStore {
     /// Points `channel` at an existing release (creating the channel). Channels only move to a
     /// higher number: going back is a rollback, which publishes a new release. `check` sees
-    /// the release first (the allowance guard). Returns whether the pointer moved.
+    /// the release first (the allowance guard). Returns whether the channel moved.
+    ///
+    /// A release numbered below the one the channel serves, whose content is nonetheless ahead of
+    /// it (every pack the channel serves, the same container or a later revision: the origin
+    /// re-signed the channel's older content — its expiry, `depot root add`, a key rotation —
+    /// after the release was published on beta), is published anew for the channel with exactly
+    /// its packs: devices see the version rise, and a release statement binding those packs still
+    /// binds them.
     ///
     /// `isStored` says which blobs may still be stored (false only when known to be gone): a patch whose blob garbage collection swept
     /// (its release served by no channel for longer than the retention) is left out of the copy
@@ -14,27 +21,21 @@ extension ReleaseStore {
     func promote(
         _ app: String, channel: String, to version: Int, isStored: (String) -> Bool = { _ in true }, check: ((Manifest, Int64) throws -> Void)?
     ) throws -> Bool {
-        let moved = try publishLock.withLock { _ -> Bool in
+        /// What the promotion does: nothing, the pointer moved, or a release to publish anew over `over`.
+        enum Move {
+            case unchanged, moved
+            case republish(packs: [PackEntry], over: Int)
+        }
+        let move = try publishLock.withLock { _ -> Move in
             guard version <= head(app), FileSystem.exists(folder.release(app, version)) else {
                 throw DepotError.notFound("release \(version) of app \(app)")
             }
             let serving = try current(app, channel: channel)
             let now = serving?.version
-            if now == version { return false }
+            if now == version { return .unchanged }
             if let rollout = serving?.rollout, rollout.fraction > 0 { throw Self.rolloutRunning(rollout, channel: channel) }
-            if let now, now > version {
-                // A later release with the same content (the origin re-signed it, named patches):
-                // the channel serves release `version` already, as far as devices can tell.
-                if let serving, Self.sameContent(try load(app, version).manifest.packs, try serving.manifest.packs) { return false }
-                throw DepotError.conflict("channel_backwards", "channel \(channel) serves release \(now); it only moves forward. To go back, roll back (a new release with release \(version)'s packs)")
-            }
-            try checkRoom(for: channel, app: app)
             let release = try load(app, version)
-            // Checked as the channel will serve it: without the release's rollout.
             let manifest = try release.manifest
-            var target = manifest
-            target.rollout = nil
-            try check?(target, Int64(release.body.count))
             var packs = manifest.packs
             var swept = false
             for index in packs.indices {
@@ -44,20 +45,51 @@ extension ReleaseStore {
                 packs[index].patches = kept.isEmpty ? nil : kept
                 swept = true
             }
+            if let now, let serving, now > version {
+                // A later release with the same content (the origin re-signed it, named patches):
+                // the channel serves release `version` already, as far as devices can tell.
+                if Self.sameContent(manifest.packs, try serving.manifest.packs) { return .unchanged }
+                guard Self.ahead(manifest.packs, of: try serving.manifest.packs) else {
+                    throw DepotError.conflict("channel_backwards", "channel \(channel) serves release \(now), whose packs are not older than release \(version)'s; it only moves forward. To go back, roll back (a new release with release \(version)'s packs)")
+                }
+                return .republish(packs: packs, over: now)
+            }
+            try checkRoom(for: channel, app: app)
+            // Checked as the channel will serve it: without the release's rollout.
+            var target = manifest
+            target.rollout = nil
+            try check?(target, Int64(release.body.count))
             // Signed for the channel it now serves: devices check the channel a manifest names.
             let served = try signed(release, for: channel, app: app, replacing: serving?.manifest, packs: swept ? packs : nil, withoutRollout: true)
             try FileSystem.createDirectory(folder.channels(app))
             try FileSystem.writeAtomically(Array("\(version)\n".utf8), to: pointerPath(app, channel))
             history.record(app, channel: channel, version: version)
             live.withLock { $0[app + "\u{0}" + channel] = served }
-            return true
+            return .moved
         }
-        // An old release may be close to expiry, or signed by a retired key.
-        if moved {
+        switch move {
+        case .unchanged:
+            return false
+        case .moved:
+            // An old release may be close to expiry, or signed by a retired key.
             try refresh(app, channel: channel)
             changed(app)
+            return true
+        case .republish(let packs, let over):
+            // `base`: another change of the channel meanwhile (other than a re-sign) refuses it.
+            return try publish(app, channel: channel, base: over, rolloutChange: .content, change: { _ in packs }, keepingRevisions: true, check: check) != nil
         }
-        return moved
+    }
+
+    /// Whether `target` holds every pack of `serving`, each with the same container or a later
+    /// revision (new content always gets a revision above any the pack had): content published
+    /// after what the channel serves, whatever number a re-sign gave that.
+    static func ahead(_ target: [PackEntry], of serving: [PackEntry]) -> Bool {
+        let next = Dictionary(target.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+        return serving.allSatisfy { pack in
+            guard let after = next[pack.id] else { return false }
+            return after.sha256 == pack.sha256 ? after.revision == pack.revision : after.revision > pack.revision
+        }
     }
 
     /// Removes a channel other than production; its manifest URL then answers 404.

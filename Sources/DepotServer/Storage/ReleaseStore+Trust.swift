@@ -82,6 +82,14 @@ extension ReleaseStore {
         return try attachments(for: live.manifest, app: app, channel: channel) != now
     }
 
+    /// Records every app's roots and the signing keys as seen now, before the start-up pass: a
+    /// change made while that pass runs (minutes on an origin with years of releases) or within
+    /// its first second is then seen by the next ``refreshChangedTrust()``, not at the next pass.
+    func lookAtTrust() {
+        let keys = roots.signingKeysStamp
+        for app in FileSystem.contents(of: folder.apps) { _ = roots.changedSinceLastLook(app, keys: keys) }
+    }
+
     /// Signs again, at once, the live manifests of apps whose roots or signing keys changed
     /// since the last look (`depot root add`, `depot keys rotate-signing` beside the running
     /// origin): called every second between maintenance passes. Returns what it re-signed.

@@ -249,7 +249,7 @@ public final class ReleaseStore: Sendable {
     /// when it is published (now by default), which decides its expiry and the signing keys in force.
     func publish(
         _ app: String, channel: String = ReleaseStore.production, base expected: Int? = nil, rolloutChange: RolloutChange,
-        change: ([PackEntry]) throws -> [PackEntry]?,
+        change: ([PackEntry]) throws -> [PackEntry]?, keepingRevisions: Bool = false,
         check: ((Manifest, Int64) throws -> Void)? = nil, then: (() throws -> Void)? = nil, at instant: Date? = nil
     ) throws -> LiveManifest? {
         try publishLock.withLock { _ in
@@ -285,7 +285,9 @@ public final class ReleaseStore: Sendable {
             // A restored folder's floor (``ReleaseFloor``): numbers continue above every one
             // issued before the restore. Read here, under the lock, once per publish.
             let floor = ReleaseFloor.read(folder) ?? 0
-            let packs = try raisingRevisions(edited, over: basePacks, candidates: liveRollout?.packs ?? [], app: app, floor: floor)
+            // `keepingRevisions`: a release's packs published anew as they are (a promotion
+            // over a re-signed channel), their revisions above the channel's already.
+            let packs = keepingRevisions ? edited : try raisingRevisions(edited, over: basePacks, candidates: liveRollout?.packs ?? [], app: app, floor: floor)
             // Start-up removed any release a crash left unpublished, so the next number is free;
             // the files still count, so that a number is never written twice.
             let version = max(head(app) + 1, (Self.versions(in: folder.releases(app)).last ?? 0) + 1, floor)
