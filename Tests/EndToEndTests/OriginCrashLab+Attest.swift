@@ -12,11 +12,15 @@ import Testing
 extension OriginCrashLab {
     var attestAnchor: String { work.path + "/attest-anchor.der" }
 
-    /// The base state: the app takes App Attest keys of the lab's test device.
-    func prepareAttest() throws {
+    /// The lab's test device, and its CA's root as the origin's anchor (before the origin starts).
+    func makeAttestDevice() throws {
         let device = try TestAppAttest(appID: Self.attestAppID)
         attestDevice = device
         try FileSystem.writeAtomically(device.root, to: attestAnchor)
+    }
+
+    /// The base state: the app takes App Attest keys of the lab's test device.
+    func prepareAttest() throws {
         let configured = try Processes.run(Processes.depotBinary, ["attest", "configure", "--data", data, "--app", app, "--app-id", Self.attestAppID])
         #expect(configured.status == 0, "\(configured.stderr)")
     }

@@ -94,7 +94,7 @@ extension OriginCrashLab {
             case .ruleListed(let rule):
                 let listed = try Processes.run(Processes.depotBinary, ["apps", "trust", app, "--list", "--data", data]).stdout
                 expect(listed.contains(rule), "\(what): the acknowledged rule \(rule) is not listed")
-            case .attestedKey, .keyRevoked:
+            case .attestedKey, .keyRevoked, .attestedReport:
                 break
             case .tokenRefused(let token):
                 expect(call(port, "GET", "/v1/apps/\(app)/staging", token: token)?.status == 401, "\(what): a revoked token still works")
@@ -107,6 +107,7 @@ extension OriginCrashLab {
             }
         }
         if sequence == .attest { try checkAttest(acks, port: port, what, expect: expect) }
+        if sequence == .attestedReports { checkAttestedReports(acks, port: port, what, expect: expect) }
         // Every channel's manifest verifies and every blob it names is served whole.
         let channels = ["/v1/apps/\(app)/manifest"] + FileSystem.contents(of: data + "/apps/\(app)/channels").filter { !$0.hasPrefix(".") }
             .map { "/v1/apps/\(app)/channels/\($0)/manifest" }

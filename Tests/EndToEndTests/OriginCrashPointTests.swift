@@ -15,15 +15,21 @@ struct OriginCrashPointTests {
     /// Each sequence: what the base state holds, then the step whose process is killed.
     enum Sequence: String, CaseIterable, Sendable {
         case putRelease, firstPublish, tus, tusRefused, release, promote, rollback, rollout, rolloutSteps, rotateKey, tokens, collect, patchRelease, reports,
-             trustedPublishing, signedPromote, attest
+             trustedPublishing, signedPromote, attest, attestedReports
+
+        /// The sequences to run: `DEPOT_CRASH_SEQUENCES=a,b` names some (while working on them), all by default.
+        static var selected: [Sequence] {
+            let named = ProcessInfo.processInfo.environment["DEPOT_CRASH_SEQUENCES"]?.split(separator: ",").compactMap { Sequence(rawValue: String($0)) } ?? []
+            return named.isEmpty ? allCases : named
+        }
     }
 
-    @Test("Killed at every crash point of each durable step, nothing acknowledged is lost and every channel serves a whole release", .enabled(if: CrashSeam.killsEnabled), arguments: Sequence.allCases)
+    @Test("Killed at every crash point of each durable step, nothing acknowledged is lost and every channel serves a whole release", .enabled(if: CrashSeam.killsEnabled), arguments: Sequence.selected)
     func killed(sequence: Sequence) async throws {
         try await OriginCrashLab(sequence).run(modes: [.kill])
     }
 
-    @Test("A power cut at every crash point (unsynced data and folder changes lost): the same", .enabled(if: HeavyTests.enabled), arguments: Sequence.allCases)
+    @Test("A power cut at every crash point (unsynced data and folder changes lost): the same", .enabled(if: HeavyTests.enabled), arguments: Sequence.selected)
     func powerCut(sequence: Sequence) async throws {
         try await OriginCrashLab(sequence).run(modes: CrashSeam.powerModes)
     }
@@ -53,6 +59,9 @@ final class OriginCrashLab {
     /// The attest sequence's device, and the crash points its origin's run has (the command's follow).
     var attestDevice: TestAppAttest?
     var attestServerPoints = 0
+    /// The attested-reports sequence's key (attested in the base state), and how many assertions it made.
+    var reportKey = ""
+    var assertions = 0
 
     /// One port for every start: the manifests name blobs by the public URL, which must stay.
     let port: Int
@@ -73,40 +82,6 @@ final class OriginCrashLab {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 ? getsockname(fd, $0, &length) : -1 }
         }
         return Int(UInt16(bigEndian: address.sin_port))
-    }
-
-    /// What a run was told: the acknowledgements to find after the restart.
-    enum Ack {
-        case released(release: Int, pack: String, sha256: String)
-        case staged(pack: String, sha256: String?)
-        /// An upload acknowledged at `offset`: there at that offset or later; if at its end, its pack live.
-        case offset(location: String, offset: Int, length: Int, pack: String, plaintextSHA256: String)
-        /// A pack live with these plaintext bytes.
-        case live(pack: String, plaintextSHA256: String)
-        /// Never live with these plaintext bytes (a refused upload's).
-        case notLive(pack: String, plaintextSHA256: String)
-        /// The channel serves the release acknowledged, or one a later step of the sequence set (done, not yet answered).
-        case channel(String, releases: [Int])
-        case tokenWorks(String)
-        case tokenRefused(String)
-        /// The rollout is in the state acknowledged, or one a later step set.
-        case rollout(states: [String])
-        /// A key id the app's exported configuration must hold.
-        case keyExported(String)
-        /// At least this many manifest keys in the exported configuration (a signing key added).
-        case signingKeys(Int)
-        /// A trust rule `depot apps trust --list` shows.
-        case ruleListed(String)
-        /// A device pinning the exported root finds `channel` serving `release`'s signed statement.
-        case signed(channel: String, release: Int)
-        /// The app's current pack key (`depot keys list`).
-        case packKeyCurrent(String)
-        /// A root version `depot root show` lists, which the exported configuration pins.
-        case rootAdded(Int)
-        /// An App Attest key (base64) `depot attest list` shows, which the origin knows.
-        case attestedKey(String)
-        /// An App Attest key `depot attest list` shows revoked.
-        case keyRevoked(String)
     }
 
     struct Response { var status: Int; var body: [UInt8]; var headers: [(String, String)] }
@@ -136,7 +111,7 @@ final class OriginCrashLab {
         // No background sweep or re-signing during a sequence: its crash points stay in order.
         try ServeProcess(data: data, environment: ["DEPOT_REFRESH_INTERVAL": "100000", "DEPOT_THREADS": "2", "DEPOT_LISTEN": "127.0.0.1:\(port)"]
             .merging(sequence == .patchRelease ? ["DEPOT_PATCH_DEPTH": "1"] : [:]) { $1 }
-            .merging(sequence == .attest ? ["DEPOT_APP_ATTEST_TEST_ANCHOR": attestAnchor] : [:]) { $1 }.merging(environment) { $1 }, bootstrap: bootstrap)
+            .merging([.attest, .attestedReports].contains(sequence) ? ["DEPOT_APP_ATTEST_TEST_ANCHOR": attestAnchor] : [:]) { $1 }.merging(environment) { $1 }, bootstrap: bootstrap)
     }
 
     /// Ends the origin: SIGKILL, or (`gracefully`) SIGTERM, whose exit is where a power cut one
@@ -148,6 +123,8 @@ final class OriginCrashLab {
 
     /// The base state: a bootstrapped data folder with what the sequence starts from.
     func prepare() throws {
+        // The origin of the attest sequences starts with the device's test anchor: made first.
+        if [.attest, .attestedReports].contains(sequence) { try makeAttestDevice() }
         let server = try start(bootstrap: true)
         (token, admin) = (server.token, server.adminToken)
         var ignored: [Ack] = []
@@ -189,7 +166,7 @@ final class OriginCrashLab {
             // Then the candidate on beta (after the re-signs the root and the statement caused).
             put(server.port, "level", size: 30_000, seed: 4, query: "&channel=beta", into: &ignored)
             betaRelease = Int(String(decoding: try FileSystem.readFile(data + "/apps/\(app)/channels/beta"), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
-        case .attest:
+        case .attest, .attestedReports:
             try prepareAttest()
         case .tokens:
             let created = try Processes.run(Processes.depotBinary, ["tokens", "create", "--data", data, "--app", app])
@@ -239,6 +216,8 @@ final class OriginCrashLab {
         switch sequence {
         case .attest:
             return try await stepAttest(trace: trace, crash: crash)
+        case .attestedReports:
+            return try await stepAttestedReports(trace: trace, crash: crash)
         case .rotateKey:
             if let rotated = try cli(["keys", "rotate", "--data", data, "--app", app]), rotated.status == 0,
                let id = rotated.stdout.components(separatedBy: "staged key ").dropFirst().first?.split(separator: " ").first {
@@ -275,6 +254,11 @@ final class OriginCrashLab {
                 "apps", "trust", app, "--data", data, "--issuer", issuer.url, "--allow-http", "--audience", "crash", "--claim", "repository=studio/levels",
             ]), trusted.status == 0, let rule = trusted.stdout.split(separator: "\t").first?.split(separator: " ").last else { return acks }
             acks.append(.ruleListed(String(rule)))
+        }
+        // The origin's points are numbered after the commands' (trusted publishing's rule).
+        if let crash, let left = remaining {
+            guard left > 0 else { return acks }
+            environment = CrashSeam.environment(at: left, mode: crash.mode, backup: crash.backup)
         }
         let server = try start(environment)
         defer { stop(server, gracefully: crash != nil) }
@@ -400,6 +384,7 @@ final class OriginCrashLab {
         defer { work.remove() }
         defer { issuer?.stop() }
         try prepare()
+        if sequence == .attestedReports { try await attestReportKey() }
         try CrashSeam.copy(base, to: data)
         let trace = work.path + "/trace"
         let traced = try await step(trace: trace)
