@@ -92,6 +92,24 @@ struct ChannelTests {
         }
     }
 
+    @Test("A release published on beta before production removed a pack, production then re-signed: promoting it would bring the pack back, so it is still refused as backwards")
+    func promotionAfterAChangeIsBackwards() async throws {
+        try await withServer { origin in
+            let app = origin.app
+            #expect(try upload(origin, pack: "base", [1, 2, 3]).status == 201)
+            #expect(try upload(origin, pack: "extra", [7]).status == 201)
+            #expect(try upload(origin, pack: "base", [4, 5, 6], query: "?channel=beta").status == 201)  // release 3: base r2, extra r1
+            let removed = try request(origin, "DELETE", "/v1/apps/\(app)/packs/extra?removeLive=true&release=true", headers: ["Authorization: Bearer \(origin.token)"])
+            #expect(removed.status == 201, "\(removed.bodyText)")
+            let changed = try liveManifest(origin).version
+            #expect(try Processes.run(Processes.depotBinary, ["keys", "rotate-signing", "--data", origin.data.path]).status == 0)
+            #expect(try Eventually.wait { try liveManifest(origin).version > changed })
+            let backwards = try Self.post(origin, "/v1/apps/\(app)/channels/production?release=3")
+            #expect(backwards.status == 409 && backwards.bodyText.contains("channel_backwards"), "\(backwards.bodyText)")
+            #expect(try liveManifest(origin).packs.map(\.id) == ["base"])
+        }
+    }
+
     @Test("Rollback on a channel leaves the others; removing a channel needs an admin and spares production")
     func rollbackAndRemoval() async throws {
         try await withServer { origin in

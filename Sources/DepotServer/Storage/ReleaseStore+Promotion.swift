@@ -49,8 +49,8 @@ extension ReleaseStore {
                 // A later release with the same content (the origin re-signed it, named patches):
                 // the channel serves release `version` already, as far as devices can tell.
                 if Self.sameContent(manifest.packs, try serving.manifest.packs) { return .unchanged }
-                guard Self.ahead(manifest.packs, of: try serving.manifest.packs) else {
-                    throw DepotError.conflict("channel_backwards", "channel \(channel) serves release \(now), whose packs are not older than release \(version)'s; it only moves forward. To go back, roll back (a new release with release \(version)'s packs)")
+                guard try resigned(serving.manifest.packs, now: now, before: version, app: app, channel: channel, ahead: manifest.packs) else {
+                    throw DepotError.conflict("channel_backwards", "channel \(channel) serves release \(now); it only moves forward. To go back, roll back (a new release with release \(version)'s packs)")
                 }
                 return .republish(packs: packs, over: now)
             }
@@ -77,8 +77,34 @@ extension ReleaseStore {
             return true
         case .republish(let packs, let over):
             // `base`: another change of the channel meanwhile (other than a re-sign) refuses it.
-            return try publish(app, channel: channel, base: over, rolloutChange: .content, change: { _ in packs }, keepingRevisions: true, check: check) != nil
+            return try publish(
+                app, channel: channel, base: over, rolloutChange: .content, change: { _ in packs }, keepingRevisions: true, statementOf: version, check: check
+            ) != nil
         }
+    }
+
+    /// Whether what the channel serves (`serving`, release `now`) is content the channel had
+    /// before release `version` was published, signed again since (expiry, a root added, keys
+    /// rotated), and `target` (that release's packs) is ahead of it. The releases published for
+    /// the channel below `now` (among the 256 releases below it), newest first, must all hold
+    /// exactly `serving`'s packs down to one at or below `version`: a change since — a pack
+    /// removed, a rollback, a pack's tags — is a release of other content, and refuses it.
+    /// `target` holds every served pack, the same or a later revision, each changed one at least
+    /// a restored folder's floor (``ReleaseFloor``); and no statement of the channel names a
+    /// release above `version` (devices that recorded one refuse a lower one).
+    func resigned(_ serving: [PackEntry], now: Int, before version: Int, app: String, channel: String, ahead target: [PackEntry]) throws -> Bool {
+        guard Self.ahead(target, of: serving) else { return false }
+        let floor = ReleaseFloor.read(folder) ?? 0
+        let before = Set(serving.map { "\($0.id) \($0.sha256)" })
+        guard target.allSatisfy({ before.contains("\($0.id) \($0.sha256)") || $0.revision >= floor }) else { return false }
+        if let signed = roots.highestStatementRelease(app, channel: channel), signed > version { return false }
+        for earlier in stride(from: now - 1, through: max(1, now - 256), by: -1) where FileSystem.exists(folder.release(app, earlier)) {
+            let manifest = try load(app, earlier).manifest
+            guard (manifest.channel ?? Self.production) == channel else { continue }
+            guard Self.sameContent(manifest.packs, serving) else { return false }
+            if earlier <= version { return true }
+        }
+        return false
     }
 
     /// Whether `target` holds every pack of `serving`, each with the same container or a later

@@ -249,7 +249,7 @@ public final class ReleaseStore: Sendable {
     /// when it is published (now by default), which decides its expiry and the signing keys in force.
     func publish(
         _ app: String, channel: String = ReleaseStore.production, base expected: Int? = nil, rolloutChange: RolloutChange,
-        change: ([PackEntry]) throws -> [PackEntry]?, keepingRevisions: Bool = false,
+        change: ([PackEntry]) throws -> [PackEntry]?, keepingRevisions: Bool = false, statementOf statementRelease: Int? = nil,
         check: ((Manifest, Int64) throws -> Void)? = nil, then: (() throws -> Void)? = nil, at instant: Date? = nil
     ) throws -> LiveManifest? {
         try publishLock.withLock { _ in
@@ -307,7 +307,7 @@ public final class ReleaseStore: Sendable {
                 app: app, version: version, publishedAt: now, expiresAt: now.addingTimeInterval(manifestLifetime), packs: packs, channel: channel,
                 primaryLanguage: primary, rollout: rollout
             )
-            let envelope = try seal(manifest, app: app, channel: channel, replacing: channelRelease?.manifest, now: now)
+            let envelope = try seal(manifest, app: app, channel: channel, replacing: channelRelease?.manifest, release: statementRelease, now: now)
             try check?(manifest, Int64(envelope.count))
             try FileSystem.writeAtomically(envelope, to: folder.release(app, version))
             // `head` first: a crash before the pointer leaves a release that no channel serves

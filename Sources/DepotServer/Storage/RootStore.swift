@@ -92,6 +92,10 @@ public final class RootStore: Sendable {
 
     /// The statements of `channel` that bind exactly `packs`, highest release first (unverified:
     /// each was verified when accepted, and is verified again against the newest root before use).
+    /// The highest release any accepted statement of `channel` names (verified or not under the
+    /// newest root): devices that recorded it refuse a statement of a lower release.
+    func highestStatementRelease(_ app: String, channel: String) -> Int? { index(app, channel: channel).map(\.release).max() }
+
     func statements(_ app: String, channel: String, binding packs: [PackEntry]) -> [(release: Int, envelope: Envelope)] {
         let digest = ReleaseStatement.digest(of: packs) + "/\(packs.count)"
         return index(app, channel: channel).filter { $0.packsDigest == digest }.sorted { $0.release > $1.release }.compactMap { entry in
