@@ -102,10 +102,14 @@ release_public=$("$new" root keygen --out release-key.json | grep -o '[A-Za-z0-9
 for _ in $(seq 1 600); do [ "$(production_release)" -gt "$beta_release" ] && break; sleep 0.1; done
 [ "$(production_release)" -gt "$beta_release" ] || fail "the origin did not re-sign production after root add"
 if publish "$new" levels-2.bin levels production 2>/dev/null; then fail "an unsigned publish reached protected production"; fi
-sign_and_promote() {  # FILE RELEASE: signed, to production
-    "$new" channels promote --server "$url" --app $app --token "$token" --channel production --release "$2" --sign release-key.json --config rooted.json --pack-file levels="$1" >/dev/null
+sign_and_promote() {  # FILE RELEASE: signed, to production; prints what depot said
+    "$new" channels promote --server "$url" --app $app --token "$token" --channel production --release "$2" --sign release-key.json --config rooted.json --pack-file levels="$1"
 }
-sign_and_promote levels-2.bin "$beta_release"
+promoted=$(sign_and_promote levels-2.bin "$beta_release")
+case $promoted in
+    *"(release $beta_release's packs, published anew above the release the origin re-signed)"*) ;;
+    *) fail "the promotion over the re-signed release did not say so: $promoted" ;;
+esac
 [ "$(production_release)" -gt "$beta_release" ] || fail "production went back below the re-signed release"
 check "the old client, production protected" "$old" legacy.json device-old levels levels-2.bin
 check "a build pinning the root" "$new" rooted.json device-rooted levels levels-2.bin
@@ -116,7 +120,7 @@ check "a build pinning the root" "$new" rooted.json device-rooted levels levels-
 echo "levels v3" > levels-3.bin
 number=$(publish "$new" levels-3.bin levels beta)
 [ -n "$number" ] || fail "publishing levels-3.bin on beta"
-sign_and_promote levels-3.bin "$number"
+sign_and_promote levels-3.bin "$number" >/dev/null
 check "the old client after both rotations" "$old" legacy.json device-old levels levels-3.bin
 check "the rooted build after both rotations" "$new" rooted.json device-rooted levels levels-3.bin
 say "PASS: a client built at $old_revision kept every release through the upgrade, the root, the protection and both rotations"

@@ -38,7 +38,9 @@ struct Channels: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Make a channel serve an existing release (creating the channel if needed).",
             discussion: """
-                Refused with 409 if the channel serves a newer release, or if the release exceeds the allowances recorded \
+                Refused with 409 if the channel serves a newer release (not when that is the channel's older content, \
+                which the origin re-signed after release N was published: N's packs are then published anew above it), \
+                or if the release exceeds the allowances recorded \
                 for shipped builds (unless --force). A channel the app's root protects serves only releases signed for it by \
                 the app's release keys: --sign RELEASE-KEY.json --config CONFIG.json --packs DIR checks release N against \
                 your exported configuration and your own pack files (depot release sign --help says how), signs it for the \
@@ -62,7 +64,10 @@ struct Channels: AsyncParsableCommand {
             let response = try await origin.transport().send(method: "POST", to: origin.endpoint("channels/\(channel)", query), headers: try token.headers())
             guard (200..<300).contains(response.status) else { throw CLIError("promote failed: HTTP \(response.status): \(Publish.message(response.body))") }
             let result = try JSONDecoder().decode(Result.self, from: Data(response.body))
-            print(result.changed ? "\(channel) now serves release \(result.release) at \(result.manifestURL)" : "\(channel) already serves release \(result.release)")
+            // A release number other than the one asked for: release N's packs, published anew
+            // above the channel's older content the origin had re-signed (or that content, re-signed).
+            let packs = result.release == release ? "" : " (release \(release)'s packs\(result.changed ? ", published anew above the release the origin re-signed" : ", re-signed"))"
+            print(result.changed ? "\(channel) now serves release \(result.release)\(packs) at \(result.manifestURL)" : "\(channel) already serves release \(result.release)\(packs)")
         }
     }
 
