@@ -25,6 +25,14 @@ final class NginxEdge {
             .appendingPathComponent("Deploy/nginx/snippets/assetdepot-locations.conf").path
     }
 
+    /// The shipped site's `keepalive_timeout` line of `upstream assetdepot_origin` (its idle
+    /// connections closed before the origin's --timeout closes them), used verbatim by this edge.
+    static var upstreamKeepaliveTimeout: String {
+        let site = URL(fileURLWithPath: locationsFile).deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("sites-available/assetdepot").path
+        let text = (try? String(contentsOfFile: site, encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.first { $0.hasPrefix("keepalive_timeout ") } ?? ""
+    }
+
     /// A port free on every address given (edges behind one name listen on one port).
     static func freePort(on addresses: [String] = ["127.0.0.1"]) throws -> UInt16 {
         for _ in 0..<50 {
@@ -86,7 +94,7 @@ final class NginxEdge {
               fastcgi_temp_path \(folder.path)/fastcgi;
               uwsgi_temp_path \(folder.path)/uwsgi;
               scgi_temp_path \(folder.path)/scgi;
-              upstream assetdepot_origin { server 127.0.0.1:\(originPort); keepalive 8; }
+              upstream assetdepot_origin { server 127.0.0.1:\(originPort); keepalive 8; \(Self.upstreamKeepaliveTimeout) }
               proxy_cache_path \(folder.path)/cache keys_zone=assetdepot:8m use_temp_path=off;
               limit_conn_zone $binary_remote_addr zone=assetdepot_per_ip:1m;
               \(proxyBind.map { "proxy_bind \($0);" } ?? "")
@@ -162,6 +170,9 @@ struct NginxEdgeTests {
         try FileManager.default.createSymbolicLink(atPath: etc + "/sites-enabled/assetdepot", withDestinationPath: "../sites-available/assetdepot")
         // The site includes snippets/… relative to nginx.conf's folder, as in /etc/nginx.
         #expect(site.contains("include snippets/assetdepot-locations.conf;"))
+        // Idle upstream connections end at the edge before the origin's --timeout (30 s) ends them.
+        let idle = NginxEdge.upstreamKeepaliveTimeout.split(separator: " ").dropFirst().first.flatMap { Int($0.dropLast(2)) }
+        #expect(idle.map { $0 < 30 } == true, "the upstream's keepalive_timeout must be below the origin's 30 s: \(NginxEdge.upstreamKeepaliveTimeout)")
 
         let checked = try Processes.run("/usr/sbin/nginx", ["-t", "-c", etc + "/nginx.conf"])
         #expect(checked.status == 0 && checked.stderr.contains("test is successful"), "\(checked.stderr)")
