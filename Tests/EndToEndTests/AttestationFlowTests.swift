@@ -44,7 +44,10 @@ struct AttestingSetup {
 
     static func run(appID: String = appID, device deviceAppID: String = appID, _ body: (AttestingSetup) async throws -> Void) async throws {
         let device = try TestAppAttest(appID: deviceAppID)
-        try await withServer(configure: { $0.appAttestAnchor = device.root }) { origin in
+        // Challenges live an hour here: these tests are about what the record says after each
+        // answer, and in the full parallel suite two sends of one test can be minutes apart
+        // (the client fetches a fresh challenge for one expiring within 30 s).
+        try await withServer(configure: { $0.appAttestAnchor = device.root; $0.attestChallengeLifetime = .seconds(3_600) }) { origin in
             try AppStore(folder: DataFolder(origin.data.path)).setAttestation(origin.app, AttestationSettings(appID: appID))
             let state = TemporaryDirectory("depot-attest-state")
             defer { state.remove() }
