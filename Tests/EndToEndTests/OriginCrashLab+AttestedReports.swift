@@ -58,7 +58,9 @@ extension OriginCrashLab {
             // The writer's pass (within a second): the batch's last counter, then its counts.
             let line = "\(keyHex) \(assertions)\n"
             var written = false
-            for _ in 0..<600 where server.process.isRunning {
+            // Waited for as long as the origin lives (the bound only keeps a broken build from hanging).
+            let start = ContinuousClock.now
+            while server.process.isRunning && ContinuousClock.now - start < Eventually.hangBound {
                 let logged = (try? FileSystem.readText(journal))?.contains(line) ?? false
                 if logged && reportBytes() > before {
                     written = true
