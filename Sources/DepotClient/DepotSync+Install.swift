@@ -5,7 +5,8 @@ import Foundation
 extension DepotSync {
     /// One pack: the download and its installation run at once, the installer decrypting what
     /// the downloader has written so far (``DownloadFollower``) and starting over if an attempt
-    /// rewinds the file. The installed copy changes only after the whole container verified.
+    /// rewinds the file. The installed copy changes only after the whole container verified, and
+    /// is switched in with its record as one step (``StateStore/switchIn(_:as:app:now:)``).
     func downloadAndInstall(
         _ item: DownloadItem, entry: PackEntry, downloader: Downloader, installer: Installer, store: StateStore, now: Date,
         events: AsyncStream<DownloadEvent>.Continuation
@@ -24,7 +25,7 @@ extension DepotSync {
                     while true {
                         let pass = follower.beginPass()
                         do {
-                            return try installer.install(entry, from: follower, scratch: item.path + ".plain", to: store.packPath(entry.id))
+                            return try installer.stage(entry, from: follower, scratch: item.path + ".plain", besides: store.packPath(entry.id))
                         } catch where follower.rewound(since: pass) {
                             continue
                         }
@@ -39,12 +40,11 @@ extension DepotSync {
         let downloaded = await withTaskCancellationHandler { await downloading.value } onCancel: { downloading.cancel() }
         if case .failure = downloaded { follower.abandon() }
         let installed = await installing.result
+        if case .success(let staged) = installed, case .failure = downloaded { Installer.removeTree(staged.path) }
         switch (downloaded, installed) {
-        case (.success, .success(let copy)):
+        case (.success, .success(let staged)):
             do {
-                try store.withExclusiveControl(app: app) { state in
-                    state.packs[entry.id] = InstalledState.Pack(entry, installedAt: now, copy: copy)
-                }
+                try await BlockingCall.run { try store.switchIn(staged, as: entry, app: app, now: now) }
                 return .success(entry.size)
             } catch {
                 return .failure(error as? ClientError ?? ClientError.install(entry.id, error))

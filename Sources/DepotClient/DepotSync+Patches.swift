@@ -21,9 +21,10 @@ extension DepotSync {
         }
         if case .failure(let error) = await downloader.download(item, events: events) { return .failure(error) }
         do {
-            let copy = try await BlockingCall.run { try installer.installPatchedCopy(entry, patch: patch, from: item.path, to: store.packPath(entry.id)) }
-            try store.withExclusiveControl(app: configuration.app) { state in
-                state.packs[entry.id] = InstalledState.Pack(entry, installedAt: now, copy: copy)
+            let app = configuration.app
+            try await BlockingCall.run {
+                let staged = try installer.stagePatch(entry, patch: patch, from: item.path, onto: store.packPath(entry.id))
+                try store.switchIn(staged, as: entry, app: app, now: now)
             }
             return .success(patch.size)
         } catch {

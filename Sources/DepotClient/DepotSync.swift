@@ -67,10 +67,12 @@ public struct DepotSync: Sendable {
         let store = try StateStore(destination: destination)
         let syncLock = try await BlockingCall.run { [lockTimeout] in try store.syncLock(timeout: lockTimeout) }
         defer { try? syncLock.close() }
-        // What killed syncs and installs left (staged trees, copies moved aside, scratch files),
-        // by owners that are gone.
-        for folder in [store.packs, store.downloads, store.metadata] { Installer.removeLeftovers(in: folder) }
+        // The state and the disk made to agree first (a switch a killed run began settled or
+        // dropped, records of copies that are gone or are others dropped), then what killed syncs
+        // and installs left (staged trees, copies moved aside, scratch files), by owners that are gone.
         let app = configuration.app
+        try store.reconcile(app: app).forEach(Installer.removeTree)
+        for folder in [store.packs, store.downloads, store.metadata] { Installer.removeLeftovers(in: folder) }
         var source = try ManifestSource(
             url: manifestURL ?? ManifestSource.url(server: server, app: app, channel: channel), channel: channel, configuration: configuration,
             transport: HTTPTransport(timeout: timeout, options: transport)

@@ -171,13 +171,26 @@ public struct ExtensionFlow: Sendable {
 
     /// The install step: every delivery waiting in `.depot/arrived/` is checked against the
     /// accepted manifest (size, SHA-256), decrypted with the injected key ring, unpacked if a
-    /// zip (entries written durably), switched in atomically and recorded; the lock is held only
-    /// for the moment of each record. What killed runs left (staged trees, scratch files) is
-    /// removed first. Memory stays bounded whatever the pack's size (one segment at a time).
-    /// Then a localized pack of a language `languages` no longer pick goes, once its group's
-    /// pick is installed.
+    /// zip (entries written durably), switched in atomically and recorded as one step however the
+    /// process is stopped (``InstalledState/Switch``); the lock is held only for the moments of
+    /// each record. It starts by repairing what a killed run left: a switch it began settled or
+    /// dropped, a record whose copy is gone or is another copy dropped (the pack is planned
+    /// again), staged trees and scratch files removed. Memory stays bounded whatever the pack's
+    /// size (one segment at a time). Then a localized pack of a language `languages` no longer
+    /// pick goes, once its group's pick is installed.
     @discardableResult
     public func installArrived(languages: [String] = Locale.preferredLanguages, now: Date = Date()) throws -> ArrivedReport {
+        // First the state and the disk made to agree (under the lock, before any leftover goes:
+        // a dead switch is dropped before its staged copy is removed).
+        do {
+            try store.reconcile(app: configuration.app).forEach(Installer.removeTree)
+        } catch let error as ClientError where error.kind == .cancelled {
+            // The state's lock is suspended (the app's background time ran out): nothing is done,
+            // every delivery waits for the next run.
+            var report = ArrivedReport()
+            for identifier in arrivedIdentifiers() { report.kept[identifier] = error.description }
+            return report
+        }
         Installer.removeLeftovers(in: store.packs)
         Installer.removeLeftovers(in: store.arrived)
         Installer.removeLeftovers(in: store.metadata)
@@ -212,10 +225,16 @@ public struct ExtensionFlow: Sendable {
             // The patch's base gone (replaced, purged): the device's condition, not the pack's.
             var baseGone = false
             do {
-                let copy: InstalledCopy
+                let installed = try store.read(app: configuration.app).packs[id]
+                // Already in place (a step killed after its switch, before the delivery went; or
+                // the app's and the extension's steps racing): the delivery has served.
+                if let installed, installed.revision == entry.revision, installed.sha256 == entry.sha256, store.isWhole(id, installed) {
+                    FileSystem.remove(path)
+                    continue
+                }
+                let staged: StagedCopy
                 if let base {
                     // A patch: onto the installed copy, if it is still the patch's base, whole.
-                    let installed = try store.read(app: configuration.app).packs[id]
                     guard let installed, installed.revision == base, let patch = entry.patch(from: base, plaintextSHA256: installed.plaintextSHA256) else {
                         baseGone = true
                         throw ClientError.integrity(id, "the installed copy is no longer the base of this patch")
@@ -225,18 +244,18 @@ public struct ExtensionFlow: Sendable {
                             baseGone = true
                             throw ClientError.integrity(id, "the installed copy, the patch's base, is no longer whole on disk (purged or changed)")
                         }
-                        copy = try installer.installPatchedCopy(entry, patch: patch, from: path, to: store.packPath(id))
+                        staged = try installer.stagePatch(entry, patch: patch, from: path, onto: store.packPath(id))
                     } catch let error as ClientError where error.kind == .integrity {
                         // The base changed on disk or the patch is bad: the next plan asks for the whole pack.
-                        try store.withExclusiveControl(app: configuration.app) { $0.packs[id]?.patchFailed = true }
+                        try store.withExclusiveControl(app: configuration.app) { state in
+                            if state.packs[id]?.sha256 == installed.sha256 { state.packs[id]?.patchFailed = true }
+                        }
                         throw error
                     }
                 } else {
-                    copy = try installer.installCopy(entry, from: path, to: store.packPath(entry.id))
+                    staged = try installer.stage(entry, from: path, besides: store.packPath(entry.id))
                 }
-                try store.withExclusiveControl(app: configuration.app) { state in
-                    state.packs[entry.id] = InstalledState.Pack(entry, installedAt: now, copy: copy)
-                }
+                try store.switchIn(staged, as: entry, app: configuration.app, now: now)
                 let delivered = base.flatMap { base in entry.patches?.first { $0.fromRevision == base } }?.size ?? entry.size
                 FileSystem.remove(path)
                 report.installed.append(entry.id)

@@ -60,6 +60,25 @@ public struct InstalledState: Codable, Hashable, Sendable {
         }
     }
 
+    /// A copy being switched in: recorded, under the lock, before the staged copy is exchanged
+    /// into `packs/<pack>`, and settled into ``packs`` after it (``StateStore``), so that the
+    /// switch and its record are one step as any reader sees them, whenever a process is killed.
+    /// While it is listed, `record` is the pack's record exactly when the copy at `packs/<pack>`
+    /// is the staged one (its inode: a rename and an exchange keep it); otherwise ``packs``
+    /// stands. Settled or dropped by the next process that changes the state.
+    public struct Switch: Codable, Hashable, Sendable {
+        /// The pack.
+        public var pack: String
+        /// Its record once the staged copy is at `packs/<pack>` (with the staged copy's inode).
+        public var record: Pack
+        /// The staged copy's name in `packs/`: a `.tmp-` name that carries its owner's process id.
+        public var staged: String
+        /// The inode of the copy it replaces (at `packs/<pack>` when it began), or nil if none.
+        public var replacing: UInt64?
+        /// When it began.
+        public var since: Date
+    }
+
     /// The app.
     public var app: String
     /// The highest manifest version accepted from the production channel.
@@ -77,6 +96,9 @@ public struct InstalledState: Codable, Hashable, Sendable {
     /// With a root of trust: the newest root accepted and each protected channel's highest
     /// signed release (`TrustRecord`); nil before the first such manifest.
     public var trust: TrustRecord?
+    /// Switches begun and not yet settled (``Switch``); nil when none (so a state without one
+    /// reads as a former build wrote it).
+    public internal(set) var switches: [Switch]?
 
     public init(app: String, manifestVersion: Int = 0, packs: [String: Pack] = [:]) {
         self.app = app
@@ -95,6 +117,7 @@ public struct InstalledState: Codable, Hashable, Sendable {
         packs = try c.decode([String: Pack].self, forKey: .packs)
         installID = try c.decodeIfPresent(String.self, forKey: .installID)
         trust = try c.decodeIfPresent(TrustRecord.self, forKey: .trust)
+        switches = try c.decodeIfPresent([Switch].self, forKey: .switches)
     }
 
     /// The highest version accepted on a channel: nothing lower is accepted again.

@@ -1,6 +1,15 @@
 import DepotCore
 import Foundation
 
+/// A copy verified and staged beside its destination under a `.tmp-` name this process owns,
+/// waiting to be switched in (with its record: ``StateStore/switchIn(_:as:app:now:)``).
+struct StagedCopy: Sendable {
+    /// Where it waits.
+    let path: String
+    /// What it is, measured: what its record says.
+    let copy: InstalledCopy
+}
+
 /// Checks a downloaded container against its manifest entry, decrypts it (and unpacks it, for
 /// a zip) beside the installed copy, then switches the two in one atomic step: the previous
 /// revision stays whole until the new one is complete, and a failure at any step — a tampered
@@ -21,11 +30,13 @@ public struct Installer: Sendable {
     /// one the origin hashed when it encrypted it.)
     @discardableResult
     public func install(_ entry: PackEntry, from file: String, to destination: String) throws -> Bool {
-        try installCopy(entry, from: file, to: destination).unpacked
+        let staged = try stage(entry, from: file, besides: destination)
+        return try Self.switchInto(destination, staged: staged, pack: entry.id).unpacked
     }
 
-    /// ``install(_:from:to:)``, returning what was switched in.
-    func installCopy(_ entry: PackEntry, from file: String, to destination: String) throws -> InstalledCopy {
+    /// Checks and decrypts (and unpacks) `file` into a copy staged beside `destination`, for a
+    /// caller that records what it switches in (``StateStore/switchIn(_:as:app:now:)``).
+    func stage(_ entry: PackEntry, from file: String, besides destination: String) throws -> StagedCopy {
         let source: FileDescriptor
         do { source = try FileDescriptor.openForReading(file) } catch {
             throw Self.gone(error) ? ClientError.purged(entry.id, file) : ClientError.install(entry.id, error)
@@ -37,22 +48,23 @@ public struct Installer: Sendable {
         // A zip's plaintext waits beside the container, named with this process as its owner so
         // that a killed run's is found and removed (``removeLeftovers(in:maximumAge:now:)``).
         let scratch = FileSystem.temporaryPath(besides: file, suffix: ".plain")
-        return try install(entry, from: source, scratch: scratch, to: destination)
+        return try stage(entry, from: source, scratch: scratch, besides: destination)
     }
 
-    /// Installs from any source of the container's bytes (a download still being written, read
-    /// as it grows); `scratch` is where a zip's plaintext waits to be unpacked. Returns what was
-    /// switched in, measured before the switch (the state records it: ``InstalledCopy``).
-    func install(_ entry: PackEntry, from source: some RandomAccessSource, scratch: String, to destination: String) throws -> InstalledCopy {
+    /// Stages from any source of the container's bytes (a download still being written, read
+    /// as it grows); `scratch` is where a zip's plaintext waits to be unpacked. Returns the staged
+    /// copy, measured (the state records it: ``InstalledCopy``); nothing is left on a failure.
+    func stage(_ entry: PackEntry, from source: some RandomAccessSource, scratch: String, besides destination: String) throws -> StagedCopy {
         let folder = FileSystem.directory(of: destination)
         // The process id in the name lets a later run tell a killed install's leftovers from a
         // tree another process is still writing (``removeLeftovers(in:maximumAge:now:)``).
         let staged = FileSystem.temporaryPath(besides: destination)
         let unpack = ZipPack.isZip(contentType: entry.contentType)
         let plaintext = unpack ? scratch : staged
+        var whole = false
         defer {
             if unpack { FileSystem.remove(plaintext) }
-            Self.removeTree(staged)
+            if !whole { Self.removeTree(staged) }
         }
         do {
             // The container's SHA-256 is the signed manifest's, and each segment authenticated:
@@ -70,8 +82,8 @@ public struct Installer: Sendable {
                 }
                 try Self.check(copy, against: entry)
                 try FileDescriptor.openForReading(staged).sync(.full)
-                try Self.switchInto(destination, from: staged)
-                return copy
+                whole = true
+                return StagedCopy(path: staged, copy: copy)
             }
             let tree = try StagedTree(staged)
             // What the manifest says it unpacks to is all it may write: a hostile archive whose
@@ -83,8 +95,8 @@ public struct Installer: Sendable {
             }
             let copy = try tree.measured(pack: entry.id)
             try Self.check(copy, against: entry)
-            try Self.switchInto(destination, from: staged)
-            return copy
+            whole = true
+            return StagedCopy(path: staged, copy: copy)
         } catch let error as PackError where error.kind == .unknownKeyID {
             let held = keyRing.keys.keys.sorted()
             throw ClientError(.integrity, """
@@ -110,11 +122,13 @@ public struct Installer: Sendable {
     /// A base that cannot be read whole (purged, truncated) is an integrity failure: the next
     /// plan asks for the whole pack.
     public func installPatch(_ entry: PackEntry, patch: PackPatch, from file: String, to destination: String) throws {
-        _ = try installPatchedCopy(entry, patch: patch, from: file, to: destination)
+        let staged = try stagePatch(entry, patch: patch, from: file, onto: destination)
+        _ = try Self.switchInto(destination, staged: staged, pack: entry.id)
     }
 
-    /// ``installPatch(_:patch:from:to:)``, returning what was switched in.
-    func installPatchedCopy(_ entry: PackEntry, patch: PackPatch, from file: String, to destination: String) throws -> InstalledCopy {
+    /// ``installPatch(_:patch:from:to:)`` up to the switch: the new copy staged beside the
+    /// installed one, for a caller that records what it switches in.
+    func stagePatch(_ entry: PackEntry, patch: PackPatch, from file: String, onto destination: String) throws -> StagedCopy {
         let container: FileDescriptor
         do { container = try FileDescriptor.openForReading(file) } catch {
             throw Self.gone(error) ? ClientError.purged(entry.id, file) : ClientError.install(entry.id, error)
@@ -125,9 +139,10 @@ public struct Installer: Sendable {
         let folder = FileSystem.directory(of: destination)
         let delta = FileSystem.temporaryPath(besides: file, suffix: ".delta")
         let staged = FileSystem.temporaryPath(besides: destination)
+        var whole = false
         defer {
             FileSystem.remove(delta)
-            Self.removeTree(staged)
+            if !whole { Self.removeTree(staged) }
         }
         do {
             // A scratch file: ordered, committed with the new copy's one drive flush.
@@ -142,8 +157,8 @@ public struct Installer: Sendable {
                 try TreePatch.apply(patch: delta, base: destination, into: staged, limit: entry.installSize)
                 let copy = try tree.measured(pack: entry.id)
                 try Self.check(copy, against: entry)
-                try Self.switchInto(destination, from: staged)
-                return copy
+                whole = true
+                return StagedCopy(path: staged, copy: copy)
             }
             let base: FileDescriptor
             do { base = try FileDescriptor.openForReading(destination) } catch {
@@ -166,8 +181,8 @@ public struct Installer: Sendable {
             guard let copy = InstalledCopy.measure(staged), !copy.unpacked else {
                 throw ClientError.install(entry.id, SystemError(call: "stat", errno: ENOENT, path: staged))
             }
-            try Self.switchInto(destination, from: staged)
-            return copy
+            whole = true
+            return StagedCopy(path: staged, copy: copy)
         } catch let error as DeltaError {
             throw ClientError.integrity(entry.id, "the patch cannot be applied to the installed copy: \(error.description)")
         } catch let error as PackError {
@@ -186,25 +201,44 @@ public struct Installer: Sendable {
         }
     }
 
+    /// Switches a staged copy in with no record (the public ``install(_:from:to:)``): the old
+    /// copy, at the staged path after the switch, is removed; so is the staged one if the switch
+    /// failed. Returns what was switched in.
+    static func switchInto(_ destination: String, staged: StagedCopy, pack: String) throws -> InstalledCopy {
+        defer { removeTree(staged.path) }
+        do {
+            try switchInto(destination, from: staged.path)
+        } catch {
+            throw failure(error, pack: pack, folder: FileSystem.directory(of: destination))
+        }
+        return staged.copy
+    }
+
     /// Puts `staged` at `destination` in one step: a rename, or an atomic exchange
-    /// (``System/exchange(_:_:)``) when something is there, after which the old copy is removed.
+    /// (``System/exchange(_:_:)``) when something is there, after which the old copy is at
+    /// `staged` for the caller to remove (once its record changed: ``StateStore/switchIn(_:as:app:now:)``).
     /// The staged copy was flushed to the medium before; the folder's syncs here are ordered
     /// after it, and the state's record, written after this with a full sync, commits them.
     static func switchInto(_ destination: String, from staged: String) throws {
-        if FileSystem.exists(destination) || (try? FileManager.default.destinationOfSymbolicLink(atPath: destination)) != nil {
-            if try !System.exchange(staged, destination) {
-                // No atomic exchange here (Linux before 3.15): move the old copy aside first. A
-                // crash in between leaves no installed copy, which the next sync downloads again.
-                let aside = staged + ".old"
-                try FileSystem.durableRename(destination, to: aside, .ordered)
-                try FileSystem.durableRename(staged, to: destination, .ordered)
-                try FileSystem.durableRename(aside, to: staged, .ordered)
-            }
-            try FileSystem.syncDirectory(FileSystem.directory(of: destination), .ordered)
-            removeTree(staged)
-        } else {
+        guard FileSystem.exists(destination) || (try? FileManager.default.destinationOfSymbolicLink(atPath: destination)) != nil else {
             try FileSystem.durableRename(staged, to: destination, .ordered)
+            return
         }
+        if try !System.exchange(staged, destination) {
+            // No atomic exchange here (Linux before 3.15): move the old copy aside first. A
+            // crash in between leaves no installed copy; the next process that changes the state
+            // completes the switch (``StateStore``'s switches).
+            let aside = staged + ".old"
+            try FileSystem.durableRename(destination, to: aside, .ordered)
+            do {
+                try FileSystem.durableRename(staged, to: destination, .ordered)
+            } catch {
+                try? FileSystem.durableRename(aside, to: destination, .ordered)
+                throw error
+            }
+            try FileSystem.durableRename(aside, to: staged, .ordered)
+        }
+        try FileSystem.syncDirectory(FileSystem.directory(of: destination), .ordered)
     }
 
     /// Removes what killed installs left in `folder`: staged `.tmp-*` trees and files, each
@@ -247,12 +281,8 @@ public struct Installer: Sendable {
         return error as? ClientError ?? .install(pack, error)
     }
 
-    /// Removes an installed copy: a file or a folder tree.
+    /// Removes an installed copy: a file or a folder tree (a link removed, never followed).
     public static func removeTree(_ path: String) {
-        if FileSystem.isDirectory(path) {
-            try? FileManager.default.removeItem(atPath: path)
-        } else {
-            FileSystem.remove(path)
-        }
+        FileSystem.removeTree(path)
     }
 }

@@ -176,6 +176,8 @@ public final class StateStore: Sendable {
     private func exclusive<T>(app: String, _ body: (inout InstalledState) throws -> T) throws -> T {
         var state = try load(app: app)
         let before = state
+        // Switches whose copy is on disk are recorded, dead ones dropped (``switchIn(_:as:app:now:)``).
+        settleSwitches(&state)
         let result = try body(&state)
         if state != before { try save(state) }
         return result
@@ -187,8 +189,10 @@ public final class StateStore: Sendable {
     /// Reading does not block; opening the store (``init(destination:stateFolder:)``) may: the
     /// first open with a state folder moves a former build's state under the lock — open it off
     /// the main thread.
+    /// A switch in progress is read as the disk has it: its record when its copy is the one at
+    /// `packs/<id>` (``InstalledState/Switch``).
     public func read(app: String, timeout: TimeInterval = 10) throws -> InstalledState {
-        try load(app: app)
+        resolvingSwitches(try load(app: app))
     }
 
     /// This folder's install id (the state's install id): read without a lock once it

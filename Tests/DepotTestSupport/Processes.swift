@@ -2,8 +2,10 @@ import Foundation
 
 /// Runs the built `depot` binary and other programs, for tests that drive the real command line.
 public enum Processes {
-    /// The `depot` executable next to the test bundle (`.build/<config>/depot`).
+    /// The `depot` executable next to the test bundle (`.build/<config>/depot`), or `DEPOT_TEST_BINARY` (another build's: an earlier
+    /// commit's, to see a test fail against the code it was written to catch).
     public static var depotBinary: String {
+        if let other = ProcessInfo.processInfo.environment["DEPOT_TEST_BINARY"], !other.isEmpty { return other }
         let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
         var folder = URL(fileURLWithPath: exe).deletingLastPathComponent()
         for _ in 0..<3 {

@@ -6,10 +6,11 @@ import Foundation
 import Testing
 
 /// A device's update killed at every crash point (each file created, mkdir, rename, exchange,
-/// unlink, fsync of `depot sync`), and again with the power cut's losses: after each, the state
-/// records only copies that are byte for byte what was published (`Fixtures/device_checker.py`,
-/// which hashes every copy), the next sync succeeds and leaves exactly the live release, and the
-/// one after it changes nothing.
+/// unlink, fsync of `depot sync`), and again with the power cut's losses: right after each, the
+/// state records only copies that are byte for byte what was published and no other copy than
+/// the one at `packs/<id>` (`Fixtures/device_checker.py`, which hashes every copy), the next sync
+/// succeeds and leaves exactly the live release, and the one after it changes nothing. The kills
+/// at each switch and just after it always run.
 @Suite("Crash points of a device's sync: killed at each, recovered by the next sync")
 struct ClientCrashPointTests {
     enum Change: String, CaseIterable, Sendable {
@@ -39,14 +40,21 @@ struct ClientCrashPointTests {
             let languages = change == .language ? "fr" : "en"
 
             // How many crash points the update has.
-            try CrashSeam.copy(device.base, to: device.dest)
+            try CrashSeam.copyDevice(device.base, to: device.dest)
             let trace = device.work.path + "/trace"
             try device.sync(languages: languages, dest: device.dest, environment: ["DEPOT_CRASH_TRACE": trace])
-            let count = CrashSeam.trace(trace).count
+            let lines = CrashSeam.trace(trace)
+            let count = lines.count
             #expect(count > 10, "the update must have crash points")
+            if [.patch, .treePatch].contains(change) {
+                #expect(lines.contains { $0.hasSuffix(".delta") }, "the update must go through the patch (the device copied with its records' inodes)")
+            }
+            // The kill right at each switch and just after it (between the switch and its record) always runs.
+            let switches = CrashSeam.switchPoints(lines, packs: device.dest + "/packs")
             var killed = 0
-            try await CrashSeam.enumerate(count, modes: modes, trace: trace, work: device.work.path, label: change.rawValue) { crash in
-                try CrashSeam.copy(device.base, to: device.dest)
+            try await CrashSeam.enumerate(count, modes: modes, trace: trace, work: device.work.path, label: change.rawValue,
+                                          including: switches.flatMap { [$0, $0 + 1, $0 + 2] }) { crash in
+                try CrashSeam.copyDevice(device.base, to: device.dest)
                 let result = try device.syncResult(languages: languages, dest: device.dest, environment: crash.environment)
                 let what = crash.what
                 #expect(result.killed, "\(what): the run did not reach its crash point")
@@ -182,13 +190,13 @@ struct CrashDevice {
         #expect(run.status == 0 && !run.killed, "depot sync failed: \(run.errors)")
     }
 
-    func check(_ mode: String, dest: String, context: String = "") throws {
+    func check(_ mode: String, dest: String, context: String = "", quiescent: Bool = false) throws {
         let file = work.path + "/published.json"
         var packs: [String: [String: Any]] = [:]
         for (pack, revisions) in published { packs[pack] = Dictionary(uniqueKeysWithValues: revisions.map { (String($0.key), $0.value as Any) }) }
         let languages = dest == base ? "en" : (published["voice-fr"] != nil && context.contains("language") ? "fr" : "en")
         try FileSystem.writeAtomically(Array(JSONSerialization.data(withJSONObject: ["packs": packs, "live": liveFor(languages: languages)])), to: file)
-        let result = try Processes.run("/usr/bin/python3", [DeviceModelTests.checker, mode, dest, file])
+        let result = try Processes.run("/usr/bin/python3", [DeviceModelTests.checker, mode, dest, file] + (quiescent ? ["--quiescent"] : []))
         #expect(result.status == 0, "\(context) (\(mode)): the invariant does not hold:\n\(result.stdout)\(result.stderr)")
     }
 }

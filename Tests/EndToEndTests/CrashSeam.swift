@@ -66,13 +66,27 @@ enum CrashSeam {
         var what: String
     }
 
-    /// Runs `body` once per crash point (CI's stride unless ``all``) and mode; stops at the
-    /// first crash whose `body` returns false (the invariant did not hold: its messages say why).
-    static func enumerate(_ count: Int, modes: [Mode], trace: String, work: String, label: String, _ body: (Crash) async throws -> Bool) async throws {
+    /// The crash points (1-based) where a copy is switched into `packs`: an exchange, or a rename
+    /// onto a pack's name there.
+    static func switchPoints(_ lines: [String], packs: String) -> [Int] {
+        lines.enumerated().compactMap { index, line in
+            let fields = line.split(separator: " ").map(String.init)
+            guard fields.count >= 4, fields[1] == "exchange" || fields[1] == "rename" else { return nil }
+            let target = fields[3]
+            guard FileSystem.directory(of: target) == packs, !FileSystem.lastComponent(of: target).hasPrefix(".") else { return nil }
+            return index + 1
+        }
+    }
+
+    /// Runs `body` once per crash point (CI's stride unless ``all``, and every point of
+    /// `including`) and mode; stops at the first crash whose `body` returns false (the invariant
+    /// did not hold: its messages say why).
+    static func enumerate(_ count: Int, modes: [Mode], trace: String, work: String, label: String, including: [Int] = [], _ body: (Crash) async throws -> Bool) async throws {
         let lines = Self.trace(trace)
         for mode in modes {
+            let chosen = Set(points(count, ciStride: mode == .kill ? killStride(count) : powerStride(count)) + including.filter { (1...count).contains($0) })
             // A power cut also just after the last crash point (the disk as the process leaves it).
-            for point in points(count, ciStride: mode == .kill ? killStride(count) : powerStride(count)) + (mode == .kill ? [] : [count + 1]) {
+            for point in chosen.sorted() + (mode == .kill ? [] : [count + 1]) {
                 let backup = work + "/backup"
                 try? FileManager.default.removeItem(atPath: backup)
                 try FileSystem.createDirectory(backup)
@@ -88,6 +102,26 @@ enum CrashSeam {
         try? FileManager.default.removeItem(atPath: to)
         let copied = try Processes.run("/bin/cp", ["-a", from, to])
         #expect(copied.status == 0, "\(copied.stderr)")
+    }
+
+    /// Copies a device's folder (`DEST`) as ``copy(_:to:)`` does, then gives each record of its
+    /// state the inode of its copy: a copy has new inodes, and the client, which records the
+    /// inode it switched in, would take every pack for another copy (planned again whole, never
+    /// patched). The copy is then the same device, as the crash points need it.
+    static func copyDevice(_ from: String, to: String) throws {
+        try copy(from, to: to)
+        let path = to + "/.depot/state.json"
+        guard FileSystem.exists(path) else { return }
+        var state = try #require(try JSONSerialization.jsonObject(with: Data(FileSystem.readFile(path))) as? [String: Any])
+        var packs = state["packs"] as? [String: [String: Any]] ?? [:]
+        for (id, var record) in packs where record["inode"] != nil {
+            var info = stat()
+            guard lstat(to + "/packs/" + id, &info) == 0 else { continue }
+            record["inode"] = UInt64(info.st_ino)
+            packs[id] = record
+        }
+        state["packs"] = packs
+        try FileSystem.writeAtomically(Array(JSONSerialization.data(withJSONObject: state, options: [.sortedKeys, .prettyPrinted])), to: path)
     }
 
     /// Every regular file under `root` with its SHA-256 and inode: equal before and after a step

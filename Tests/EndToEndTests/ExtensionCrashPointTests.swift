@@ -7,73 +7,124 @@ import Testing
 
 /// The device's steps on iOS, each killed at every crash point: the extension scheduling an
 /// update (`depot extension schedule`), receiving a finished download (`receive`), the install
-/// step (`install`), and a managed app's device (`depot sync --managed`). After each: the state
-/// records only what is on disk byte for byte (`Fixtures/device_checker.py`), and the next event
-/// — schedule, the system delivering what it scheduled, the install step — reaches the live
-/// release; the event after it schedules nothing and changes nothing.
+/// step (`install`) over whole deliveries, a byte patch and a tree patch, each with the atomic
+/// exchange and with the fallback without one, and a managed app's device (`depot sync
+/// --managed`). Right after each kill, after the next install step alone, and after the next
+/// event, the state records only what is on disk byte for byte (`Fixtures/device_checker.py`,
+/// which also refuses a record of another copy than the one at `packs/<id>`); the event reaches
+/// the live release, and the one after it schedules nothing and changes nothing. The crash points
+/// just after each switch (the kill between a switch and its record) are always among those run.
 @Suite("Crash points of the extension's steps and the managed device")
 struct ExtensionCrashPointTests {
-    enum Step: String, CaseIterable, Sendable { case schedule, receive, install }
+    enum Step: String, CaseIterable, Sendable {
+        case schedule, receive
+        /// The install step over whole deliveries: the file pack and the zip pack replaced.
+        case install
+        /// The install step over a byte patch of the file pack; over a tree patch of the zip pack.
+        case installPatch, installTreePatch
 
-    @Test("Killed at every crash point of schedule, receive and install, the device records only what it holds and the next event reaches the live release", .enabled(if: CrashSeam.killsEnabled), arguments: Step.allCases)
-    func extensionStep(step: Step) async throws {
-        try await run(step, modes: [.kill])
+        var isInstall: Bool { self != .schedule && self != .receive }
     }
 
-    @Test("A power cut at every crash point of schedule, receive and install: the same", .enabled(if: HeavyTests.enabled), arguments: Step.allCases)
-    func extensionStepPowerCut(step: Step) async throws {
-        try await run(step, modes: CrashSeam.powerModes)
+    /// How an install step puts a copy in place: the atomic exchange, or the fallback of a system
+    /// without one (the old copy renamed aside first; `DEPOT_CRASH_NO_EXCHANGE=1`).
+    enum Switching: String, Sendable { case exchange, fallback }
+
+    struct Case: Sendable, CustomTestStringConvertible {
+        var step: Step
+        var switching: Switching
+        var testDescription: String { "\(step.rawValue)\(step.isInstall ? " (\(switching.rawValue))" : "")" }
     }
 
-    func run(_ step: Step, modes: [CrashSeam.Mode]) async throws {
-        try await withServer { origin in
+    static let killCases: [Case] = Step.allCases.flatMap { step in
+        step.isInstall ? [Case(step: step, switching: .exchange), Case(step: step, switching: .fallback)] : [Case(step: step, switching: .exchange)]
+    }
+    static let powerCases: [Case] = Step.allCases.map { Case(step: $0, switching: .exchange) }
+
+    @Test("Killed at every crash point of schedule, receive and install (whole, patched, tree-patched; with and without an exchange), the device records only what it holds right after, after the next install step and after the next event, which reaches the live release", .enabled(if: CrashSeam.killsEnabled), arguments: Self.killCases)
+    func extensionStep(_ testCase: Case) async throws {
+        try await run(testCase, modes: [.kill])
+    }
+
+    @Test("A power cut at every crash point of schedule, receive and install: the same", .enabled(if: HeavyTests.enabled), arguments: Self.powerCases)
+    func extensionStepPowerCut(_ testCase: Case) async throws {
+        try await run(testCase, modes: CrashSeam.powerModes)
+    }
+
+    func run(_ testCase: Case, modes: [CrashSeam.Mode]) async throws {
+        let step = testCase.step
+        let patching = step == .installPatch || step == .installTreePatch
+        try await withServer(configure: { $0.patchDepth = patching ? 1 : 0 }) { origin in
             var device = try CrashDevice(origin: origin)
             defer { device.work.remove() }
             try device.publishFirst(.zip)
             let flow = ExtensionDevice(device: device)
             try await flow.event(dest: device.base)
             try device.check("converged", dest: device.base)
-            try device.publishSecond(.zip)
-            try device.put("movie", CrashDevice.bytes(250_000, seed: 7))
+            switch step {
+            case .installPatch: try device.publishSecond(.patch)
+            case .installTreePatch: try device.publishSecond(.treePatch)
+            default:
+                try device.publishSecond(.zip)
+                try device.put("movie", CrashDevice.bytes(250_000, seed: 7))
+            }
 
             // The base of the step: before scheduling; scheduled (the downloads kept); delivered.
             var scheduled: [ExtensionDevice.Download] = []
             if step != .schedule { scheduled = try flow.schedule(dest: device.base) }
+            if patching { #expect(scheduled.contains { $0.identifier.contains("-from-") }, "the update must be a patch: \(scheduled.map(\.identifier))") }
             var delivered: [String: String] = [:]
             for download in scheduled { delivered[download.identifier] = try await flow.fetch(download) }
-            if step == .install { for download in scheduled { try flow.receive(download, file: delivered[download.identifier]!, dest: device.base) } }
+            if step.isInstall { for download in scheduled { try flow.receive(download, file: delivered[download.identifier]!, dest: device.base) } }
             let arguments: [String] = switch step {
             case .schedule: ["schedule", "--manifest", try flow.manifestFile(), "--event", "periodic"]
             case .receive: ["receive", scheduled[0].identifier, delivered[scheduled[0].identifier]! + ".handed"]
-            case .install: ["install"]
+            case .install, .installPatch, .installTreePatch: ["install"]
             }
+            let switching = testCase.switching == .fallback ? ["DEPOT_CRASH_NO_EXCHANGE": "1"] : [:]
 
             let trace = device.work.path + "/trace"
-            try CrashSeam.copy(device.base, to: device.dest)
+            try CrashSeam.copyDevice(device.base, to: device.dest)
             if step == .receive { try flow.redeliver(scheduled[0], from: delivered) }
-            let traced = try flow.launch(arguments, dest: device.dest, environment: ["DEPOT_CRASH_TRACE": trace])
-            #expect(traced.status == 0, "\(traced.errors)")
-            let count = CrashSeam.trace(trace).count
+            let traced = try flow.launch(arguments, dest: device.dest, environment: switching.merging(["DEPOT_CRASH_TRACE": trace]) { $1 })
+            #expect(traced.status == 0, "\(traced.output)\(traced.errors)")
+            let lines = CrashSeam.trace(trace)
+            let count = lines.count
             #expect(count >= 2, "\(step) must have crash points")
+            // Where a copy is switched in: the kill right there and just after it (between the
+            // switch and its record) is run whatever the stride.
+            let switches = CrashSeam.switchPoints(lines, packs: device.dest + "/packs")
+            if step.isInstall {
+                #expect(!switches.isEmpty, "the install step must switch copies in")
+                let exchanged = lines.contains { $0.split(separator: " ").dropFirst().first == "exchange" }
+                #expect(exchanged == (testCase.switching == .exchange), "\(testCase.switching): exchange used \(exchanged)")
+            }
             var killed = 0
-            try await CrashSeam.enumerate(count, modes: modes, trace: trace, work: device.work.path, label: step.rawValue) { crash in
-                try CrashSeam.copy(device.base, to: device.dest)
+            try await CrashSeam.enumerate(count, modes: modes, trace: trace, work: device.work.path, label: testCase.testDescription,
+                                          including: switches.flatMap { [$0, $0 + 1, $0 + 2] }) { crash in
+                try CrashSeam.copyDevice(device.base, to: device.dest)
                 if step == .receive { try flow.redeliver(scheduled[0], from: delivered) }
-                let result = try flow.launch(arguments, dest: device.dest, environment: crash.environment)
+                let result = try flow.launch(arguments, dest: device.dest, environment: switching.merging(crash.environment) { $1 })
                 let what = crash.what
                 #expect(result.killed, "\(what): the run did not reach its crash point")
                 if result.killed { killed += 1 }
+                // Right after the kill.
                 try device.check("state", dest: device.dest, context: what)
+                // The next install step, alone: it repairs what the killed run left and installs
+                // what waits; nothing staged, no switch and no delivery survive it.
+                let next = try flow.launch(["install"], dest: device.dest, environment: switching)
+                #expect(next.status == 0, "\(what): the next install step failed: \(next.output)\(next.errors)")
+                try device.check("state", dest: device.dest, context: what + ", then the next install step", quiescent: true)
                 // The next event: what was scheduled before is in the system's hands, the rest is planned again.
                 let held = step == .schedule ? [] : scheduled.filter { step != .receive || $0.identifier != scheduled[0].identifier || !result.killed }
-                try await flow.event(dest: device.dest, held: step == .install ? [] : held, context: what)
-                try device.check("converged", dest: device.dest, context: what)
+                try await flow.event(dest: device.dest, held: step.isInstall ? [] : held, context: what, environment: switching)
+                try device.check("converged", dest: device.dest, context: what + ", then the next event")
                 let before = CrashSeam.digest(device.dest + "/packs")
                 let again = try flow.schedule(dest: device.dest)
                 #expect(again.isEmpty && CrashSeam.digest(device.dest + "/packs") == before, "\(what): the event after the recovery scheduled \(again.map(\.identifier))")
                 return true
             }
-            print("ExtensionCrashPointTests \(step) \(modes.map(\.rawValue)): \(count) crash points, \(killed) runs killed and recovered")
+            print("ExtensionCrashPointTests \(testCase.testDescription) \(modes.map(\.rawValue)): \(count) crash points (switches at \(switches)), \(killed) runs killed and recovered")
         }
     }
 
@@ -218,10 +269,10 @@ struct ExtensionDevice {
     }
 
     /// An event in full: schedule, the system delivering everything, the install step.
-    func event(dest: String, held: [Download] = [], context: String = "") async throws {
+    func event(dest: String, held: [Download] = [], context: String = "", environment: [String: String] = [:]) async throws {
         let downloads = try schedule(dest: dest, held: held) + held
         for download in downloads { try receive(download, file: try await fetch(download), dest: dest) }
-        let installed = try launch(["install"], dest: dest)
+        let installed = try launch(["install"], dest: dest, environment: environment)
         #expect(installed.status == 0, "\(context): install: \(installed.errors)")
     }
 }

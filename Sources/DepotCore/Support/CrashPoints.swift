@@ -23,10 +23,27 @@ import Darwin
 ///   (OSDI 2014) enumerates from a call trace, built here on the real file system at the crash.
 ///   Data written in place over fsynced bytes is modelled as appended (nothing here overwrites).
 ///
+/// `DEPOT_CRASH_NO_EXCHANGE=1` makes ``System/exchange(_:_:)`` answer that the file system has no
+/// atomic exchange, so that the fallback of a system without one (Linux before 3.15) is enumerated
+/// as well.
+///
 /// Without these variables nothing is counted and each call costs one load of a `let`.
 enum CrashPoints {
     #if DEBUG
     static let injector: Injector? = Injector.fromEnvironment()
+    #endif
+
+    /// Whether a test asked for the fallback without an atomic exchange (debug builds only).
+    static var exchangeDisabled: Bool {
+        #if DEBUG
+        return noExchange
+        #else
+        return false
+        #endif
+    }
+
+    #if DEBUG
+    private static let noExchange = getenv("DEPOT_CRASH_NO_EXCHANGE").map { String(cString: $0) == "1" } ?? false
     #endif
 
     /// A crash point: `call` on `path` is about to happen.

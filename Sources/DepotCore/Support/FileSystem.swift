@@ -211,6 +211,18 @@ public enum FileSystem {
         _ = System.removeDirectory(path)
     }
 
+    /// Removes a file or a folder tree, deepest first, ignoring what is missing. A link is
+    /// removed, never followed. Each removal is a crash point (``System``), so a kill in the
+    /// middle of a tree's removal is enumerated like any other.
+    public static func removeTree(_ path: String) {
+        guard System.isFolder(path) else {
+            remove(path)
+            return
+        }
+        for name in System.directoryEntries(path) ?? [] { removeTree(path + "/" + name) }
+        removeDirectory(path)
+    }
+
     /// Changes a path's permission bits.
     public static func setMode(_ path: String, _ mode: mode_t) {
         _ = System.changeMode(path, mode)

@@ -4,7 +4,8 @@
 It reads what the client wrote (DEST/.depot/state.json, DEST/packs, DEST/.depot/arrived) and what
 the test published (a JSON file: for each pack and revision, a file's SHA-256 or each entry of a
 tree with its SHA-256; and the live revision of each pack), and trusts nothing the client says
-about its own copies: every copy is hashed here.
+about its own copies: every copy is hashed here. A pack's record is the one its reader sees: the
+state's record, or the switch in progress whose copy is at packs/<id> (by inode).
 
   device_checker.py state     DEST PUBLISHED [--quiescent]
   device_checker.py event     DEST PUBLISHED SCHEDULED_FILE IN_FLIGHT_FILE [WAITING_FILE]
@@ -58,6 +59,21 @@ def exact(path, content):
     return all(sha256(files[p]) == content["files"][p] for p in files)
 
 
+def effective(dest, state):
+    """The record of each pack as the client reads it (StateStore): a switch in progress
+    (`switches`, written before the staged copy is exchanged in) whose copy is now at
+    packs/<id>, the same inode, is that pack's record; any other switch is not."""
+    packs = dict(state.get("packs", {}))
+    for switch in state.get("switches", []):
+        try:
+            inode = os.lstat(os.path.join(dest, "packs", switch["pack"])).st_ino
+        except FileNotFoundError:
+            continue
+        if inode == switch["record"].get("inode"):
+            packs[switch["pack"]] = switch["record"]
+    return packs
+
+
 def stat_shows_damage(path, record):
     """Whether a stat-only look (what the client may afford at each event) tells the copy is not
     the one recorded: missing, another inode, another kind, other file count or bytes."""
@@ -82,20 +98,24 @@ def stat_shows_damage(path, record):
 
 def check_state(dest, published, state, problems):
     """Every recorded pack is exactly what was published for its revision, or damaged in a way a
-    stat shows (a purge, a copy switched in but not recorded). Returns (damaged, current)."""
+    stat shows (a purge: files gone or cut short). Returns (damaged, current)."""
     damaged, current = set(), set()
-    for pid, record in state.get("packs", {}).items():
+    for pid, record in state["packs"].items():
         revisions = published["packs"].get(pid, {})
         content = revisions.get(str(record["revision"]))
         path = os.path.join(dest, "packs", pid)
         if content is None:
             problems.append(f"state records {pid}@{record['revision']}, which was never published")
             continue
+        # A purge removes files or cuts them short; it never puts another copy there. Another
+        # inode than the record's is a copy switched in and not recorded (or recorded and not
+        # switched in): the record and the disk disagree, whatever the bytes.
+        if record.get("inode") is not None and os.path.lexists(path) and os.lstat(path).st_ino != record["inode"]:
+            problems.append(f"state records {pid}@{record['revision']} (inode {record['inode']}) while packs/{pid} is another copy (inode {os.lstat(path).st_ino})")
+            continue
         if exact(path, content):
             current.add(pid)
             if stat_shows_damage(path, record):
-                # The right bytes, but not the copy recorded (another install's, switched in
-                # and not recorded): the client may download it again; that is not a fault.
                 damaged.add(pid)
         elif stat_shows_damage(path, record):
             damaged.add(pid)
@@ -124,6 +144,7 @@ def needs(published, state, dest, current):
 def main():
     mode, dest, published_path = sys.argv[1], sys.argv[2], sys.argv[3]
     published, state = load(dest, published_path)
+    state["packs"] = effective(dest, state)
     problems = []
     damaged, current = check_state(dest, published, state, problems)
     packs = os.path.join(dest, "packs")
@@ -138,6 +159,13 @@ def main():
         for name in os.listdir(arrived) if os.path.isdir(arrived) else []:
             if not name.startswith(".tmp-"):
                 problems.append(f"delivery {name} survived a finished install step")
+        # Every switch it began it completed or undid, and what a killed one began before it.
+        for switch in state.get("switches", []):
+            problems.append(f"a switch of {switch['pack']} to revision {switch['record']['revision']} survived a finished install step")
+        # It starts by dropping the records of copies that are gone.
+        for pid, record in state["packs"].items():
+            if not os.path.lexists(os.path.join(packs, pid)):
+                problems.append(f"state records {pid}@{record['revision']} after a finished install step, and no copy is there")
 
     if mode == "event":
         with open(sys.argv[4]) as f:
