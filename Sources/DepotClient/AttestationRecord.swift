@@ -8,7 +8,7 @@ import Foundation
 /// then Apple's attestation object (kept until the origin answers: DeviceCheck attests a key once
 /// and refuses it afterwards with `invalidKey`).
 ///
-/// Each change is written atomically and durably (``FileSystem/writeAtomically(_:to:mode:)``)
+/// Each change is written atomically and durably (``FileSystem/writeAtomically(_:to:mode:_:)``)
 /// before the next step that depends on it, and no lock is held across an `await`: iOS may
 /// suspend or end the app anywhere in a send. A key is made only once the origin gave a challenge
 /// (an origin that does not attest the app costs no key). Where a send stops decides what the

@@ -71,7 +71,8 @@ public struct DepotSync: Sendable {
         // dropped, records of copies that are gone or are others dropped), then what killed syncs
         // and installs left (staged trees, copies moved aside, scratch files), by owners that are gone.
         let app = configuration.app
-        try store.reconcile(app: app).forEach(Installer.removeTree)
+        // (A lock not had in time, or a copy that cannot be moved aside, leaves it to the next run.)
+        (try? store.reconcile(app: app))?.forEach(Installer.removeTree)
         for folder in [store.packs, store.downloads, store.metadata] { Installer.removeLeftovers(in: folder) }
         var source = try ManifestSource(
             url: manifestURL ?? ManifestSource.url(server: server, app: app, channel: channel), channel: channel, configuration: configuration,

@@ -190,6 +190,10 @@ public struct ExtensionFlow: Sendable {
             var report = ArrivedReport()
             for identifier in arrivedIdentifiers() { report.kept[identifier] = error.description }
             return report
+        } catch let error as ClientError where error.kind == .state {
+            // The lock not had in time, or a copy that cannot be moved aside: the repair waits for
+            // the next run; each delivery meets the same lock and is kept, or installs.
+            DepotLog.notice("the state and the disk not reconciled, left for the next run: \(error.description)", category: "install")
         }
         Installer.removeLeftovers(in: store.packs)
         Installer.removeLeftovers(in: store.arrived)

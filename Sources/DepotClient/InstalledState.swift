@@ -60,12 +60,13 @@ public struct InstalledState: Codable, Hashable, Sendable {
         }
     }
 
-    /// A copy being switched in: recorded, under the lock, before the staged copy is exchanged
-    /// into `packs/<pack>`, and settled into ``packs`` after it (``StateStore``), so that the
-    /// switch and its record are one step as any reader sees them, whenever a process is killed.
-    /// While it is listed, `record` is the pack's record exactly when the copy at `packs/<pack>`
-    /// is the staged one (its inode: a rename and an exchange keep it); otherwise ``packs``
-    /// stands. Settled or dropped by the next process that changes the state.
+    /// A copy being switched in: saved, under the lock, before the staged copy is exchanged into
+    /// `packs/<pack>`, and settled into ``packs`` after it, in the same hold of the lock
+    /// (``StateStore``), so that the switch and its record are one step as any reader sees them,
+    /// whenever a process is killed. While it is listed, `record` is the pack's record exactly
+    /// when the copy at `packs/<pack>` is the staged one (its inode: a rename and an exchange keep
+    /// it); otherwise ``packs`` stands. One left by a killed process is settled, completed or
+    /// dropped by the next process that changes the state.
     public struct Switch: Codable, Hashable, Sendable {
         /// The pack.
         public var pack: String
@@ -75,6 +76,9 @@ public struct InstalledState: Codable, Hashable, Sendable {
         public var staged: String
         /// The inode of the copy it replaces (at `packs/<pack>` when it began), or nil if none.
         public var replacing: UInt64?
+        /// The SHA-256 of the record it replaces, or nil if none: a switch is completed only over
+        /// that record.
+        public var replacingSHA256: String?
         /// When it began.
         public var since: Date
     }

@@ -4,51 +4,64 @@ import Foundation
 /// Switching a copy in and recording it, as one step as every reader sees it, whenever a process
 /// is killed; and the repair an install step starts with.
 ///
-/// A switch is written to the state (``InstalledState/Switch``, under the lock, durably) before
-/// the staged copy is exchanged into `packs/<id>`, and settled after. Between the two, the disk
-/// decides: a reader takes the switch's record exactly when the copy at `packs/<id>` is the staged
-/// one (its inode, which a rename and an exchange keep), and the pack's record otherwise. So a
-/// kill at any instant leaves a state whose reading names the copy on disk:
+/// A switch runs in one hold of the state's lock: the switch is written to the state
+/// (``InstalledState/Switch``, ordered before what follows), the staged copy is exchanged into
+/// `packs/<id>` (only if what is there is still the copy it replaces), and the record is saved
+/// with the switch settled. A reader takes no lock, so between the two saves the disk decides: it
+/// takes the switch's record exactly when the copy at `packs/<id>` is the staged one (its inode,
+/// which a rename and an exchange keep), and the pack's record otherwise. So a kill at any instant
+/// leaves a state whose reading names the copy on disk:
 ///
 /// - before the switch is written: the old copy and its record; the staged copy is a leftover;
 /// - after it, before the exchange: the old copy is on disk, so its record stands (until the next
 ///   writer completes the switch);
 /// - after the exchange, before the record: the new copy is on disk, so the switch's record is read;
-/// - while the old copy (now at the staged name) is removed: the new copy and, settled or not, its record;
+/// - while the old copy (now at the staged name) is removed: the new copy and its record;
 /// - in the fallback without an exchange, between its renames: no copy, so no whole pack is read
 ///   (``InstalledCopy/isWhole(at:recorded:)``), until the next writer completes the switch.
 ///
-/// The next process that changes the state settles a switch whose copy is on disk; completes one
-/// whose owner is gone, if its staged copy is still at its name and nothing else was switched in
-/// since (the copy was verified and flushed before the switch was written); and drops one that
-/// cannot happen any more: its staged copy gone, its owner gone, or begun a day ago
-/// (``Installer/removeLeftovers(in:maximumAge:ownedMaximumAge:now:)``'s rule) — before any
-/// leftover is removed.
+/// Since its owner holds the lock from the switch's first save to its last, a switch another
+/// writer finds under the lock is one whose owner was stopped in between (killed, or a save that
+/// failed). That writer settles it if its copy is on disk; completes it if its staged copy is still
+/// whole at its name (verified and flushed before the switch was written), the pack's record is
+/// still the one it replaces and `packs/<id>` holds that copy or nothing; else drops it. Whoever
+/// removes a staged copy renames it to a name of its own first (``Installer/discard(_:)``), so a
+/// copy being removed is never completed.
 extension StateStore {
     /// Switches `staged` in at `packs/<entry.id>` and records it as `entry`'s copy installed at
-    /// `now`: the switch written, the copy exchanged in, the record settled; then the old copy
-    /// (at the staged name after the exchange) is removed, with the lock released.
+    /// `now`, in one hold of the lock; then the old copy (at the staged name after the exchange)
+    /// is removed, with the lock released. Throws, with the previous copy and record in place, if
+    /// the switch could not be written or the copy not exchanged in; succeeds once the copy is in
+    /// place (a failed last save leaves the switch, which readers follow and the next writer settles).
     func switchIn(_ staged: StagedCopy, as entry: PackEntry, app: String, now: Date) throws {
         let destination = packPath(entry.id)
         let name = FileSystem.lastComponent(of: staged.path)
         // The new copy if the switch did not happen, the old one if it did.
-        defer { Installer.removeTree(staged.path) }
+        defer { Installer.discard(staged.path) }
         let record = InstalledState.Pack(entry, installedAt: now, copy: staged.copy)
-        // Its age is the real clock's (`now` may be a caller's): a day-old switch is dropped.
-        try withExclusiveControl(app: app) { state in
-            let begun = InstalledState.Switch(pack: entry.id, record: record, staged: name, replacing: System.identity(destination)?.inode, since: Date())
+        try holdingLock(timeout: 10) {
+            var state = try load(app: app)
+            settleSwitches(&state)
+            let begun = InstalledState.Switch(
+                pack: entry.id, record: record, staged: name, replacing: System.identity(destination)?.inode,
+                replacingSHA256: state.packs[entry.id]?.sha256, since: Date()
+            )
             state.switches = (state.switches ?? []) + [begun]
+            // Ordered before the exchange (one drive flush per install: the last save's).
+            try save(state, .ordered)
+            do {
+                try Installer.switchInto(destination, from: staged.path)
+            } catch {
+                state.dropSwitch(staged: name)
+                try? save(state)
+                throw Installer.failure(error, pack: entry.id, folder: packs)
+            }
+            state.packs[entry.id] = record
+            state.dropSwitch(staged: name)
+            // The copy is in place: if this save fails (a full disk), the switch saved above is
+            // what readers follow, and the next writer settles it.
+            try? save(state)
         }
-        do {
-            try Installer.switchInto(destination, from: staged.path)
-        } catch {
-            // Not switched in: the switch goes (if this fails, the next writer drops it, its copy gone).
-            _ = try? withExclusiveControl(app: app) { $0.dropSwitch(staged: name) }
-            throw Installer.failure(error, pack: entry.id, folder: packs)
-        }
-        // Loading the state settles it (the copy is on disk); if another process switched its own
-        // copy in meanwhile, that one's switch is settled instead and this one dropped.
-        try withExclusiveControl(app: app) { $0.dropSwitch(staged: name) }
     }
 
     /// `state` as a reader sees it: each switch whose copy is at `packs/<id>` is that pack's record.
@@ -60,37 +73,28 @@ extension StateStore {
     }
 
     /// Under the lock, before a change is made: each switch whose copy is on disk is recorded;
-    /// one whose owner is gone is completed when its staged copy (verified and flushed before
-    /// the switch was written) is still whole at its name and nothing else was switched in since,
-    /// else dropped; one that can no longer happen is dropped; the others (a live process's) stay.
-    func settleSwitches(_ state: inout InstalledState, now: Date = Date()) {
+    /// one that can be completed is (``completes(_:in:)``); the others are dropped. (A switch's
+    /// owner holds the lock from its first save to its last: any switch seen here was stopped.)
+    func settleSwitches(_ state: inout InstalledState) {
         guard let switches = state.switches else { return }
-        var open: [InstalledState.Switch] = []
-        for begun in switches {
-            if holds(begun) || completes(begun) {
-                state.packs[begun.pack] = begun.record
-            } else if !isVoid(begun, now: now) {
-                open.append(begun)
-            }
+        for begun in switches where holds(begun) || completes(begun, in: state) {
+            state.packs[begun.pack] = begun.record
         }
-        state.switches = open.isEmpty ? nil : open
+        state.switches = nil
     }
 
-    /// Completes the switch of an owner that is gone, stopped before its exchange or between the
-    /// renames of the fallback without one: its staged copy is at its name, and at `packs/<id>` is
-    /// still the copy it replaces, or nothing. Whether it is now on disk.
-    private func completes(_ begun: InstalledState.Switch) -> Bool {
+    /// Completes a switch stopped before its exchange (or between the renames of the fallback
+    /// without one): its staged copy is at its name and whole as its record says, the pack's
+    /// record is still the one it replaced, and `packs/<id>` holds that copy or nothing (purged,
+    /// or moved aside by the fallback). Whether it is now on disk.
+    private func completes(_ begun: InstalledState.Switch, in state: InstalledState) -> Bool {
         let (staged, destination) = (packs + "/" + begun.staged, packPath(begun.pack))
-        guard ownerIsGone(begun), let inode = begun.record.inode, System.identity(staged)?.inode == inode,
-              System.identity(destination).map({ $0.inode == begun.replacing }) ?? true else { return false }
+        guard state.packs[begun.pack]?.sha256 == begun.replacingSHA256,
+              System.identity(destination).map({ $0.inode == begun.replacing }) ?? true,
+              InstalledCopy.isWhole(at: staged, recorded: begun.record) else { return false }
         guard (try? Installer.switchInto(destination, from: staged)) != nil else { return false }
-        // The copy it replaced is now at the staged name, a leftover of a process that is gone.
+        // The copy it replaced is now at the staged name: a leftover of a process that is gone.
         return holds(begun)
-    }
-
-    private func ownerIsGone(_ begun: InstalledState.Switch) -> Bool {
-        guard let owner = FileSystem.temporaryOwner(begun.staged) else { return false }
-        return owner != System.processID && System.processIsGone(owner)
     }
 
     /// Whether the copy at `packs/<id>` is the switch's: the same inode and kind.
@@ -100,23 +104,16 @@ extension StateStore {
         return FileSystem.isDirectory(path) == begun.record.unpacked
     }
 
-    /// Whether a switch not on disk can never be: its staged copy is no longer at its name (removed,
-    /// or it was switched in and out again), its owner is gone, or it began a day ago.
-    private func isVoid(_ begun: InstalledState.Switch, now: Date) -> Bool {
-        guard System.identity(packs + "/" + begun.staged)?.inode == begun.record.inode else { return true }
-        return ownerIsGone(begun) || now.timeIntervalSince(begun.since) > 86_400
-    }
-
-    /// The repair an install step (and a sync) starts with, under the lock: switches settled or
-    /// dropped; a record whose copy is gone dropped (it is planned again); a copy that is not the
-    /// one recorded (another inode: switched in by a former build's install killed before its
-    /// record), or that nothing records, moved aside and its record dropped, so that it is planned
-    /// again. Returns the copies moved aside, for the caller to delete once the lock is released.
+    /// The repair an install step (and a sync) starts with, under the lock: switches settled,
+    /// completed or dropped; a record whose copy is gone dropped (it is planned again); a copy
+    /// that is not the one recorded (another inode: switched in by a former build's install
+    /// killed before its record), or that nothing records, moved aside and its record dropped, so
+    /// that it is planned again. Returns the copies moved aside, for the caller to delete once the
+    /// lock is released.
     func reconcile(app: String) throws -> [String] {
         try withExclusiveControl(app: app) { state -> [String] in
             var aside: [String] = []
-            let switching = Set((state.switches ?? []).map(\.pack))
-            for (id, record) in state.packs.sorted(by: { $0.key < $1.key }) where !switching.contains(id) {
+            for (id, record) in state.packs.sorted(by: { $0.key < $1.key }) {
                 guard let identity = System.identity(packPath(id)) else {
                     state.packs[id] = nil
                     continue
@@ -126,7 +123,7 @@ extension StateStore {
                     state.packs[id] = nil
                 }
             }
-            for name in FileSystem.contents(of: packs) where !name.hasPrefix(".") && state.packs[name] == nil && !switching.contains(name) {
+            for name in FileSystem.contents(of: packs) where !name.hasPrefix(".") && state.packs[name] == nil {
                 if let moved = try detach(name) { aside.append(moved) }
             }
             return aside

@@ -140,7 +140,7 @@ public final class StateStore: Sendable {
 
     /// Runs `body` with the state's lock held, counted by this process's gate
     /// (``suspendLocking(waitingUpTo:)``); throws `cancelled` while locking is suspended.
-    private func holdingLock<T>(timeout: TimeInterval, _ body: () throws -> T) throws -> T {
+    func holdingLock<T>(timeout: TimeInterval, _ body: () throws -> T) throws -> T {
         guard StateLockGate.shared.enter(stateFolder) else { throw Self.suspendedError }
         defer { StateLockGate.shared.leave(stateFolder) }
         let lock = try Self.lock(stateFolder + "/state.lock", timeout: timeout, what: "the install state of \(destination)")
@@ -218,7 +218,7 @@ public final class StateStore: Sendable {
         try Self.lock(metadata + "/sync.lock", timeout: timeout, what: "\(destination) (another sync is running)")
     }
 
-    private func load(app: String) throws -> InstalledState {
+    func load(app: String) throws -> InstalledState {
         guard FileSystem.exists(statePath) else { return InstalledState(app: app) }
         do {
             let decoder = JSONDecoder()
@@ -233,12 +233,13 @@ public final class StateStore: Sendable {
         }
     }
 
-    private func save(_ state: InstalledState) throws {
+    /// Saves the state atomically: durably (`.full`), or ordered before what follows (`.ordered`).
+    func save(_ state: InstalledState, _ level: SyncLevel = .full) throws {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .prettyPrinted]
         encoder.dateEncodingStrategy = .iso8601
         do {
-            try FileSystem.writeAtomically(Array(try encoder.encode(state)) + [10], to: statePath)
+            try FileSystem.writeAtomically(Array(try encoder.encode(state)) + [10], to: statePath, level)
         } catch let error as SystemError where error.isNoSpace {
             throw ClientError.noSpace(destination)
         }

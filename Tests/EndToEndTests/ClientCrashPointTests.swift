@@ -51,6 +51,7 @@ struct ClientCrashPointTests {
             }
             // The kill right at each switch and just after it (between the switch and its record) always runs.
             let switches = CrashSeam.switchPoints(lines, packs: device.dest + "/packs")
+            #expect(!switches.isEmpty || change == .removal, "the update must switch copies in (found in the trace by their paths)")
             var killed = 0
             try await CrashSeam.enumerate(count, modes: modes, trace: trace, work: device.work.path, label: change.rawValue,
                                           including: switches.flatMap { [$0, $0 + 1, $0 + 2] }) { crash in

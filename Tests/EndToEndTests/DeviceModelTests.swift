@@ -31,9 +31,9 @@ struct DeviceModelTests {
             let seeds = environment["DEPOT_MODEL_SEED"].map { $0.split(separator: ",").compactMap { UInt64($0) } } ?? [UInt64(Date().timeIntervalSince1970)]
             return seeds.map { ($0, steps) }
         }
-        // 1 and 2 were the first walks; against the build before switches were recorded, 10 kills
-        // an install step at its crash point between a switch and its record (step 59, every run),
-        // and 6 did so with a timed kill (step 8, once).
+        // 1 and 2 are the first walks' seeds (the walk has changed since); against the build before
+        // switches were recorded, 10 kills an install step at its crash point between a switch and
+        // its record (step 59, every run), and 6 did so with a timed kill (step 8, once).
         return [(1, 120), (2, 120), (6, 120), (10, 120)]
     }
 

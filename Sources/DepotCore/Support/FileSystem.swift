@@ -175,14 +175,16 @@ public enum FileSystem {
     }
 
     /// Writes `bytes` to `path` atomically and durably.
-    public static func writeAtomically(_ bytes: [UInt8], to path: String, mode: mode_t = 0o644) throws(SystemError) {
+    /// `level` `.ordered` makes the write ordered before later ones, durable at the next full sync
+    /// (``SyncLevel``).
+    public static func writeAtomically(_ bytes: [UInt8], to path: String, mode: mode_t = 0o644, _ level: SyncLevel = .full) throws(SystemError) {
         let temporary = temporaryPath(besides: path)
         do {
             let fd = try FileDescriptor(path: temporary, flags: O_WRONLY | O_CREAT | O_EXCL, mode: mode)
             try fd.write(bytes)
-            try fd.sync()
+            try fd.sync(level)
             try fd.close()
-            try durableRename(temporary, to: path)
+            try durableRename(temporary, to: path, level)
         } catch {
             _ = System.unlink(temporary)
             throw error
@@ -221,6 +223,15 @@ public enum FileSystem {
         }
         for name in System.directoryEntries(path) ?? [] { removeTree(path + "/" + name) }
         removeDirectory(path)
+    }
+
+    /// Removes a file or a folder tree as ``removeTree(_:)`` does, after renaming it (one step) to
+    /// a temporary name of this process: what is half removed is never at its old name, where
+    /// another process could take it for whole; killed meanwhile, it is this process's leftover.
+    public static func discardTree(_ path: String) {
+        guard System.identity(path) != nil else { return }
+        let aside = temporaryPath(besides: path)
+        removeTree(System.rename(path, aside) == 0 ? aside : path)
     }
 
     /// Changes a path's permission bits.
