@@ -10,20 +10,17 @@ extension DepotSync {
         for (old, replacement) in plan.languageReplacements.sorted(by: { $0.key < $1.key }) {
             guard let entry = manifest[pack: replacement] else { continue }
             // The replacement's copy is checked (a walk of its tree) before the lock; under the
-            // lock the record goes and the copy is renamed aside; it is deleted after.
+            // lock the record goes, then the copy is renamed aside; it is deleted after.
             guard let installed = try store.read(app: configuration.app).packs[replacement], store.isWhole(replacement, installed) else {
                 report.waiting[old] = "replaced by \(replacement) once that is installed"
                 continue
             }
-            var aside: String?
-            defer { aside.map(Installer.removeTree) }
-            let removed = try store.withExclusiveControl(app: configuration.app) { state -> Bool in
-                guard let now = state.packs[replacement], now.revision == entry.revision, now.sha256 == entry.sha256, now.inode == installed.inode else { return false }
-                aside = try store.detach(old)
-                state.packs[old] = nil
-                return true
+            let (removed, aside) = try store.remove(app: configuration.app) { state in
+                guard let now = state.packs[replacement], now.revision == entry.revision, now.sha256 == entry.sha256, now.inode == installed.inode else { return [] }
+                return [old]
             }
-            if removed {
+            aside.forEach(Installer.removeTree)
+            if !removed.isEmpty {
                 report.removed.append(old)
                 observer?(.removed(old))
             } else {

@@ -208,15 +208,9 @@ public struct DepotSync: Sendable {
         // Packs gone from the manifest go once everything else succeeded.
         if report.failed.isEmpty {
             for id in plan.removals {
-                // The copy is renamed aside under the lock and deleted after it, even when saving
-                // the state failed (a full disk: the record stays, its copy is gone, and the next
-                // plan sees that).
-                var aside: String?
-                defer { aside.map(Installer.removeTree) }
-                try store.withExclusiveControl(app: app) { state in
-                    aside = try store.detach(id)
-                    state.packs[id] = nil
-                }
+                // The record goes first, then the copy is renamed aside, under the lock; deleted
+                // after it (a full disk: the save fails and both stay).
+                try store.remove(app: app) { _ in [id] }.aside.forEach(Installer.removeTree)
                 report.removed.append(id)
                 observer?(.removed(id))
             }

@@ -298,25 +298,20 @@ public struct ExtensionFlow: Sendable {
     private func removeReplacedLanguages(manifest: Manifest, languages: [String]) throws -> [String] {
         let picks = LanguageSelection.picks(manifest.packs, preferred: LanguageTag.list(languages), primary: manifest.primaryLanguageTag)
         // Which picks are installed whole is looked at first (a walk of each tree), without the
-        // lock; under it the record goes and the copy is renamed aside; deleted after it, even
-        // if saving the state failed.
+        // lock; under it the records go, then the copies are renamed aside; deleted after it.
         let before = try store.read(app: configuration.app)
         let wanted = Set(manifest.packs.compactMap { entry in before.packs[entry.id] != nil ? picks[entry.id].flatMap { $0 == entry.id ? nil : $0 } : nil })
         let whole = Set(wanted.filter { id in before.packs[id].map { store.isWhole(id, $0) } ?? false })
-        var aside: [String] = []
-        defer { aside.forEach(Installer.removeTree) }
-        return try store.withExclusiveControl(app: configuration.app) { state -> [String] in
-            var removed: [String] = []
-            for entry in manifest.packs where state.packs[entry.id] != nil {
-                guard let pickID = picks[entry.id], pickID != entry.id, let pick = manifest[pack: pickID],
+        let (removed, aside) = try store.remove(app: configuration.app) { state in
+            manifest.packs.compactMap { entry -> String? in
+                guard state.packs[entry.id] != nil, let pickID = picks[entry.id], pickID != entry.id, let pick = manifest[pack: pickID],
                       let installed = state.packs[pick.id], installed.revision == pick.revision, installed.sha256 == pick.sha256,
-                      whole.contains(pick.id), installed.inode == before.packs[pick.id]?.inode else { continue }
-                if let path = try store.detach(entry.id) { aside.append(path) }
-                state.packs[entry.id] = nil
-                removed.append(entry.id)
+                      whole.contains(pick.id), installed.inode == before.packs[pick.id]?.inode else { return nil }
+                return entry.id
             }
-            return removed
         }
+        aside.forEach(Installer.removeTree)
+        return removed
     }
 
     /// `pack@revision` or `pack@revision-from-base`, with a valid pack id and revision numbers.

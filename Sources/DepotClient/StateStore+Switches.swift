@@ -6,8 +6,8 @@ import Foundation
 ///
 /// A switch runs in one hold of the state's lock: the switch is written to the state
 /// (``InstalledState/Switch``, ordered before what follows), the staged copy is exchanged into
-/// `packs/<id>` (only if what is there is still the copy it replaces), and the record is saved
-/// with the switch settled. A reader takes no lock, so between the two saves the disk decides: it
+/// `packs/<id>` (no other switch can change it meanwhile: they all hold the lock), and the record
+/// is saved with the switch settled. A reader takes no lock, so between the two saves the disk decides: it
 /// takes the switch's record exactly when the copy at `packs/<id>` is the staged one (its inode,
 /// which a rename and an exchange keep), and the pack's record otherwise. So a kill at any instant
 /// leaves a state whose reading names the copy on disk:
@@ -111,22 +111,34 @@ extension StateStore {
     /// that it is planned again. Returns the copies moved aside, for the caller to delete once the
     /// lock is released.
     func reconcile(app: String) throws -> [String] {
-        try withExclusiveControl(app: app) { state -> [String] in
+        try remove(app: app) { state in
+            let stale = state.packs.filter { id, record in
+                guard let identity = System.identity(packPath(id)) else { return true }
+                return record.inode.map { $0 != identity.inode } ?? false
+            }
+            let unrecorded = FileSystem.contents(of: packs).filter { !$0.hasPrefix(".") && state.packs[$0] == nil }
+            return stale.keys.sorted() + unrecorded
+        }.aside
+    }
+
+    /// Removes packs in one hold of the lock: `choose`, given the state (switches settled), names
+    /// them; their records are dropped and saved first, then their copies moved aside (a rename
+    /// each). A kill in between leaves a copy nothing records, which the next install step moves
+    /// aside, never a record of a copy that is gone. Returns the ids and the copies moved aside,
+    /// for the caller to delete once the lock is released (``Installer/removeTree(_:)``).
+    func remove(app: String, _ choose: (InstalledState) throws -> [String]) throws -> (removed: [String], aside: [String]) {
+        try holdingLock(timeout: 10) {
+            var state = try load(app: app)
+            let before = state
+            settleSwitches(&state)
+            let ids = try choose(state)
+            for id in ids { state.packs[id] = nil }
+            if state != before { try save(state) }
             var aside: [String] = []
-            for (id, record) in state.packs.sorted(by: { $0.key < $1.key }) {
-                guard let identity = System.identity(packPath(id)) else {
-                    state.packs[id] = nil
-                    continue
-                }
-                if let inode = record.inode, identity.inode != inode {
-                    if let moved = try detach(id) { aside.append(moved) }
-                    state.packs[id] = nil
-                }
+            for id in ids {
+                if let moved = try detach(id) { aside.append(moved) }
             }
-            for name in FileSystem.contents(of: packs) where !name.hasPrefix(".") && state.packs[name] == nil {
-                if let moved = try detach(name) { aside.append(moved) }
-            }
-            return aside
+            return (ids, aside)
         }
     }
 }

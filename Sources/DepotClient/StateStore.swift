@@ -151,7 +151,7 @@ public final class StateStore: Sendable {
     /// Stops this process from taking the state's lock (each ``withExclusiveControl(timeout:app:_:)``
     /// from now on throws a `cancelled` `ClientError`, and one waiting for the lock stops) and
     /// waits, at most `seconds`, for its threads that hold the lock to release it: a record holds
-    /// it for a rename and a small write. Returns whether none holds it. What an app's
+    /// it for a small write, a switch for two around one exchange. Returns whether none holds it. What an app's
     /// background-task expiration handler calls before it ends the task, so that iOS never
     /// suspends the app holding a file lock in the App Group (it terminates it: 0xdead10cc);
     /// ``resumeLocking()`` when the app runs again. Other processes (the extension) are not
@@ -250,7 +250,7 @@ public final class StateStore: Sendable {
 
     /// Moves the installed copy of pack `id` aside (one rename, to a `.tmp-` name this process
     /// owns) and returns where it went, or nil if none was there. Called under the exclusive lock
-    /// together with the record's removal; the caller deletes the returned tree once the lock is
+    /// after the record's removal was saved; the caller deletes the returned tree once the lock is
     /// released (``Installer/removeTree(_:)``) — a deletion can take seconds, and iOS terminates a
     /// suspended app that holds a file lock in a shared container. Killed in between, the next
     /// install step removes it (its owner is gone).
