@@ -15,7 +15,7 @@ extension DepotSync {
                 report.waiting[old] = "replaced by \(replacement) once that is installed"
                 continue
             }
-            let (removed, aside) = try store.remove(app: configuration.app) { state in
+            let (removed, aside) = try store.removePacks(app: configuration.app) { state in
                 guard let now = state.packs[replacement], now.revision == entry.revision, now.sha256 == entry.sha256, now.inode == installed.inode else { return [] }
                 return [old]
             }

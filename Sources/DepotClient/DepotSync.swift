@@ -210,7 +210,7 @@ public struct DepotSync: Sendable {
             for id in plan.removals {
                 // The record goes first, then the copy is renamed aside, under the lock; deleted
                 // after it (a full disk: the save fails and both stay).
-                try store.remove(app: app) { _ in [id] }.aside.forEach(Installer.removeTree)
+                try store.removePacks(app: app) { _ in [id] }.aside.forEach(Installer.removeTree)
                 report.removed.append(id)
                 observer?(.removed(id))
             }

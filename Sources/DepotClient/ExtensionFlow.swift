@@ -190,10 +190,10 @@ public struct ExtensionFlow: Sendable {
             var report = ArrivedReport()
             for identifier in arrivedIdentifiers() { report.kept[identifier] = error.description }
             return report
-        } catch let error as ClientError where error.kind == .state {
-            // The lock not had in time, or a copy that cannot be moved aside: the repair waits for
-            // the next run; each delivery meets the same lock and is kept, or installs.
-            DepotLog.notice("the state and the disk not reconciled, left for the next run: \(error.description)", category: "install")
+        } catch {
+            // The lock not had in time, a full disk: the repair waits for the next run; leftovers
+            // still go (what may free the disk), and each delivery is kept or installs.
+            DepotLog.notice("the state and the disk not reconciled, left for the next run: \(error)", category: "install")
         }
         Installer.removeLeftovers(in: store.packs)
         Installer.removeLeftovers(in: store.arrived)
@@ -302,7 +302,7 @@ public struct ExtensionFlow: Sendable {
         let before = try store.read(app: configuration.app)
         let wanted = Set(manifest.packs.compactMap { entry in before.packs[entry.id] != nil ? picks[entry.id].flatMap { $0 == entry.id ? nil : $0 } : nil })
         let whole = Set(wanted.filter { id in before.packs[id].map { store.isWhole(id, $0) } ?? false })
-        let (removed, aside) = try store.remove(app: configuration.app) { state in
+        let (removed, aside) = try store.removePacks(app: configuration.app) { state in
             manifest.packs.compactMap { entry -> String? in
                 guard state.packs[entry.id] != nil, let pickID = picks[entry.id], pickID != entry.id, let pick = manifest[pack: pickID],
                       let installed = state.packs[pick.id], installed.revision == pick.revision, installed.sha256 == pick.sha256,

@@ -228,15 +228,17 @@ public struct Installer: Sendable {
             // No atomic exchange here (Linux before 3.15): move the old copy aside first. A
             // crash in between leaves no installed copy; the next process that changes the state
             // completes the switch (``StateStore``'s switches).
+            // The three renames are made durable together, by the folder's sync below: one that
+            // fails then finds the copy in place, which the caller's record follows.
             let aside = staged + ".old"
-            try FileSystem.durableRename(destination, to: aside, .ordered)
+            try FileSystem.rename(destination, to: aside)
             do {
-                try FileSystem.durableRename(staged, to: destination, .ordered)
+                try FileSystem.rename(staged, to: destination)
             } catch {
-                try? FileSystem.durableRename(aside, to: destination, .ordered)
+                try? FileSystem.rename(aside, to: destination)
                 throw error
             }
-            try FileSystem.durableRename(aside, to: staged, .ordered)
+            try FileSystem.rename(aside, to: staged)
         }
         try FileSystem.syncDirectory(FileSystem.directory(of: destination), .ordered)
     }

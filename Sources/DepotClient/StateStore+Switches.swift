@@ -41,7 +41,7 @@ extension StateStore {
         let record = InstalledState.Pack(entry, installedAt: now, copy: staged.copy)
         try holdingLock(timeout: 10) {
             var state = try load(app: app)
-            settleSwitches(&state)
+            settleSwitches(&state, completing: true)
             let begun = InstalledState.Switch(
                 pack: entry.id, record: record, staged: name, replacing: System.identity(destination)?.inode,
                 replacingSHA256: state.packs[entry.id]?.sha256, since: Date()
@@ -52,9 +52,16 @@ extension StateStore {
             do {
                 try Installer.switchInto(destination, from: staged.path)
             } catch {
-                state.dropSwitch(staged: name)
-                try? save(state)
-                throw Installer.failure(error, pack: entry.id, folder: packs)
+                // The disk decides: a sync that failed after the exchange (or after the fallback's
+                // renames) leaves the copy in. Its switch then stays listed, not settled: readers
+                // follow the copy on disk, and if a power cut undoes the unsynced exchange, the
+                // old copy's record still stands (the next writer settles it).
+                guard holds(begun) else {
+                    state.dropSwitch(staged: name)
+                    try? save(state)
+                    throw Installer.failure(error, pack: entry.id, folder: packs)
+                }
+                return
             }
             state.packs[entry.id] = record
             state.dropSwitch(staged: name)
@@ -73,14 +80,21 @@ extension StateStore {
     }
 
     /// Under the lock, before a change is made: each switch whose copy is on disk is recorded;
-    /// one that can be completed is (``completes(_:in:)``); the others are dropped. (A switch's
-    /// owner holds the lock from its first save to its last: any switch seen here was stopped.)
-    func settleSwitches(_ state: inout InstalledState) {
+    /// with `completing`, one that can be completed is (``completes(_:in:)``) and the others are
+    /// dropped (a switch's owner holds the lock from its first save to its last: any switch seen
+    /// here was stopped); without, they stay for a step that completes them (the extension's
+    /// scheduling and the other small records do no exchange, walk and flush of a killed run's).
+    func settleSwitches(_ state: inout InstalledState, completing: Bool) {
         guard let switches = state.switches else { return }
-        for begun in switches where holds(begun) || completes(begun, in: state) {
-            state.packs[begun.pack] = begun.record
+        var open: [InstalledState.Switch] = []
+        for begun in switches {
+            if holds(begun) || (completing && completes(begun, in: state)) {
+                state.packs[begun.pack] = begun.record
+            } else if !completing {
+                open.append(begun)
+            }
         }
-        state.switches = nil
+        state.switches = open.isEmpty ? nil : open
     }
 
     /// Completes a switch stopped before its exchange (or between the renames of the fallback
@@ -92,8 +106,9 @@ extension StateStore {
         guard state.packs[begun.pack]?.sha256 == begun.replacingSHA256,
               System.identity(destination).map({ $0.inode == begun.replacing }) ?? true,
               InstalledCopy.isWhole(at: staged, recorded: begun.record) else { return false }
-        guard (try? Installer.switchInto(destination, from: staged)) != nil else { return false }
-        // The copy it replaced is now at the staged name: a leftover of a process that is gone.
+        // The disk decides (a sync that fails after the exchange leaves the copy in). The copy it
+        // replaced is then at the staged name: a leftover of a process that is gone.
+        _ = try? Installer.switchInto(destination, from: staged)
         return holds(begun)
     }
 
@@ -111,7 +126,7 @@ extension StateStore {
     /// that it is planned again. Returns the copies moved aside, for the caller to delete once the
     /// lock is released.
     func reconcile(app: String) throws -> [String] {
-        try remove(app: app) { state in
+        try removePacks(app: app) { state in
             let stale = state.packs.filter { id, record in
                 guard let identity = System.identity(packPath(id)) else { return true }
                 return record.inode.map { $0 != identity.inode } ?? false
@@ -121,24 +136,25 @@ extension StateStore {
         }.aside
     }
 
-    /// Removes packs in one hold of the lock: `choose`, given the state (switches settled), names
-    /// them; their records are dropped and saved first, then their copies moved aside (a rename
-    /// each). A kill in between leaves a copy nothing records, which the next install step moves
-    /// aside, never a record of a copy that is gone. Returns the ids and the copies moved aside,
-    /// for the caller to delete once the lock is released (``Installer/removeTree(_:)``).
-    func remove(app: String, _ choose: (InstalledState) throws -> [String]) throws -> (removed: [String], aside: [String]) {
-        try holdingLock(timeout: 10) {
+    /// Removes installed packs in one hold of the state's lock: `choose`, given the state, names
+    /// them; their records are dropped and saved first, then their copies are moved aside (one
+    /// rename each), so that a kill in between leaves a copy nothing records (which the next
+    /// install step moves aside), never a record of a copy that is gone. Returns the ids removed
+    /// and where their copies went: delete those trees once this returns
+    /// (``Installer/removeTree(_:)``; a deletion can take seconds, and iOS terminates a suspended
+    /// app that holds a file lock in a shared container). A copy that cannot be moved aside stays,
+    /// recorded by nothing, for the next install step. Throws a `cancelled` `ClientError` while
+    /// this process's locking is suspended (``suspendLocking(waitingUpTo:)``).
+    @discardableResult
+    public func removePacks(app: String, timeout: TimeInterval = 10, choosing choose: (InstalledState) throws -> [String]) throws -> (removed: [String], aside: [String]) {
+        try holdingLock(timeout: timeout) {
             var state = try load(app: app)
             let before = state
-            settleSwitches(&state)
+            settleSwitches(&state, completing: true)
             let ids = try choose(state)
             for id in ids { state.packs[id] = nil }
             if state != before { try save(state) }
-            var aside: [String] = []
-            for id in ids {
-                if let moved = try detach(id) { aside.append(moved) }
-            }
-            return (ids, aside)
+            return (ids, ids.compactMap { try? detach($0) })
         }
     }
 }

@@ -176,8 +176,9 @@ public final class StateStore: Sendable {
     private func exclusive<T>(app: String, _ body: (inout InstalledState) throws -> T) throws -> T {
         var state = try load(app: app)
         let before = state
-        // Switches whose copy is on disk are recorded, dead ones dropped (``switchIn(_:as:app:now:)``).
-        settleSwitches(&state)
+        // Switches whose copy is on disk are recorded (``switchIn(_:as:app:now:)``); the others
+        // wait for an install step.
+        settleSwitches(&state, completing: false)
         let result = try body(&state)
         if state != before { try save(state) }
         return result

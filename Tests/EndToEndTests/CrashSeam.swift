@@ -1,4 +1,5 @@
 import DepotCore
+import DepotClient
 import DepotTestSupport
 import Foundation
 import Testing
@@ -112,16 +113,18 @@ enum CrashSeam {
         try copy(from, to: to)
         let path = to + "/.depot/state.json"
         guard FileSystem.exists(path) else { return }
-        var state = try #require(try JSONSerialization.jsonObject(with: Data(FileSystem.readFile(path))) as? [String: Any])
-        var packs = state["packs"] as? [String: [String: Any]] ?? [:]
-        for (id, var record) in packs where record["inode"] != nil {
-            var info = stat()
-            guard lstat(to + "/packs/" + id, &info) == 0 else { continue }
-            record["inode"] = UInt64(info.st_ino)
-            packs[id] = record
+        // Through the client's own type and encoding (JSONSerialization would write `unpacked` as 0).
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        var state = try decoder.decode(InstalledState.self, from: Data(FileSystem.readFile(path)))
+        for (id, record) in state.packs where record.inode != nil {
+            guard let identity = System.identity(to + "/packs/" + id) else { continue }
+            state.packs[id]?.inode = identity.inode
         }
-        state["packs"] = packs
-        try FileSystem.writeAtomically(Array(JSONSerialization.data(withJSONObject: state, options: [.sortedKeys, .prettyPrinted])), to: path)
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .prettyPrinted]
+        encoder.dateEncodingStrategy = .iso8601
+        try FileSystem.writeAtomically(Array(encoder.encode(state)) + [10], to: path)
     }
 
     /// Every regular file under `root` with its SHA-256 and inode: equal before and after a step

@@ -128,6 +128,51 @@ struct ExtensionCrashPointTests {
         }
     }
 
+    @Test("The install step whose sync of packs/ fails right after the switch (EIO): the copy in place is the one recorded, and the next install step leaves nothing over", arguments: [Switching.exchange, .fallback])
+    func failedSyncAfterTheSwitch(_ switching: Switching) async throws {
+        try await withServer(configure: { $0.patchDepth = 1 }) { origin in
+            var device = try CrashDevice(origin: origin)
+            defer { device.work.remove() }
+            try device.publishFirst(.zip)
+            let flow = ExtensionDevice(device: device)
+            try await flow.event(dest: device.base)
+            try device.publishSecond(.patch)
+            let scheduled = try flow.schedule(dest: device.base)
+            #expect(scheduled.map(\.identifier) == ["movie@2-from-1"])
+            for download in scheduled { try flow.receive(download, file: try await flow.fetch(download), dest: device.base) }
+            var environment = switching == .fallback ? ["DEPOT_CRASH_NO_EXCHANGE": "1"] : [:]
+            // Where the switch is: a traced run on a copy of the device.
+            let trace = device.work.path + "/trace"
+            try CrashSeam.copyDevice(device.base, to: device.dest)
+            _ = try flow.launch(["install"], dest: device.dest, environment: environment.merging(["DEPOT_CRASH_TRACE": trace]) { $1 })
+            let switched = try #require(CrashSeam.switchPoints(CrashSeam.trace(trace), packs: device.dest + "/packs").first)
+            // The step paused as it begins the switch (the fallback's first rename is the point
+            // before the one onto packs/movie); then every fsync of the packs folder fails (EIO):
+            // the first comes after the exchange, or after the fallback's three renames.
+            try CrashSeam.copyDevice(device.base, to: device.dest)
+            let library = try IOErrorTests.shim(in: device.work.path)
+            let arm = device.work.path + "/armed"
+            environment.merge(["LD_PRELOAD": library, "FAILIO_MATCH": device.dest + "/packs", "FAILIO_SUFFIX": "1", "FAILIO_ARM": arm,
+                               "DEPOT_CRASH_AT": "\(switching == .fallback ? switched - 1 : switched)", "DEPOT_CRASH_STOP": "1"]) { $1 }
+            let paused = try AdminPairTests.Started(Processes.depotBinary, ["extension", "install", "--config", device.config, "--dest", device.dest, "--languages", "en"], environment: environment)
+            paused.waitUntilStoppedOrEnded()
+            try FileSystem.writeAtomically([], to: arm)
+            paused.continue()
+            let failed = paused.finish()
+            // The copy is in place: the step says so, and every reader reads its record.
+            #expect(failed.status == 0 && failed.text.contains("installed movie"), "\(failed.text)")
+            try device.check("state", dest: device.dest, context: "\(switching): the sync of packs/ failed after the switch")
+            let read = try StateStore(destination: device.dest).read(app: origin.app).packs["movie"]
+            #expect(read?.revision == 2, "the copy in place is the one read: \(String(describing: read))")
+            FileSystem.remove(arm)
+            let next = try flow.launch(["install"], dest: device.dest)
+            #expect(next.status == 0, "\(next.output)\(next.errors)")
+            try device.check("state", dest: device.dest, context: "\(switching): the next install step", quiescent: true)
+            try await flow.event(dest: device.dest)
+            try device.check("converged", dest: device.dest, context: "\(switching): the next event")
+        }
+    }
+
     @Test("Killed at every crash point of a managed device's update (depot sync --managed), the device holds only whole archives and the next event reaches the download manifest", .enabled(if: CrashSeam.killsEnabled))
     func managed() throws {
         let work = TemporaryDirectory("depot-managed-crash")

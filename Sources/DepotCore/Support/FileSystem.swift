@@ -174,6 +174,12 @@ public enum FileSystem {
         if syncingSource, directory(of: from) != directory(of: to) { try? syncDirectory(directory(of: from), level) }
     }
 
+    /// Renames `from` to `to`, with no sync: for several renames made durable together by one
+    /// sync of their folder.
+    public static func rename(_ from: String, to: String) throws(SystemError) {
+        try systemCall("rename", path: to) { System.rename(from, to) }
+    }
+
     /// Writes `bytes` to `path` atomically and durably.
     /// `level` `.ordered` makes the write ordered before later ones, durable at the next full sync
     /// (``SyncLevel``).

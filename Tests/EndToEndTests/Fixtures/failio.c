@@ -1,6 +1,7 @@
 /* An LD_PRELOAD shim for the I/O error tests: once armed (the file named by $FAILIO_ARM exists),
- * writes and syncs on files whose path contains $FAILIO_MATCH fail with EIO, as a failing disk
- * would. Sockets, pipes and other files are left alone.
+ * writes and syncs on files whose path contains $FAILIO_MATCH (ends with it, when $FAILIO_SUFFIX
+ * is set: one folder, not what is inside) fail with EIO, as a failing disk would. Sockets, pipes
+ * and other files are left alone.
  *   cc -shared -fPIC -o libfailio.so failio.c -ldl */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -20,6 +21,10 @@ static int failing(int fd) {
     ssize_t n = readlink(link, path, sizeof path - 1);
     if (n <= 0) return 0;
     path[n] = 0;
+    if (getenv("FAILIO_SUFFIX") != NULL) {
+        size_t length = strlen(path), tail = strlen(match);
+        return length >= tail && strcmp(path + length - tail, match) == 0;
+    }
     return strstr(path, match) != NULL;
 }
 
