@@ -35,4 +35,19 @@ extension ExtensionFlow {
             throw error.isNoSpace ? ClientError.noSpace(store.arrived) : ClientError.install(identifier, error)
         }
     }
+
+    /// `pack@revision` or `pack@revision-from-base`, with a valid pack id and revision numbers.
+    static func isIdentifier(_ name: String) -> Bool {
+        let parts = name.split(separator: "@", omittingEmptySubsequences: false)
+        guard parts.count == 2, Identifier.isValidPack(String(parts[0])) else { return false }
+        let numbers = parts[1].components(separatedBy: "-from-")
+        return (1...2).contains(numbers.count) && numbers.allSatisfy { !$0.isEmpty && $0.utf8.allSatisfy { $0 >= 48 && $0 <= 57 } && $0.count <= 18 }
+    }
+
+    /// The pack id, its revision and (for a patch) the base revision of a valid identifier.
+    static func parse(_ identifier: String) -> (id: String, revision: Int, base: Int?) {
+        let parts = identifier.split(separator: "@")
+        let numbers = parts[1].components(separatedBy: "-from-")
+        return (String(parts[0]), Int(numbers[0]) ?? -1, numbers.count == 2 ? Int(numbers[1]) : nil)
+    }
 }

@@ -292,40 +292,4 @@ public struct ExtensionFlow: Sendable {
         Self.log(report)
         return report
     }
-
-    /// Removes each installed localized pack the device's languages no longer pick whose group's
-    /// pick is installed at the manifest's revision; returns their ids.
-    private func removeReplacedLanguages(manifest: Manifest, languages: [String]) throws -> [String] {
-        let picks = LanguageSelection.picks(manifest.packs, preferred: LanguageTag.list(languages), primary: manifest.primaryLanguageTag)
-        // Which picks are installed whole is looked at first (a walk of each tree), without the
-        // lock; under it the records go, then the copies are renamed aside; deleted after it.
-        let before = try store.read(app: configuration.app)
-        let wanted = Set(manifest.packs.compactMap { entry in before.packs[entry.id] != nil ? picks[entry.id].flatMap { $0 == entry.id ? nil : $0 } : nil })
-        let whole = Set(wanted.filter { id in before.packs[id].map { store.isWhole(id, $0) } ?? false })
-        let (removed, aside) = try store.removePacks(app: configuration.app) { state in
-            manifest.packs.compactMap { entry -> String? in
-                guard state.packs[entry.id] != nil, let pickID = picks[entry.id], pickID != entry.id, let pick = manifest[pack: pickID],
-                      let installed = state.packs[pick.id], installed.revision == pick.revision, installed.sha256 == pick.sha256,
-                      whole.contains(pick.id), installed.inode == before.packs[pick.id]?.inode else { return nil }
-                return entry.id
-            }
-        }
-        aside.forEach(Installer.removeTree)
-        return removed
-    }
-
-    /// `pack@revision` or `pack@revision-from-base`, with a valid pack id and revision numbers.
-    static func isIdentifier(_ name: String) -> Bool {
-        let parts = name.split(separator: "@", omittingEmptySubsequences: false)
-        guard parts.count == 2, Identifier.isValidPack(String(parts[0])) else { return false }
-        let numbers = parts[1].components(separatedBy: "-from-")
-        return (1...2).contains(numbers.count) && numbers.allSatisfy { !$0.isEmpty && $0.utf8.allSatisfy { $0 >= 48 && $0 <= 57 } && $0.count <= 18 }
-    }
-
-    /// The pack id, its revision and (for a patch) the base revision of a valid identifier.
-    static func parse(_ identifier: String) -> (id: String, revision: Int, base: Int?) {
-        let parts = identifier.split(separator: "@")
-        let numbers = parts[1].components(separatedBy: "-from-")
-        return (String(parts[0]), Int(numbers[0]) ?? -1, numbers.count == 2 ? Int(numbers[1]) : nil)
-    }
 }

@@ -260,13 +260,13 @@ public struct Installer: Sendable {
             let path = folder + "/" + name
             let owner = FileSystem.temporaryOwner(name)
             if let owner, owner != System.processID, System.processIsGone(owner) {
-                discard(path)
+                FileSystem.discardTree(path)
                 removed += 1
                 continue
             }
             let modified = (try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date
             if let modified, now.timeIntervalSince(modified) > (owner == nil ? maximumAge : ownedMaximumAge) {
-                discard(path)
+                FileSystem.discardTree(path)
                 removed += 1
             }
         }
@@ -286,11 +286,5 @@ public struct Installer: Sendable {
     /// Removes an installed copy: a file or a folder tree (a link removed, never followed).
     public static func removeTree(_ path: String) {
         FileSystem.removeTree(path)
-    }
-
-    /// Removes a staged copy or a leftover, renamed first to a name of this process, so that a
-    /// copy half removed is never at a name where a switch could take it (``StateStore``).
-    static func discard(_ path: String) {
-        FileSystem.discardTree(path)
     }
 }

@@ -25,7 +25,7 @@ import Foundation
 /// failed). That writer settles it if its copy is on disk; completes it if its staged copy is still
 /// whole at its name (verified and flushed before the switch was written), the pack's record is
 /// still the one it replaces and `packs/<id>` holds that copy or nothing; else drops it. Whoever
-/// removes a staged copy renames it to a name of its own first (``Installer/discard(_:)``), so a
+/// removes a staged copy renames it to a name of its own first (`FileSystem.discardTree`), so a
 /// copy being removed is never completed.
 extension StateStore {
     /// Switches `staged` in at `packs/<entry.id>` and records it as `entry`'s copy installed at
@@ -37,7 +37,7 @@ extension StateStore {
         let destination = packPath(entry.id)
         let name = FileSystem.lastComponent(of: staged.path)
         // The new copy if the switch did not happen, the old one if it did.
-        defer { Installer.discard(staged.path) }
+        defer { FileSystem.discardTree(staged.path) }
         let record = InstalledState.Pack(entry, installedAt: now, copy: staged.copy)
         try holdingLock(timeout: 10) {
             var state = try load(app: app)
