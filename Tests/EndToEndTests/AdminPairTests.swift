@@ -13,7 +13,7 @@ import Testing
 /// command printed as done must hold (the key, the password, the setting, the token, the rule,
 /// the channel), and at the end every pack the origin answered 201 for downloads and decrypts
 /// with the app's configuration exported then.
-@Suite("Admin commands two at a time: nothing either acknowledged is lost")
+@Suite("Admin commands two at a time: nothing either acknowledged is lost", .blocking)
 struct AdminPairTests {
     /// One admin command: its arguments for run `n`, and what must hold after it printed `output`
     /// (nil: it does; `peers`: the outputs of every run of the same command in the pair, of which

@@ -8,7 +8,7 @@ import Testing
 /// `DEPOT_APP_ATTEST_TEST_ANCHOR`) with a software device (``TestAppAttest``) and the real
 /// `depot attest` commands: a key attested once over a single-use challenge, listed, revoked;
 /// every refusal with its status, its code and the check it names, and no key file left by one.
-@Suite("App Attest on the origin: challenges, attestations, the key store and its commands")
+@Suite("App Attest on the origin: challenges, attestations, the key store and its commands", .ownThreads)
 struct AttestEndToEndTests {
     static let app = "com.example.dev"
     static let appID = "ABCDE12345.com.example.dev"

@@ -56,7 +56,7 @@ struct AttestingSetup {
     }
 }
 
-@Suite("Attested reports: the attestation round trip, once per install, and what survives a failure at each step")
+@Suite("Attested reports: the attestation round trip, once per install, and what survives a failure at each step", .ownThreads)
 struct AttestationFlowTests {
     @Test("The first send attests the key once (challenge, attestKey over the challenge's SHA-256, the origin stores it) and signs; the second only signs")
     func attestsOnceThenSigns() async throws {

@@ -8,7 +8,7 @@ import Testing
 /// `DEPOT_APP_ATTEST_TEST_ANCHOR`) from software App Attest devices (``TestAppAttest``): what
 /// counts as attested, what is refused and never counted, and the guard of an app that requires
 /// attestation, which forged reports cannot move and attested failures halt.
-@Suite("Attested reports end to end: assertions over a report's bytes, replays, revoked keys, the guard of an app that requires attestation")
+@Suite("Attested reports end to end: assertions over a report's bytes, replays, revoked keys, the guard of an app that requires attestation", .ownThreads)
 struct AttestedReportEndToEndTests {
     typealias Setup = AttestEndToEndTests.Setup
     static let app = AttestEndToEndTests.app

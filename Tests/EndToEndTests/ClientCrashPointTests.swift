@@ -11,7 +11,7 @@ import Testing
 /// the one at `packs/<id>` (`Fixtures/device_checker.py`, which hashes every copy), the next sync
 /// succeeds and leaves exactly the live release, and the one after it changes nothing. The kills
 /// at each switch and just after it always run.
-@Suite("Crash points of a device's sync: killed at each, recovered by the next sync")
+@Suite("Crash points of a device's sync: killed at each, recovered by the next sync", .blocking)
 struct ClientCrashPointTests {
     enum Change: String, CaseIterable, Sendable {
         /// A file pack replaced whole; a zip pack whose entries change; a file pack patched; a zip

@@ -16,7 +16,7 @@ import Testing
 ///
 /// Every step is `depot extension schedule|receive|install` in a process of its own, as on a
 /// device. A failure names its seed and step: `DEPOT_MODEL_SEED=S DEPOT_MODEL_STEPS=N` replays it.
-@Suite("A device as a state machine: a seeded walk, checked from outside")
+@Suite("A device as a state machine: a seeded walk, checked from outside", .blocking)
 struct DeviceModelTests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().path
     static let checker = root + "/Fixtures/device_checker.py"

@@ -14,7 +14,7 @@ import Testing
 /// which also refuses a record of another copy than the one at `packs/<id>`); the event reaches
 /// the live release, and the one after it schedules nothing and changes nothing. The crash points
 /// just after each switch (the kill between a switch and its record) are always among those run.
-@Suite("Crash points of the extension's steps and the managed device")
+@Suite("Crash points of the extension's steps and the managed device", .blocking)
 struct ExtensionCrashPointTests {
     enum Step: String, CaseIterable, Sendable {
         case schedule, receive

@@ -11,7 +11,7 @@ import Testing
 /// with the defaults of an existing target (nonisolated) and with Xcode 26's defaults for a new
 /// one (`-default-isolation MainActor`, and the upcoming features Approachable Concurrency turns
 /// on). Swift 6 language mode, no warning.
-@Suite("The integration guide compiles as the files of an Xcode project, against Apple's declarations")
+@Suite("The integration guide compiles as the files of an Xcode project, against Apple's declarations", .blocking)
 struct GuideCompileTests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
 

@@ -7,7 +7,7 @@ import Testing
 /// The install step in a process of its own, as on a device (`depot extension …`): killed at
 /// random points it always leaves the old or the new revision, never a mix; its memory does not
 /// grow with the pack.
-@Suite("The install step, as its own process")
+@Suite("The install step, as its own process", .blocking)
 struct InstallStepTests {
     /// One device folder against one origin: the steps the extension and the app take.
     struct Device {

@@ -6,7 +6,7 @@ import Testing
 /// The managed device simulator (`depot sync --managed`) killed, or its power cut, at every crash
 /// point of an update: its state (`managed-state.json`) names only archives on disk whole, with the
 /// size and SHA-256 it records, and the next event reaches the live versions.
-@Suite("Crash points of a managed device's update: killed or powered off at each, recovered by the next event")
+@Suite("Crash points of a managed device's update: killed or powered off at each, recovered by the next event", .blocking)
 struct ManagedCrashPointTests {
     @Test("Killed at every crash point of a managed update: the state names only whole archives, the next event reaches the live versions", .enabled(if: CrashSeam.killsEnabled))
     func killed() async throws {

@@ -10,7 +10,7 @@ import Testing
 /// offset, a promotion, a created token, a revocation), every channel's manifest verifies and
 /// every blob it names is served with its size and SHA-256, a device's sync installs exactly the
 /// live release, no temporary file survives the start, and a sweep leaves no unreferenced blob.
-@Suite("Crash points of the origin: killed at each, checked after a restart")
+@Suite("Crash points of the origin: killed at each, checked after a restart", .blocking)
 struct OriginCrashPointTests {
     /// Each sequence: what the base state holds, then the step whose process is killed.
     enum Sequence: String, CaseIterable, Sendable {

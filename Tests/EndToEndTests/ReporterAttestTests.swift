@@ -77,7 +77,7 @@ struct KeptKey: Decodable {
     }
 }
 
-@Suite("Attested reports: DeviceReporter with App Attest against the origin")
+@Suite("Attested reports: DeviceReporter with App Attest against the origin", .ownThreads)
 struct ReporterAttestTests {
     static func installed(_ origin: TestOrigin) throws -> DeviceReport {
         try put(origin, "level", bytes(2_000, seed: 1))

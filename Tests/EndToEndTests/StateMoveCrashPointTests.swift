@@ -8,7 +8,7 @@ import Testing
 /// `Library/Application Support`) moves a former build's state (`DEST/.depot`) there at its first
 /// open. Killed at every crash point of that first event, the floor and the install id are never
 /// lost, and the next run finishes the move.
-@Suite("Crash points of moving the state out of the packs' folder")
+@Suite("Crash points of moving the state out of the packs' folder", .blocking)
 struct StateMoveCrashPointTests {
     static func state(_ path: String) -> InstalledState? {
         let decoder = JSONDecoder()
