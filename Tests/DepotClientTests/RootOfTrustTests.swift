@@ -145,10 +145,18 @@ import Testing
             releaseKeys: [], releaseThreshold: 0, protectedChannels: []
         ).signed(with: firstKeys)
         let evil = [lab.entry("levels", revision: 9, digit: "f")]
+        // The device walks from the version 2 it holds (issue 61): the forged one is never read,
+        // and the attacker's online key is not one it lists.
         let text = device.refusal(lab.envelope(version: 5, packs: evil, releases: nil, signer: attacker, roots: [lab.roots[0], forged]))
-        #expect(text.contains("not the one this device trusts"))
-        // Leaving the newer root out does not take the device back either.
-        #expect(device.refusal(lab.envelope(version: 5, packs: packs, releases: [lab.statement(release: 1, packs: packs)], roots: [lab.roots[0]])).contains("below version 2"))
+        #expect(text.contains("not signed by a trusted key"))
+        // Nor does a forged version 3 after it take: version 2's keys did not sign it.
+        var third = try RootDocument.decode(Envelope.decode(forged.encoded()).payloadBytes ?? [])
+        third.version = 3
+        let three = try third.signed(with: firstKeys)
+        #expect(device.refusal(lab.envelope(version: 5, packs: evil, releases: nil, signer: attacker, roots: [lab.roots[0], forged, three])).contains("signed by 0 of version 2's root keys"))
+        // Leaving the newer root out does not take the device back: it walks from the root it holds.
+        try device.take(lab.envelope(version: 5, packs: packs, releases: [lab.statement(release: 1, packs: packs)], roots: [lab.roots[0]]))
+        #expect(device.state.trust?.rootVersion == 2)
     }
 
     @Test func anExpiredRootStopsNewManifestsUntilTheNextIsSigned() throws {

@@ -8,6 +8,7 @@ public struct CryptoError: Error, Hashable, Sendable, CustomStringConvertible {
         case invalidNonceSize
         case authenticationFailed
         case invalidSignature
+        case weakPublicKey
     }
     private let code: Code
 
@@ -25,6 +26,8 @@ public struct CryptoError: Error, Hashable, Sendable, CustomStringConvertible {
     public static let authenticationFailed = CryptoError(code: .authenticationFailed)
     /// A signature did not verify.
     public static let invalidSignature = CryptoError(code: .invalidSignature)
+    /// An Ed25519 public key of small order, or not canonically encoded: refused wherever a key is read.
+    public static let weakPublicKey = CryptoError(code: .weakPublicKey)
 
     public var description: String {
         switch code {
@@ -34,6 +37,7 @@ public struct CryptoError: Error, Hashable, Sendable, CustomStringConvertible {
         case .invalidNonceSize: return "nonce must be 12 bytes"
         case .authenticationFailed: return "authentication tag did not verify"
         case .invalidSignature: return "signature did not verify"
+        case .weakPublicKey: return "an Ed25519 public key of small order or not canonically encoded (a point anyone can forge signatures for)"
         }
     }
 }

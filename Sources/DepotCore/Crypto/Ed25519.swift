@@ -34,9 +34,11 @@ public final class Ed25519PublicKey: Sendable, Hashable {
     /// The 32-byte encoded point.
     public let rawRepresentation: [UInt8]
 
-    /// Loads a key from its 32 bytes.
+    /// Loads a key from its 32 bytes; a key of small order or not canonically encoded is refused
+    /// (``isWeak(_:)``).
     public init(rawRepresentation raw: [UInt8]) throws(CryptoError) {
         guard raw.count == 32 else { throw .invalidKeySize(expected: 32, got: raw.count) }
+        guard !Self.isWeak(raw) else { throw .weakPublicKey }
         context = try Ed25519VerifyingContext(raw: raw)
         rawRepresentation = raw
     }
@@ -49,6 +51,31 @@ public final class Ed25519PublicKey: Sendable, Hashable {
     /// ``isValidSignature(_:for:)`` over memory the caller owns (no copy of a large message).
     func isValidSignature(_ signature: [UInt8], for message: UnsafeRawBufferPointer) -> Bool {
         signature.count == 64 && context.isValid(signature, for: message)
+    }
+
+    /// Encodings of the eight points of small order (and of y = p, p + 1, equal to 0 and 1), the
+    /// sign bit aside: libsodium's blocklist. For such a key, R = the identity and S = 0 (or a few
+    /// others) verify for every message under RFC 8032's cofactored or cofactorless check alike, so
+    /// a planted one would let anyone sign after its planter was evicted.
+    private static let smallOrder: [[UInt8]] = [
+        [UInt8](repeating: 0, count: 32),                                   // 0 (order 4)
+        [1] + [UInt8](repeating: 0, count: 31),                             // 1, the identity (order 1)
+        Hex.decode("26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05")!,  // order 8
+        Hex.decode("c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac037a")!,  // order 8
+        [0xec] + [UInt8](repeating: 0xff, count: 30) + [0x7f],              // p − 1 (order 2)
+        [0xed] + [UInt8](repeating: 0xff, count: 30) + [0x7f],              // p = 0 (order 4)
+        [0xee] + [UInt8](repeating: 0xff, count: 30) + [0x7f],              // p + 1 = 1 (order 1)
+    ]
+
+    /// Whether `raw` encodes a point of small order, or y ≥ p (a non-canonical encoding, which
+    /// implementations decode differently).
+    public static func isWeak(_ raw: [UInt8]) -> Bool {
+        guard raw.count == 32 else { return true }
+        var y = raw
+        y[31] &= 0x7f
+        if smallOrder.contains(y) { return true }
+        // y ≥ p = 2^255 − 19: bytes 1…30 all 0xff, the top byte 0x7f, the lowest at least 0xed.
+        return y[31] == 0x7f && y[1..<31].allSatisfy { $0 == 0xff } && y[0] >= 0xed
     }
 
     public static func == (lhs: Ed25519PublicKey, rhs: Ed25519PublicKey) -> Bool {

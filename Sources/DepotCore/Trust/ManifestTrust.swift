@@ -9,9 +9,17 @@ public struct TrustRecord: Codable, Hashable, Sendable {
     public var rootSHA256: String
     /// Per protected channel, the highest release statement accepted.
     public var releaseFloors: [String: Int]
+    /// The newest root itself, as signed (recorded since issue 61; nil in older states): the next
+    /// sync walks on from it, TUF's rule, so that a second valid document of an old version (a
+    /// `depot root sign` run twice) cannot fork the device.
+    public var rootEnvelope: Envelope?
+    /// Per protected channel, the packs' digest (``ReleaseStatement/packsSHA256``) of the release
+    /// at its floor: a statement of that same number binding other packs is refused (nil in states
+    /// recorded before issue 61, and for floors exported with a build).
+    public var releaseDigests: [String: String]?
 
-    public init(rootVersion: Int, rootSHA256: String, releaseFloors: [String: Int] = [:]) {
-        (self.rootVersion, self.rootSHA256, self.releaseFloors) = (rootVersion, rootSHA256, releaseFloors)
+    public init(rootVersion: Int, rootSHA256: String, releaseFloors: [String: Int] = [:], rootEnvelope: Envelope? = nil) {
+        (self.rootVersion, self.rootSHA256, self.releaseFloors, self.rootEnvelope) = (rootVersion, rootSHA256, releaseFloors, rootEnvelope)
     }
 }
 
@@ -22,6 +30,8 @@ public struct TrustedManifest: Sendable {
     public var root: TrustedRoot
     /// On a protected channel, the release statement binding the manifest's packs.
     public var signedRelease: Int?
+    /// That statement's digest of the packs (``ReleaseStatement/packsSHA256``).
+    public var signedPacksSHA256: String?
 }
 
 /// How a device with a root of trust verifies a manifest envelope (<doc:RootOfTrust>): walk the
@@ -53,10 +63,19 @@ public enum ManifestTrust {
 
     /// The newest root the chain reaches from the pinned one (or the recorded one), not expired.
     public static func newestRoot(pinned: Envelope, chain: [Envelope], record: TrustRecord?, app: String, now: Date) throws(TrustError) -> TrustedRoot {
-        let start = try RootChain.selfSigned(pinned, app: app)
-        // A build shipped with a newer root than the device recorded starts from it; otherwise the
-        // walk must pass through the recorded root.
-        let mustInclude = record.flatMap { $0.rootVersion >= start.document.version ? ($0.rootVersion, $0.rootSHA256) : nil }
+        var start = try RootChain.selfSigned(pinned, app: app)
+        // A build shipped with a newer root than the device recorded starts from it. Otherwise the
+        // walk starts from the recorded root itself when the state holds it (TUF: the next version
+        // is checked by the keys of the one the device holds, so a second document of a version it
+        // passed, or of its own, is never read), else it must pass through the recorded root.
+        var mustInclude = record.flatMap { $0.rootVersion >= start.document.version ? ($0.rootVersion, $0.rootSHA256) : nil }
+        if let record, record.rootVersion > start.document.version, let held = record.rootEnvelope {
+            let recorded = try RootChain.selfSigned(held, app: app)
+            guard recorded.document.version == record.rootVersion, recorded.payloadSHA256 == record.rootSHA256 else {
+                throw TrustError("the root this device recorded (version \(record.rootVersion)) does not match its own record")
+            }
+            (start, mustInclude) = (recorded, nil)
+        }
         let newest = try RootChain.walk(from: start, through: chain, mustInclude: mustInclude)
         guard newest.document.expiresAt > now else {
             throw TrustError("app \(app)'s root of trust (version \(newest.document.version)) expired at \(ISO8601DateFormatter().string(from: newest.document.expiresAt)): the operator signs the next version (depot root sign) and adds it to the origin (depot root add); until then this device keeps its content")
@@ -66,8 +85,8 @@ public enum ManifestTrust {
 
     private static func bind(_ manifest: Manifest, root: TrustedRoot, attachments: Envelope.Attachments, channel: String) throws -> TrustedManifest {
         guard root.document.protects(channel) else { return TrustedManifest(manifest: manifest, root: root, signedRelease: nil) }
-        let release = try ReleaseBinding.check(manifest, statements: attachments.releases, root: root.document, channel: channel)
-        return TrustedManifest(manifest: manifest, root: root, signedRelease: release)
+        let statement = try ReleaseBinding.binding(manifest, statements: attachments.releases, root: root.document, channel: channel)
+        return TrustedManifest(manifest: manifest, root: root, signedRelease: statement.release, signedPacksSHA256: statement.packsSHA256)
     }
 
     /// Why accepting `verified` would go back, or nil: a root older than the one recorded, a
@@ -89,6 +108,9 @@ public enum ManifestTrust {
         if let release = verified.signedRelease, release < releaseFloor {
             return "release \(release) of channel \(channel) is older than release \(releaseFloor), which this device accepted: an older signed release is replayed"
         }
+        if let release = verified.signedRelease, release == releaseFloor, let held = record?.releaseDigests?[channel], let digest = verified.signedPacksSHA256, digest != held {
+            return "release \(release) of channel \(channel) binds other packs than the release \(release) this device accepted: one number, two releases"
+        }
         if verified.manifest.version < versionFloor {
             guard let release = verified.signedRelease, release > releaseFloor else {
                 return "manifest version \(verified.manifest.version) is lower than \(versionFloor), already accepted"
@@ -102,8 +124,12 @@ public enum ManifestTrust {
         var out = record ?? TrustRecord(rootVersion: 0, rootSHA256: "")
         if verified.root.document.version >= out.rootVersion {
             (out.rootVersion, out.rootSHA256) = (verified.root.document.version, verified.root.payloadSHA256)
+            out.rootEnvelope = verified.root.envelope
         }
-        if let release = verified.signedRelease { out.releaseFloors[channel] = max(out.releaseFloors[channel] ?? 0, release) }
+        if let release = verified.signedRelease, release >= (out.releaseFloors[channel] ?? 0) {
+            out.releaseFloors[channel] = release
+            if let digest = verified.signedPacksSHA256 { out.releaseDigests = (out.releaseDigests ?? [:]).merging([channel: digest]) { $1 } }
+        }
         return out
     }
 }

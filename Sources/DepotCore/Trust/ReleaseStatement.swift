@@ -132,6 +132,11 @@ public enum ReleaseBinding {
     /// The release number of the statement binding `manifest`'s packs (with a rollout, its
     /// candidate is checked too, and must be a later release); throws when none binds them.
     public static func check(_ manifest: Manifest, statements: [Envelope], root: RootDocument, channel: String) throws(TrustError) -> Int {
+        try binding(manifest, statements: statements, root: root, channel: channel).release
+    }
+
+    /// The statement binding `manifest`'s packs, checked as ``check(_:statements:root:channel:)`` checks it.
+    public static func binding(_ manifest: Manifest, statements: [Envelope], root: RootDocument, channel: String) throws(TrustError) -> ReleaseStatement {
         guard !statements.isEmpty else {
             throw TrustError("channel \(channel) is protected, and the manifest carries no release signed by the app's release keys")
         }
@@ -165,6 +170,6 @@ public enum ReleaseBinding {
                 throw TrustError("the rollout's candidate (release \(rollout.release)) is not later than the release it replaces (\(bound.release))")
             }
         }
-        return bound.release
+        return bound
     }
 }

@@ -1,0 +1,112 @@
+import DepotClient
+import DepotCore
+import Foundation
+import Testing
+
+/// Issue 61's findings on the device's side: two documents of one root version, one release
+/// number with two pack lists, keys of small order.
+extension RootOfTrustTests {
+    @Test("Two valid documents of one root version (depot root sign run twice): a device that recorded the first takes version 3, signed after the second, by the keys of the one it holds (TUF's rule), and never reads the second")
+    func aSecondDocumentOfARecordedVersionDoesNotForkTheDevice() throws {
+        let lab = Lab()
+        let packs = [lab.entry("levels", revision: 1, digit: "a")]
+        let keys = [Ed25519PrivateKey()]
+        let first = lab.addRoot(keys: keys, expires: Self.now + 86_400 * 300)
+        var device = lab.device()
+        try device.take(lab.envelope(version: 1, packs: packs, releases: [lab.statement(release: 1, packs: packs)]))
+        #expect(device.state.trust?.rootVersion == 2)
+        #expect(device.state.trust?.rootEnvelope == first, "the recorded root is kept as signed")
+        // The operator signs version 2 again (another expiry: other bytes, the same keys), puts it in
+        // the first's place, then signs version 3 after it.
+        lab.roots.removeLast()
+        lab.rootKeys.removeLast()
+        let second = lab.addRoot(keys: keys, expires: Self.now + 86_400 * 301)
+        #expect(second != first)
+        lab.addRoot(keys: [Ed25519PrivateKey()])
+        let next = [lab.entry("levels", revision: 2, digit: "b")]
+        try device.take(lab.envelope(version: 2, packs: next, releases: [lab.statement(release: 2, packs: next)]))
+        #expect(device.state.trust?.rootVersion == 3)
+        // The chain served without version 2 at all: the device walks from the one it holds.
+        var third = lab.device()
+        try third.take(lab.envelope(version: 1, packs: packs, releases: [lab.statement(release: 1, packs: packs)], roots: [lab.roots[0], first]))
+        try third.take(lab.envelope(version: 2, packs: next, releases: [lab.statement(release: 2, packs: next)], roots: [lab.roots[0], lab.roots[2]]))
+        #expect(third.state.trust?.rootVersion == 3)
+        // A version 3 signed only by keys the held version 2 does not list is refused.
+        let stranger = [Ed25519PrivateKey()]
+        let forged = try RootDocument(
+            app: Self.app, version: 4, expiresAt: Self.now + 86_400 * 999, rootKeys: stranger.map(\.publicKey), rootThreshold: 1, onlineKeys: [lab.online.publicKey],
+            releaseKeys: lab.releaseKeys.map(\.publicKey), releaseThreshold: 2, protectedChannels: []
+        ).signed(with: stranger)
+        #expect(third.refusal(lab.envelope(version: 3, packs: next, releases: nil, roots: lab.roots + [forged])).contains("signed by 0 of version 3's root keys"))
+    }
+
+    @Test("A state recorded before the root was kept (no rootEnvelope) still walks through the recorded version, and keeps the root from then on")
+    func aStateWithoutTheRootEnvelopeWalksAsBefore() throws {
+        let lab = Lab()
+        let packs = [lab.entry("levels", revision: 1, digit: "a")]
+        lab.addRoot(keys: [Ed25519PrivateKey()])
+        var device = lab.device()
+        try device.take(lab.envelope(version: 1, packs: packs, releases: [lab.statement(release: 1, packs: packs)]))
+        device.state.trust?.rootEnvelope = nil
+        device.state.trust?.releaseDigests = nil
+        // Leaving version 2 out: the walk cannot pass through it, as before.
+        #expect(device.refusal(lab.envelope(version: 2, packs: packs, releases: [lab.statement(release: 1, packs: packs)], roots: [lab.roots[0]])).contains("below version 2"))
+        try device.take(lab.envelope(version: 2, packs: packs, releases: [lab.statement(release: 1, packs: packs)]))
+        #expect(device.state.trust?.rootEnvelope == lab.roots[1])
+    }
+
+    @Test("A statement with the release number the device accepted, binding other packs, is refused (one number, two releases); the same release again is taken")
+    func anEqualReleaseNumberBindingOtherPacksIsRefused() throws {
+        var (lab, device, packs, _, s2) = try Self.deviceHoldingRelease2()
+        #expect(device.state.trust?.releaseFloors["production"] == 2)
+        let other = [lab.entry("levels", revision: 3, digit: "d"), packs[1]]
+        let twin = lab.statement(release: 2, packs: other)
+        #expect(device.refusal(lab.envelope(version: 3, packs: other, releases: [twin])).contains("binds other packs than the release 2 this device accepted"))
+        // The accepted release, served again under a newer manifest version: taken.
+        try device.take(lab.envelope(version: 4, packs: packs, releases: [s2]))
+        packs = other
+        try device.take(lab.envelope(version: 5, packs: packs, releases: [lab.statement(release: 3, packs: packs)]))
+        #expect(device.state.trust?.releaseFloors["production"] == 3)
+    }
+
+    /// The small-order points and the encodings of y ≥ p, with and without the sign bit.
+    static let weakKeys: [[UInt8]] = {
+        let base: [[UInt8]] = [
+            [UInt8](repeating: 0, count: 32),
+            [1] + [UInt8](repeating: 0, count: 31),
+            Hex.decode("26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05")!,
+            Hex.decode("c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac037a")!,
+            [0xec] + [UInt8](repeating: 0xff, count: 30) + [0x7f],
+            [0xed] + [UInt8](repeating: 0xff, count: 30) + [0x7f],
+            [0xee] + [UInt8](repeating: 0xff, count: 30) + [0x7f],
+            [0xff] + [UInt8](repeating: 0xff, count: 30) + [0x7f],
+        ]
+        return base + base.map { var key = $0; key[31] |= 0x80; return key }
+    }()
+
+    @Test("Ed25519 public keys of small order, or not canonically encoded, are refused wherever a key is read: the key type, a root's lists, a pinned configuration; a genuine key whose sign bit is set is taken")
+    func weakKeysAreRefused() throws {
+        for raw in Self.weakKeys {
+            #expect(throws: CryptoError.weakPublicKey, "\(Hex.encode(raw))") { try Ed25519PublicKey(rawRepresentation: raw) }
+        }
+        // The identity as an online key: with R the identity and S = 0 "signatures" verify for any message.
+        let rootKey = Ed25519PrivateKey()
+        var document = RootDocument(
+            app: Self.app, version: 1, expiresAt: Self.now + 86_400, rootKeys: [rootKey.publicKey], rootThreshold: 1, onlineKeys: [Ed25519PrivateKey().publicKey],
+            releaseKeys: [], releaseThreshold: 0, protectedChannels: []
+        )
+        document.onlineKeys = [Data([1] + [UInt8](repeating: 0, count: 31)).base64EncodedString()]
+        let planted = try Envelope.sign(payload: document.encoded(), type: RootDocument.payloadType, with: [rootKey])
+        #expect(throws: TrustError.self) { try RootChain.selfSigned(planted, app: Self.app) }
+        let configuration = ClientConfiguration(app: Self.app, manifestPublicKeys: [], keyRing: try KeyRing([:]))
+        var pinned = configuration
+        pinned.manifestPublicKeys = [Data(Self.weakKeys[0]).base64EncodedString()]
+        #expect(throws: CryptoError.weakPublicKey) { try pinned.trustedKeys() }
+        // RFC 8032 section 7.1, test 2: a public key whose top bit is set.
+        let genuine = Hex.decode("3d4017c3e843895a92b70aa74d1b7ebc9c982ccf2ec4968cc0cd55f12af4660c")!
+        _ = try Ed25519PublicKey(rawRepresentation: genuine)
+        var flipped = genuine
+        flipped[31] |= 0x80
+        _ = try Ed25519PublicKey(rawRepresentation: flipped)
+    }
+}
