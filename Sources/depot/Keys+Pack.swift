@@ -114,9 +114,33 @@ extension Keys {
         )
         @OptionGroup var data: DataOptions
         @Option(help: "The app.") var app: String
+        @Option(name: .customLong("root"), help: ArgumentHelp(
+            "Your own file of the app's root (depot root sign --out), repeat for the chain: the data folder's chain must hold its newest version, that very document, and walk on from it; else nothing is printed.",
+            valueName: "root.json"
+        ))
+        var roots: [String] = []
 
         func run() throws {
-            let configuration = try AppStore(folder: DataFolder(data.data)).clientConfiguration(app)
+            let folder = DataFolder(data.data)
+            let configuration = try AppStore(folder: folder).clientConfiguration(app)
+            if !roots.isEmpty {
+                // What the build will pin comes from the data folder: it must extend the root you signed.
+                let anchor = try OfflineRoots.newest(roots, app: app)
+                guard let trust = try RootStore(folder: folder).trust(app) else {
+                    throw CLIError("app \(app) has no root in \(data.data): add yours first (depot root add --app \(app) \(roots[0])); nothing was printed")
+                }
+                try OfflineRoots.check(trust.envelopes, extends: anchor, what: "the data folder's roots/")
+                let walked: TrustedRoot
+                do {
+                    walked = try RootChain.walk(from: anchor, through: trust.envelopes)
+                } catch {
+                    throw CLIError("the data folder's roots/ do not walk on from your root version \(anchor.document.version): \(error); nothing was printed")
+                }
+                // (Compared with the configuration's own root too: the folder's holder could swap it between the two reads.)
+                guard walked.payloadSHA256 == trust.newest.payloadSHA256, try configuration.pinnedRoot().flatMap(OfflineRoots.digest) == walked.payloadSHA256 else {
+                    throw CLIError("the data folder's newest root (version \(trust.newest.document.version)) is not the one your chain reaches (version \(walked.document.version)); nothing was printed")
+                }
+            }
             FileHandle.standardOutput.write(Data(configuration.encoded()))
         }
     }

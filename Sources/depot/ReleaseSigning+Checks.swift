@@ -33,13 +33,31 @@ extension ReleaseSigning {
     /// Release `release`, checked pack by pack against the channel's last signed release and
     /// the signer's files (one line per pack printed before anything is signed); throws, naming
     /// every pack that is neither, when one is.
-    static func checked(origin: ServerOptions, credentials: CredentialsOption, channel: String, release: Int, config: String, files: PackFilesOptions) async throws -> Manifest {
+    static func checked(
+        origin: ServerOptions, credentials: CredentialsOption, channel: String, release: Int, config: String, files: PackFilesOptions, trust: SignerTrustOptions
+    ) async throws -> Manifest {
         let configuration = try Sync.loadConfiguration(config)
         guard configuration.app == origin.app else { throw CLIError("\(config) is for app \(configuration.app), not \(origin.app)") }
-        guard let pinned = try configuration.pinnedRoot() else {
+        try ReleaseNumbers.check(release, confirmed: trust.confirmRelease)
+        // The root the signer trusts: their own files (--root) when given, the configuration checked
+        // against them; else the configuration's, which depot keys export took from the host.
+        let configured = try configuration.pinnedRoot()
+        let anchor = try trust.anchor(app: origin.app)
+        let pinned: Envelope
+        if let anchor {
+            if let configured { try OfflineRoots.check(configuration: configured, against: anchor, config: config) }
+            pinned = anchor.envelope
+        } else if let configured {
+            FileHandle.standardError.write(Data("""
+                note: the root you check against is the one \(config) pins, which depot keys export read from the origin's data folder; \
+                pass your own root files (--root root-N.json) so that a host taken over cannot choose it
+
+                """.utf8))
+            pinned = configured
+        } else {
             throw CLIError("\(config) pins no root of trust: only an app with a root has release statements; export its configuration again after depot root add (depot keys export --app \(origin.app))")
         }
-        let manifest = try await fetch(origin: origin, credentials: credentials, release: release, pinned: pinned, config: config)
+        let manifest = try await fetch(origin: origin, credentials: credentials, release: release, pinned: pinned, config: config, anchor: anchor)
         let before = files.checkAll
             ? SignedBefore(summary: "--check-all: every pack is checked against your files")
             : try await signedBefore(origin: origin, credentials: credentials, channel: channel, pinned: pinned, floor: configuration.releaseFloors?[channel] ?? 0)
@@ -73,7 +91,8 @@ extension ReleaseSigning {
         let kept = Set(manifest.packs.map(\.id))
         for id in before.packs.keys.sorted() where !kept.contains(id) { lines.append("  \(id): removed (the last signed release has it; release \(release) does not)") }
         for unused in index.unused(ids: kept) { lines.append("  note: \(unused) names no pack of release \(release)") }
-        let heading = "release \(release) of \(origin.app) for channel \(channel), checked against \(config): \(before.summary)"
+        let against = anchor.map { "your root version \($0.document.version) (--root)" } ?? config
+        let heading = "release \(release) of \(origin.app) for channel \(channel), checked against \(against): \(before.summary)"
         guard refused.isEmpty else {
             FileHandle.standardError.write(Data(([heading] + refused.map { "  " + $0.line }).map { $0 + "\n" }.joined().utf8))
             let (count, total) = (refused.count, manifest.packs.count)

@@ -14,9 +14,11 @@ struct StatementOptions: ParsableArguments {
     @Option(help: ArgumentHelp("With --sign, required: your exported client configuration (depot keys export), which pins the root and holds the pack keys the release is checked with.", valueName: "config.json"))
     var config: String?
     @OptionGroup var files: PackFilesOptions
+    @OptionGroup var trust: SignerTrustOptions
     @OptionGroup var credentials: CredentialsOption
 
     func validate() throws {
+        guard trust.roots.isEmpty || !sign.isEmpty else { throw ValidationError("--root goes with --sign") }
         guard sign.isEmpty || statement == nil else { throw ValidationError("--sign and --statement exclude each other") }
         guard sign.isEmpty || config != nil else { throw ValidationError(ReleaseSigning.configRequired) }
         guard config == nil || !sign.isEmpty else { throw ValidationError("--config goes with --sign") }
@@ -29,7 +31,7 @@ struct StatementOptions: ParsableArguments {
         let envelope: Envelope
         if !sign.isEmpty, let config {
             let keys = try sign.map(OfflineFiles.key)
-            let manifest = try await ReleaseSigning.checked(origin: origin, credentials: credentials, channel: channel, release: release, config: config, files: files)
+            let manifest = try await ReleaseSigning.checked(origin: origin, credentials: credentials, channel: channel, release: release, config: config, files: files, trust: trust)
             envelope = try ReleaseSigning.statement(manifest, app: origin.app, channel: channel, release: release, keys: keys, addTo: nil)
         } else if let statement {
             envelope = try OfflineFiles.envelope(statement, what: "a release statement")
@@ -64,16 +66,20 @@ enum ReleaseSigning {
     /// Release `release` as the origin serves it, its envelope verified with the online keys of
     /// the root `pinned` (the chain walked through the roots the envelope carries). That only
     /// says the origin's key signed it: which packs are the signer's is checked pack by pack.
-    static func fetch(origin: ServerOptions, credentials: CredentialsOption, release: Int, pinned: Envelope, config: String) async throws -> Manifest {
+    static func fetch(origin: ServerOptions, credentials: CredentialsOption, release: Int, pinned: Envelope, config: String, anchor: TrustedRoot?) async throws -> Manifest {
         let response = try await origin.transport().get(origin.endpoint("releases/\(release)"), headers: credentials.headers, limit: ManifestSource.sizeLimit)
         guard response.status == 200 else { throw CLIError("reading release \(release) failed: HTTP \(response.status): \(Publish.message(response.body))") }
+        if let anchor {
+            guard let served = try? Envelope.decode(response.body) else { throw CLIError("release \(release) as the origin serves it is not a signed envelope; nothing was signed") }
+            try OfflineRoots.check(served.roots ?? [], extends: anchor, what: "release \(release) as the origin serves it")
+        }
         let manifest: Manifest
         do {
             manifest = try Envelope.verifiedManifest(envelope: response.body) { attachments in
                 try ManifestTrust.newestRoot(pinned: pinned, chain: attachments.roots, record: nil, app: origin.app, now: Date()).document.onlinePublicKeys()
             }.manifest
         } catch {
-            throw CLIError("release \(release) as the origin serves it does not verify against \(config): \(error); nothing was signed")
+            throw CLIError("release \(release) as the origin serves it does not verify against \(anchor == nil ? config : "your root files (--root)"): \(error); nothing was signed")
         }
         guard manifest.app == origin.app, manifest.version == release else {
             throw CLIError("the origin answered release \(manifest.version) of app \(manifest.app) for release \(release) of \(origin.app)")
@@ -133,6 +139,7 @@ extension Release {
         @Option(help: ArgumentHelp("Required: your exported client configuration (depot keys export), which pins the root and holds the pack keys the release is checked with.", valueName: "config.json"))
         var config: String?
         @OptionGroup var files: PackFilesOptions
+        @OptionGroup var trust: SignerTrustOptions
         @Option(help: ArgumentHelp("Where to write the statement.", valueName: "file")) var out: String
 
         func validate() throws {
@@ -144,7 +151,9 @@ extension Release {
         func run() async throws {
             let signers = try keys.map(OfflineFiles.key)
             let addTo = try addTo.map { try OfflineFiles.envelope($0, what: "a release statement") }
-            let manifest = try await ReleaseSigning.checked(origin: origin, credentials: credentials, channel: channel.channel, release: release, config: config!, files: files)
+            let manifest = try await ReleaseSigning.checked(
+                origin: origin, credentials: credentials, channel: channel.channel, release: release, config: config!, files: files, trust: trust
+            )
             let envelope = try ReleaseSigning.statement(manifest, app: origin.app, channel: channel.channel, release: release, keys: signers, addTo: addTo)
             try OfflineFiles.write(envelope, to: out)
             let (count, packs) = (envelope.signatures.count, manifest.packs.count)

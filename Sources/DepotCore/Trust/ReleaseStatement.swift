@@ -63,10 +63,16 @@ public struct ReleaseStatement: Codable, Hashable, Sendable {
     /// Canonical JSON.
     public func encoded() -> [UInt8] { Array(try! Manifest.encoder.encode(self)) }
 
+    /// The highest release number a statement may carry (2^52): far above any an origin issues
+    /// (after a restore numbers start at about the Unix time), and below the largest a device
+    /// could record, so that whatever number a device accepted, a release can be signed above it
+    /// (ReleaseNumbers in the CLI refuses to sign a number no honest origin issues).
+    public static let maximumRelease = 1 << 52
+
     /// Parses a statement's JSON.
     public static func decode(_ bytes: [UInt8]) throws(TrustError) -> ReleaseStatement {
         guard let statement = try? Manifest.decoder.decode(ReleaseStatement.self, from: Data(bytes)), statement.type == "release",
-              Identifier.isValidApp(statement.app), Identifier.isValidChannel(statement.channel), statement.release >= 1, statement.packCount >= 0,
+              Identifier.isValidApp(statement.app), Identifier.isValidChannel(statement.channel), (1...maximumRelease).contains(statement.release), statement.packCount >= 0,
               Manifest.isDigest(statement.packsSHA256) else {
             throw TrustError("a release statement is not valid JSON of its form")
         }

@@ -1,0 +1,124 @@
+import ArgumentParser
+import DepotCore
+import Foundation
+
+/// What the signer trusts, from their own files rather than from the host (issue 61): `--root
+/// FILE…`, the app's root documents as the operator signed them (`depot root sign --out`), and
+/// `--confirm-release N` for a release number no honest origin would issue.
+struct SignerTrustOptions: ParsableArguments {
+    @Option(name: .customLong("root"), help: ArgumentHelp(
+        "Your own file of the app's root (depot root sign --out), repeat for the chain: its newest version is what you trust, and the origin's chain must hold that very document. Without it the root comes from --config, which depot keys export took from the origin's data folder.",
+        valueName: "root.json"
+    ))
+    var roots: [String] = []
+    @Option(name: .customLong("confirm-release"), help: ArgumentHelp(
+        "Sign a release numbered above the current Unix time plus a day, which no honest origin issues (ReleaseNumbers); give that exact number.", valueName: "N"
+    ))
+    var confirmRelease: Int?
+
+    /// The newest root of `--root`'s files for `app`, or nil without any.
+    func anchor(app: String) throws -> TrustedRoot? {
+        roots.isEmpty ? nil : try OfflineRoots.newest(roots, app: app)
+    }
+}
+
+/// The operator's own root files, and how what the host shows is checked against them.
+enum OfflineRoots {
+    /// The newest of `paths`' root documents, each version after the lowest checked by TUF's rule
+    /// (signed by the previous version's root keys and by its own); the versions must follow one another.
+    static func newest(_ paths: [String], app: String) throws -> TrustedRoot {
+        var documents: [(version: Int, envelope: Envelope, path: String)] = []
+        for path in paths {
+            let envelope = try OfflineFiles.envelope(path, what: "a root document")
+            let document: RootDocument
+            do {
+                document = try RootChain.selfSigned(envelope, app: app).document
+            } catch {
+                throw CLIError("\(path): \(error)")
+            }
+            documents.append((document.version, envelope, path))
+        }
+        documents.sort { $0.version < $1.version }
+        for (earlier, later) in zip(documents, documents.dropFirst()) where later.version == earlier.version {
+            throw CLIError("\(earlier.path) and \(later.path) are both root version \(later.version): give each version you signed once")
+        }
+        for (earlier, later) in zip(documents, documents.dropFirst()) where later.version != earlier.version + 1 {
+            throw CLIError("\(later.path) is root version \(later.version), and --root's files must follow one another (version \(earlier.version + 1) is missing)")
+        }
+        let lowest = try RootChain.selfSigned(documents[0].envelope, app: app)
+        do {
+            return try RootChain.walk(from: lowest, through: documents.dropFirst().map(\.envelope))
+        } catch {
+            throw CLIError("--root's files are not one chain: \(error)")
+        }
+    }
+
+    /// The lower-case hex SHA-256 of a root envelope's payload (what devices record), or nil.
+    static func digest(_ envelope: Envelope) -> String? { envelope.payloadBytes.map { Hex.encode(SHA256Hasher.hash($0)) } }
+
+    /// Refuses when the origin's root chain (`chain`, the roots an envelope it served carries)
+    /// does not hold `anchor` itself at its version: the host replaced the root you signed.
+    static func check(_ chain: [Envelope], extends anchor: TrustedRoot, what: String) throws {
+        let version = anchor.document.version
+        let served = chain.filter { (try? RootChain.selfSigned($0, app: anchor.document.app).document.version) == version }.compactMap(digest)
+        guard served.contains(anchor.payloadSHA256) else {
+            let shown = served.isEmpty ? "no root version \(version)" : "root version \(version) with sha256 \(served.joined(separator: ", "))"
+            throw CLIError("""
+                \(what) carries \(shown), not your root version \(version) (sha256 \(anchor.payloadSHA256)): the origin does not extend the root you \
+                signed (its roots/ were replaced, or it serves another app's chain); nothing was signed or written
+                """)
+        }
+    }
+
+    /// Refuses a configuration that pins a root the operator's chain does not hold (one exported
+    /// from a host whose `roots/` were replaced), or one that does not walk from `anchor`.
+    static func check(configuration pinned: Envelope, against anchor: TrustedRoot, config: String) throws {
+        let root: TrustedRoot
+        do {
+            root = try RootChain.selfSigned(pinned, app: anchor.document.app)
+        } catch {
+            throw CLIError("\(config): its root does not verify: \(error)")
+        }
+        let version = root.document.version
+        if let yours = anchor.walked[version] {
+            guard yours == root.payloadSHA256 else {
+                throw CLIError("""
+                    \(config) pins root version \(version) with sha256 \(root.payloadSHA256), not your root version \(version) (sha256 \(yours)): it was exported \
+                    from a host whose roots were replaced; export it again with depot keys export --root (your files), and nothing was signed
+                    """)
+            }
+        } else if version > anchor.document.version {
+            // A newer root than your files: it must follow from the newest you hold (a version you did not pass with --root).
+            throw CLIError("\(config) pins root version \(version), newer than your newest --root (version \(anchor.document.version)): give the files of every version you signed since")
+        } else {
+            // An older version than your lowest file: your chain starts after it, so it proves nothing either way.
+            FileHandle.standardError.write(Data("note: \(config) pins root version \(version), older than your lowest --root file; checked against your files instead\n".utf8))
+        }
+    }
+}
+
+/// The release numbers a signer signs without a second look (issue 61).
+///
+/// An origin numbers releases 1, 2, 3…; after a restore it starts above the backup's newest
+/// release and at least at the Unix time of the restore (the release floor), so that no number
+/// a device accepted before is issued again. So an honest number never exceeds the current Unix
+/// time plus the releases published since the last restore — fewer than one a second. A number
+/// above now + one day is one no honest origin issued, and a device that accepts it refuses
+/// every later honest release as a replay until a number above it is signed: the signer refuses
+/// it unless given that exact number with `--confirm-release`. Any number an honest origin
+/// reaches later (a restore at a later time starts above it) releases the devices again.
+enum ReleaseNumbers {
+    /// The highest number signed without `--confirm-release` at `now`.
+    static func ceiling(now: Date) -> Int { Int(now.timeIntervalSince1970) + 86_400 }
+
+    /// Refuses `release` above ``ceiling(now:)`` unless `confirmed` is that number.
+    static func check(_ release: Int, confirmed: Int?, now: Date = Date()) throws {
+        let ceiling = ceiling(now: now)
+        guard release > ceiling, confirmed != release else { return }
+        throw CLIError("""
+            release \(release) is above \(ceiling) (the current Unix time plus a day), a number no honest origin issues: after a restore numbers \
+            start at about the Unix time, never beyond. Devices that accept it refuse every later release below it. If you set the release floor \
+            this high yourself (to recover devices that recorded such a number), sign with --confirm-release \(release); nothing was signed
+            """)
+    }
+}
