@@ -35,14 +35,14 @@ extension ReleaseSigning {
     /// every pack that is neither, when one is.
     static func checked(
         origin: ServerOptions, credentials: CredentialsOption, channel: String, release: Int, config: String, files: PackFilesOptions, trust: SignerTrustOptions
-    ) async throws -> Manifest {
+    ) async throws -> (manifest: Manifest, root: TrustedRoot) {
         let configuration = try Sync.loadConfiguration(config)
         guard configuration.app == origin.app else { throw CLIError("\(config) is for app \(configuration.app), not \(origin.app)") }
         try ReleaseNumbers.check(release, confirmed: trust.confirmRelease)
         // The root the signer trusts: their own files (--root) when given, the configuration checked
         // against them; else the configuration's, which depot keys export took from the host.
         let configured = try configuration.pinnedRoot()
-        let anchor = try trust.anchor(app: origin.app)
+        let (anchor, record) = try trust.anchor(app: origin.app)
         let pinned: Envelope
         if let anchor {
             if let configured { try OfflineRoots.check(configuration: configured, against: anchor, config: config) }
@@ -57,10 +57,13 @@ extension ReleaseSigning {
         } else {
             throw CLIError("\(config) pins no root of trust: only an app with a root has release statements; export its configuration again after depot root add (depot keys export --app \(origin.app))")
         }
-        let manifest = try await fetch(origin: origin, credentials: credentials, release: release, pinned: pinned, config: config, anchor: anchor)
+        let (manifest, reached) = try await fetch(origin: origin, credentials: credentials, release: release, pinned: pinned, config: config, anchor: anchor)
+        // No release below the one your configuration was exported at, or the last you signed
+        // (your record), counts as signed before.
+        let floor = max(configuration.releaseFloors?[channel] ?? 0, record?.signed[channel] ?? 0)
         let before = files.checkAll
             ? SignedBefore(summary: "--check-all: every pack is checked against your files")
-            : try await signedBefore(origin: origin, credentials: credentials, channel: channel, pinned: pinned, floor: configuration.releaseFloors?[channel] ?? 0)
+            : try await signedBefore(origin: origin, credentials: credentials, channel: channel, pinned: pinned, floor: floor)
         let index = files.index(ids: Set(manifest.packs.map(\.id)))
         let containers = ContainerCheck(
             keyRing: try configuration.keyRing(), headers: credentials.headers, options: origin.connection.options, release: release
@@ -91,7 +94,7 @@ extension ReleaseSigning {
         let kept = Set(manifest.packs.map(\.id))
         for id in before.packs.keys.sorted() where !kept.contains(id) { lines.append("  \(id): removed (the last signed release has it; release \(release) does not)") }
         for unused in index.unused(ids: kept) { lines.append("  note: \(unused) names no pack of release \(release)") }
-        let against = anchor.map { "your root version \($0.document.version) (--root)" } ?? config
+        let against = anchor.map { "your root version \($0.document.version) (\(trust.roots.isEmpty ? "your record" : "--root"))" } ?? config
         let heading = "release \(release) of \(origin.app) for channel \(channel), checked against \(against): \(before.summary)"
         guard refused.isEmpty else {
             FileHandle.standardError.write(Data(([heading] + refused.map { "  " + $0.line }).map { $0 + "\n" }.joined().utf8))
@@ -104,7 +107,7 @@ extension ReleaseSigning {
         }
         print(heading)
         for line in lines { print(line) }
-        return manifest
+        return (manifest, reached)
     }
 
     /// The packs of the channel's live manifest that release statements bind: its main packs,
@@ -130,7 +133,7 @@ extension ReleaseSigning {
         // Only one at or above the release your configuration was exported at counts (export it
         // again before signing; --check-all takes none), and never a rollout's candidate.
         guard main >= floor else {
-            return SignedBefore(summary: "no release signed before counts: channel \(channel) shows release \(main), older than release \(floor), which your configuration was exported at; every pack is checked against your files")
+            return SignedBefore(summary: "no release signed before counts: channel \(channel) shows release \(main), older than release \(floor), which your configuration was exported at or you last signed; every pack is checked against your files")
         }
         var before = SignedBefore(summary: "channel \(channel)'s last signed release is release \(main) (its statement verified with root version \(trusted.root.document.version)'s release keys; your configuration was exported at release \(floor))")
         for entry in trusted.manifest.packs { before.packs[entry.id, default: []].append(SignedPack(pack: BoundPack(entry), release: main)) }

@@ -15,10 +15,70 @@ struct SignerTrustOptions: ParsableArguments {
         "Sign a release numbered above the current Unix time plus a day, which no honest origin issues (ReleaseNumbers); give that exact number.", valueName: "N"
     ))
     var confirmRelease: Int?
+    @Option(name: .customLong("record"), help: ArgumentHelp(
+        "Your own record for the app (made at the first signature, kept with your key): the root you walked to and the last release you signed per channel. It is the root you trust when no newer --root is given, and no release below the one it holds counts as signed before.",
+        valueName: "record.json"
+    ))
+    var record: String?
 
-    /// The newest root of `--root`'s files for `app`, or nil without any.
-    func anchor(app: String) throws -> TrustedRoot? {
-        roots.isEmpty ? nil : try OfflineRoots.newest(roots, app: app)
+    /// The root the signer trusts for `app` — the newest of `--root`'s files, or the record's
+    /// root when that is newer (reached before by a walk from such a file) — and the record.
+    func anchor(app: String) throws -> (root: TrustedRoot?, record: SignerRecord?) {
+        let files = roots.isEmpty ? nil : try OfflineRoots.newest(roots, app: app)
+        guard let record, let held = try SignerRecord.read(record, app: app) else { return (files, nil) }
+        let recorded = try held.trustedRoot(path: record)
+        guard let files else { return (recorded, held) }
+        if let yours = files.walked[recorded.document.version] {
+            guard yours == recorded.payloadSHA256 else {
+                throw CLIError("\(record) holds root version \(recorded.document.version) with sha256 \(recorded.payloadSHA256), not the one your --root files hold (sha256 \(yours)); nothing was signed")
+            }
+            return (files, held)
+        }
+        return (recorded.document.version > files.document.version ? recorded : files, held)
+    }
+}
+
+/// The signer's own record for one app (`--record`): the newest root their signatures walked to,
+/// as signed, and per channel the highest release they signed. Written after each signature
+/// (atomically, mode 0600); never read from or sent to the origin.
+struct SignerRecord: Codable {
+    var app: String
+    /// The root's signed document (base64 of its envelope's JSON), its version and payload SHA-256.
+    var root: String
+    var rootVersion: Int
+    var rootSHA256: String
+    /// Per channel, the highest release signed.
+    var signed: [String: Int]
+
+    static func read(_ path: String, app: String) throws -> SignerRecord? {
+        guard FileSystem.exists(path) else { return nil }
+        guard let record = try? JSONDecoder().decode(SignerRecord.self, from: Data(FileSystem.readFile(path, limit: 4 << 20))) else {
+            throw CLIError("\(path) is not a signer's record (depot release sign --record writes one)")
+        }
+        guard record.app == app else { throw CLIError("\(path) is the record for app \(record.app), not \(app)") }
+        return record
+    }
+
+    /// The recorded root, checked against the record's own version and SHA-256.
+    func trustedRoot(path: String) throws -> TrustedRoot {
+        guard let bytes = Data(base64Encoded: root), let envelope = try? Envelope.decode(Array(bytes)),
+              let trusted = try? RootChain.selfSigned(envelope, app: app), trusted.document.version == rootVersion, trusted.payloadSHA256 == rootSHA256 else {
+            throw CLIError("\(path): its root does not verify, or is not the version and SHA-256 it records")
+        }
+        return trusted
+    }
+
+    /// Records release `release` signed for `channel` under `root` (the newest the walk reached).
+    static func update(_ path: String?, app: String, channel: String, release: Int, root: TrustedRoot) throws {
+        guard let path else { return }
+        var record = try read(path, app: app) ?? SignerRecord(app: app, root: "", rootVersion: 0, rootSHA256: "", signed: [:])
+        if root.document.version >= record.rootVersion {
+            (record.root, record.rootVersion, record.rootSHA256) = (Data(root.envelope.encoded()).base64EncodedString(), root.document.version, root.payloadSHA256)
+        }
+        record.signed[channel] = max(record.signed[channel] ?? 0, release)
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .prettyPrinted]
+        try FileSystem.writeAtomically(Array(try encoder.encode(record)) + [10], to: path, mode: 0o600)
     }
 }
 
@@ -92,7 +152,7 @@ enum OfflineRoots {
             throw CLIError("\(config) pins root version \(version), newer than your newest --root (version \(anchor.document.version)): give the files of every version you signed since")
         } else {
             // An older version than your lowest file: your chain starts after it, so it proves nothing either way.
-            FileHandle.standardError.write(Data("note: \(config) pins root version \(version), older than your lowest --root file; checked against your files instead\n".utf8))
+            FileHandle.standardError.write(Data("note: \(config) pins root version \(version), older than the root you trust (version \(anchor.document.version)); checked against yours instead\n".utf8))
         }
     }
 }

@@ -18,7 +18,7 @@ struct StatementOptions: ParsableArguments {
     @OptionGroup var credentials: CredentialsOption
 
     func validate() throws {
-        guard trust.roots.isEmpty || !sign.isEmpty else { throw ValidationError("--root goes with --sign") }
+        guard (trust.roots.isEmpty && trust.record == nil) || !sign.isEmpty else { throw ValidationError("--root and --record go with --sign") }
         guard sign.isEmpty || statement == nil else { throw ValidationError("--sign and --statement exclude each other") }
         guard sign.isEmpty || config != nil else { throw ValidationError(ReleaseSigning.configRequired) }
         guard config == nil || !sign.isEmpty else { throw ValidationError("--config goes with --sign") }
@@ -31,8 +31,11 @@ struct StatementOptions: ParsableArguments {
         let envelope: Envelope
         if !sign.isEmpty, let config {
             let keys = try sign.map(OfflineFiles.key)
-            let manifest = try await ReleaseSigning.checked(origin: origin, credentials: credentials, channel: channel, release: release, config: config, files: files, trust: trust)
+            let (manifest, root) = try await ReleaseSigning.checked(
+                origin: origin, credentials: credentials, channel: channel, release: release, config: config, files: files, trust: trust
+            )
             envelope = try ReleaseSigning.statement(manifest, app: origin.app, channel: channel, release: release, keys: keys, addTo: nil)
+            try SignerRecord.update(trust.record, app: origin.app, channel: channel, release: release, root: root)
         } else if let statement {
             envelope = try OfflineFiles.envelope(statement, what: "a release statement")
             guard let payload = envelope.payloadBytes, let signed = try? ReleaseStatement.decode(payload) else {
@@ -66,7 +69,9 @@ enum ReleaseSigning {
     /// Release `release` as the origin serves it, its envelope verified with the online keys of
     /// the root `pinned` (the chain walked through the roots the envelope carries). That only
     /// says the origin's key signed it: which packs are the signer's is checked pack by pack.
-    static func fetch(origin: ServerOptions, credentials: CredentialsOption, release: Int, pinned: Envelope, config: String, anchor: TrustedRoot?) async throws -> Manifest {
+    static func fetch(
+        origin: ServerOptions, credentials: CredentialsOption, release: Int, pinned: Envelope, config: String, anchor: TrustedRoot?
+    ) async throws -> (Manifest, TrustedRoot) {
         let response = try await origin.transport().get(origin.endpoint("releases/\(release)"), headers: credentials.headers, limit: ManifestSource.sizeLimit)
         guard response.status == 200 else { throw CLIError("reading release \(release) failed: HTTP \(response.status): \(Publish.message(response.body))") }
         if let anchor {
@@ -74,9 +79,12 @@ enum ReleaseSigning {
             try OfflineRoots.check(served.roots ?? [], extends: anchor, what: "release \(release) as the origin serves it")
         }
         let manifest: Manifest
+        var reached: TrustedRoot?
         do {
             manifest = try Envelope.verifiedManifest(envelope: response.body) { attachments in
-                try ManifestTrust.newestRoot(pinned: pinned, chain: attachments.roots, record: nil, app: origin.app, now: Date()).document.onlinePublicKeys()
+                let root = try ManifestTrust.newestRoot(pinned: pinned, chain: attachments.roots, record: nil, app: origin.app, now: Date())
+                reached = root
+                return try root.document.onlinePublicKeys()
             }.manifest
         } catch {
             throw CLIError("release \(release) as the origin serves it does not verify against \(anchor == nil ? config : "your root files (--root)"): \(error); nothing was signed")
@@ -84,7 +92,7 @@ enum ReleaseSigning {
         guard manifest.app == origin.app, manifest.version == release else {
             throw CLIError("the origin answered release \(manifest.version) of app \(manifest.app) for release \(release) of \(origin.app)")
         }
-        return manifest
+        return (manifest, reached!)
     }
 
     /// The statement of `manifest` (release `release`) for `channel`, signed by `keys`; with
@@ -151,11 +159,12 @@ extension Release {
         func run() async throws {
             let signers = try keys.map(OfflineFiles.key)
             let addTo = try addTo.map { try OfflineFiles.envelope($0, what: "a release statement") }
-            let manifest = try await ReleaseSigning.checked(
+            let (manifest, root) = try await ReleaseSigning.checked(
                 origin: origin, credentials: credentials, channel: channel.channel, release: release, config: config!, files: files, trust: trust
             )
             let envelope = try ReleaseSigning.statement(manifest, app: origin.app, channel: channel.channel, release: release, keys: signers, addTo: addTo)
             try OfflineFiles.write(envelope, to: out)
+            try SignerRecord.update(trust.record, app: origin.app, channel: channel.channel, release: release, root: root)
             let (count, packs) = (envelope.signatures.count, manifest.packs.count)
             print("wrote \(out): release \(release) of \(origin.app) for channel \(channel.channel), \(count) signature\(count == 1 ? "" : "s"), binding the \(packs) pack\(packs == 1 ? "" : "s") above")
             print("upload it: depot channels promote --server \(origin.server) --app \(origin.app) --channel \(channel.channel) --release \(release) --statement \(out)")

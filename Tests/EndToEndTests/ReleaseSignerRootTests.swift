@@ -82,6 +82,47 @@ struct ReleaseSignerRootTests {
         #expect(mixed.status != 0 && mixed.stderr.contains("root-1.json and evil-1.json are both root version 1"), "\(mixed.stderr)")
     }
 
+    @Test("The signer's record (--record): written at the first signature (the root walked to, the release signed, mode 0600), the root trusted at the next without --root; a host showing an older signed release as the baseline gets nothing past it though the configuration is stale, where without the record the old pack passes as unchanged")
+    func theSignersRecordBoundsTheBaseline() throws {
+        var rig = try ReleaseSignerTests.rootedRig("depot-signer-record")
+        defer {
+            rig.server.process.terminate()
+            rig.work.remove()
+        }
+        let first = try CompromisedOriginTests.publish(rig, "levels", Array("levels v1".utf8), channel: "beta")
+        try ReleaseSignerTests.signerFiles(rig, "one", ["intro": "intro v1", "levels": "levels v1"])
+        let signedFirst = try ReleaseSignerTests.promote(rig, first, ["--config", "rooted.json", "--root", "root-1.json", "--record", "record.json", "--packs", "one"])
+        #expect(signedFirst.status == 0, "\(signedFirst.stderr)")
+        let firstLive = try CompromisedOriginTests.served(rig)
+        let second = try CompromisedOriginTests.publish(rig, "levels", Array("levels v2".utf8), channel: "beta")
+        try ReleaseSignerTests.signerFiles(rig, "two", ["levels": "levels v2"])
+        let signedSecond = try ReleaseSignerTests.promote(rig, second, ["--config", "rooted.json", "--record", "record.json", "--packs", "two"])
+        #expect(signedSecond.status == 0, "\(signedSecond.stderr)")
+        #expect(signedSecond.stdout.contains("checked against your root version 1 (your record)"), "\(signedSecond.stdout)")
+        let record = try #require(try JSONSerialization.jsonObject(with: Data(FileSystem.readFile(rig.work.path + "/record.json"))) as? [String: Any])
+        #expect((record["signed"] as? [String: Int])?["production"] == second && record["rootVersion"] as? Int == 1, "\(record)")
+        var info = stat()
+        #expect(stat(rig.work.path + "/record.json", &info) == 0 && info.st_mode & 0o777 == 0o600)
+
+        // rooted.json is not exported again (its floors predate both releases). The attacker shows
+        // release `first` as production's live one and puts its levels into the next release.
+        let next = try CompromisedOriginTests.publish(rig, "intro", Array("intro v2".utf8), channel: "beta")
+        let firstPacks = try TrustFixture.manifest(firstLive).packs
+        let oldLevels = try #require(firstPacks.first { $0.id == "levels" })
+        let nextPacks = try TrustFixture.manifest(FileSystem.readFile(DataFolder(rig.data).release(Self.app, next))).packs
+        _ = try CompromisedOriginTests.forge(&rig, packs: firstPacks, like: firstLive, version: next + 1)
+        try ReleaseSignerTests.rewrite(&rig, release: next, packs: nextPacks.filter { $0.id != "levels" } + [oldLevels])
+        try ReleaseSignerTests.signerFiles(rig, "three", ["intro": "intro v2"])
+        let refused = try Self.sign(rig, next, ["--config", "rooted.json", "--record", "record.json", "--packs", "three"], out: "s.json")
+        #expect(refused.status != 0, "\(refused.stdout)")
+        #expect(refused.stderr.contains("shows release \(first), older than release \(second), which your configuration was exported at or you last signed"), "\(refused.stderr)")
+        #expect(refused.stderr.contains("levels revision \(oldLevels.revision): changed since the last signed release, and no file named levels"), "\(refused.stderr)")
+        #expect(!FileSystem.exists(rig.work.path + "/s.json"))
+        // What the record prevents: with the stale configuration alone, the old levels pass as unchanged.
+        let fooled = try Self.sign(rig, next, ["--config", "rooted.json", "--root", "root-1.json", "--packs", "three"], out: "fooled.json")
+        #expect(fooled.status == 0 && fooled.stdout.contains("levels revision \(oldLevels.revision): unchanged since release \(first) (signed)"), "\(fooled.stdout)\(fooled.stderr)")
+    }
+
     @Test("A release number above the Unix time plus a day (a release floor of the year 2100 set on the host) is refused by release sign and --sign unless confirmed with that exact number; a device never takes a statement above 2^52")
     func anInflatedReleaseNumberNeedsConfirming() throws {
         var rig = try ReleaseSignerTests.rootedRig("depot-signer-numbers")
