@@ -119,10 +119,14 @@ extension Keys {
             valueName: "root.json"
         ))
         var roots: [String] = []
+        @Option(name: .customLong("confirm-release"), help: ArgumentHelp(
+            "With --root: a channel's signed release above the Unix time plus a day (one you confirmed when signing it) is exported; give that number.", valueName: "N"
+        ))
+        var confirmRelease: Int?
 
         func run() throws {
             let folder = DataFolder(data.data)
-            let configuration = try AppStore(folder: folder).clientConfiguration(app)
+            var configuration = try AppStore(folder: folder).clientConfiguration(app)
             if !roots.isEmpty {
                 // What the build will pin comes from the data folder: it must extend the root you signed.
                 let anchor = try OfflineRoots.newest(roots, app: app)
@@ -136,9 +140,22 @@ extension Keys {
                 } catch {
                     throw CLIError("the data folder's roots/ do not walk on from your root version \(anchor.document.version): \(error); nothing was printed")
                 }
+                if walked.document.version > anchor.document.version {
+                    throw OfflineRoots.beyond(anchor, reached: walked.document.version, what: "the data folder's roots/")
+                }
                 // (Compared with the configuration's own root too: the folder's holder could swap it between the two reads.)
                 guard walked.payloadSHA256 == trust.newest.payloadSHA256, try configuration.pinnedRoot().flatMap(OfflineRoots.digest) == walked.payloadSHA256 else {
                     throw CLIError("the data folder's newest root (version \(trust.newest.document.version)) is not the one your chain reaches (version \(walked.document.version)); nothing was printed")
+                }
+                // The build pins your own file of it (its signatures as you made them), and no floor a
+                // host could have inflated past what an honest origin issues.
+                configuration.root = Data(anchor.kept.encoded()).base64EncodedString()
+                for (channel, floor) in configuration.releaseFloors ?? [:] {
+                    do {
+                        try ReleaseNumbers.check(floor, confirmed: confirmRelease)
+                    } catch {
+                        throw CLIError("channel \(channel)'s signed release is \(floor): \(error); nothing was printed")
+                    }
                 }
             }
             FileHandle.standardOutput.write(Data(configuration.encoded()))

@@ -63,7 +63,7 @@ extension ReleaseSigning {
         let floor = max(configuration.releaseFloors?[channel] ?? 0, record?.signed[channel] ?? 0)
         let before = files.checkAll
             ? SignedBefore(summary: "--check-all: every pack is checked against your files")
-            : try await signedBefore(origin: origin, credentials: credentials, channel: channel, pinned: pinned, floor: floor)
+            : try await signedBefore(origin: origin, credentials: credentials, channel: channel, pinned: pinned, floor: floor, newest: anchor?.document.version)
         let index = files.index(ids: Set(manifest.packs.map(\.id)))
         let containers = ContainerCheck(
             keyRing: try configuration.keyRing(), headers: credentials.headers, options: origin.connection.options, release: release
@@ -114,7 +114,9 @@ extension ReleaseSigning {
     /// and a running rollout's candidate's, when the configuration's root verifies the manifest
     /// and the statements. None when the channel serves nothing yet, is not protected, or its
     /// manifest carries no statement the root verifies: then every pack needs its file.
-    static func signedBefore(origin: ServerOptions, credentials: CredentialsOption, channel: String, pinned: Envelope, floor: Int) async throws -> SignedBefore {
+    static func signedBefore(
+        origin: ServerOptions, credentials: CredentialsOption, channel: String, pinned: Envelope, floor: Int, newest: Int?
+    ) async throws -> SignedBefore {
         let response = try await origin.transport().get(origin.endpoint("channels/\(channel)/manifest"), headers: credentials.headers, limit: ManifestSource.sizeLimit)
         guard response.status != 404 else { return SignedBefore(summary: "channel \(channel) serves no release yet, so every pack is checked against your files") }
         guard response.status == 200 else {
@@ -125,6 +127,9 @@ extension ReleaseSigning {
             trusted = try ManifestTrust.verify(envelope: response.body, pinned: pinned, record: nil, app: origin.app, channel: channel, now: Date())
         } catch {
             return SignedBefore(summary: "no release signed before counts: channel \(channel)'s live manifest does not verify with your configuration (\(error)), so every pack is checked against your files")
+        }
+        if let newest, trusted.root.document.version > newest {
+            return SignedBefore(summary: "no release signed before counts: channel \(channel)'s live manifest carries root version \(trusted.root.document.version), after your newest (version \(newest)), so every pack is checked against your files")
         }
         guard let main = trusted.signedRelease else {
             return SignedBefore(summary: "channel \(channel) is not protected by root version \(trusted.root.document.version), so no release of it was signed and every pack is checked against your files")

@@ -73,7 +73,7 @@ struct SignerRecord: Codable {
         guard let path else { return }
         var record = try read(path, app: app) ?? SignerRecord(app: app, root: "", rootVersion: 0, rootSHA256: "", signed: [:])
         if root.document.version >= record.rootVersion {
-            (record.root, record.rootVersion, record.rootSHA256) = (Data(root.envelope.encoded()).base64EncodedString(), root.document.version, root.payloadSHA256)
+            (record.root, record.rootVersion, record.rootSHA256) = (Data(root.kept.encoded()).base64EncodedString(), root.document.version, root.payloadSHA256)
         }
         record.signed[channel] = max(record.signed[channel] ?? 0, release)
         let encoder = JSONEncoder()
@@ -130,6 +130,16 @@ enum OfflineRoots {
         }
     }
 
+    /// Why a chain that goes on past `anchor` (to `reached`) is refused.
+    static func beyond(_ anchor: TrustedRoot, reached: Int, what: String) -> CLIError {
+        let versions = reached == anchor.document.version + 1 ? "version \(reached)" : "versions \(anchor.document.version + 1)…\(reached)"
+        return CLIError("""
+            \(what) carries root \(versions), after your newest (version \(anchor.document.version)): a version you signed is trusted only from your \
+            own file of it (the holder of a retired root key could have made another); give it with --root root-\(reached).json (and any in \
+            between); nothing was signed or written
+            """)
+    }
+
     /// Refuses a configuration that pins a root the operator's chain does not hold (one exported
     /// from a host whose `roots/` were replaced), or one that does not walk from `anchor`.
     static func check(configuration pinned: Envelope, against anchor: TrustedRoot, config: String) throws {
@@ -171,8 +181,13 @@ enum ReleaseNumbers {
     /// The highest number signed without `--confirm-release` at `now`.
     static func ceiling(now: Date) -> Int { Int(now.timeIntervalSince1970) + 86_400 }
 
-    /// Refuses `release` above ``ceiling(now:)`` unless `confirmed` is that number.
+    /// Refuses `release` above ``ceiling(now:)`` unless `confirmed` is that number, and any at or
+    /// above 2^52 (`ReleaseStatement.maximumRelease`): devices take none above it, and one there
+    /// would leave no number to recover with.
     static func check(_ release: Int, confirmed: Int?, now: Date = Date()) throws {
+        guard release < ReleaseStatement.maximumRelease else {
+            throw CLIError("release \(release) is at or above 2^52, which no device takes and from which no later release could recover; nothing was signed")
+        }
         let ceiling = ceiling(now: now)
         guard release > ceiling, confirmed != release else { return }
         throw CLIError("""

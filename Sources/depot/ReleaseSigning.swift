@@ -18,7 +18,9 @@ struct StatementOptions: ParsableArguments {
     @OptionGroup var credentials: CredentialsOption
 
     func validate() throws {
-        guard (trust.roots.isEmpty && trust.record == nil) || !sign.isEmpty else { throw ValidationError("--root and --record go with --sign") }
+        guard (trust.roots.isEmpty && trust.record == nil && trust.confirmRelease == nil) || !sign.isEmpty else {
+            throw ValidationError("--root, --record and --confirm-release go with --sign")
+        }
         guard sign.isEmpty || statement == nil else { throw ValidationError("--sign and --statement exclude each other") }
         guard sign.isEmpty || config != nil else { throw ValidationError(ReleaseSigning.configRequired) }
         guard config == nil || !sign.isEmpty else { throw ValidationError("--config goes with --sign") }
@@ -91,6 +93,11 @@ enum ReleaseSigning {
         }
         guard manifest.app == origin.app, manifest.version == release else {
             throw CLIError("the origin answered release \(manifest.version) of app \(manifest.app) for release \(release) of \(origin.app)")
+        }
+        // A version after yours is trusted only from your own file of it: the holder of a retired
+        // root key could have made one, and the host could have put it in.
+        if let anchor, let reached, reached.document.version > anchor.document.version {
+            throw OfflineRoots.beyond(anchor, reached: reached.document.version, what: "release \(release) as the origin serves it")
         }
         return (manifest, reached!)
     }

@@ -15,7 +15,7 @@ extension RootOfTrustTests {
         var device = lab.device()
         try device.take(lab.envelope(version: 1, packs: packs, releases: [lab.statement(release: 1, packs: packs)]))
         #expect(device.state.trust?.rootVersion == 2)
-        #expect(device.state.trust?.rootEnvelope == first, "the recorded root is kept as signed")
+        #expect(device.state.trust?.rootEnvelope?.payload == first.payload, "the recorded root is kept as signed")
         // The operator signs version 2 again (another expiry: other bytes, the same keys), puts it in
         // the first's place, then signs version 3 after it.
         lab.roots.removeLast()
@@ -40,7 +40,7 @@ extension RootOfTrustTests {
         #expect(third.refusal(lab.envelope(version: 3, packs: next, releases: nil, roots: lab.roots + [forged])).contains("signed by 0 of version 3's root keys"))
     }
 
-    @Test("A state recorded before the root was kept (no rootEnvelope) still walks through the recorded version, and keeps the root from then on")
+    @Test("A state recorded before the root was kept (no rootEnvelope), or whose kept root is not the recorded one, still walks through the recorded version, and keeps the root from then on: only the document and its own root keys' valid signatures, whatever the origin padded it with")
     func aStateWithoutTheRootEnvelopeWalksAsBefore() throws {
         let lab = Lab()
         let packs = [lab.entry("levels", revision: 1, digit: "a")]
@@ -51,8 +51,18 @@ extension RootOfTrustTests {
         device.state.trust?.releaseDigests = nil
         // Leaving version 2 out: the walk cannot pass through it, as before.
         #expect(device.refusal(lab.envelope(version: 2, packs: packs, releases: [lab.statement(release: 1, packs: packs)], roots: [lab.roots[0]])).contains("below version 2"))
-        try device.take(lab.envelope(version: 2, packs: packs, releases: [lab.statement(release: 1, packs: packs)]))
-        #expect(device.state.trust?.rootEnvelope == lab.roots[1])
+        // Version 2 padded by the origin: signatures by unknown keys, a nested chain (none of it signed).
+        var padded = lab.roots[1]
+        padded.signatures += (0..<50).map { Envelope.Signature(keyid: "junk\($0)", sig: Data(repeating: 7, count: 64).base64EncodedString()) }
+        padded.roots = Array(repeating: lab.roots[0], count: 20)
+        try device.take(lab.envelope(version: 2, packs: packs, releases: [lab.statement(release: 1, packs: packs)], roots: [lab.roots[0], padded]))
+        let kept = try #require(device.state.trust?.rootEnvelope)
+        #expect(kept.payload == lab.roots[1].payload && kept.signatures.count == 1 && kept.roots == nil && kept.releases == nil, "\(kept.signatures.count) signatures")
+        // A kept root that is not the recorded one (another version) is not used: the walk passes through the record.
+        device.state.trust?.rootEnvelope = lab.roots[0]
+        #expect(device.refusal(lab.envelope(version: 3, packs: packs, releases: [lab.statement(release: 1, packs: packs)], roots: [lab.roots[0]])).contains("below version 2"))
+        try device.take(lab.envelope(version: 3, packs: packs, releases: [lab.statement(release: 1, packs: packs)]))
+        #expect(device.state.trust?.rootEnvelope?.payload == lab.roots[1].payload)
     }
 
     @Test("A statement with the release number the device accepted, binding other packs, is refused (one number, two releases); the same release again is taken")

@@ -123,7 +123,9 @@ final class ThreadExecutor: TaskExecutor, @unchecked Sendable {
         }
     }
 
-    /// Idle threads end; a job enqueued later (an unstructured task of the test's) gets a thread.
+    /// Idle threads end; a job enqueued later (a child task outliving the body cannot, but a
+    /// resumption racing the end can) gets a thread of its own. (Unstructured `Task {}`s a test
+    /// starts do not inherit the preference, SE-0417: they run on the cooperative pool.)
     func finish() {
         condition.lock()
         finished = true

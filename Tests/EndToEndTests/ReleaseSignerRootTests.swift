@@ -123,6 +123,38 @@ struct ReleaseSignerRootTests {
         #expect(fooled.status == 0 && fooled.stdout.contains("levels revision \(oldLevels.revision): unchanged since release \(first) (signed)"), "\(fooled.stdout)\(fooled.stderr)")
     }
 
+    @Test("A root version after the operator's newest file (one the holder of a retired root key could have made) is trusted only from the operator's own file of it: release sign, --sign and keys export refuse naming the versions; with root-2.json given they sign, and the record then holds version 2")
+    func aVersionAfterYourNewestFileNeedsYourFile() throws {
+        let rig = try ReleaseSignerTests.rootedRig("depot-signer-beyond")
+        defer {
+            rig.server.process.terminate()
+            rig.work.remove()
+        }
+        let first = try CompromisedOriginTests.publish(rig, "levels", Array("levels v1".utf8), channel: "beta")
+        try ReleaseSignerTests.signerFiles(rig, "one", ["intro": "intro v1", "levels": "levels v1"])
+        #expect(try ReleaseSignerTests.promote(rig, first, ["--config", "rooted.json", "--root", "root-1.json", "--record", "record.json", "--packs", "one"]).status == 0)
+        // Version 2, signed with version 1's root key (as a rotation is, and as a retired key's holder could).
+        let signed = try Self.depot(rig, ["root", "sign", "--app", Self.app, "--previous", "root-1.json", "--key", "root-key.json", "--out", "root-2.json"])
+        #expect(signed.status == 0, "\(signed.stderr)")
+        #expect(try rig.admin(["root", "add", "--app", Self.app, rig.work.path + "/root-2.json"]).status == 0)
+        #expect(try Eventually.wait { try Envelope.decode(CompromisedOriginTests.served(rig)).roots?.count == 2 })
+        let second = try CompromisedOriginTests.publish(rig, "levels", Array("levels v2".utf8), channel: "beta")
+        try ReleaseSignerTests.signerFiles(rig, "two", ["levels": "levels v2"])
+        for arguments in [["--root", "root-1.json"], ["--record", "record.json"]] {
+            let refused = try Self.sign(rig, second, ["--config", "rooted.json", "--packs", "two"] + arguments, out: "s.json")
+            #expect(refused.status != 0 && refused.stderr.contains("release \(second) as the origin serves it carries root version 2, after your newest (version 1)") && refused.stderr.contains("--root root-2.json"), "\(arguments): \(refused.stderr)")
+            #expect(!FileSystem.exists(rig.work.path + "/s.json"))
+        }
+        let export = try Self.depot(rig, ["keys", "export", "--app", Self.app, "--data", rig.data, "--root", "root-1.json"])
+        #expect(export.status != 0 && export.stdout.isEmpty && export.stderr.contains("the data folder's roots/ carries root version 2, after your newest (version 1)"), "\(export.stderr)")
+        let withFile = try Self.sign(rig, second, ["--config", "rooted.json", "--root", "root-2.json", "--record", "record.json", "--packs", "two"], out: "s.json")
+        #expect(withFile.status == 0 && withFile.stdout.contains("checked against your root version 2 (--root)"), "\(withFile.stdout)\(withFile.stderr)")
+        let record = try #require(try JSONSerialization.jsonObject(with: Data(FileSystem.readFile(rig.work.path + "/record.json"))) as? [String: Any])
+        #expect(record["rootVersion"] as? Int == 2 && (record["signed"] as? [String: Int])?["production"] == second, "\(record)")
+        let exported = try Self.depot(rig, ["keys", "export", "--app", Self.app, "--data", rig.data, "--root", "root-1.json", "--root", "root-2.json"])
+        #expect(exported.status == 0, "\(exported.stderr)")
+    }
+
     @Test("A release number above the Unix time plus a day (a release floor of the year 2100 set on the host) is refused by release sign and --sign unless confirmed with that exact number; a device never takes a statement above 2^52")
     func anInflatedReleaseNumberNeedsConfirming() throws {
         var rig = try ReleaseSignerTests.rootedRig("depot-signer-numbers")
@@ -144,6 +176,8 @@ struct ReleaseSignerRootTests {
         #expect(wrongNumber.status != 0 && !FileSystem.exists(rig.work.path + "/s.json"))
         let confirmed = try Self.sign(rig, inflated, ["--config", "rooted.json", "--root", "root-1.json", "--packs", "signer", "--confirm-release", "\(inflated)"], out: "s.json")
         #expect(confirmed.status == 0 && FileSystem.exists(rig.work.path + "/s.json"), "\(confirmed.stderr)")
+        let capped = try Self.sign(rig, inflated, ["--config", "rooted.json", "--root", "root-1.json", "--packs", "signer", "--confirm-release", "\(1 << 52)"], out: "c.json")
+        #expect(capped.status != 0 && !FileSystem.exists(rig.work.path + "/c.json"))
         // The statement format's own bound: a number above 2^52 is never taken.
         let statement = ReleaseStatement(app: Self.app, channel: "production", release: ReleaseStatement.maximumRelease + 1, signedAt: Date(), packs: [])
         #expect(throws: TrustError.self) { try ReleaseStatement.decode(statement.encoded()) }

@@ -69,11 +69,10 @@ public enum ManifestTrust {
         // is checked by the keys of the one the device holds, so a second document of a version it
         // passed, or of its own, is never read), else it must pass through the recorded root.
         var mustInclude = record.flatMap { $0.rootVersion >= start.document.version ? ($0.rootVersion, $0.rootSHA256) : nil }
-        if let record, record.rootVersion > start.document.version, let held = record.rootEnvelope {
-            let recorded = try RootChain.selfSigned(held, app: app)
-            guard recorded.document.version == record.rootVersion, recorded.payloadSHA256 == record.rootSHA256 else {
-                throw TrustError("the root this device recorded (version \(record.rootVersion)) does not match its own record")
-            }
+        // (A kept root that does not verify, or is not the recorded version and SHA-256, is not used:
+        // the walk must then pass through the recorded root, as for a state that kept none.)
+        if let record, record.rootVersion >= start.document.version, let held = record.rootEnvelope,
+           let recorded = try? RootChain.selfSigned(held, app: app), recorded.document.version == record.rootVersion, recorded.payloadSHA256 == record.rootSHA256 {
             (start, mustInclude) = (recorded, nil)
         }
         let newest = try RootChain.walk(from: start, through: chain, mustInclude: mustInclude)
@@ -124,7 +123,7 @@ public enum ManifestTrust {
         var out = record ?? TrustRecord(rootVersion: 0, rootSHA256: "")
         if verified.root.document.version >= out.rootVersion {
             (out.rootVersion, out.rootSHA256) = (verified.root.document.version, verified.root.payloadSHA256)
-            out.rootEnvelope = verified.root.envelope
+            out.rootEnvelope = verified.root.kept
         }
         if let release = verified.signedRelease, release >= (out.releaseFloors[channel] ?? 0) {
             out.releaseFloors[channel] = release

@@ -106,6 +106,24 @@ public struct TrustedRoot: Sendable, Hashable {
         (self.document, self.payloadSHA256, self.envelope) = (document, payloadSHA256, envelope)
         walked = [document.version: payloadSHA256]
     }
+
+    /// The envelope as a device or a signer keeps it: the payload and only the signatures of the
+    /// document's own root keys that verify, nothing else (no member an origin could pad: the
+    /// signatures do not cover `roots`, `releases` or signatures by other keys), so that what is
+    /// recorded is at most the document and 64 signatures.
+    public var kept: Envelope {
+        var envelope = Envelope(payloadType: envelope.payloadType, payload: envelope.payload, signatures: [])
+        guard let keys = try? document.rootPublicKeys(), let bytes = self.envelope.payloadBytes else { return envelope }
+        let message = Envelope.pae(payloadType: envelope.payloadType, payload: bytes)
+        let byID = Dictionary(keys.map { (ManifestSigningKey.keyID(for: $0), $0) }, uniquingKeysWith: { a, _ in a })
+        var seen = Set<String>()
+        for signature in self.envelope.signatures.prefix(Envelope.signatureLimit) where !seen.contains(signature.keyid) {
+            guard let key = byID[signature.keyid], let sig = Data(base64Encoded: signature.sig), key.isValidSignature(Array(sig), for: message) else { continue }
+            seen.insert(signature.keyid)
+            envelope.signatures.append(signature)
+        }
+        return envelope
+    }
 }
 
 /// Walking an app's root chain.
