@@ -4,7 +4,7 @@ import Foundation
 import Synchronization
 import Testing
 
-@Suite("End to end: crashes")
+@Suite("End to end: crashes", .blocking)
 struct CrashTests {
     /// What must hold on disk after any crash: every release verifies; the releases devices can
     /// get (production's and each channel's) reference only complete blobs, and any other

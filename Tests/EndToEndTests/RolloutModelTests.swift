@@ -9,7 +9,7 @@ import Testing
 /// complete; allowed or not) and device syncs — some devices through DepotSync, some through the
 /// extension flow, with patches on — checked from outside after every step. A failure names its
 /// seed and step: `DEPOT_ROLLOUT_SEED=S DEPOT_ROLLOUT_STEPS=N` replays it.
-@Suite("Rollouts as a state machine: a seeded walk, checked from outside")
+@Suite("Rollouts as a state machine: a seeded walk, checked from outside", .blocking)
 struct RolloutModelTests {
     static var walks: [(seed: UInt64, steps: Int)] {
         let environment = ProcessInfo.processInfo.environment
