@@ -43,6 +43,13 @@ let package = Package(
             pkgConfig: "openssl",
             providers: [.apt(["libssl-dev"])]
         ),
+        // PKCS#11's declarations (p11-kit's header): the offline keys in a hardware token. Nothing is
+        // linked; the token's module is loaded at run time. Only DepotPKCS11 imports it.
+        .systemLibrary(
+            name: "CPKCS11",
+            providers: [.apt(["libp11-kit-dev"])]
+        ),
+        .target(name: "DepotPKCS11", dependencies: ["CPKCS11", "DepotCore"], swiftSettings: strict),
         // OpenSSL on Linux; CryptoKit on Apple platforms, where there is no system OpenSSL.
         .target(
             name: "DepotCore",
@@ -71,7 +78,7 @@ let package = Package(
         .executableTarget(
             name: "depot",
             dependencies: [
-                "DepotServer", "DepotClient", "DepotCore",
+                "DepotServer", "DepotClient", "DepotCore", "DepotPKCS11",
                 .product(name: "ArgumentParser", package: "swift-argument-parser", condition: .when(traits: ["Server"])),
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Server"])),
             ],
@@ -109,7 +116,7 @@ let package = Package(
         .testTarget(
             name: "EndToEndTests",
             dependencies: [
-                "DepotServer", "DepotClient", "DepotCore", "DepotTestSupport", "depot",
+                "DepotServer", "DepotClient", "DepotCore", "DepotPKCS11", "DepotTestSupport", "depot",
                 .target(name: "BackgroundAssets", condition: .when(platforms: [.linux])),
                 .target(name: "DeviceCheck", condition: .when(platforms: [.linux])),
             ],

@@ -10,16 +10,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# What building and serving need: the two C libraries (and pkg-config to find them), openssl
-# for `depot bootstrap`'s keys and certificates, curl for checks.
-serve_packages=(libmicrohttpd-dev libssl-dev openssl pkg-config curl)
+# What building and serving need: the two C libraries (and pkg-config to find them), p11-kit's
+# PKCS#11 header (depot signs with keys in hardware tokens; nothing is linked), openssl for
+# `depot bootstrap`'s keys and certificates, curl for checks.
+serve_packages=(libmicrohttpd-dev libssl-dev libp11-kit-dev openssl pkg-config curl)
 # What only the tests and benchmarks need: the peers and tools they start themselves.
 test_packages=(python3 python3-pip python3-cryptography nginx-light systemd wrk slowhttptest time
   python3-swift memcached  # the S3 engine the object-storage tests start (Deploy/s3/swift-s3.sh)
   chromium chromium-driver  # the browser the dashboard's test drives (Tests/Browser)
   prometheus  # its promtool checks Deploy/prometheus/alerts.yml (Tests/EndToEndTests/AlertRulesTests.swift)
   dpkg-dev  # dpkg-shlibdeps names the package's Depends (Deploy/package.sh, Deploy/package-test.sh)
-  strace)  # counts each anonymous route's system calls at small and large history (Tests/EndToEndTests/CostTests.swift)
+  strace  # counts each anonymous route's system calls at small and large history (Tests/EndToEndTests/CostTests.swift)
+  softhsm2 opensc)  # a PKCS#11 token and pkcs11-tool, for the root and release keys in hardware (Tests/EndToEndTests/HardwareKeyTests.swift)
 
 install_missing() {  # install_missing PACKAGE…
   local missing=()

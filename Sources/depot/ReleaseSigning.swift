@@ -104,7 +104,7 @@ enum ReleaseSigning {
 
     /// The statement of `manifest` (release `release`) for `channel`, signed by `keys`; with
     /// `addTo`, that statement with their signatures added (it must bind the same packs).
-    static func statement(_ manifest: Manifest, app: String, channel: String, release: Int, keys: [Ed25519PrivateKey], addTo: Envelope?) throws -> Envelope {
+    static func statement(_ manifest: Manifest, app: String, channel: String, release: Int, keys: [any Ed25519Signer], addTo: Envelope?) throws -> Envelope {
         guard var envelope = addTo else { return try ReleaseStatement(app: app, channel: channel, release: release, signedAt: Date(), packs: manifest.packs).signed(with: keys) }
         guard let payload = envelope.payloadBytes, let statement = try? ReleaseStatement.decode(payload) else { throw CLIError("--add-to is not a release statement") }
         guard statement.app == app, statement.channel == channel, statement.release == release else {

@@ -100,7 +100,7 @@ extension Root {
         }
 
         /// The next document: what is given, else what `before` says, else version 1's defaults.
-        private func document(before: RootDocument?, signers: [Ed25519PrivateKey]) throws -> RootDocument {
+        private func document(before: RootDocument?, signers: [any Ed25519Signer]) throws -> RootDocument {
             let rootKeys = rootPublicKeys.isEmpty ? try before?.rootPublicKeys() ?? signers.map(\.publicKey) : try rootPublicKeys.map { try OfflineFiles.publicKey($0, option: "--root-public-key") }
             let online: [Ed25519PublicKey]
             if let onlineKeysFrom {

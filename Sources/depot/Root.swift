@@ -1,5 +1,6 @@
 import ArgumentParser
 import DepotCore
+import DepotPKCS11
 import DepotServer
 import Foundation
 
@@ -22,9 +23,15 @@ struct Root: ParsableCommand {
             abstract: "Make a new Ed25519 key (a root key or a release key) in a new file of mode 0600; prints its public key (base64).",
             discussion: "File: {\"ed25519PrivateKey\": \"<base64 seed>\", \"publicKey\": \"<base64>\"}. Keep it offline; it never goes to the origin."
         )
-        @Option(help: ArgumentHelp("The new key file (it must not exist).", valueName: "file")) var out: String
+        @Option(help: ArgumentHelp("The new key file (it must not exist), or a pkcs11: URI (RFC 7512) naming the new key's label and id in a hardware token, where it is generated and which it never leaves.", valueName: "file|pkcs11-uri")) var out: String
 
         func run() throws {
+            if PKCS11URI.isURI(out) {
+                let key = try OfflineFiles.tokenKey(out, generate: true)
+                print("generated in the token: \(key.name), key \(ManifestSigningKey.keyID(for: key.publicKey)) (its private half never leaves the token)")
+                print(OfflineKeyFile.publicText(key.publicKey))
+                return
+            }
             let (file, key) = OfflineKeyFile.generate()
             let descriptor: FileDescriptor
             do {
@@ -121,9 +128,21 @@ struct Root: ParsableCommand {
 
 /// Reading the operator's offline files.
 enum OfflineFiles {
-    /// The private key in a key file (depot root keygen).
-    static func key(_ path: String) throws -> Ed25519PrivateKey {
-        try OfflineKeyFile.load(try FileSystem.readFile(path, limit: 1 << 16), path: path)
+    /// The key a `--key`/`--sign` names: a key file (depot root keygen), or a pkcs11: URI (RFC
+    /// 7512) naming a key in a hardware token, which signs there.
+    static func key(_ path: String) throws -> any Ed25519Signer {
+        if PKCS11URI.isURI(path) { return try tokenKey(path, generate: false) }
+        return try OfflineKeyFile.load(try FileSystem.readFile(path, limit: 1 << 16), path: path)
+    }
+
+    /// The token key `uri` names (or a new one generated there).
+    static func tokenKey(_ uri: String, generate: Bool) throws -> PKCS11Key {
+        do {
+            let parsed = try PKCS11URI(uri)
+            return try generate ? PKCS11Key.generate(parsed) : PKCS11Key.open(parsed)
+        } catch {
+            throw CLIError("\(error)")
+        }
     }
 
     /// A signed document (a root, a statement) in a file.

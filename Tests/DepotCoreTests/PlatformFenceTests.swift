@@ -52,6 +52,27 @@ struct PlatformFenceTests {
         #expect(found.isEmpty, "\(found.joined(separator: "\n"))")
     }
 
+    /// Each C library's module and the one place that may import it.
+    static let cFences = [("CMicroHTTPD", "Sources/DepotHTTP/"), ("COpenSSL", openSSLBackend), ("CPKCS11", "Sources/DepotPKCS11/")]
+
+    @Test("Three C libraries, three fences: CMicroHTTPD imported only in DepotHTTP, COpenSSL only in DepotCore's OpenSSL backend, CPKCS11 (PKCS#11 tokens) only in DepotPKCS11, across every module")
+    func cLibraryFences() throws {
+        let base = Self.root.appendingPathComponent("Sources")
+        let enumerator = try #require(FileManager.default.enumerator(atPath: base.path))
+        var found: [String] = []
+        var seen: [String: Int] = [:]
+        for case let path as String in enumerator where path.hasSuffix(".swift") {
+            let file = "Sources/" + path
+            let text = try String(contentsOf: base.appendingPathComponent(path), encoding: .utf8)
+            for (module, home) in Self.cFences where text.range(of: #"(?m)^\s*(@\w+\s+)*(\w+\s+)?import\s+"# + module + #"\b"#, options: .regularExpression) != nil {
+                seen[module, default: 0] += 1
+                if !file.hasPrefix(home) { found.append("\(file) imports \(module)") }
+            }
+        }
+        #expect(found.isEmpty, "\(found.joined(separator: "\n"))")
+        #expect(Self.cFences.allSatisfy { (seen[$0.0] ?? 0) > 0 }, "the check sees each import: \(seen)")
+    }
+
     @Test("The check itself catches what it must", arguments: [
         ("import Glibc\n", 1),
         ("#if canImport(Glibc)\nimport Glibc\n#elseif canImport(Darwin)\nimport Darwin\n#endif\n", 0),

@@ -1,8 +1,18 @@
+/// Something that signs with an Ed25519 key: a key in memory (``Ed25519PrivateKey``), or one
+/// held in a hardware token whose private half never leaves it (the `depot` CLI's PKCS#11 keys).
+/// The offline documents (root documents, release statements) are signed through it.
+public protocol Ed25519Signer: Sendable {
+    /// The public half.
+    var publicKey: Ed25519PublicKey { get }
+    /// The 64-byte signature of `message`.
+    func signature(for message: [UInt8]) throws -> [UInt8]
+}
+
 /// An Ed25519 signing key (RFC 8032).
 ///
 /// OpenSSL on Linux signs deterministically, as RFC 8032 specifies; CryptoKit on Apple
 /// platforms may add randomness to each signature, which verifies all the same.
-public final class Ed25519PrivateKey: Sendable {
+public final class Ed25519PrivateKey: Ed25519Signer {
     private let context: Ed25519SigningContext
     /// The 32-byte seed.
     public let rawRepresentation: [UInt8]

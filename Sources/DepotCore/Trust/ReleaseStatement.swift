@@ -80,7 +80,7 @@ public struct ReleaseStatement: Codable, Hashable, Sendable {
     }
 
     /// Signs the statement with the given release keys.
-    public func signed(with keys: [Ed25519PrivateKey]) throws -> Envelope {
+    public func signed(with keys: [any Ed25519Signer]) throws -> Envelope {
         try Envelope.sign(payload: encoded(), type: Self.payloadType, with: keys)
     }
 

@@ -84,7 +84,7 @@ public struct RootDocument: Codable, Hashable, Sendable {
     }
 
     /// Signs the document with the given root keys (a rotation signs with the old keys and the new).
-    public func signed(with keys: [Ed25519PrivateKey]) throws -> Envelope {
+    public func signed(with keys: [any Ed25519Signer]) throws -> Envelope {
         try Envelope.sign(payload: encoded(), type: Self.payloadType, with: keys)
     }
 }

@@ -14,7 +14,7 @@ extension Envelope {
     public static let signatureLimit = 64
 
     /// Signs `payload` of `type` with each key.
-    public static func sign(payload: [UInt8], type: String, with keys: [Ed25519PrivateKey]) throws -> Envelope {
+    public static func sign(payload: [UInt8], type: String, with keys: [any Ed25519Signer]) throws -> Envelope {
         let message = pae(payloadType: type, payload: payload)
         let signatures = try keys.map { key in
             Signature(keyid: ManifestSigningKey.keyID(for: key.publicKey), sig: Data(try key.signature(for: message)).base64EncodedString())
@@ -24,7 +24,7 @@ extension Envelope {
 
     /// The envelope with `key`'s signature added (a second signer of a k-of-n document); a key
     /// that already signed is not added twice.
-    public func adding(signatureBy key: Ed25519PrivateKey) throws -> Envelope {
+    public func adding(signatureBy key: any Ed25519Signer) throws -> Envelope {
         let id = ManifestSigningKey.keyID(for: key.publicKey)
         guard !signatures.contains(where: { $0.keyid == id }) else { return self }
         guard let payloadBytes = Data(base64Encoded: payload) else { throw TrustError("the document's payload is not base64") }
