@@ -2,14 +2,62 @@ import CPKCS11
 import DepotCore
 import Foundation
 
-/// The PKCS#11 module a URI names, loaded (`dlopen`) and initialised, with one session on the
-/// token it names, logged in when a PIN is given. The only owner of those C resources: the
-/// session is closed, the library finalised (if this session initialised it) and the module
-/// unloaded when it goes.
-final class PKCS11Session {
+/// A PKCS#11 module, loaded (`dlopen`) and initialised once per process and path, shared by every
+/// session on it: the only owner of the library's handle and of its initialisation, finalised and
+/// unloaded when the last session on it goes (two token keys of one module in one command must
+/// not finalise the library under each other).
+final class PKCS11Module {
+    let functions: UnsafeMutablePointer<CK_FUNCTION_LIST>
     private let library: UnsafeMutableRawPointer
-    private let functions: UnsafeMutablePointer<CK_FUNCTION_LIST>
     private let initialised: Bool
+    private static let lock = NSLock()
+    nonisolated(unsafe) private static var loaded: [String: Weak] = [:]
+
+    private final class Weak {
+        weak var module: PKCS11Module?
+        init(_ module: PKCS11Module) { self.module = module }
+    }
+
+    /// The module at `path`, loaded and initialised once for all its users.
+    static func shared(_ path: String) throws(PKCS11Error) -> PKCS11Module {
+        lock.lock()
+        defer { lock.unlock() }
+        if let module = loaded[path]?.module { return module }
+        let module = try PKCS11Module(path)
+        loaded[path] = Weak(module)
+        return module
+    }
+
+    private init(_ path: String) throws(PKCS11Error) {
+        guard let library = dlopen(path, RTLD_NOW | RTLD_LOCAL) else {
+            throw PKCS11Error("the PKCS#11 module \(path) cannot be loaded: \(dlerror().map { String(cString: $0) } ?? "dlopen failed")")
+        }
+        typealias GetFunctionList = @convention(c) (UnsafeMutablePointer<UnsafeMutablePointer<CK_FUNCTION_LIST>?>?) -> CK_RV
+        var list: UnsafeMutablePointer<CK_FUNCTION_LIST>?
+        guard let symbol = dlsym(library, "C_GetFunctionList"), unsafeBitCast(symbol, to: GetFunctionList.self)(&list) == CKR_OK, let list else {
+            dlclose(library)
+            throw PKCS11Error("\(path) is not a PKCS#11 module (no C_GetFunctionList)")
+        }
+        let started = list.pointee.C_Initialize?(nil) ?? CK_RV(CKR_FUNCTION_NOT_SUPPORTED)
+        guard started == CKR_OK || started == CKR_CRYPTOKI_ALREADY_INITIALIZED else {
+            dlclose(library)
+            throw PKCS11Error("the PKCS#11 module \(path) did not initialise (\(PKCS11Session.name(started)))")
+        }
+        (self.library, functions, initialised) = (library, list, started == CKR_OK)
+    }
+
+    deinit {
+        // (Only what this process initialised is finalised.)
+        if initialised { _ = functions.pointee.C_Finalize?(nil) }
+        dlclose(library)
+    }
+}
+
+/// One session on the token a URI names, logged in when a PIN is given: the only owner of the
+/// session, closed when it goes; it keeps its module loaded meanwhile.
+final class PKCS11Session {
+    private let module: PKCS11Module
+    private var functions: UnsafeMutablePointer<CK_FUNCTION_LIST> { module.functions }
     private var session: CK_SESSION_HANDLE = 0
     private var open = false
 
@@ -49,24 +97,7 @@ final class PKCS11Session {
     }
 
     init(_ uri: PKCS11URI) throws(PKCS11Error) {
-        let path = try uri.module()
-        guard let library = dlopen(path, RTLD_NOW | RTLD_LOCAL) else {
-            throw PKCS11Error("the PKCS#11 module \(path) cannot be loaded: \(dlerror().map { String(cString: $0) } ?? "dlopen failed")")
-        }
-        typealias GetFunctionList = @convention(c) (UnsafeMutablePointer<UnsafeMutablePointer<CK_FUNCTION_LIST>?>?) -> CK_RV
-        var list: UnsafeMutablePointer<CK_FUNCTION_LIST>?
-        guard let symbol = dlsym(library, "C_GetFunctionList"), unsafeBitCast(symbol, to: GetFunctionList.self)(&list) == CKR_OK, let list else {
-            dlclose(library)
-            throw PKCS11Error("\(path) is not a PKCS#11 module (no C_GetFunctionList)")
-        }
-        self.library = library
-        functions = list
-        let started = list.pointee.C_Initialize?(nil) ?? CK_RV(CKR_FUNCTION_NOT_SUPPORTED)
-        guard started == CKR_OK || started == CKR_CRYPTOKI_ALREADY_INITIALIZED else {
-            dlclose(library)
-            throw PKCS11Error("the PKCS#11 module \(path) did not initialise (\(Self.name(started)))")
-        }
-        initialised = started == CKR_OK
+        module = try PKCS11Module.shared(try uri.module())
         // (From here, deinit undoes what was done.)
         let slot = try findSlot(uri)
         var handle: CK_SESSION_HANDLE = 0
@@ -84,8 +115,6 @@ final class PKCS11Session {
 
     deinit {
         if open { _ = functions.pointee.C_CloseSession?(session) }
-        if initialised { _ = functions.pointee.C_Finalize?(nil) }
-        dlclose(library)
     }
 
     private func check(_ result: CK_RV?, _ call: String) throws(PKCS11Error) {

@@ -29,7 +29,7 @@ struct HardwareKeyTests {
         "pkcs11:token=depot;object=\(label);id=%\(id)?module-path=\(module)&\(pin)"
     }
 
-    @Test("A root key and one release key generated in the token (sensitive, never extractable), one release key in a file: the root signed by the token, a release signed 2 of 2 (the file's signature, then the token's added), promoted, and a device that pins the root installs it; a wrong PIN, an unknown key and a second key of one label are refused, nothing written")
+    @Test("A root key and one release key generated in the token (sensitive, never extractable), one release key in a file: the root signed by the token, a release signed 2 of 2 (the file's signature, then the token's added), promoted, and a device that pins the root installs it; the next signed by two token keys in one command; a wrong PIN, an unknown key and a second key of one label are refused, nothing written")
     func rootAndReleaseKeysInAToken() throws {
         let rig = try Rig("depot-hsm")
         defer {
@@ -45,19 +45,22 @@ struct HardwareKeyTests {
         #expect(rootKey.status == 0 && rootKey.stdout.contains("generated in the token"), "\(rootKey.stdout)\(rootKey.stderr)")
         let tokenRelease = try depot(["root", "keygen", "--out", releaseURI])
         #expect(tokenRelease.status == 0, "\(tokenRelease.stderr)")
+        let secondRelease = try depot(["root", "keygen", "--out", Self.uri("release-2", id: "04")])
+        #expect(secondRelease.status == 0, "\(secondRelease.stderr)")
         let again = try depot(["root", "keygen", "--out", Self.uri("release", id: "03")])
         #expect(again.status != 0 && again.stderr.contains("already holds an object labelled \"release\""), "\(again.stderr)")
         #expect(try depot(["root", "keygen", "--out", "alice.json"]).status == 0)
         let alicePublic = try OfflineKeyFile.publicText(OfflineKeyFile.load(FileSystem.readFile(rig.work.path + "/alice.json"), path: "alice.json").publicKey)
         let tokenPublic = try #require(tokenRelease.stdout.split(separator: "\n").last.map(String.init))
+        let secondPublic = try #require(secondRelease.stdout.split(separator: "\n").last.map(String.init))
         // The private halves never leave it: the token says so of both.
         let listed = try Processes.run("/usr/bin/pkcs11-tool", ["--module", Self.module, "--login", "--pin", "1234", "--list-objects", "--type", "privkey"], environment: environment)
-        #expect(listed.stdout.components(separatedBy: "never extractable").count - 1 == 2 && listed.stdout.components(separatedBy: "sensitive, always sensitive").count - 1 == 2, "\(listed.stdout)")
+        #expect(listed.stdout.components(separatedBy: "never extractable").count - 1 == 3 && listed.stdout.components(separatedBy: "sensitive, always sensitive").count - 1 == 3, "\(listed.stdout)")
 
         _ = try rig.export("online.json")
         let signedRoot = try depot([
             "root", "sign", "--app", Self.app, "--key", rootURI, "--online-keys-from", "online.json", "--release-key", alicePublic, "--release-key", tokenPublic,
-            "--release-threshold", "2", "--out", "root-1.json",
+            "--release-key", secondPublic, "--release-threshold", "2", "--out", "root-1.json",
         ])
         #expect(signedRoot.status == 0, "\(signedRoot.stderr)")
         let root = try Envelope.decode(FileSystem.readFile(rig.work.path + "/root-1.json"))
@@ -90,6 +93,17 @@ struct HardwareKeyTests {
         let synced = try rig.sync("rooted.json", device: "device")
         #expect(synced.status == 0, "\(synced.stderr)")
         #expect(try rig.installed("device", "levels") == Array("levels v1".utf8))
+        // Two token keys of one module in one command (the module loaded and initialised once,
+        // finalised after both): the next release, signed by both at once.
+        let next = try CompromisedOriginTests.publish(rig, "levels", Array("levels v2".utf8), channel: "beta")
+        try ReleaseSignerTests.signerFiles(rig, "files", ["levels": "levels v2"])
+        let both = try depot([
+            "channels", "promote", "--server", rig.server.url, "--app", Self.app, "--token", rig.token, "--channel", "production", "--release", "\(next)",
+            "--sign", releaseURI, "--sign", Self.uri("release-2", id: "04"), "--config", "rooted.json", "--root", "root-1.json", "--packs", "files",
+        ])
+        #expect(both.status == 0 && both.stdout.contains("(2 of 2 release keys)"), "\(both.stdout)\(both.stderr)")
+        #expect(try rig.sync("rooted.json", device: "device").status == 0)
+        #expect(try rig.installed("device", "levels") == Array("levels v2".utf8))
     }
 
     @Test("pkcs11: URIs as RFC 7512 writes them: percent-encoded values, the module and PIN in the query; a selector twice, an unknown one, a public key's type or no key named are refused")
