@@ -7,14 +7,13 @@ import Foundation
 /// a key it generates is sensitive and not extractable, and no call here reads a private value.
 /// Each signature is verified with the public key before it is used.
 ///
-/// It owns one session on the token (``PKCS11Session``); signing is serialised.
+/// It owns one session on the token (``PKCS11Session``); signing is serialised per module.
 public final class PKCS11Key: Ed25519Signer, @unchecked Sendable {
     public let publicKey: Ed25519PublicKey
     /// What the URI named (for messages).
     public let name: String
     private let session: PKCS11Session
     private let handle: CK_OBJECT_HANDLE
-    private let lock = NSLock()
 
     private init(session: PKCS11Session, handle: CK_OBJECT_HANDLE, publicKey: Ed25519PublicKey, name: String) {
         (self.session, self.handle, self.publicKey, self.name) = (session, handle, publicKey, name)
@@ -52,9 +51,15 @@ public final class PKCS11Key: Ed25519Signer, @unchecked Sendable {
             throw PKCS11Error("the token already holds an object labelled \"\(label)\" or with id \(id.map { String(format: "%02x", $0) }.joined()): nothing was generated")
         }
         let handles = try session.generateEd25519(label: label, id: id)
-        let key = PKCS11Key(session: session, handle: handles.privateKey, publicKey: try session.ed25519PublicKey(handles.publicKey), name: uri.description)
-        _ = try key.checkedSignature(Array("depot: a new token key".utf8))
-        return key
+        do throws(PKCS11Error) {
+            let key = PKCS11Key(session: session, handle: handles.privateKey, publicKey: try session.ed25519PublicKey(handles.publicKey), name: uri.description)
+            _ = try key.checkedSignature(Array("depot: a new token key".utf8))
+            return key
+        } catch {
+            // A pair that cannot sign as its public key says is not left behind under the label.
+            session.destroy([handles.privateKey, handles.publicKey])
+            throw error
+        }
     }
 
     public func signature(for message: [UInt8]) throws -> [UInt8] {
@@ -62,8 +67,8 @@ public final class PKCS11Key: Ed25519Signer, @unchecked Sendable {
     }
 
     private func checkedSignature(_ message: [UInt8]) throws(PKCS11Error) -> [UInt8] {
-        lock.lock()
-        defer { lock.unlock() }
+        session.module.lock.lock()
+        defer { session.module.lock.unlock() }
         let signature = try session.signEdDSA(handle, message)
         guard publicKey.isValidSignature(signature, for: message) else {
             throw PKCS11Error("the token's signature with \(name) does not verify with its public key: the token or its module is faulty; nothing was signed")

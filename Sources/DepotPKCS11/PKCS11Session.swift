@@ -8,6 +8,9 @@ import Foundation
 /// not finalise the library under each other).
 final class PKCS11Module {
     let functions: UnsafeMutablePointer<CK_FUNCTION_LIST>
+    /// Held around every call that signs: the library was initialised without OS locking, so it
+    /// is given one call at a time.
+    let lock = NSLock()
     private let library: UnsafeMutableRawPointer
     private let initialised: Bool
     private static let lock = NSLock()
@@ -56,7 +59,7 @@ final class PKCS11Module {
 /// One session on the token a URI names, logged in when a PIN is given: the only owner of the
 /// session, closed when it goes; it keeps its module loaded meanwhile.
 final class PKCS11Session {
-    private let module: PKCS11Module
+    let module: PKCS11Module
     private var functions: UnsafeMutablePointer<CK_FUNCTION_LIST> { module.functions }
     private var session: CK_SESSION_HANDLE = 0
     private var open = false
@@ -209,13 +212,14 @@ final class PKCS11Session {
     }
 
     /// A new Ed25519 key pair on the token: the private key sensitive, not extractable, private.
-    func generateEd25519(label: String, id: [UInt8]) throws(PKCS11Error) -> (publicKey: CK_OBJECT_HANDLE, privateKey: CK_OBJECT_HANDLE) {
+    func generateEd25519(label: String, id: [UInt8], curve: [UInt8]? = nil) throws(PKCS11Error) -> (publicKey: CK_OBJECT_HANDLE, privateKey: CK_OBJECT_HANDLE) {
         var mechanism = CK_MECHANISM(mechanism: CK_MECHANISM_TYPE(CKM_EC_EDWARDS_KEY_PAIR_GEN), pParameter: nil, ulParameterLen: 0)
         var publicTemplate = Template()
         publicTemplate.add(CKA_TOKEN, bool: true)
         publicTemplate.add(CKA_VERIFY, bool: true)
-        // The curve by name, as a PrintableString: "edwards25519" (PKCS#11 3.0, 2.3.5).
-        publicTemplate.add(CKA_EC_PARAMS, bytes: [0x13, 0x0c] + Array("edwards25519".utf8))
+        // The curve by name, as a PrintableString "edwards25519" (PKCS#11 3.0, 2.3.5), or, where a
+        // token takes only that, by RFC 8410's OID 1.3.101.112.
+        publicTemplate.add(CKA_EC_PARAMS, bytes: curve ?? [0x13, 0x0c] + Array("edwards25519".utf8))
         publicTemplate.add(CKA_LABEL, bytes: Array(label.utf8))
         publicTemplate.add(CKA_ID, bytes: id)
         var privateTemplate = Template()
@@ -228,10 +232,19 @@ final class PKCS11Session {
         privateTemplate.add(CKA_ID, bytes: id)
         var publicAttributes = publicTemplate.attributes, privateAttributes = privateTemplate.attributes
         var publicKey: CK_OBJECT_HANDLE = 0, privateKey: CK_OBJECT_HANDLE = 0
-        try check(functions.pointee.C_GenerateKeyPair?(
+        let result = functions.pointee.C_GenerateKeyPair?(
             session, &mechanism, &publicAttributes, CK_ULONG(publicAttributes.count), &privateAttributes, CK_ULONG(privateAttributes.count), &publicKey, &privateKey
-        ), "C_GenerateKeyPair (CKM_EC_EDWARDS_KEY_PAIR_GEN)")
+        )
         withExtendedLifetime((publicTemplate, privateTemplate)) {}
+        if result != CKR_OK && curve == nil {
+            return try generateEd25519(label: label, id: id, curve: [0x06, 0x03, 0x2b, 0x65, 0x70])
+        }
+        try check(result, "C_GenerateKeyPair (CKM_EC_EDWARDS_KEY_PAIR_GEN)")
         return (publicKey, privateKey)
+    }
+
+    /// Removes objects from the token (a key pair generated here that failed its check).
+    func destroy(_ objects: [CK_OBJECT_HANDLE]) {
+        for object in objects { _ = functions.pointee.C_DestroyObject?(session, object) }
     }
 }

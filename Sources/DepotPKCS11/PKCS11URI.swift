@@ -10,7 +10,7 @@ import Foundation
 /// `DEPOT_PKCS11_PIN`, else no login). Values are percent-decoded; an attribute twice, or one
 /// this reader does not know, is refused rather than ignored (RFC 7512 §2.3 lets a consumer
 /// refuse what it does not understand: a selector silently dropped could pick another key).
-public struct PKCS11URI: Sendable, Hashable {
+public struct PKCS11URI: Sendable, Hashable, CustomStringConvertible, CustomDebugStringConvertible {
     public var token: String?
     public var serial: String?
     public var manufacturer: String?
@@ -32,7 +32,8 @@ public struct PKCS11URI: Sendable, Hashable {
             var out: [(String, [UInt8])] = []
             for item in text.split(separator: separator) where !item.isEmpty {
                 let pair = item.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-                guard pair.count == 2, let value = Self.percentDecoded(pair[1]) else { throw PKCS11Error("the pkcs11: URI's \(item.prefix(40)) is not name=value") }
+                // (Only the name is echoed: the value may be the PIN.)
+                guard pair.count == 2, let value = Self.percentDecoded(pair[1]) else { throw PKCS11Error("the pkcs11: URI's attribute \(pair[0].prefix(40)) is not name=<percent-encoded value>") }
                 let name = String(pair[0])
                 guard seen.insert(name).inserted else { throw PKCS11Error("the pkcs11: URI gives \(name) twice") }
                 out.append((name, value))
@@ -90,6 +91,8 @@ public struct PKCS11URI: Sendable, Hashable {
         return environment["DEPOT_PKCS11_PIN"]
     }
 
+    public var debugDescription: String { description }
+
     /// What the URI names, for messages (never the PIN).
     public var description: String {
         var parts: [String] = []
@@ -107,7 +110,9 @@ public struct PKCS11URI: Sendable, Hashable {
                 out.append(byte)
                 continue
             }
-            guard bytes.count >= 2, let value = UInt8(String(decoding: bytes.prefix(2), as: UTF8.self), radix: 16) else { return nil }
+            let hex = Array(bytes.prefix(2))
+            guard hex.count == 2, hex.allSatisfy({ UInt8(ascii: "0")...UInt8(ascii: "9") ~= $0 || UInt8(ascii: "a")...UInt8(ascii: "f") ~= ($0 | 0x20) }),
+                  let value = UInt8(String(decoding: hex, as: UTF8.self), radix: 16) else { return nil }
             out.append(value)
             bytes = bytes.dropFirst(2)
         }

@@ -42,7 +42,7 @@ extension ReleaseSigning {
         // The root the signer trusts: their own files (--root) when given, the configuration checked
         // against them; else the configuration's, which depot keys export took from the host.
         let configured = try configuration.pinnedRoot()
-        let (anchor, record) = try trust.anchor(app: origin.app)
+        let (anchor, record, source) = try trust.anchor(app: origin.app)
         let pinned: Envelope
         if let anchor {
             if let configured { try OfflineRoots.check(configuration: configured, against: anchor, config: config) }
@@ -94,7 +94,7 @@ extension ReleaseSigning {
         let kept = Set(manifest.packs.map(\.id))
         for id in before.packs.keys.sorted() where !kept.contains(id) { lines.append("  \(id): removed (the last signed release has it; release \(release) does not)") }
         for unused in index.unused(ids: kept) { lines.append("  note: \(unused) names no pack of release \(release)") }
-        let against = anchor.map { "your root version \($0.document.version) (\(trust.roots.isEmpty ? "your record" : "--root"))" } ?? config
+        let against = anchor.map { "your root version \($0.document.version) (\(source))" } ?? config
         let heading = "release \(release) of \(origin.app) for channel \(channel), checked against \(against): \(before.summary)"
         guard refused.isEmpty else {
             FileHandle.standardError.write(Data(([heading] + refused.map { "  " + $0.line }).map { $0 + "\n" }.joined().utf8))

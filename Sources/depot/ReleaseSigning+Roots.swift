@@ -22,19 +22,27 @@ struct SignerTrustOptions: ParsableArguments {
     var record: String?
 
     /// The root the signer trusts for `app` — the newest of `--root`'s files, or the record's
-    /// root when that is newer (reached before by a walk from such a file) — and the record.
-    func anchor(app: String) throws -> (root: TrustedRoot?, record: SignerRecord?) {
+    /// root when that is newer (a record holds only roots a signature was anchored at: one of
+    /// your files then) — the record, and which of the two it is ("--root", "your record").
+    func anchor(app: String) throws -> (root: TrustedRoot?, record: SignerRecord?, source: String) {
         let files = roots.isEmpty ? nil : try OfflineRoots.newest(roots, app: app)
-        guard let record, let held = try SignerRecord.read(record, app: app) else { return (files, nil) }
+        guard let record else { return (files, nil, "--root") }
+        guard let held = try SignerRecord.read(record, app: app) else {
+            // A record starts from your own files, never from what the host exported.
+            guard files != nil else {
+                throw CLIError("\(record) does not exist yet: a record starts from your own root files, so give --root root-N.json this first time; nothing was signed")
+            }
+            return (files, nil, "--root")
+        }
         let recorded = try held.trustedRoot(path: record)
-        guard let files else { return (recorded, held) }
+        guard let files else { return (recorded, held, "your record") }
         if let yours = files.walked[recorded.document.version] {
             guard yours == recorded.payloadSHA256 else {
                 throw CLIError("\(record) holds root version \(recorded.document.version) with sha256 \(recorded.payloadSHA256), not the one your --root files hold (sha256 \(yours)); nothing was signed")
             }
-            return (files, held)
+            return (files, held, "--root")
         }
-        return (recorded.document.version > files.document.version ? recorded : files, held)
+        return recorded.document.version > files.document.version ? (recorded, held, "your record") : (files, held, "--root")
     }
 }
 
@@ -52,7 +60,13 @@ struct SignerRecord: Codable {
 
     static func read(_ path: String, app: String) throws -> SignerRecord? {
         guard FileSystem.exists(path) else { return nil }
-        guard let record = try? JSONDecoder().decode(SignerRecord.self, from: Data(FileSystem.readFile(path, limit: 4 << 20))) else {
+        let bytes: [UInt8]
+        do {
+            bytes = try FileSystem.readFile(path, limit: 4 << 20)
+        } catch {
+            throw CLIError("\(path) cannot be read: \(error)")
+        }
+        guard let record = try? JSONDecoder().decode(SignerRecord.self, from: Data(bytes)) else {
             throw CLIError("\(path) is not a signer's record (depot release sign --record writes one)")
         }
         guard record.app == app else { throw CLIError("\(path) is the record for app \(record.app), not \(app)") }
@@ -159,7 +173,7 @@ enum OfflineRoots {
             }
         } else if version > anchor.document.version {
             // A newer root than your files: it must follow from the newest you hold (a version you did not pass with --root).
-            throw CLIError("\(config) pins root version \(version), newer than your newest --root (version \(anchor.document.version)): give the files of every version you signed since")
+            throw CLIError("\(config) pins root version \(version), newer than the newest root you trust (version \(anchor.document.version)): give your files of every version you signed since (--root)")
         } else {
             // An older version than your lowest file: your chain starts after it, so it proves nothing either way.
             FileHandle.standardError.write(Data("note: \(config) pins root version \(version), older than the root you trust (version \(anchor.document.version)); checked against yours instead\n".utf8))

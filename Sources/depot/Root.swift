@@ -139,6 +139,9 @@ enum OfflineFiles {
     static func tokenKey(_ uri: String, generate: Bool) throws -> PKCS11Key {
         do {
             let parsed = try PKCS11URI(uri)
+            if parsed.pinValue != nil {
+                FileHandle.standardError.write(Data("note: pin-value= puts the token's PIN on the command line (ps, shell history): prefer pin-source=file:PATH or DEPOT_PKCS11_PIN\n".utf8))
+            }
             return try generate ? PKCS11Key.generate(parsed) : PKCS11Key.open(parsed)
         } catch {
             throw CLIError("\(error)")

@@ -113,5 +113,9 @@ struct HardwareKeyTests {
         for bad in ["pkcs11:object=a;object=b", "pkcs11:object=a;slot-id=1", "pkcs11:object=a;type=public", "pkcs11:token=t", "pkcs11:object=a?pin-value=1&x=2", "pkcs11:object=%zz"] {
             #expect(throws: (any Error).self, "\(bad)") { try PKCS11URI(bad) }
         }
+        // A malformed value is never echoed (it may be the PIN), nor is the PIN in the URI's description.
+        #expect { try PKCS11URI("pkcs11:object=a?pin-value=9876%zz") } throws: { !"\($0)".contains("9876") }
+        let withPIN = try PKCS11URI("pkcs11:object=a?pin-value=9876")
+        #expect(!"\(withPIN)".contains("9876") && !String(reflecting: withPIN).contains("9876"))
     }
 }

@@ -91,6 +91,10 @@ struct ReleaseSignerRootTests {
         }
         let first = try CompromisedOriginTests.publish(rig, "levels", Array("levels v1".utf8), channel: "beta")
         try ReleaseSignerTests.signerFiles(rig, "one", ["intro": "intro v1", "levels": "levels v1"])
+        // A record starts from the operator's own root files, never from what the host exported.
+        let unanchored = try ReleaseSignerTests.promote(rig, first, ["--config", "rooted.json", "--record", "record.json", "--packs", "one"])
+        #expect(unanchored.status != 0 && unanchored.stderr.contains("a record starts from your own root files"), "\(unanchored.stderr)")
+        #expect(!FileSystem.exists(rig.work.path + "/record.json") && ReleaseSignerTests.statements(rig).isEmpty)
         let signedFirst = try ReleaseSignerTests.promote(rig, first, ["--config", "rooted.json", "--root", "root-1.json", "--record", "record.json", "--packs", "one"])
         #expect(signedFirst.status == 0, "\(signedFirst.stderr)")
         let firstLive = try CompromisedOriginTests.served(rig)

@@ -67,7 +67,7 @@ public struct ReleaseStatement: Codable, Hashable, Sendable {
     /// (after a restore numbers start at about the Unix time), and below the largest a device
     /// could record, so that whatever number a device accepted, a release can be signed above it
     /// (ReleaseNumbers in the CLI refuses to sign a number no honest origin issues).
-    public static let maximumRelease = 1 << 52
+    public static let maximumRelease = Int(clamping: Int64(1) << 52)  // (Int.max where Int is 32 bits: watchOS's arm64_32)
 
     /// Parses a statement's JSON.
     public static func decode(_ bytes: [UInt8]) throws(TrustError) -> ReleaseStatement {
