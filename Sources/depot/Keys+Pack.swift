@@ -114,11 +114,7 @@ extension Keys {
         )
         @OptionGroup var data: DataOptions
         @Option(help: "The app.") var app: String
-        @Option(name: .customLong("root"), help: ArgumentHelp(
-            "Your own file of the app's root (depot root sign --out), repeat for the chain: the data folder's chain must hold its newest version, that very document, and walk on from it; else nothing is printed.",
-            valueName: "root.json"
-        ))
-        var roots: [String] = []
+        @OptionGroup var rootFiles: RootFilesOption
         @Option(name: .customLong("confirm-release"), help: ArgumentHelp(
             "With --root: a channel's signed release above the Unix time plus a day (one you confirmed when signing it) is exported; give that number.", valueName: "N"
         ))
@@ -127,6 +123,7 @@ extension Keys {
         func run() throws {
             let folder = DataFolder(data.data)
             var configuration = try AppStore(folder: folder).clientConfiguration(app)
+            let roots = rootFiles.roots
             if !roots.isEmpty {
                 // What the build will pin comes from the data folder: it must extend the root you signed.
                 let anchor = try OfflineRoots.newest(roots, app: app)

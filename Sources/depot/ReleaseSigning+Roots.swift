@@ -6,11 +6,8 @@ import Foundation
 /// FILE…`, the app's root documents as the operator signed them (`depot root sign --out`), and
 /// `--confirm-release N` for a release number no honest origin would issue.
 struct SignerTrustOptions: ParsableArguments {
-    @Option(name: .customLong("root"), help: ArgumentHelp(
-        "Your own file of the app's root (depot root sign --out), repeat for the chain: its newest version is what you trust, and the origin's chain must hold that very document. Without it the root comes from --config, which depot keys export took from the origin's data folder.",
-        valueName: "root.json"
-    ))
-    var roots: [String] = []
+    @OptionGroup var rootFiles: RootFilesOption
+    var roots: [String] { rootFiles.roots }
     @Option(name: .customLong("confirm-release"), help: ArgumentHelp(
         "Sign a release numbered above the current Unix time plus a day, which no honest origin issues (ReleaseNumbers); give that exact number.", valueName: "N"
     ))
@@ -94,6 +91,15 @@ struct SignerRecord: Codable {
         encoder.outputFormatting = [.sortedKeys, .prettyPrinted]
         try FileSystem.writeAtomically(Array(try encoder.encode(record)) + [10], to: path, mode: 0o600)
     }
+}
+
+/// `--root FILE…`: the operator's own files of the app's root, as `depot root sign --out` wrote them.
+struct RootFilesOption: ParsableArguments {
+    @Option(name: .customLong("root"), help: ArgumentHelp(
+        "Your own file of the app's root (depot root sign --out), repeat for the chain: its newest version is what you trust. What the origin holds must carry that very document, and no later version you have no file of; else nothing is signed or printed. Without it the root comes from what depot keys export read from the origin's data folder.",
+        valueName: "root.json"
+    ))
+    var roots: [String] = []
 }
 
 /// The operator's own root files, and how what the host shows is checked against them.

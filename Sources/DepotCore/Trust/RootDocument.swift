@@ -112,17 +112,7 @@ public struct TrustedRoot: Sendable, Hashable {
     /// signatures do not cover `roots`, `releases` or signatures by other keys), so that what is
     /// recorded is at most the document and 64 signatures.
     public var kept: Envelope {
-        var envelope = Envelope(payloadType: envelope.payloadType, payload: envelope.payload, signatures: [])
-        guard let keys = try? document.rootPublicKeys(), let bytes = self.envelope.payloadBytes else { return envelope }
-        let message = Envelope.pae(payloadType: envelope.payloadType, payload: bytes)
-        let byID = Dictionary(keys.map { (ManifestSigningKey.keyID(for: $0), $0) }, uniquingKeysWith: { a, _ in a })
-        var seen = Set<String>()
-        for signature in self.envelope.signatures.prefix(Envelope.signatureLimit) where !seen.contains(signature.keyid) {
-            guard let key = byID[signature.keyid], let sig = Data(base64Encoded: signature.sig), key.isValidSignature(Array(sig), for: message) else { continue }
-            seen.insert(signature.keyid)
-            envelope.signatures.append(signature)
-        }
-        return envelope
+        Envelope(payloadType: envelope.payloadType, payload: envelope.payload, signatures: envelope.validSignatures(among: (try? document.rootPublicKeys()) ?? []))
     }
 }
 

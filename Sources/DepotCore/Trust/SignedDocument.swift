@@ -38,16 +38,22 @@ extension Envelope {
 
     /// How many distinct keys of `keys` signed the payload validly (a key id repeated counts once;
     /// unknown ids are skipped).
-    public func validSigners(among keys: [Ed25519PublicKey]) -> Int {
-        guard signatures.count <= Self.signatureLimit, let bytes = payloadBytes else { return 0 }
+    public func validSigners(among keys: [Ed25519PublicKey]) -> Int { validSignatures(among: keys).count }
+
+    /// The signatures by distinct keys of `keys` that verify, in order (a key's first valid one);
+    /// none when the envelope carries more than ``signatureLimit``.
+    public func validSignatures(among keys: [Ed25519PublicKey]) -> [Signature] {
+        guard signatures.count <= Self.signatureLimit, let bytes = payloadBytes else { return [] }
         let message = Self.pae(payloadType: payloadType, payload: bytes)
         let byID = Dictionary(keys.map { (ManifestSigningKey.keyID(for: $0), $0) }, uniquingKeysWith: { a, _ in a })
         var counted = Set<String>()
+        var valid: [Signature] = []
         for signature in signatures where !counted.contains(signature.keyid) {
             guard let key = byID[signature.keyid], let sig = Data(base64Encoded: signature.sig), key.isValidSignature(Array(sig), for: message) else { continue }
             counted.insert(signature.keyid)
+            valid.append(signature)
         }
-        return counted.count
+        return valid
     }
 
     /// The payload of `type`, when at least `threshold` distinct keys of `keys` signed it.
