@@ -93,6 +93,9 @@ extension ReleaseSigning {
         }
         let kept = Set(manifest.packs.map(\.id))
         for id in before.packs.keys.sorted() where !kept.contains(id) { lines.append("  \(id): removed (the last signed release has it; release \(release) does not)") }
+        if let language = ReleaseStatement.boundLanguage(of: manifest) {
+            lines.append("  primary language: \(language) (a device that speaks none of a group's languages keeps this language's pack; the statement binds it)")
+        }
         for unused in index.unused(ids: kept) { lines.append("  note: \(unused) names no pack of release \(release)") }
         let against = anchor.map { "your root version \($0.document.version) (\(source))" } ?? config
         let heading = "release \(release) of \(origin.app) for channel \(channel), checked against \(against): \(before.summary)"

@@ -105,13 +105,16 @@ enum ReleaseSigning {
     /// The statement of `manifest` (release `release`) for `channel`, signed by `keys`; with
     /// `addTo`, that statement with their signatures added (it must bind the same packs).
     static func statement(_ manifest: Manifest, app: String, channel: String, release: Int, keys: [any Ed25519Signer], addTo: Envelope?) throws -> Envelope {
-        guard var envelope = addTo else { return try ReleaseStatement(app: app, channel: channel, release: release, signedAt: Date(), packs: manifest.packs).signed(with: keys) }
+        guard var envelope = addTo else { return try ReleaseStatement(app: app, channel: channel, release: release, signedAt: Date(), manifest: manifest).signed(with: keys) }
         guard let payload = envelope.payloadBytes, let statement = try? ReleaseStatement.decode(payload) else { throw CLIError("--add-to is not a release statement") }
         guard statement.app == app, statement.channel == channel, statement.release == release else {
             throw CLIError("--add-to is release \(statement.release) of app \(statement.app) for channel \(statement.channel), not release \(release) of \(app) for \(channel)")
         }
         guard statement.binds(manifest.packs) else {
             throw CLIError("--add-to binds other packs than release \(release), whose packs you checked: do not sign it; ask who made it")
+        }
+        guard statement.primaryLanguage == ReleaseStatement.boundLanguage(of: manifest) else {
+            throw CLIError("--add-to binds primary language \(statement.primaryLanguage ?? "none"), and release \(release) carries \(ReleaseStatement.boundLanguage(of: manifest) ?? "none"): do not sign it; ask who made it")
         }
         for key in keys { envelope = try envelope.adding(signatureBy: key) }
         return envelope

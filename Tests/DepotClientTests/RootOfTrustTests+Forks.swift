@@ -119,4 +119,35 @@ extension RootOfTrustTests {
         flipped[31] |= 0x80
         _ = try Ed25519PublicKey(rawRepresentation: flipped)
     }
+
+    @Test("The primary language is bound: a manifest the online key re-signed with another primary language than the statement binds is refused (naming both), the signed one accepted; a statement from before the field (none bound) accepts the manifest's, as before; a candidate's statement must agree too")
+    func thePrimaryLanguageIsBound() throws {
+        let lab = Lab()
+        var voice = lab.entry("voice-en", revision: 1, digit: "a", language: "en")
+        voice.tags = ["group:voice"]
+        var french = lab.entry("voice-fr", revision: 1, digit: "b", language: "fr")
+        french.tags = ["group:voice"]
+        let packs = [voice, french]
+        let signed = lab.statement(release: 3, packs: packs, primaryLanguage: "en")
+        var device = lab.device()
+        let forged = device.refusal(lab.envelope(version: 4, packs: packs, releases: [signed], primaryLanguage: "fr"))
+        #expect(forged.contains("binds primary language en, and the manifest carries fr"), "\(forged)")
+        #expect(device.state.trust == nil, "nothing recorded")
+        #expect(try device.take(lab.envelope(version: 4, packs: packs, releases: [signed], primaryLanguage: "en")).primaryLanguage == "en")
+        // Stripping the language from the manifest is refused too.
+        #expect(device.refusal(lab.envelope(version: 5, packs: packs, releases: [signed])).contains("the manifest carries none"))
+        // A statement signed before the field existed binds no language: the manifest's is taken.
+        var old = lab.device()
+        #expect(try old.take(lab.envelope(version: 4, packs: packs, releases: [lab.statement(release: 3, packs: packs)], primaryLanguage: "fr")).primaryLanguage == "fr")
+        // A rollout whose candidate's statement binds another language than the manifest carries.
+        var newer = voice
+        newer.revision = 2
+        newer.sha256 = String(repeating: "c", count: 64)
+        let rollout = Rollout(release: 5, fraction: 0.5, salt: String(repeating: "5", count: 32), packs: [newer])
+        let candidate = lab.statement(release: 5, packs: [newer, french], primaryLanguage: "fr")
+        let refused = device.refusal(lab.envelope(version: 6, packs: packs, rollout: rollout, releases: [signed, candidate], primaryLanguage: "en"))
+        #expect(refused.contains("candidate (release 5) is not a release signed") && refused.contains("binds primary language fr"), "\(refused)")
+        let agreeing = lab.statement(release: 5, packs: [newer, french], primaryLanguage: "en")
+        #expect(try device.take(lab.envelope(version: 6, packs: packs, rollout: rollout, releases: [signed, agreeing], primaryLanguage: "en")).rollout?.release == 5)
+    }
 }

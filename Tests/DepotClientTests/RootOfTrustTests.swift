@@ -43,16 +43,21 @@ import Testing
             )
         }
 
-        func statement(release: Int, packs: [PackEntry], channel: String = "production", app: String = RootOfTrustTests.app, signers: [Ed25519PrivateKey]? = nil) -> Envelope {
-            try! ReleaseStatement(app: app, channel: channel, release: release, signedAt: RootOfTrustTests.now, packs: packs).signed(with: signers ?? Array(releaseKeys.prefix(2)))
+        func statement(
+            release: Int, packs: [PackEntry], channel: String = "production", app: String = RootOfTrustTests.app, signers: [Ed25519PrivateKey]? = nil,
+            primaryLanguage: String? = nil
+        ) -> Envelope {
+            try! ReleaseStatement(app: app, channel: channel, release: release, signedAt: RootOfTrustTests.now, packs: packs, primaryLanguage: primaryLanguage)
+                .signed(with: signers ?? Array(releaseKeys.prefix(2)))
         }
 
         func envelope(
             version: Int, packs: [PackEntry], channel: String = "production", rollout: Rollout? = nil, releases: [Envelope]?, signer: Ed25519PrivateKey? = nil,
-            roots: [Envelope]? = nil
+            roots: [Envelope]? = nil, primaryLanguage: String? = nil
         ) -> [UInt8] {
             let manifest = Manifest(
-                app: RootOfTrustTests.app, version: version, publishedAt: RootOfTrustTests.now, expiresAt: RootOfTrustTests.now + 86_400, packs: packs, channel: channel, rollout: rollout
+                app: RootOfTrustTests.app, version: version, publishedAt: RootOfTrustTests.now, expiresAt: RootOfTrustTests.now + 86_400, packs: packs, channel: channel,
+                primaryLanguage: primaryLanguage, rollout: rollout
             )
             var envelope = try! Envelope.sign(manifest, with: [signer ?? online])
             envelope.roots = roots ?? self.roots

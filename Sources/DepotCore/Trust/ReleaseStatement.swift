@@ -26,13 +26,33 @@ public struct ReleaseStatement: Codable, Hashable, Sendable {
     public var packCount: Int
     /// Lower-case hex SHA-256 of the packs' canonical text (``digest(of:)``).
     public var packsSHA256: String
+    /// The app's primary language, when the packs include a localized one: a device that speaks
+    /// none of a group's languages keeps the primary language's pack, so the manifest must carry
+    /// exactly this (``ReleaseBinding``). Absent for releases without localized packs and in
+    /// statements signed by AssetDepot 0.1.0 (devices then take the manifest's, as before).
+    public var primaryLanguage: String?
 
-    public init(app: String, channel: String, release: Int, signedAt: Date, packs: [PackEntry]) {
+    public init(app: String, channel: String, release: Int, signedAt: Date, packs: [PackEntry], primaryLanguage: String? = nil) {
         type = "release"
         (self.app, self.channel, self.release, self.signedAt) = (app, channel, release, signedAt)
         packCount = packs.count
         packsSHA256 = Self.digest(of: packs)
+        self.primaryLanguage = primaryLanguage
     }
+
+    /// The statement of `manifest`'s packs (release `release` for `channel`), binding its primary
+    /// language when any of them is localized.
+    public init(app: String, channel: String, release: Int, signedAt: Date, manifest: Manifest) {
+        self.init(app: app, channel: channel, release: release, signedAt: signedAt, packs: manifest.packs, primaryLanguage: Self.boundLanguage(of: manifest))
+    }
+
+    /// The primary language a statement of `manifest` binds: the manifest's, when a pack is localized.
+    public static func boundLanguage(of manifest: Manifest) -> String? {
+        manifest.packs.contains { $0.language != nil } ? manifest.primaryLanguage : nil
+    }
+
+    /// Whether `manifest` carries the primary language this statement binds (any, when it binds none).
+    public func agreesOnLanguage(_ manifest: Manifest) -> Bool { primaryLanguage == nil || primaryLanguage == manifest.primaryLanguage }
 
     /// The bound form of a pack list, sorted by id.
     public static func bound(_ packs: [PackEntry]) -> [BoundPack] { packs.map(BoundPack.init).sorted { $0.id < $1.id } }
@@ -73,7 +93,7 @@ public struct ReleaseStatement: Codable, Hashable, Sendable {
     public static func decode(_ bytes: [UInt8]) throws(TrustError) -> ReleaseStatement {
         guard let statement = try? Manifest.decoder.decode(ReleaseStatement.self, from: Data(bytes)), statement.type == "release",
               Identifier.isValidApp(statement.app), Identifier.isValidChannel(statement.channel), (1...maximumRelease).contains(statement.release), statement.packCount >= 0,
-              Manifest.isDigest(statement.packsSHA256) else {
+              Manifest.isDigest(statement.packsSHA256), statement.primaryLanguage.map({ LanguageTag($0) != nil }) ?? true else {
             throw TrustError("a release statement is not valid JSON of its form")
         }
         return statement
@@ -161,6 +181,12 @@ public enum ReleaseBinding {
                 refusals.append(error.description)
             }
         }
+        // A statement binding the packs with another primary language does not bind this manifest:
+        // which localized pack a device keeps would be the online key's choice.
+        for statement in verified where !statement.agreesOnLanguage(manifest) {
+            refusals.append("release \(statement.release)'s statement binds primary language \(statement.primaryLanguage ?? "-"), and the manifest carries \(manifest.primaryLanguage ?? "none")")
+        }
+        verified.removeAll { !$0.agreesOnLanguage(manifest) }
         let main = ReleaseStatement.digest(of: manifest.packs)
         guard let bound = verified.filter({ $0.packsSHA256 == main && $0.packCount == manifest.packs.count }).max(by: { $0.release < $1.release }) else {
             let why = refusals.isEmpty ? "no signed release of channel \(channel) holds exactly the manifest's packs" : refusals.joined(separator: "; ")
@@ -170,7 +196,8 @@ public enum ReleaseBinding {
             let candidate = manifest.choosing(candidate: true).packs
             let digest = ReleaseStatement.digest(of: candidate)
             guard verified.contains(where: { $0.release == rollout.release && $0.packCount == candidate.count && $0.packsSHA256 == digest }) else {
-                throw TrustError("the rollout's candidate (release \(rollout.release)) is not a release signed for channel \(channel)")
+                let why = refusals.isEmpty ? "" : ": " + refusals.joined(separator: "; ")
+                throw TrustError("the rollout's candidate (release \(rollout.release)) is not a release signed for channel \(channel)\(why)")
             }
             guard rollout.release > bound.release else {
                 throw TrustError("the rollout's candidate (release \(rollout.release)) is not later than the release it replaces (\(bound.release))")

@@ -34,7 +34,7 @@ extension ReleaseStore {
         guard let trust = try roots.trust(app) else { return Attachments() }
         let root = trust.newest.document
         guard root.protects(channel) else { return Attachments(roots: trust.envelopes) }
-        let main = signedRelease(app, channel: channel, packs: manifest.packs, root: root)
+        let main = signedRelease(app, channel: channel, packs: manifest.packs, root: root, agreeingWith: manifest)
         var releases = main.map { [$0.envelope] } ?? []
         if case .some(let serving) = serving, serving.map({ ReleaseStatement.bound($0.packs) }) != ReleaseStatement.bound(manifest.packs) {
             guard let main else { throw Self.signatureRequired(app: app, channel: channel, root: root, release: release) }
@@ -44,9 +44,13 @@ extension ReleaseStore {
         }
         if let rollout = manifest.rollout {
             let offered = manifest.choosing(candidate: true).packs
-            let candidate = signedRelease(app, channel: channel, packs: offered, root: root, release: rollout.release)
+            let candidate = signedRelease(app, channel: channel, packs: offered, root: root, release: rollout.release, agreeingWith: manifest)
             if let candidate, candidate.release != main?.release { releases.append(candidate.envelope) }
             if case .some(let serving) = serving, serving?.rollout?.salt != rollout.salt {
+                if candidate == nil, let other = signedRelease(app, channel: channel, packs: offered, root: root, release: rollout.release),
+                   let statement = other.envelope.payloadBytes.flatMap({ try? ReleaseStatement.decode($0) }) {
+                    throw DepotError.conflict("statement_language_differs", "release \(rollout.release)'s statement binds primary language \(statement.primaryLanguage ?? "none"), and channel \(channel) serves \(manifest.primaryLanguage ?? "none"): devices would refuse the rollout. Change the primary language in a release of its own (promote it whole). Nothing changed")
+                }
                 guard candidate != nil else {
                     throw DepotError.conflict("release_signature_required", "channel \(channel) of app \(app) is protected (root version \(root.version)): a rollout's candidate must be signed too, and no statement of release \(rollout.release) binds its packs as the rollout offers them. Sign it and start: depot rollout start --server ORIGIN --app \(app) --channel \(channel) --release \(rollout.release) --fraction F --sign RELEASE-KEY.json. Nothing changed")
                 }
@@ -59,12 +63,25 @@ extension ReleaseStore {
     }
 
     /// The statement of `channel` with the highest release (or of `release`) that binds exactly
-    /// `packs` and verifies against `root`.
-    func signedRelease(_ app: String, channel: String, packs: [PackEntry], root: RootDocument, release: Int? = nil) -> (release: Int, envelope: Envelope)? {
+    /// `packs` and verifies against `root`; with `agreeingWith`, one whose primary language (if
+    /// it binds one) is that manifest's.
+    func signedRelease(
+        _ app: String, channel: String, packs: [PackEntry], root: RootDocument, release: Int? = nil, agreeingWith manifest: Manifest? = nil
+    ) -> (release: Int, envelope: Envelope)? {
         roots.statements(app, channel: channel, binding: packs).first { found in
             guard release == nil || found.release == release, let statement = try? ReleaseStatement.verified(found.envelope, root: root) else { return false }
-            return statement.channel == channel && statement.release == found.release
+            return statement.channel == channel && statement.release == found.release && manifest.map(statement.agreesOnLanguage) != false
         }
+    }
+
+    /// On a protected channel, the primary language the newest statement binding `packs` binds:
+    /// what the manifest carries, whatever the app's setting says now (a change of it reaches a
+    /// protected channel with the next signed release, never through a re-sign).
+    func boundLanguage(_ app: String, channel: String, packs: [PackEntry]) throws -> String? {
+        guard let trust = try roots.trust(app), trust.newest.document.protects(channel),
+              let found = signedRelease(app, channel: channel, packs: packs, root: trust.newest.document),
+              let payload = found.envelope.payloadBytes else { return nil }
+        return try? ReleaseStatement.decode(payload).primaryLanguage
     }
 
     static func signatureRequired(app: String, channel: String, root: RootDocument, release: Int?) -> DepotError {
@@ -104,11 +121,11 @@ extension ReleaseStore {
         return refreshed
     }
 
-    /// Accepts a release statement for `channel` (``RootStore/accept(_:app:channel:packsOf:)``);
+    /// Accepts a release statement for `channel` (``RootStore/accept(_:app:channel:manifestOf:)``);
     /// when it binds what the channel serves (a release signed after it went live: a root added
     /// over it), the live manifest carries it at once.
     func acceptStatement(_ body: [UInt8], app: String, channel: String) throws -> RootStore.AcceptedStatement {
-        let accepted = try roots.accept(body, app: app, channel: channel) { try release(app, $0)?.manifest.packs }
+        let accepted = try roots.accept(body, app: app, channel: channel) { try release(app, $0)?.manifest }
         if let live = try current(app, channel: channel), let signed = try release(app, accepted.release)?.manifest.packs,
            ReleaseStatement.bound(signed) == ReleaseStatement.bound(try live.manifest.packs) {
             try refresh(app, channel: channel)

@@ -299,7 +299,7 @@ public final class ReleaseStore: Sendable {
                 }
             }
             let localized = !seen.isEmpty
-            let primary = localized ? apps.settings(app)?.primaryLanguage : nil
+            let primary = localized ? try boundLanguage(app, channel: channel, packs: packs) ?? apps.settings(app)?.primaryLanguage : nil
             if localized && primary == nil {
                 throw DepotError.conflict("primary_language_required", "release has localized packs but app \(app) has no primary language: a device that speaks none of a group's languages takes the primary language's pack. Set it (depot apps language \(app) --primary en); nothing was published")
             }

@@ -81,10 +81,10 @@ extension RootStore {
 
     /// Accepts the release statement in `body` for `channel`: it must verify against the app's
     /// newest root (its release keys, at its threshold), name this app and channel, and bind
-    /// exactly the packs of the origin's release it names (`packsOf` reads a release's packs,
+    /// exactly the packs of the origin's release it names (`manifestOf` reads a release's manifest,
     /// nil when there is none). A statement already stored for that release stays unless the
     /// new one has more valid signatures.
-    func accept(_ body: [UInt8], app: String, channel: String, packsOf: (Int) throws -> [PackEntry]?) throws -> AcceptedStatement {
+    func accept(_ body: [UInt8], app: String, channel: String, manifestOf: (Int) throws -> Manifest?) throws -> AcceptedStatement {
         guard let trust = try trust(app) else {
             throw DepotError.conflict("no_root", "app \(app) has no root of trust, so no release keys to check a statement against: add one first (depot root add). Nothing was stored")
         }
@@ -101,9 +101,13 @@ extension RootStore {
         guard statement.channel == channel else {
             throw DepotError(.unprocessable, "statement_wrong_channel", "release \(statement.release)'s statement is signed for channel \(statement.channel), not \(channel): sign it for \(channel) (depot release sign --channel \(channel)). Nothing was stored")
         }
-        guard let packs = try packsOf(statement.release) else { throw DepotError.notFound("release \(statement.release) of app \(app)") }
+        guard let manifest = try manifestOf(statement.release) else { throw DepotError.notFound("release \(statement.release) of app \(app)") }
+        let packs = manifest.packs
         guard statement.binds(packs) else {
             throw DepotError.conflict("statement_packs_differ", "the statement binds other packs than release \(statement.release) of app \(app) holds (\(statement.packCount) packs with digest \(statement.packsSHA256.prefix(16))…, the release has \(packs.count) with digest \(ReleaseStatement.digest(of: packs).prefix(16))…): sign the release as this origin serves it (depot release sign --release \(statement.release)). Nothing was stored")
+        }
+        guard statement.primaryLanguage == nil || statement.primaryLanguage == ReleaseStatement.boundLanguage(of: manifest) else {
+            throw DepotError.conflict("statement_language_differs", "the statement binds primary language \(statement.primaryLanguage ?? "none"), and release \(statement.release) of app \(app) carries \(ReleaseStatement.boundLanguage(of: manifest) ?? "none"): sign the release as this origin serves it (depot release sign --release \(statement.release)). Nothing was stored")
         }
         let keys = try root.releasePublicKeys()
         let signers = envelope.validSigners(among: keys)
