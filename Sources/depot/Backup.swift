@@ -52,6 +52,11 @@ struct Restore: ParsableCommand {
     @Flag(name: .customLong("replace"), help: "Move a non-empty data folder aside (DIR.before-restore-<time>) instead of refusing.") var replace = false
     @Option(help: ArgumentHelp("Run by root: the user (and its group) the restored files are given to. Default: the owner of the folder at --data, else of the backup.", valueName: "user"))
     var owner: String?
+    @Option(help: ArgumentHelp(
+        "Release numbers continue from at least N: above a release a signer signed that the backup does not hold (depot release sign names it when it refuses a number the origin issued again).",
+        valueName: "N"
+    ))
+    var floor: Int?
 
     /// Who the restored files belong to when root restores: --owner, else the folder there, else the backup's owner.
     func restoredOwner(backup: String) throws -> (uid: uid_t, gid: gid_t)? {
@@ -69,6 +74,9 @@ struct Restore: ParsableCommand {
     }
 
     func run() throws {
+        if let floor, !(1..<ReleaseStatement.maximumRelease).contains(floor) {
+            throw ValidationError("--floor takes a release number from 1 to 2^52 − 1")
+        }
         let outcome: DataRestore.Outcome
         if let backup {
             // Root stays root here (the copy goes beside the data folder, where the service user
@@ -77,12 +85,12 @@ struct Restore: ParsableCommand {
             if owner?.uid == 0 {
                 print("warning: the restored folder belongs to root; an origin that runs as another user cannot read it: give --owner assetdepot (or the user depot serve runs as)")
             }
-            outcome = try DataRestore.restore(backup: backup, into: data.data, replace: replace, owner: owner)
+            outcome = try DataRestore.restore(backup: backup, into: data.data, replace: replace, owner: owner, floor: floor)
             if let aside = outcome.setAside { print("moved the folder that was at \(data.data) to \(aside)") }
         } else {
             guard owner == nil else { throw CLIError("--owner is for restoring a backup") }
             try DataFolderOwner.adopt(data.data)
-            outcome = try DataRestore.markRestored(data: data.data)
+            outcome = try DataRestore.markRestored(data: data.data, floor: floor)
         }
         print("\(data.data): \(outcome.description)")
     }

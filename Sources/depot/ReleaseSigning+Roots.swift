@@ -54,6 +54,28 @@ struct SignerRecord: Codable {
     var rootSHA256: String
     /// Per channel, the highest release signed.
     var signed: [String: Int]
+    /// Per channel, what that release's statement binds (`packsSHA256/packCount`, and the primary
+    /// language after a space when it binds one); absent in records written before it was kept.
+    var digests: [String: String]?
+
+    /// What a statement of `manifest` binds, as ``digests`` keeps it.
+    static func digest(of manifest: Manifest) -> String {
+        "\(ReleaseStatement.digest(of: manifest.packs))/\(manifest.packs.count)" + (ReleaseStatement.boundLanguage(of: manifest).map { " " + $0 } ?? "")
+    }
+
+    /// Refuses release `release` of `channel` (holding `manifest`) below the last one signed, or
+    /// equal to it with other content: a device that took that one refuses it as a replay (a
+    /// restore from a backup older than the signature reused the numbers).
+    func checkNotBehind(_ release: Int, manifest: Manifest, channel: String, path: String) throws {
+        guard let last = signed[channel] else { return }
+        let raise = "The origin issued its number again (restored from a backup older than your signature): stop it, raise its numbers with depot restore --data DATA --floor \(last + 1), start it, publish again (a change of a pack: a publish that changes nothing keeps its number) and sign that release; nothing was signed"
+        if release < last {
+            throw CLIError("release \(release) is below release \(last), which you signed for channel \(channel) (\(path)): devices that took release \(last) refuse it as a replay. \(raise)")
+        }
+        if release == last, let kept = digests?[channel], kept != Self.digest(of: manifest) {
+            throw CLIError("release \(release) of channel \(channel) holds other packs than the release \(last) you signed (\(path)): devices that took yours refuse it. \(raise)")
+        }
+    }
 
     static func read(_ path: String, app: String) throws -> SignerRecord? {
         guard FileSystem.exists(path) else { return nil }
@@ -79,14 +101,17 @@ struct SignerRecord: Codable {
         return trusted
     }
 
-    /// Records release `release` signed for `channel` under `root` (the newest the walk reached).
-    static func update(_ path: String?, app: String, channel: String, release: Int, root: TrustedRoot) throws {
+    /// Records release `release` (holding `manifest`) signed for `channel` under `root` (the newest the walk reached).
+    static func update(_ path: String?, app: String, channel: String, release: Int, manifest: Manifest, root: TrustedRoot) throws {
         guard let path else { return }
         var record = try read(path, app: app) ?? SignerRecord(app: app, root: "", rootVersion: 0, rootSHA256: "", signed: [:])
         if root.document.version >= record.rootVersion {
             (record.root, record.rootVersion, record.rootSHA256) = (Data(root.kept.encoded()).base64EncodedString(), root.document.version, root.payloadSHA256)
         }
-        record.signed[channel] = max(record.signed[channel] ?? 0, release)
+        if release >= record.signed[channel] ?? 0 {
+            record.signed[channel] = release
+            record.digests = (record.digests ?? [:]).merging([channel: digest(of: manifest)]) { $1 }
+        }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .prettyPrinted]
         try FileSystem.writeAtomically(Array(try encoder.encode(record)) + [10], to: path, mode: 0o600)

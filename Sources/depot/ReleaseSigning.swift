@@ -37,7 +37,7 @@ struct StatementOptions: ParsableArguments {
                 origin: origin, credentials: credentials, channel: channel, release: release, config: config, files: files, trust: trust
             )
             envelope = try ReleaseSigning.statement(manifest, app: origin.app, channel: channel, release: release, keys: keys, addTo: nil)
-            try SignerRecord.update(trust.record, app: origin.app, channel: channel, release: release, root: root)
+            try SignerRecord.update(trust.record, app: origin.app, channel: channel, release: release, manifest: manifest, root: root)
         } else if let statement {
             envelope = try OfflineFiles.envelope(statement, what: "a release statement")
             guard let payload = envelope.payloadBytes, let signed = try? ReleaseStatement.decode(payload) else {
@@ -174,7 +174,7 @@ extension Release {
             )
             let envelope = try ReleaseSigning.statement(manifest, app: origin.app, channel: channel.channel, release: release, keys: signers, addTo: addTo)
             try OfflineFiles.write(envelope, to: out)
-            try SignerRecord.update(trust.record, app: origin.app, channel: channel.channel, release: release, root: root)
+            try SignerRecord.update(trust.record, app: origin.app, channel: channel.channel, release: release, manifest: manifest, root: root)
             let (count, packs) = (envelope.signatures.count, manifest.packs.count)
             print("wrote \(out): release \(release) of \(origin.app) for channel \(channel.channel), \(count) signature\(count == 1 ? "" : "s"), binding the \(packs) pack\(packs == 1 ? "" : "s") above")
             print("upload it: depot channels promote --server \(origin.server) --app \(origin.app) --channel \(channel.channel) --release \(release) --statement \(out)")

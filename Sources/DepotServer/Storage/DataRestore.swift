@@ -51,7 +51,7 @@ public enum DataRestore {
     ///
     /// `owner`: who the copy is given to (every file and folder, before it takes the folder's
     /// place), when root restores for the user the origin runs as.
-    public static func restore(backup: String, into data: String, replace: Bool, owner: (uid: uid_t, gid: gid_t)? = nil, now: Date = Date()) throws -> Outcome {
+    public static func restore(backup: String, into data: String, replace: Bool, owner: (uid: uid_t, gid: gid_t)? = nil, floor asked: Int? = nil, now: Date = Date()) throws -> Outcome {
         let record = try record(of: backup)
         let data = data.count > 1 && data.hasSuffix("/") ? String(data.dropLast()) : data
         let existing = FileSystem.isDirectory(data)
@@ -67,7 +67,7 @@ public enum DataRestore {
         do {
             try copier.copy(backup, to: partial)
             FileSystem.remove(partial + "/" + BackupRecord.fileName)
-            let floor = try ReleaseFloor.raiseForRestore(DataFolder(partial), now: now)
+            let floor = try ReleaseFloor.raiseForRestore(DataFolder(partial), atLeast: asked, now: now)
             if let owner { try giveAway(partial, to: owner) }
             try FileSystem.syncDirectory(partial)
             var aside: String?
@@ -76,8 +76,11 @@ public enum DataRestore {
                 stamp.locale = Locale(identifier: "en_US_POSIX")
                 stamp.timeZone = TimeZone(identifier: "UTC")
                 stamp.dateFormat = "yyyyMMdd'T'HHmmss'Z'"
-                let path = data + ".before-restore-" + stamp.string(from: now)
-                guard !FileSystem.exists(path) else { throw DepotError.conflict("data_folder_busy", "\(path) exists already: move it away first") }
+                // A second restore within the second gets `-2`, `-3`, …: no folder set aside is replaced.
+                let base = data + ".before-restore-" + stamp.string(from: now)
+                guard let path = ([base] + (2...99).map { base + "-\($0)" }).first(where: { !FileSystem.exists($0) }) else {
+                    throw DepotError.conflict("data_folder_busy", "\(base) and 98 more like it exist already: move them away first")
+                }
                 try FileSystem.durableRename(data, to: path)
                 aside = path
             } else if existing {
@@ -115,12 +118,12 @@ public enum DataRestore {
 
     /// Marks the data folder at `data`, restored by other means (a volume snapshot, a copy), as
     /// restored: raises its floor, with no origin running on it.
-    public static func markRestored(data: String, now: Date = Date()) throws -> Outcome {
+    public static func markRestored(data: String, floor asked: Int? = nil, now: Date = Date()) throws -> Outcome {
         let folder = DataFolder(data)
         guard folder.exists else { throw DepotError.notFound("a data folder at \(data)") }
         let lock = try folder.lockExclusively()
         defer { try? lock.close() }
-        return try mark(folder, now: now)
+        return try mark(folder, atLeast: asked, now: now)
     }
 
     /// At the origin's start (holding the folder's lock): a folder with a backup's
@@ -132,10 +135,10 @@ public enum DataRestore {
         return try mark(folder, now: now)
     }
 
-    private static func mark(_ folder: DataFolder, now: Date) throws -> Outcome {
+    private static func mark(_ folder: DataFolder, atLeast asked: Int? = nil, now: Date) throws -> Outcome {
         let recordPath = folder.root + "/" + BackupRecord.fileName
         let takenAt = FileSystem.exists(recordPath) ? try StoredJSON.read(BackupRecord.self, from: recordPath).takenAt : nil
-        let floor = try ReleaseFloor.raiseForRestore(folder, now: now)
+        let floor = try ReleaseFloor.raiseForRestore(folder, atLeast: asked, now: now)
         if takenAt != nil {
             FileSystem.remove(recordPath)
             try FileSystem.syncDirectory(folder.root)
