@@ -106,11 +106,11 @@ public struct DepotSync: Sendable {
                 asked = nil
             }
         }
-        var manifest = accepted.manifest
-        // With a rollout, the device's own choice: the candidate's entries, or the current ones.
-        try manifest.resolve { try store.installID(app: app) }
+        // With a rollout, the device's own choice (below, once the state is recorded: on a
+        // protected channel it holds the newest candidate this device chose before).
+        let installID = accepted.manifest.rollout == nil ? nil : try store.installID(app: app)
         // A managed app's packs are Apple Archives for the system to fetch: no key to decrypt them with.
-        if let archive = manifest.packs.first(where: { $0.keyID.isEmpty }) {
+        if let archive = accepted.manifest.allEntries.first(where: { $0.keyID.isEmpty }) {
             throw ClientError.manifest("pack \(archive.id) is an Apple Archive of a managed app: the system downloads it from the download manifest (depot sync --managed simulates a device)")
         }
         // The floor is durable before anything else happens, so it survives a crash; the envelope
@@ -120,12 +120,14 @@ public struct DepotSync: Sendable {
         let state = try store.withExclusiveControl(app: app) { state -> InstalledState in
             guard state.refusal(accepted, channel: channel) == nil else { return state }
             if !notModified { try FileSystem.writeAtomically(envelope, to: cached) }
-            state.record(accepted, channel: channel)
+            state.record(accepted, channel: channel, installID: installID)
             state.manifestETags[channel] = etag
             return state
         }
         // Another process may have accepted a newer one meanwhile.
         if let refusal = state.refusal(accepted, channel: channel) { throw refusal }
+        var manifest = accepted.manifest
+        manifest.resolve(installID: { installID ?? "" }, candidateFloor: state.candidateFloor(channel: channel))
 
         // The plan; before first launch the build's initial allowances bound it.
         var request = Planner.Request(kind: kind, packs: requestedPacks, tags: requestedTags)

@@ -134,18 +134,19 @@ public struct ExtensionFlow: Sendable {
     ) throws -> Plan {
         let source = try source()
         let accepted = try source.verify(file: copy, state: store.read(app: configuration.app), now: now)
+        // With a rollout, this device's choice (the same in the install step: one install id; made
+        // the first time under the lock by itself, so before the lock below).
+        let installID = accepted.manifest.rollout == nil ? nil : try store.installID(app: configuration.app)
         let state: InstalledState
         var manifest: Manifest
         (manifest, state) = try store.withExclusiveControl(app: configuration.app) { state in
             // Another process may have accepted a newer one meanwhile: the floors are checked again.
             if let refusal = state.refusal(accepted, channel: channel) { throw refusal }
-            state.record(accepted, channel: channel)
+            state.record(accepted, channel: channel, installID: installID)
             try FileSystem.durableRename(copy, to: cached)
             return (accepted.manifest, state)
         }
-        // With a rollout, this device's choice (the same in the install step: one install id),
-        // resolved once the lock is released (the id takes it, the first time, by itself).
-        try manifest.resolve { try store.installID(app: configuration.app) }
+        manifest.resolve(installID: { installID ?? "" }, candidateFloor: state.candidateFloor(channel: channel))
         var request = Planner.Request(
             kind: kind, allowance: allowance.map(Int64.init), essentialAllowance: essentialAllowance.map(Int64.init),
             scheduled: scheduled
@@ -164,8 +165,9 @@ public struct ExtensionFlow: Sendable {
     /// The first time a rollout is met, the device's install id is made (a short write under the
     /// state's lock): call it off the main thread.
     public func acceptedManifest(now: Date = Date()) throws -> Manifest {
-        var manifest = try source().verify(file: store.cachedEnvelope(channel: channel), state: store.read(app: configuration.app), now: now).manifest
-        try manifest.resolve { try store.installID(app: configuration.app) }
+        let state = try store.read(app: configuration.app)
+        var manifest = try source().verify(file: store.cachedEnvelope(channel: channel), state: state, now: now).manifest
+        try manifest.resolve(installID: { try store.installID(app: configuration.app) }, candidateFloor: state.candidateFloor(channel: channel))
         return manifest
     }
 

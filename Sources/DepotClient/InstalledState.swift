@@ -154,14 +154,26 @@ public struct InstalledState: Codable, Hashable, Sendable {
     /// Records `accepted` (after ``refusal(_:channel:)`` found nothing): the channel's floor
     /// becomes its version (lower only when a newer signed release lifts a pushed floor), and the
     /// root and signed release are remembered.
-    public mutating func record(_ accepted: ManifestSource.Accepted, channel: String) {
+    ///
+    /// `installID`: this device's install id, given when the manifest has a rollout; on a
+    /// protected channel the candidate it takes is remembered (``TrustRecord/candidates``).
+    public mutating func record(_ accepted: ManifestSource.Accepted, channel: String, installID: String? = nil) {
         let version = accepted.manifest.version
         if let trusted = accepted.trusted {
             if version < floor(channel: channel) {
                 if channel == ManifestSource.production { manifestVersion = version } else { channelFloors[channel] = version }
             }
-            trust = ManifestTrust.recording(trusted, in: trust, channel: channel)
+            var record = ManifestTrust.recording(trusted, in: trust, channel: channel)
+            if trusted.signedRelease != nil, let rollout = accepted.manifest.rollout, let installID,
+               rollout.release > record.candidates?[channel] ?? 0, rollout.takesCandidate(installID: installID) {
+                record.candidates = (record.candidates ?? [:]).merging([channel: rollout.release]) { $1 }
+            }
+            trust = record
         }
         raiseFloor(channel: channel, to: version)
     }
+
+    /// On a protected channel, the newest rollout candidate this device chose: an older one is
+    /// not taken (``Manifest/resolve(installID:candidateFloor:)``).
+    public func candidateFloor(channel: String) -> Int? { trust?.candidates?[channel] }
 }

@@ -150,4 +150,41 @@ extension RootOfTrustTests {
         let agreeing = lab.statement(release: 5, packs: [newer, french], primaryLanguage: "en")
         #expect(try device.take(lab.envelope(version: 6, packs: packs, rollout: rollout, releases: [signed, agreeing], primaryLanguage: "en")).rollout?.release == 5)
     }
+
+    @Test("A rollout candidate the device chose is recorded: the online key can halt the rollout (the device follows the current packs), never offer it an older signed candidate again; a newer rollout is taken; a device outside the sample records nothing")
+    func aChosenCandidateIsRecorded() throws {
+        let lab = Lab()
+        let main = [lab.entry("levels", revision: 3, digit: "a")]
+        let older = lab.entry("levels", revision: 4, digit: "b")
+        let newer = lab.entry("levels", revision: 5, digit: "c")
+        let newest = lab.entry("levels", revision: 6, digit: "d")
+        let statements = [lab.statement(release: 3, packs: main), lab.statement(release: 4, packs: [older]), lab.statement(release: 5, packs: [newer]),
+                          lab.statement(release: 6, packs: [newest])]
+        func rollout(_ release: Int, _ entry: PackEntry, fraction: Double = 1) -> Rollout {
+            Rollout(release: release, fraction: fraction, salt: String(repeating: "ab", count: 16), packs: [entry])
+        }
+        var device = lab.device()
+        // Release 5 rolled out to everyone: the device takes it and records it.
+        let five = try device.take(lab.envelope(version: 10, packs: main, rollout: rollout(5, newer), releases: [statements[0], statements[2]]))
+        #expect(device.follows(five) == [newer])
+        #expect(device.state.candidateFloor(channel: "production") == 5)
+        // The holder of the online key offers release 4, signed and once rolled out, as the candidate: not taken.
+        let four = try device.take(lab.envelope(version: 11, packs: main, rollout: rollout(4, older), releases: [statements[0], statements[1]]))
+        #expect(device.follows(four) == main, "the current packs, not the older candidate")
+        #expect(device.state.candidateFloor(channel: "production") == 5)
+        // A halt (no rollout): the current packs.
+        let halted = try device.take(lab.envelope(version: 12, packs: main, releases: [statements[0]]))
+        #expect(device.follows(halted) == main)
+        // The next rollout, release 6: taken.
+        let six = try device.take(lab.envelope(version: 13, packs: main, rollout: rollout(6, newest), releases: [statements[0], statements[3]]))
+        #expect(device.follows(six) == [newest] && device.state.candidateFloor(channel: "production") == 6)
+        // A device outside the sample (fraction 0) records nothing and follows the current packs.
+        var outside = lab.device()
+        let none = try outside.take(lab.envelope(version: 10, packs: main, rollout: rollout(5, newer, fraction: 0), releases: [statements[0], statements[2]]))
+        #expect(outside.follows(none) == main && outside.state.candidateFloor(channel: "production") == nil)
+        // Before this record, release 4 would have been taken again.
+        var forgetful = device
+        forgetful.state.trust?.candidates = nil
+        #expect(forgetful.follows(four) == [older])
+    }
 }

@@ -83,8 +83,16 @@ import Testing
         mutating func take(_ bytes: [UInt8], now: Date = RootOfTrustTests.now) throws -> Manifest {
             let accepted = try source.verify(bytes, state: state, now: now)
             if let refusal = state.refusal(accepted, channel: source.channel) { throw refusal }
-            state.record(accepted, channel: source.channel)
+            state.record(accepted, channel: source.channel, installID: installID)
             return accepted.manifest
+        }
+
+        /// This device's install id (a rollout's choice).
+        var installID = String(repeating: "0", count: 32)
+
+        /// The packs this device follows in `manifest` (its rollout resolved as a sync resolves it).
+        func follows(_ manifest: Manifest) -> [PackEntry] {
+            manifest.resolved(installID: installID, candidateFloor: state.candidateFloor(channel: source.channel)).packs
         }
 
         /// The refusal's text; the state must not change.

@@ -68,17 +68,20 @@ extension Manifest {
     /// The manifest as a device with `installID` follows it: with a rollout, the candidate's
     /// entries in place of the current ones (and its removals) when the device takes it;
     /// without one, itself. The result carries no rollout.
-    public func resolved(installID: String) -> Manifest {
+    ///
+    /// `candidateFloor`: the newest candidate this device chose before on a protected channel
+    /// (``TrustRecord/candidates``); an older one is not taken.
+    public func resolved(installID: String, candidateFloor: Int? = nil) -> Manifest {
         guard let rollout else { return self }
-        return choosing(candidate: rollout.takesCandidate(installID: installID))
+        return choosing(candidate: rollout.release >= candidateFloor ?? 0 && rollout.takesCandidate(installID: installID))
     }
 
-    /// ``resolved(installID:)`` in place (a manifest of thousands of packs is not copied): what an
+    /// ``resolved(installID:candidateFloor:)`` in place (a manifest of thousands of packs is not copied): what an
     /// extension, with its tight memory limit, calls. `installID` is asked only when there is a rollout.
-    public mutating func resolve(installID: () throws -> String) rethrows {
+    public mutating func resolve(installID: () throws -> String, candidateFloor: Int? = nil) rethrows {
         guard let rollout else { return }
         self.rollout = nil
-        guard rollout.takesCandidate(installID: try installID()) else { return }
+        guard rollout.release >= candidateFloor ?? 0, rollout.takesCandidate(installID: try installID()) else { return }
         let replaced = Set(rollout.packs.map(\.id)).union(rollout.removed)
         packs.removeAll { replaced.contains($0.id) }
         packs.append(contentsOf: rollout.packs)

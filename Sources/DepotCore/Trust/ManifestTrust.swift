@@ -17,6 +17,11 @@ public struct TrustRecord: Codable, Hashable, Sendable {
     /// at its floor: a statement of that same number binding other packs is refused (nil in states
     /// recorded before issue 61, and for floors exported with a build).
     public var releaseDigests: [String: String]?
+    /// Per protected channel, the newest rollout candidate (its release) this device chose: a
+    /// rollout offering an older one is not taken again (the device follows the current packs),
+    /// so the online key alone cannot move it to a candidate older than one it chose. A halt
+    /// (the current packs, no rollout) is still the online key's: it is how a rollout stops.
+    public var candidates: [String: Int]?
 
     public init(rootVersion: Int, rootSHA256: String, releaseFloors: [String: Int] = [:], rootEnvelope: Envelope? = nil) {
         (self.rootVersion, self.rootSHA256, self.releaseFloors, self.rootEnvelope) = (rootVersion, rootSHA256, releaseFloors, rootEnvelope)
