@@ -23,6 +23,8 @@ export async function perform(path, query, method, describe, reload) {
         "Devices with builds whose Info.plist allows less may not download this release. Publish anyway?"],
       live_pack_removed: ["Remove those packs…", "removeLive",
         "Devices that installed those packs will delete them. Go on?"],
+      retired_pack_key: ["Use the retired key…", "acceptRetiredKeys",
+        "Builds exported since the key was retired may not hold it, and could not read those packs. Every build in the field holds it?"],
     };
     const override = overrides[error.code];
     alertError(error, override ? [[override[0], async () => {

@@ -53,6 +53,7 @@ struct Channels: AsyncParsableCommand {
         @Option(help: "The release it will serve.") var release: Int
         @Flag(help: "Promote even past the recorded allowances.") var force = false
         @Flag(help: "Managed apps: promote even if packs leave the channel's download manifest (devices delete them for good).") var remove = false
+        @Flag(help: "Put back packs encrypted under a retired pack key that no live release uses (refused otherwise, 409 retired_pack_key: builds exported meanwhile do not hold it). Only when every build in the field holds the key.") var acceptRetiredKeys = false
         @OptionGroup var signing: StatementOptions
 
         struct Result: Decodable { var release: Int; var changed: Bool; var manifestURL: String }
@@ -61,6 +62,7 @@ struct Channels: AsyncParsableCommand {
             try await signing.upload(origin: origin, token: token, channel: channel, release: release)
             let query = [URLQueryItem(name: "release", value: String(release))] + (force ? [URLQueryItem(name: "force", value: "true")] : [])
                 + (remove ? [URLQueryItem(name: "removeLive", value: "true")] : [])
+                + (acceptRetiredKeys ? [URLQueryItem(name: "acceptRetiredKeys", value: "true")] : [])
             let response = try await origin.transport().send(method: "POST", to: origin.endpoint("channels/\(channel)", query), headers: try token.headers())
             guard (200..<300).contains(response.status) else { throw CLIError("promote failed: HTTP \(response.status): \(Publish.message(response.body))") }
             let result = try JSONDecoder().decode(Result.self, from: Data(response.body))

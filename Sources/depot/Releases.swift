@@ -80,6 +80,7 @@ struct Rollback: AsyncParsableCommand {
     @OptionGroup var channel: ChannelOption
     @Flag(help: "Roll back even if the result exceeds the allowances recorded for shipped builds.") var force = false
     @Flag(help: "Managed apps: roll back even if packs leave the download manifest (devices delete them for good).") var remove = false
+    @Flag(help: "Put back packs encrypted under a retired pack key that no live release uses (refused otherwise, 409 retired_pack_key: builds exported meanwhile do not hold it). Only when every build in the field holds the key.") var acceptRetiredKeys = false
 
     func validate() throws {
         guard to > 0 else { throw ValidationError("--to must be a release number") }
@@ -89,7 +90,8 @@ struct Rollback: AsyncParsableCommand {
 
     func run() async throws {
         let query = [URLQueryItem(name: "to", value: String(to))] + (force ? [URLQueryItem(name: "force", value: "true")] : [])
-            + (remove ? [URLQueryItem(name: "removeLive", value: "true")] : []) + channel.query
+            + (remove ? [URLQueryItem(name: "removeLive", value: "true")] : [])
+            + (acceptRetiredKeys ? [URLQueryItem(name: "acceptRetiredKeys", value: "true")] : []) + channel.query
         let response = try await origin.transport().send(method: "POST", to: origin.endpoint("rollback", query), headers: try token.headers(admin: true))
         guard (200..<300).contains(response.status) else { throw CLIError("rollback failed: HTTP \(response.status): \(Publish.message(response.body))") }
         let result = try JSONDecoder().decode(Result.self, from: Data(response.body))

@@ -185,6 +185,25 @@ struct PackKeyLifeTests {
         let fromD = try rig.sync("d.json", device: "device-d")
         #expect(fromD.status == 0, "\(fromD.stderr)")
         #expect(try rig.installed("device-d", "intro") == FileSystem.readFile(intro))
+
+        // Release 1 (intro under k1, which no live release uses now) promoted to a channel: refused
+        // before anything moves, naming the pack and the key; accepted only when asked.
+        func promote(_ extra: [String]) throws -> Processes.Result {
+            try Processes.run(Self.depot, [
+                "channels", "promote", "--server", rig.server.url, "--app", Self.app, "--token", rig.token, "--channel", "beta", "--release", "1",
+            ] + extra)
+        }
+        let refusedPromotion = try promote([])
+        #expect(refusedPromotion.status != 0 && refusedPromotion.stderr.contains("409: retired_pack_key"), "\(refusedPromotion.stderr)")
+        #expect(refusedPromotion.stderr.contains("release 1's pack intro is encrypted under pack key \(k1), retired on ") && refusedPromotion.stderr.contains("--accept-retired-keys"), "\(refusedPromotion.stderr)")
+        func betaStatus() throws -> Int? {
+            try RawHTTP.send(port: UInt16(rig.server.port)!, "GET /v1/apps/\(Self.app)/channels/beta/manifest HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first?.status
+        }
+        #expect(try betaStatus() == 404, "nothing moved")
+        let accepted = try promote(["--accept-retired-keys"])
+        #expect(accepted.status == 0 && accepted.stdout.contains("beta now serves release 1"), "\(accepted.stdout)\(accepted.stderr)")
+        #expect(try betaStatus() == 200)
+        #expect(Set(try rig.export("e.json").packKeys.keys) == [k1, k2], "k1 is exported again while beta serves intro under it")
     }
 
     @Test("Retiring a staged key drops it; an unknown or already retired key is refused with exit 1 and the key file unchanged byte for byte")

@@ -79,7 +79,7 @@ struct PublishHandlers: Sendable {
         try context.requireChannel(channel)
         let result = try publisher.rollback(
             context.app, to: target, channel: channel, force: context.flag("force"),
-            confirmRemoval: context.flag("removeLive")
+            confirmRemoval: context.flag("removeLive"), acceptRetiredKeys: context.flag("acceptRetiredKeys")
         )
         return try JSONResponse.make(result, status: result.changed ? 201 : 200)
     }
@@ -91,7 +91,8 @@ struct PublishHandlers: Sendable {
         }
         try context.requireChannel(context["channel"])
         let result = try publisher.promote(
-            context.app, channel: context["channel"], to: version, force: context.flag("force"), confirmRemoval: context.flag("removeLive")
+            context.app, channel: context["channel"], to: version, force: context.flag("force"), confirmRemoval: context.flag("removeLive"),
+            acceptRetiredKeys: context.flag("acceptRetiredKeys")
         )
         return try JSONResponse.make(result, status: result.changed ? 201 : 200)
     }

@@ -175,8 +175,9 @@ final class Publisher: Sendable {
     /// Publishes a new release (versions only go up) whose packs are release `target`'s. A pack
     /// whose content differs from the live one gets the next revision, so devices replace it;
     /// blobs are never deleted, so every older release stays installable.
-    func rollback(_ app: String, to target: Int, channel: String, force: Bool, confirmRemoval: Bool = false) throws -> RollbackResult {
+    func rollback(_ app: String, to target: Int, channel: String, force: Bool, confirmRemoval: Bool = false, acceptRetiredKeys: Bool = false) throws -> RollbackResult {
         guard let old = try releases.release(app, target)?.manifest else { throw DepotError.notFound("release \(target) of app \(app)") }
+        if !acceptRetiredKeys { try Self.checkRetiredKeys(old.packs, release: target, app: app, apps: apps) }
         let managed = settings(app)?.isManaged ?? false
         var removed: [String] = []
         let blobs = blobs
@@ -216,8 +217,9 @@ final class Publisher: Sendable {
     /// Points `channel` at release `version` from now on (forward only). For a managed app the
     /// move must keep versions rising: a pack whose bytes differ on the target release needs a
     /// higher version there (or devices keep the old bytes), and dropping a pack needs `confirmRemoval`.
-    func promote(_ app: String, channel: String, to version: Int, force: Bool, confirmRemoval: Bool = false) throws -> PromotionResult {
+    func promote(_ app: String, channel: String, to version: Int, force: Bool, confirmRemoval: Bool = false, acceptRetiredKeys: Bool = false) throws -> PromotionResult {
         let allowances = force ? nil : allowanceGuard(app, channel: channel)
+        let apps = apps
         let managed = settings(app)?.isManaged ?? false
         let (releases, blobs) = (releases, blobs)
         let changed = try releases.promote(app, channel: channel, to: version, isStored: { !blobs.isMissing($0) }, check: { target, size in
@@ -236,10 +238,37 @@ final class Publisher: Sendable {
                 if !dropped.isEmpty && !confirmRemoval { throw Self.removalRefused(dropped, app: app) }
             }
             try allowances?(target, size)
+            if !acceptRetiredKeys { try Self.checkRetiredKeys(target.allEntries, release: version, app: app, apps: apps) }
         })
         let served = try releases.current(app, channel: channel)?.version ?? version
         logger.notice("promoted", metadata: ["app": .string(app), "channel": .string(channel), "release": .stringConvertible(served)])
         return PromotionResult(app: app, channel: channel, release: served, changed: changed, manifestURL: urls.manifest(app, channel: channel))
+    }
+
+    /// Refuses (409 `retired_pack_key`) to put back packs encrypted under a pack key that was
+    /// retired and that no live release or draft uses now: a build exported while it was unused
+    /// does not hold it (``AppStore/clientConfiguration(_:)`` gives builds only the retired keys
+    /// in use), so it could not read them. Key ids are labels the ring gives each key (each
+    /// container is sealed with AES-GCM: the wrong key fails, never yields other bytes; a
+    /// protected channel's statement binds the plaintext), so the refusal is by id.
+    static func checkRetiredKeys(_ packs: [PackEntry], release: Int, app: String, apps: AppStore) throws {
+        let used = Set(packs.map(\.keyID).filter { !$0.isEmpty })
+        guard !used.isEmpty else { return }
+        let states = try apps.storedPackKeys(app).states
+        let retired = used.filter { states.retired.contains($0) }
+        guard !retired.isEmpty else { return }
+        let inUse = try apps.livePackKeys(app).keysInUse
+        let stranded = retired.filter { !inUse.contains($0) }.sorted()
+        guard let first = stranded.first else { return }
+        let names = packs.filter { stranded.contains($0.keyID) }.map(\.id).sorted()
+        let when = states.retiredAt[first].map { " on " + ISO8601DateFormatter().string(from: $0) } ?? ""
+        throw DepotError.conflict("retired_pack_key", """
+            release \(release)'s pack\(names.count == 1 ? "" : "s") \(names.joined(separator: ", ")) \(names.count == 1 ? "is" : "are") encrypted under pack key \
+            \(stranded.joined(separator: ", ")), retired\(when) and used by no live release since: builds exported meanwhile do not hold it and \
+            could not read \(names.count == 1 ? "it" : "them") (they keep their copies and report failures). Publish \(names.count == 1 ? "that pack" : "those packs") \
+            again (the current key encrypts \(names.count == 1 ? "it" : "them")) and promote that release, or, when every build in the field holds \
+            the key, accept it (--accept-retired-keys). Nothing changed
+            """)
     }
 
     /// Throws unless every pack of release `version` is still stored: garbage collection removes
