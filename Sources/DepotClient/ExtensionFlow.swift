@@ -161,7 +161,7 @@ public struct ExtensionFlow: Sendable {
     /// ``schedule(manifestFile:kind:allowance:essentialAllowance:scheduled:languages:now:)``),
     /// verified again as the extension verified it: signature, app, channel, expiry and a version
     /// not below the channel's floor. What the app plans with in the foreground.
-    /// With a rollout, the entries this device takes (`Manifest.resolved(installID:)`).
+    /// With a rollout, the entries this device takes (`Manifest.resolved(installID:candidateFloor:)`, with the newest candidate it chose before).
     /// The first time a rollout is met, the device's install id is made (a short write under the
     /// state's lock): call it off the main thread.
     public func acceptedManifest(now: Date = Date()) throws -> Manifest {

@@ -156,7 +156,7 @@ public struct InstalledState: Codable, Hashable, Sendable {
     /// root and signed release are remembered.
     ///
     /// `installID`: this device's install id, given when the manifest has a rollout; on a
-    /// protected channel the candidate it takes is remembered (``TrustRecord/candidates``).
+    /// protected channel the candidate it takes is remembered (`TrustRecord.candidates`).
     public mutating func record(_ accepted: ManifestSource.Accepted, channel: String, installID: String? = nil) {
         let version = accepted.manifest.version
         if let trusted = accepted.trusted {
@@ -174,6 +174,6 @@ public struct InstalledState: Codable, Hashable, Sendable {
     }
 
     /// On a protected channel, the newest rollout candidate this device chose: an older one is
-    /// not taken (``Manifest/resolve(installID:candidateFloor:)``).
+    /// not taken (`Manifest.resolve(installID:candidateFloor:)`).
     public func candidateFloor(channel: String) -> Int? { trust?.candidates?[channel] }
 }

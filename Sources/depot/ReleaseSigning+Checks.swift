@@ -58,7 +58,7 @@ extension ReleaseSigning {
             throw CLIError("\(config) pins no root of trust: only an app with a root has release statements; export its configuration again after depot root add (depot keys export --app \(origin.app))")
         }
         let (manifest, reached) = try await fetch(origin: origin, credentials: credentials, release: release, pinned: pinned, config: config, anchor: anchor)
-        try record?.checkNotBehind(release, manifest: manifest, channel: channel, path: trust.record ?? "your record")
+        try record?.checkNotBehind(release, manifest: manifest, channel: channel, path: trust.record ?? "your record", confirmed: trust.confirmRelease)
         // No release below the one your configuration was exported at, or the last you signed
         // (your record), counts as signed before.
         let floor = max(configuration.releaseFloors?[channel] ?? 0, record?.signed[channel] ?? 0)

@@ -4,16 +4,17 @@ import Foundation
 
 /// What the signer trusts, from their own files rather than from the host (issue 61): `--root
 /// FILE…`, the app's root documents as the operator signed them (`depot root sign --out`), and
-/// `--confirm-release N` for a release number no honest origin would issue.
+/// `--confirm-release N` for a release number no honest origin would issue, or one below the
+/// last your record holds.
 struct SignerTrustOptions: ParsableArguments {
     @OptionGroup var rootFiles: RootFilesOption
     var roots: [String] { rootFiles.roots }
     @Option(name: .customLong("confirm-release"), help: ArgumentHelp(
-        "Sign a release numbered above the current Unix time plus a day, which no honest origin issues (ReleaseNumbers); give that exact number.", valueName: "N"
+        "Sign a release numbered above the current Unix time plus a day, which no honest origin issues (ReleaseNumbers), or below the last one your --record holds for the channel (that one never went live); give that exact number.", valueName: "N"
     ))
     var confirmRelease: Int?
     @Option(name: .customLong("record"), help: ArgumentHelp(
-        "Your own record for the app (made at the first signature, kept with your key): the root you walked to and the last release you signed per channel. It is the root you trust when no newer --root is given, and no release below the one it holds counts as signed before.",
+        "Your own record for the app (made at the first signature, kept with your key): the root you walked to and the last release you signed per channel. It is the root you trust when no newer --root is given, no release below the one it holds counts as signed before, and none below it (or equal with other packs) is signed unless confirmed.",
         valueName: "record.json"
     ))
     var record: String?
@@ -64,16 +65,23 @@ struct SignerRecord: Codable {
     }
 
     /// Refuses release `release` of `channel` (holding `manifest`) below the last one signed, or
-    /// equal to it with other content: a device that took that one refuses it as a replay (a
-    /// restore from a backup older than the signature reused the numbers).
-    func checkNotBehind(_ release: Int, manifest: Manifest, channel: String, path: String) throws {
-        guard let last = signed[channel] else { return }
-        let raise = "The origin issued its number again (restored from a backup older than your signature): stop it, raise its numbers with depot restore --data DATA --floor \(last + 1), start it, publish again (a change of a pack: a publish that changes nothing keeps its number) and sign that release; nothing was signed"
+    /// equal to it with other content, unless `confirmed` is that number: a device that took the
+    /// last one refuses it as a replay. The origin issues a number again after a restore from a
+    /// backup older than the signature; a lower release is also what promoting an older one after
+    /// the last signature never went live looks like (its promotion refused, its rollout halted).
+    func checkNotBehind(_ release: Int, manifest: Manifest, channel: String, path: String, confirmed: Int?) throws {
+        guard let last = signed[channel], confirmed != release else { return }
+        let ways = """
+            If the origin issued this number again (restored from a backup older than your signature): stop it, raise its numbers with \
+            depot restore --data DATA --floor \(last + 1), start it, publish again (a change of a pack: a publish that changes nothing keeps \
+            its number) and sign that release. If release \(last) never reached devices (its promotion was refused, its rollout halted), \
+            sign with --confirm-release \(release). Nothing was signed
+            """
         if release < last {
-            throw CLIError("release \(release) is below release \(last), which you signed for channel \(channel) (\(path)): devices that took release \(last) refuse it as a replay. \(raise)")
+            throw CLIError("release \(release) is below release \(last), which you signed for channel \(channel) (\(path)): devices that took release \(last) refuse it as a replay. \(ways)")
         }
         if release == last, let kept = digests?[channel], kept != Self.digest(of: manifest) {
-            throw CLIError("release \(release) of channel \(channel) holds other packs than the release \(last) you signed (\(path)): devices that took yours refuse it. \(raise)")
+            throw CLIError("release \(release) of channel \(channel) holds other packs than the release \(last) you signed (\(path)): devices that took yours refuse it. \(ways)")
         }
     }
 

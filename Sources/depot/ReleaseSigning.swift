@@ -114,6 +114,9 @@ enum ReleaseSigning {
             throw CLIError("--add-to binds other packs than release \(release), whose packs you checked: do not sign it; ask who made it")
         }
         guard statement.primaryLanguage == ReleaseStatement.boundLanguage(of: manifest) else {
+            if statement.primaryLanguage == nil {
+                throw CLIError("--add-to binds no primary language (made by depot 0.1.0), and release \(release) carries \(ReleaseStatement.boundLanguage(of: manifest) ?? "none"), which this depot binds: sign anew without --add-to, and have the other signers add theirs to yours")
+            }
             throw CLIError("--add-to binds primary language \(statement.primaryLanguage ?? "none"), and release \(release) carries \(ReleaseStatement.boundLanguage(of: manifest) ?? "none"): do not sign it; ask who made it")
         }
         for key in keys { envelope = try envelope.adding(signatureBy: key) }

@@ -122,6 +122,7 @@ struct RolloutCommand: AsyncParsableCommand {
         @Flag(name: .customLong("attested-only"), help: "The guard counts only attested reports (App Attest); the default when the app requires attestation (depot attest configure --require).")
         var attestedOnly = false
         @Flag(help: "Start even past the allowances recorded for shipped builds.") var force = false
+        @Flag(help: "Offer packs encrypted under a retired pack key that no live release uses (refused otherwise, 409 retired_pack_key: builds exported meanwhile do not hold it). Only when every build in the field holds the key.") var acceptRetiredKeys = false
         @OptionGroup var signing: StatementOptions
 
         func run() async throws {
@@ -132,6 +133,7 @@ struct RolloutCommand: AsyncParsableCommand {
             if let minReports { query.append(URLQueryItem(name: "minReports", value: String(minReports))) }
             if attestedOnly { query.append(URLQueryItem(name: "attestedOnly", value: "true")) }
             if force { query.append(URLQueryItem(name: "force", value: "true")) }
+            if acceptRetiredKeys { query.append(URLQueryItem(name: "acceptRetiredKeys", value: "true")) }
             try await RolloutCommand.call(origin, token, channel.channel, "start", query)
         }
     }

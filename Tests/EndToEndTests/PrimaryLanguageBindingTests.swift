@@ -65,4 +65,37 @@ struct PrimaryLanguageBindingTests {
             #expect(try ProtectedChannelTests.verified(origin, root: root).manifest.primaryLanguage == "fr")
         }
     }
+
+    @Test("A rollout on a protected channel whose candidate brings the app's first localized packs starts (signed), its manifest names the primary language the candidate's statement binds, and a device verifies it")
+    func aRolloutBringsTheFirstLocalizedPacks() async throws {
+        try await withServer(configure: { $0.refreshInterval = 3600 }) { origin in
+            let work = TemporaryDirectory("depot-primary-language-rollout")
+            defer { work.remove() }
+            let (app, data, url) = (origin.app, origin.data.path, origin.baseURL.absoluteString)
+            func depot(_ arguments: [String]) throws -> Processes.Result {
+                try Processes.run(Processes.depotBinary, arguments, environment: ["DEPOT_TOKEN": origin.token, "XDG_CACHE_HOME": work.path + "/cache"], cwd: work.path)
+            }
+            let common = ["--server", url, "--app", app]
+            try AppStore(folder: DataFolder(data)).setPrimaryLanguage(app, "en")
+            try put(origin, "core", bytes(600, seed: 1))
+            let trust = TrustFixture(app: app)
+            let root = try trust.addRoot(dataPath: data)
+            #expect(try Eventually.wait { try ProtectedChannelTests.served(origin).envelope.roots == [root] })
+            try FileSystem.writeAtomically(TrustFixture.keyFile(trust.releaseKeys[0]), to: work.path + "/release-key.json")
+            try FileSystem.writeAtomically(origin.clientConfiguration().encoded(), to: work.path + "/config.json")
+            try FileSystem.writeAtomically(bytes(600, seed: 1), to: work.path + "/core")
+            // Production's release signed: no localized pack.
+            let signedMain = try depot(["channels", "promote", "--channel", "production", "--release", "1", "--sign", "release-key.json", "--config", "config.json", "--packs", "."] + common)
+            #expect(signedMain.status == 0, "\(signedMain.stdout)\(signedMain.stderr)")
+            #expect(try ProtectedChannelTests.verified(origin, root: root).manifest.primaryLanguage == nil)
+            // The first localized pack, on beta, rolled out to half of production.
+            try FileSystem.writeAtomically(bytes(900, seed: 2), to: work.path + "/voice-en")
+            #expect(try depot(["publish", "voice-en", "--pack", "voice-en", "--language", "en", "--release", "--channel", "beta", "--quiet"] + common).status == 0)
+            let candidate = try TrustFixture.manifest(ProtectedChannelTests.served(origin, channel: "beta").bytes).version
+            let started = try depot(["rollout", "start", "--release", "\(candidate)", "--fraction", "0.5", "--sign", "release-key.json", "--config", "config.json", "--packs", "."] + common)
+            #expect(started.status == 0 && started.stdout.contains("primary language: en ("), "\(started.stdout)\(started.stderr)")
+            let verified = try ProtectedChannelTests.verified(origin, root: root)
+            #expect(verified.manifest.primaryLanguage == "en" && verified.manifest.rollout?.release == candidate, "\(verified.manifest)")
+        }
+    }
 }

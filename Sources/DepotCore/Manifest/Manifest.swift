@@ -26,7 +26,7 @@ public struct Manifest: Codable, Hashable, Sendable {
     /// group of localized packs speaks takes instead. Absent when no pack is localized.
     public var primaryLanguage: String?
     /// A release offered to a fraction of the channel's devices first: its entries beside the
-    /// current ones, each device choosing (``resolved(installID:)``, <doc:Rollouts>). Absent
+    /// current ones, each device choosing (``resolved(installID:candidateFloor:)``, <doc:Rollouts>). Absent
     /// when none runs; a client that predates rollouts ignores it and follows ``packs``.
     public var rollout: Rollout?
 

@@ -61,7 +61,7 @@ struct RolloutHandlers: Sendable {
         }
         let status = try rollouts.start(
             context.app, channel: context["channel"], release: release, fraction: Self.fraction(context), haltOnFailureRate: rate, minReports: minimum,
-            attestedOnly: context.flag("attestedOnly"), force: context.flag("force"), by: by(context)
+            attestedOnly: context.flag("attestedOnly"), force: context.flag("force"), acceptRetiredKeys: context.flag("acceptRetiredKeys"), by: by(context)
         )
         return try Self.private(status, status: 201)
     }

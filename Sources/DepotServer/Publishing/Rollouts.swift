@@ -86,7 +86,7 @@ final class Rollouts: Sendable {
     /// (recorded at the start: a later change of the settings does not change a running guard).
     func start(
         _ app: String, channel: String, release: Int, fraction: Double, haltOnFailureRate: Double?, minReports: Int?, attestedOnly: Bool = false,
-        force: Bool, by: String
+        force: Bool, acceptRetiredKeys: Bool = false, by: String
     ) throws -> RolloutStatus {
         try Self.checkFraction(fraction)
         if let rate = haltOnFailureRate, !(rate.isFinite && rate >= 0 && rate < 1) {
@@ -126,6 +126,7 @@ final class Rollouts: Sendable {
                 guard !rollout.packs.isEmpty || !rollout.removed.isEmpty else {
                     throw DepotError.conflict("nothing_to_roll_out", "release \(release) has the packs channel \(channel) serves: there is nothing to roll out. Nothing changed")
                 }
+                if !acceptRetiredKeys { try Publisher.checkRetiredKeys(rollout.packs, release: release, app: app, apps: publisher.apps) }
                 base = live.version
                 made = rollout
                 // Only what changes revision is the candidate's to measure: a pack whose policy or

@@ -89,8 +89,9 @@ extension ReleaseStore {
     /// the channel below `now` (among the 256 releases below it), newest first, must all hold
     /// exactly `serving`'s packs down to one at or below `version`: a change since — a pack
     /// removed, a rollback, a pack's tags — is a release of other content, and refuses it. A
-    /// release of another channel holding exactly `serving`'s packs ends the walk too (the
-    /// channel was promoted to it, or to content as old): at or below `version` it agrees.
+    /// release of another channel at or below `version` holding exactly `serving`'s packs agrees
+    /// too (the channel was promoted to it, or to content as old); other channels' releases are
+    /// passed over.
     /// `target` holds every served pack, the same or a later revision, each changed one at least
     /// a restored folder's floor (``ReleaseFloor``); and no statement of the channel names a
     /// release above `version` (devices that recorded one refuse a lower one).
@@ -103,10 +104,11 @@ extension ReleaseStore {
         for earlier in stride(from: now - 1, through: max(1, now - 256), by: -1) where FileSystem.exists(folder.release(app, earlier)) {
             let manifest = try load(app, earlier).manifest
             guard (manifest.channel ?? Self.production) == channel else {
-                // Another channel's release with exactly this content: the channel may have been
-                // promoted to it (a promotion moves the pointer, the release keeps its label), so
-                // the content dates from it; above `version`, that promotion came after.
-                if Self.sameContent(manifest.packs, serving) { return earlier <= version }
+                // Another channel's release with exactly this content, at or below `version`: the
+                // channel was promoted to it, or to content as old (a promotion moves the pointer,
+                // the release keeps its label). Above `version` it may be another channel's own
+                // re-sign of the same content (`depot root add` re-signs every channel): on.
+                if earlier <= version, Self.sameContent(manifest.packs, serving) { return true }
                 continue
             }
             guard Self.sameContent(manifest.packs, serving) else { return false }

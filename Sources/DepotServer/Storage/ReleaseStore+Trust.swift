@@ -74,12 +74,13 @@ extension ReleaseStore {
         }
     }
 
-    /// On a protected channel, the primary language the newest statement binding `packs` binds:
+    /// On a protected channel, the primary language the newest statement binding `packs` (of
+    /// `release`, when given) binds:
     /// what the manifest carries, whatever the app's setting says now (a change of it reaches a
     /// protected channel with the next signed release, never through a re-sign).
-    func boundLanguage(_ app: String, channel: String, packs: [PackEntry]) throws -> String? {
+    func boundLanguage(_ app: String, channel: String, packs: [PackEntry], release: Int? = nil) throws -> String? {
         guard let trust = try roots.trust(app), trust.newest.document.protects(channel),
-              let found = signedRelease(app, channel: channel, packs: packs, root: trust.newest.document),
+              let found = signedRelease(app, channel: channel, packs: packs, root: trust.newest.document, release: release),
               let payload = found.envelope.payloadBytes else { return nil }
         return try? ReleaseStatement.decode(payload).primaryLanguage
     }

@@ -298,8 +298,17 @@ public final class ReleaseStore: Sendable {
                     throw DepotError.conflict("duplicate_language", "\(other) and \(pack.id) are both group \(group)'s \(language) pack: a device takes one per language; remove one. Nothing was published")
                 }
             }
-            let localized = !seen.isEmpty
-            let primary = localized ? try boundLanguage(app, channel: channel, packs: packs) ?? apps.settings(app)?.primaryLanguage : nil
+            // A rollout's candidate may bring the first localized packs: the manifest names the
+            // primary language for the devices that take it.
+            let localized = !seen.isEmpty || rollout?.packs.contains { $0.language != nil } == true
+            var primary: String?
+            if localized {
+                // On a protected channel, the language the statements bind (the main packs', else the candidate's).
+                let candidate = rollout.map { Manifest(app: app, version: 0, publishedAt: now, expiresAt: now, packs: packs, rollout: $0).choosing(candidate: true).packs }
+                primary = try boundLanguage(app, channel: channel, packs: packs)
+                    ?? candidate.flatMap { try boundLanguage(app, channel: channel, packs: $0, release: rollout?.release) }
+                    ?? apps.settings(app)?.primaryLanguage
+            }
             if localized && primary == nil {
                 throw DepotError.conflict("primary_language_required", "release has localized packs but app \(app) has no primary language: a device that speaks none of a group's languages takes the primary language's pack. Set it (depot apps language \(app) --primary en); nothing was published")
             }
