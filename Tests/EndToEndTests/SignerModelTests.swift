@@ -61,6 +61,8 @@ struct SignerModelTests {
         var changed: Set<String> = ["intro"]
         /// Every content of each pack the operator has signed (plaintext SHA-256).
         var signed: [String: Set<String>] = [:]
+        /// When each content was first signed (a counter): a device never goes back to an older one.
+        var order: [String: Int] = [:]
         /// Their beta release awaiting a signature.
         var beta: Int?
         /// What the last signature vouched for, when the device should now hold it.
@@ -106,13 +108,19 @@ struct SignerModelTests {
             try rig.restart()
         }
 
-        /// The invariant, from outside: the device's files are contents the operator signed.
+        /// The invariant, from outside: the device's files are contents the operator signed, and
+        /// none older than one it held before (the operator never rolls back in this walk).
+        var held: [String: Int] = [:]
         func check(_ step: Int, _ action: String) throws {
             let packs = rig.work.path + "/device/packs"
             for id in FileSystem.contents(of: packs) where !id.hasPrefix(".") {
                 let bytes = try FileSystem.readFile(packs + "/" + id)
                 let digest = Hex.encode(SHA256Hasher.hash(bytes))
                 #expect(person.signed[id]?.contains(digest) == true, "seed \(walk.seed) step \(step) (\(action)): the device holds \(id) = \(String(decoding: bytes.prefix(40), as: UTF8.self)), which the operator never signed; trail: \(trail.joined(separator: ", "))")
+                if let rank = person.order[id + " " + digest] {
+                    #expect(rank >= held[id] ?? 0, "seed \(walk.seed) step \(step) (\(action)): the device went back to an older signed \(id); trail: \(trail.joined(separator: ", "))")
+                    held[id] = max(held[id] ?? 0, rank)
+                }
             }
         }
 
@@ -150,7 +158,10 @@ struct SignerModelTests {
 
         /// A signature's effects on the model, and the backup a clean host then gets.
         func signed(_ step: Int) throws {
-            for (id, text) in person.files { person.signed[id, default: []].insert(sha(text)) }
+            for (id, text) in person.files {
+                person.signed[id, default: []].insert(sha(text))
+                if person.order[id + " " + sha(text)] == nil { person.order[id + " " + sha(text)] = person.order.count }
+            }
             person.changed = []
             person.beta = nil
             person.expected = compromised ? nil : person.files
