@@ -98,7 +98,7 @@ public struct ManifestSource: Sendable {
     /// A manifest accepted by ``verify(_:state:now:)``: what the state records once it takes it.
     public struct Accepted: Sendable {
         public var manifest: Manifest
-        /// With a root of trust, the root reached and the signed release (``InstalledState/record(_:channel:)``).
+        /// With a root of trust, the root reached and the signed release (``InstalledState/record(_:channel:installID:)``).
         public var trusted: TrustedManifest?
     }
 
