@@ -11,20 +11,11 @@ struct PrimaryLanguageBindingTests {
     @Test("`--sign` binds the primary language (and says so); a change of the app's setting reaches the protected channel only with a signed release, never through a re-sign; a statement binding another language than the release carries is refused 409 statement_language_differs, nothing stored")
     func thePrimaryLanguageIsSigned() async throws {
         try await withServer(configure: { $0.refreshInterval = 3600 }) { origin in
-            let work = TemporaryDirectory("depot-primary-language")
-            defer { work.remove() }
-            let (app, data, url) = (origin.app, origin.data.path, origin.baseURL.absoluteString)
-            func depot(_ arguments: [String]) throws -> Processes.Result {
-                try Processes.run(Processes.depotBinary, arguments, environment: ["DEPOT_TOKEN": origin.token, "XDG_CACHE_HOME": work.path + "/cache"], cwd: work.path)
-            }
-            let common = ["--server", url, "--app", app]
-            try AppStore(folder: DataFolder(data)).setPrimaryLanguage(app, "en")
-            try put(origin, "core", bytes(600, seed: 1))
-            let trust = TrustFixture(app: app)
-            let root = try trust.addRoot(dataPath: data)
-            #expect(try Eventually.wait { try ProtectedChannelTests.served(origin).envelope.roots == [root] })
-            try FileSystem.writeAtomically(TrustFixture.keyFile(trust.releaseKeys[0]), to: work.path + "/release-key.json")
-            try FileSystem.writeAtomically(origin.clientConfiguration().encoded(), to: work.path + "/config.json")
+            try AppStore(folder: DataFolder(origin.data.path)).setPrimaryLanguage(origin.app, "en")
+            let lab = try ProtectedLab(origin, label: "depot-primary-language", pack: "core", bytes: bytes(600, seed: 1))
+            defer { lab.work.remove() }
+            let (app, data, work, trust, root, common) = (origin.app, origin.data.path, lab.work, lab.trust, lab.root, lab.common)
+            let depot = lab.depot
             for (id, language, seed) in [("voice-en", "en", 2), ("voice-fr", "fr", 3)] as [(String, String, UInt8)] {
                 try FileSystem.writeAtomically(bytes(900, seed: seed), to: work.path + "/\(id)")
                 let run = try depot(["publish", id, "--pack", id, "--language", language, "--release", "--channel", "beta", "--quiet"] + common)
@@ -32,7 +23,7 @@ struct PrimaryLanguageBindingTests {
             }
             try FileSystem.writeAtomically(bytes(600, seed: 1), to: work.path + "/core")
             let release = try TrustFixture.manifest(ProtectedChannelTests.served(origin, channel: "beta").bytes).version
-            let promoted = try depot(["channels", "promote", "--channel", "production", "--release", "\(release)", "--sign", "release-key.json", "--config", "config.json", "--packs", "."] + common)
+            let promoted = try lab.promote(release)
             #expect(promoted.status == 0 && promoted.stdout.contains("primary language: en ("), "\(promoted.stdout)\(promoted.stderr)")
             let statement = try ReleaseStatement.decode(try #require(ProtectedChannelTests.served(origin).envelope.releases?.first?.payloadBytes))
             #expect(statement.primaryLanguage == "en" && statement.release == release)
@@ -60,7 +51,7 @@ struct PrimaryLanguageBindingTests {
             #expect(try depot(["publish", "voice-fr", "--pack", "voice-fr", "--language", "fr", "--release", "--channel", "beta", "--quiet"] + common).status == 0)
             let next = try TrustFixture.manifest(ProtectedChannelTests.served(origin, channel: "beta").bytes)
             #expect(next.primaryLanguage == "fr")
-            let again = try depot(["channels", "promote", "--channel", "production", "--release", "\(next.version)", "--sign", "release-key.json", "--config", "config.json", "--packs", "."] + common)
+            let again = try lab.promote(next.version)
             #expect(again.status == 0 && again.stdout.contains("primary language: fr ("), "\(again.stdout)\(again.stderr)")
             #expect(try ProtectedChannelTests.verified(origin, root: root).manifest.primaryLanguage == "fr")
         }
@@ -69,23 +60,14 @@ struct PrimaryLanguageBindingTests {
     @Test("A rollout on a protected channel whose candidate brings the app's first localized packs starts (signed), its manifest names the primary language the candidate's statement binds, and a device verifies it")
     func aRolloutBringsTheFirstLocalizedPacks() async throws {
         try await withServer(configure: { $0.refreshInterval = 3600 }) { origin in
-            let work = TemporaryDirectory("depot-primary-language-rollout")
-            defer { work.remove() }
-            let (app, data, url) = (origin.app, origin.data.path, origin.baseURL.absoluteString)
-            func depot(_ arguments: [String]) throws -> Processes.Result {
-                try Processes.run(Processes.depotBinary, arguments, environment: ["DEPOT_TOKEN": origin.token, "XDG_CACHE_HOME": work.path + "/cache"], cwd: work.path)
-            }
-            let common = ["--server", url, "--app", app]
-            try AppStore(folder: DataFolder(data)).setPrimaryLanguage(app, "en")
-            try put(origin, "core", bytes(600, seed: 1))
-            let trust = TrustFixture(app: app)
-            let root = try trust.addRoot(dataPath: data)
-            #expect(try Eventually.wait { try ProtectedChannelTests.served(origin).envelope.roots == [root] })
-            try FileSystem.writeAtomically(TrustFixture.keyFile(trust.releaseKeys[0]), to: work.path + "/release-key.json")
-            try FileSystem.writeAtomically(origin.clientConfiguration().encoded(), to: work.path + "/config.json")
+            try AppStore(folder: DataFolder(origin.data.path)).setPrimaryLanguage(origin.app, "en")
+            let lab = try ProtectedLab(origin, label: "depot-primary-language-rollout", pack: "core", bytes: bytes(600, seed: 1))
+            defer { lab.work.remove() }
+            let (work, root, common) = (lab.work, lab.root, lab.common)
+            let depot = lab.depot
             try FileSystem.writeAtomically(bytes(600, seed: 1), to: work.path + "/core")
             // Production's release signed: no localized pack.
-            let signedMain = try depot(["channels", "promote", "--channel", "production", "--release", "1", "--sign", "release-key.json", "--config", "config.json", "--packs", "."] + common)
+            let signedMain = try lab.promote(1)
             #expect(signedMain.status == 0, "\(signedMain.stdout)\(signedMain.stderr)")
             #expect(try ProtectedChannelTests.verified(origin, root: root).manifest.primaryLanguage == nil)
             // The first localized pack, on beta, rolled out to half of production.

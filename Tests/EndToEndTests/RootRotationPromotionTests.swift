@@ -12,19 +12,10 @@ struct RootRotationPromotionTests {
     @Test("The re-sign for a new root lands between the beta publish and the signed promotion: the promotion goes through")
     func resignBetweenPublishAndPromotion() async throws {
         try await withServer(configure: { $0.refreshInterval = 3600 }) { origin in
-            let work = TemporaryDirectory("depot-rotation")
-            defer { work.remove() }
-            let (app, data, url) = (origin.app, origin.data.path, origin.baseURL.absoluteString)
-            func depot(_ arguments: [String]) throws -> Processes.Result {
-                try Processes.run(Processes.depotBinary, arguments, environment: ["DEPOT_TOKEN": origin.token], cwd: work.path)
-            }
-            try put(origin, "level", bytes(700, seed: 1))
-            let trust = TrustFixture(app: app)
-            let first = try trust.addRoot(dataPath: data)
-            #expect(try Eventually.wait { try ProtectedChannelTests.served(origin).envelope.roots == [first] })
-            try FileSystem.writeAtomically(TrustFixture.keyFile(trust.releaseKeys[0]), to: work.path + "/release-key.json")
-            try FileSystem.writeAtomically(origin.clientConfiguration().encoded(), to: work.path + "/config.json")
-            let common = ["--server", url, "--app", app]
+            let lab = try ProtectedLab(origin, label: "depot-rotation", pack: "level", bytes: bytes(700, seed: 1))
+            defer { lab.work.remove() }
+            let (app, data, work, trust, first, common) = (origin.app, origin.data.path, lab.work, lab.trust, lab.root, lab.common)
+            let depot = lab.depot
             for round in 2...4 {
                 try FileSystem.writeAtomically(Array("level \(round)".utf8), to: work.path + "/level.bin")
                 let beta = try depot(["publish", "level.bin", "--pack", "level", "--release", "--channel", "beta", "--quiet"] + common)
@@ -35,7 +26,7 @@ struct RootRotationPromotionTests {
                 #expect(try Eventually.wait { try ProtectedChannelTests.served(origin).envelope.roots?.count == round })
                 let servedBefore = try TrustFixture.manifest(ProtectedChannelTests.served(origin).bytes).version
                 #expect(servedBefore > release, "the re-sign landed after the publish")
-                let promoted = try depot(["channels", "promote", "--channel", "production", "--release", "\(release)", "--sign", "release-key.json", "--config", "config.json", "--packs", "."] + common)
+                let promoted = try lab.promote(release)
                 #expect(promoted.status == 0, "round \(round): \(promoted.stdout)\(promoted.stderr)")
                 let verified = try ProtectedChannelTests.verified(origin, root: first)
                 #expect(verified.signedRelease == release && verified.manifest.packs.first?.plaintextSHA256 == Hex.encode(SHA256Hasher.hash(Array("level \(round)".utf8))))
