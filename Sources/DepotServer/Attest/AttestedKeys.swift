@@ -93,7 +93,7 @@ public final class AttestedKeys: Sendable {
         let folder = folder.attestedKeys(app)
         // The counters from the journal (this process's, or the file as the writer left it).
         let journal = try journals.withLock({ $0[app] }) ?? CounterJournal.read(CounterJournal.path(self.folder, app))
-        return try FileSystem.contents(of: folder).filter { $0.hasSuffix(".json") && !DataBackup.skipped($0) }.map { name in
+        return try FileSystem.contents(of: folder).filter { $0.hasSuffix(".json") && !$0.hasPrefix(".tmp-") }.map { name in
             do {
                 var key = try StoredJSON.read(StoredKey.self, from: folder + "/" + name)
                 if let digest = CounterJournal.Digest(key.key.keyID), let counter = journal.counters[digest] { key.counter = max(key.counter, counter) }

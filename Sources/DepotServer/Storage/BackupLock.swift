@@ -10,9 +10,9 @@ enum BackupLock {
 
     /// Holds the lock shared (a backup); fails if it cannot be opened. Closing the descriptor releases it.
     static func shared(_ folder: DataFolder) throws -> FileDescriptor {
-        let lock = try FileDescriptor(path: path(folder), flags: O_RDONLY | O_CREAT | O_CLOEXEC, mode: 0o644)
-        // Root backing up the service's folder: the lock stays the service's, which takes it too.
-        folder.giveToOwner(lock)
+        // Root backing up the service's folder: never through a link the service user planted;
+        // a lock root makes is given to the service, which takes it too.
+        let lock = try folder.openLock("backup.lock", flags: O_RDONLY, mode: 0o644)
         while flock(lock.rawValue, LOCK_SH) != 0 {
             guard errno == EINTR else { throw SystemError(call: "flock", errno: errno, path: path(folder)) }
         }
@@ -23,8 +23,8 @@ enum BackupLock {
     static func exclusively<T>(_ folder: DataFolder, _ body: () throws -> T) throws -> T? {
         let lock: FileDescriptor
         do {
-            lock = try FileDescriptor(path: path(folder), flags: O_RDONLY | O_CREAT | O_CLOEXEC, mode: 0o644)
-        } catch where error.errno == EROFS {
+            lock = try folder.openLock("backup.lock", flags: O_RDONLY, mode: 0o644)
+        } catch let error as SystemError where error.errno == EROFS {
             // A read-only folder (an operator's copy) has nothing a backup could miss.
             return try body()
         }

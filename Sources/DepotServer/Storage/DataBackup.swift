@@ -29,9 +29,11 @@ public struct BackupRecord: Codable, Sendable {
 /// and the other files of the root, and `blobs/` last: whatever a copied file names was on disk
 /// before it, and is copied after it. Blobs are never removed meanwhile: the copy holds
 /// `backup.lock` shared (``BackupLock``), and the origin's sweep and `depot gc` skip their
-/// removals while it does. Left out: temporary files (`.tmp-…`), lock files (`*.lock`, made
-/// again when needed) and `uploads/` (uploads in flight: a client resuming one against a
-/// restored origin is answered 404 and starts again).
+/// removals while it does. Left out: temporary files (`.tmp-…`), lock files (empty `*.lock`,
+/// made again when needed) and `uploads/` (uploads in flight: a client resuming one against a
+/// restored origin is answered 404 and starts again). Run by root over the service user's
+/// folder, it follows no link inside it (``TreeCopier``): a link is copied as a link, a FIFO
+/// passed over and named.
 ///
 /// Every file copied and every folder is fsynced; the copy is made in `DEST.partial-…` and
 /// renamed to `DEST` once whole, with `backup.json` (``BackupRecord``) its last file, so a
@@ -42,6 +44,9 @@ public enum DataBackup {
         public var record: BackupRecord
         public var files: Int
         public var bytes: Int64
+        /// What was neither a file, a folder nor a link (a FIFO, a socket, a device), relative to
+        /// the data folder: not copied (the origin makes none).
+        public var passedOver: [String]
     }
 
     /// Copies the data folder at `data` into the new folder `destination` (which must not exist,
@@ -66,27 +71,30 @@ public enum DataBackup {
         defer { try? lock.close() }
         let takenAt = Date()
         let partial = destination + ".partial-" + Hex.encode(SecureRandom.bytes(6))
-        let copier = TreeCopier()
-        try copier.makeFolder(partial, like: folder.root)
+        // Inside the folder nothing is followed: root backs up what the service user controls.
+        let copier = try TreeCopier(source: folder.root)
+        try copier.makeFolder(partial, like: "")
         do {
             // 1. Every app's pointers, before anything they may name.
-            try copier.makeFolder(partial + "/apps", like: folder.apps)
+            try copier.makeFolder(partial + "/apps", like: "apps")
             var pointed = Set<String>()
-            let apps = FileSystem.contents(of: folder.apps)
-            for app in apps where isApp(folder, app) { try copyPointers(folder, app, into: partial, copier: copier, copied: &pointed) }
+            let apps = copier.entries("apps").filter { isApp(copier, $0) }
+            for app in apps { try copyPointers(app, into: partial, copier: copier, copied: &pointed) }
             // 2. The rest of apps/ (an app made meanwhile: its pointers first, too).
-            for name in FileSystem.contents(of: folder.apps) where !skipped(name) {
-                if isApp(folder, name) && !apps.contains(name) { try copyPointers(folder, name, into: partial, copier: copier, copied: &pointed) }
-                try copier.copy(folder.apps + "/" + name, to: partial + "/apps/" + name, excluding: pointed)
+            for name in copier.entries("apps") {
+                guard let kind = copier.kind("apps/" + name), !skipped(name, kind: kind) else { continue }
+                if isApp(copier, name) && !apps.contains(name) { try copyPointers(name, into: partial, copier: copier, copied: &pointed) }
+                try copier.copy("apps/" + name, to: partial + "/apps/" + name, excluding: pointed)
             }
             try FileSystem.syncDirectory(partial + "/apps")
             // 3. Keys, then tokens.json and whatever else the root holds.
-            try copier.copy(folder.keys, to: partial + "/keys")
-            for name in FileSystem.contents(of: folder.root) where !["apps", "blobs", "keys", "uploads", BackupRecord.fileName].contains(name) && !skipped(name) {
-                try copier.copy(folder.root + "/" + name, to: partial + "/" + name)
+            try copier.copy("keys", to: partial + "/keys")
+            for name in copier.entries("") where !["apps", "blobs", "keys", "uploads", BackupRecord.fileName].contains(name) {
+                guard let kind = copier.kind(name), !skipped(name, kind: kind) else { continue }
+                try copier.copy(name, to: partial + "/" + name)
             }
             // 4. Blobs last: every blob a copied release or draft names is on disk by now.
-            try copier.copy(folder.blobs, to: partial + "/blobs")
+            try copier.copy("blobs", to: partial + "/blobs")
             let record = BackupRecord(
                 format: BackupRecord.currentFormat, depotVersion: AssetDepotVersion.current, takenAt: takenAt,
                 apps: ReleaseFloor.highestReleases(DataFolder(partial), pointersOnly: true)
@@ -94,7 +102,7 @@ public enum DataBackup {
             try StoredJSON.write(record, to: partial + "/" + BackupRecord.fileName, mode: 0o600)
             try FileSystem.syncDirectory(partial)
             try FileSystem.durableRename(partial, to: destination)
-            return Summary(record: record, files: copier.files, bytes: copier.bytes)
+            return Summary(record: record, files: copier.files, bytes: copier.bytes, passedOver: copier.passedOver)
         } catch {
             // Nothing half made is left under a name that looks like a backup.
             try? FileManager.default.removeItem(atPath: partial)
@@ -102,96 +110,34 @@ public enum DataBackup {
         }
     }
 
-    /// Names never copied: temporary files and lock files.
-    static func skipped(_ name: String) -> Bool { name.hasPrefix(".tmp-") || name.hasSuffix(".lock") }
+    /// Names never copied, by what the code itself makes: temporary files (`.tmp-…`) and lock
+    /// files — empty plain files whose name ends in `.lock` (`flock` targets, made again when
+    /// needed). A folder or a file with content of such a name (an app `com.acme.lock`, a
+    /// channel `beta.lock`'s pointer) is copied.
+    static func skipped(_ name: String, kind: TreeCopier.Kind) -> Bool {
+        if name.hasPrefix(".tmp-") { return true }
+        if name.hasSuffix(".lock"), case .file(size: 0) = kind { return true }
+        return false
+    }
 
-    private static func isApp(_ folder: DataFolder, _ name: String) -> Bool { !skipped(name) && FileSystem.isDirectory(folder.app(name)) }
+    private static func isApp(_ copier: TreeCopier, _ name: String) -> Bool {
+        !name.hasPrefix(".tmp-") && copier.kind("apps/" + name) == .folder
+    }
 
-    /// Copies `current`, `head` and `channels/*` of `app`, recording their source paths in `copied`.
-    private static func copyPointers(_ folder: DataFolder, _ app: String, into partial: String, copier: TreeCopier, copied: inout Set<String>) throws {
-        let into = partial + "/apps/" + app
-        try copier.makeFolder(into, like: folder.app(app))
-        for pointer in [folder.currentPointer(app), folder.head(app)] where FileSystem.exists(pointer) {
-            if try copier.copyFile(pointer, to: into + "/" + FileSystem.lastComponent(of: pointer)) { copied.insert(pointer) }
+    /// Copies `current`, `head` and `channels/*` of `app`, recording their relative paths in `copied`.
+    private static func copyPointers(_ app: String, into partial: String, copier: TreeCopier, copied: inout Set<String>) throws {
+        let from = "apps/" + app
+        let into = partial + "/" + from
+        try copier.makeFolder(into, like: from)
+        for pointer in ["current", "head"] where copier.kind(from + "/" + pointer) != nil {
+            if try copier.copyFile(from + "/" + pointer, to: into + "/" + pointer) { copied.insert(from + "/" + pointer) }
         }
-        guard FileSystem.isDirectory(folder.channels(app)) else { return }
-        try copier.makeFolder(into + "/channels", like: folder.channels(app))
-        for name in FileSystem.contents(of: folder.channels(app)) where !skipped(name) {
-            let pointer = folder.channels(app) + "/" + name
+        guard copier.kind(from + "/channels") == .folder else { return }
+        try copier.makeFolder(into + "/channels", like: from + "/channels")
+        for name in copier.entries(from + "/channels") {
+            let pointer = from + "/channels/" + name
+            guard let kind = copier.kind(pointer), !skipped(name, kind: kind) else { continue }
             if try copier.copyFile(pointer, to: into + "/channels/" + name) { copied.insert(pointer) }
         }
-    }
-}
-
-/// Copies files and folders with their permission bits, each file fsynced, each folder fsynced
-/// once its entries are in; skips temporary and lock files, and what vanishes while it copies.
-final class TreeCopier {
-    private(set) var files = 0
-    private(set) var bytes: Int64 = 0
-    private let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
-
-    deinit { buffer.deallocate() }
-
-    /// The permission bits of `path`, and whether it is a folder, a file or something else (nil: gone).
-    static func kind(_ path: String) -> (mode: mode_t, folder: Bool, file: Bool)? {
-        var info = stat()
-        guard lstat(path, &info) == 0 else { return nil }
-        let type = info.st_mode & S_IFMT
-        return (info.st_mode & 0o7777, type == S_IFDIR, type == S_IFREG)
-    }
-
-    /// Makes `path` (if missing) with the permission bits of `model`.
-    func makeFolder(_ path: String, like model: String) throws {
-        let mode = Self.kind(model)?.mode ?? 0o755
-        if !FileSystem.isDirectory(path) { try FileSystem.createDirectory(path, mode: mode) }
-        FileSystem.setMode(path, mode)
-    }
-
-    /// Copies `from` (a file, or a folder and everything in it) to `to`, leaving out the paths
-    /// in `excluding`, temporary files and lock files. Something that vanished is left out.
-    func copy(_ from: String, to: String, excluding: Set<String> = []) throws {
-        guard let kind = Self.kind(from) else { return }
-        if kind.file {
-            if !excluding.contains(from) { _ = try copyFile(from, to: to) }
-            return
-        }
-        guard kind.folder else { return }
-        try makeFolder(to, like: from)
-        for name in FileSystem.contents(of: from) where !DataBackup.skipped(name) {
-            try copy(from + "/" + name, to: to + "/" + name, excluding: excluding)
-        }
-        try FileSystem.syncDirectory(to)
-    }
-
-    /// The file at `path` opened for reading, or nil if it is gone (removed since it was listed).
-    private static func openIfPresent(_ path: String) throws -> FileDescriptor? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else {
-            if errno == ENOENT { return nil }
-            throw SystemError(call: "open", errno: errno, path: path)
-        }
-        return FileDescriptor(adopting: fd, path: path)
-    }
-
-    /// Copies one file with its permission bits and fsyncs it; false if it was gone.
-    @discardableResult
-    func copyFile(_ from: String, to: String) throws -> Bool {
-        guard let input = try Self.openIfPresent(from) else { return false }
-        var info = stat()
-        guard fstat(input.rawValue, &info) == 0 else { throw SystemError(call: "fstat", errno: errno, path: from) }
-        let mode = info.st_mode & 0o7777
-        let output = try FileDescriptor(path: to, flags: O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode: mode)
-        // The exact bits, whatever the umask (keys stay 0600).
-        guard fchmod(output.rawValue, mode) == 0 else { throw SystemError(call: "fchmod", errno: errno, path: to) }
-        while true {
-            let n = try input.read(into: buffer)
-            if n == 0 { break }
-            try output.write(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
-            bytes += Int64(n)
-        }
-        try output.sync()
-        try output.close()
-        files += 1
-        return true
     }
 }

@@ -84,11 +84,40 @@ public struct DataFolder: Sendable {
     /// maintenance, so that neither runs on a folder the other is using. Closing the descriptor releases it.
     public func lockExclusively() throws -> FileDescriptor {
         try FileSystem.createDirectory(root)
-        let lock = try FileDescriptor(path: root + "/serve.lock", flags: O_RDWR | O_CREAT, mode: 0o600)
-        giveToOwner(lock)
+        let lock = try openLock("serve.lock", flags: O_RDWR, mode: 0o600)
         guard flock(lock.rawValue, LOCK_EX | LOCK_NB) == 0 else {
             throw DepotError.conflict("data_folder_busy", "\(root) is in use by another depot process (a running `depot serve`?)")
         }
+        return lock
+    }
+
+    /// Opens the lock file `name` at the folder's root, making it if missing, as root may open a
+    /// file in a folder another user controls (`depot backup` and `depot restore` keep root's
+    /// rights): never through a link (`O_NOFOLLOW`), never a FIFO or anything but a plain file
+    /// (`O_NONBLOCK`, then `fstat`), and given to the folder's owner only when this call made it
+    /// (`O_EXCL`): a file that was there — a hard link to another file, say — is never chowned.
+    func openLock(_ name: String, flags: Int32, mode: mode_t) throws -> FileDescriptor {
+        let path = root + "/" + name
+        let safe = O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC
+        var fd = open(path, flags | O_CREAT | O_EXCL | safe, mode)
+        let made = fd >= 0
+        if !made {
+            guard errno == EEXIST else { throw SystemError(call: "open", errno: errno, path: path) }
+            fd = open(path, flags | safe)
+            guard fd >= 0 else {
+                if errno == ELOOP {
+                    throw DepotError.conflict("lock_not_a_file", "\(path) is a symbolic link, not the lock file depot makes: refused, nothing was opened through it. Remove it (someone with the folder's rights made it)")
+                }
+                throw SystemError(call: "open", errno: errno, path: path)
+            }
+        }
+        let lock = FileDescriptor(adopting: fd, path: path)
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { throw SystemError(call: "fstat", errno: errno, path: path) }
+        guard info.st_mode & S_IFMT == S_IFREG else {
+            throw DepotError.conflict("lock_not_a_file", "\(path) is not a plain file (a FIFO, a folder, a device): refused. Remove it (someone with the folder's rights made it)")
+        }
+        if made { giveToOwner(lock) }
         return lock
     }
 

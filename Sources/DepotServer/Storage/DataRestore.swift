@@ -63,9 +63,9 @@ public enum DataRestore {
         let lock = existing ? try DataFolder(data).lockExclusively() : nil
         defer { try? lock?.close() }
         let partial = data + ".partial-restore-" + Hex.encode(SecureRandom.bytes(6))
-        let copier = TreeCopier()
+        let copier = try TreeCopier(source: backup)
         do {
-            try copier.copy(backup, to: partial)
+            try copier.copy("", to: partial)
             FileSystem.remove(partial + "/" + BackupRecord.fileName)
             let floor = try ReleaseFloor.raiseForRestore(DataFolder(partial), atLeast: asked, now: now)
             if let owner { try giveAway(partial, to: owner) }

@@ -17,7 +17,8 @@ import Glibc
 enum LockedFile {
     /// Runs `body` holding `path`'s lock, waiting for it as long as another process holds it.
     static func withLock<Result>(_ path: String, _ body: () throws -> Result) throws -> Result {
-        let lock = try FileDescriptor(path: path + ".lock", flags: O_RDONLY | O_CREAT, mode: 0o644)
+        // Never through a link (with O_CREAT a dangling one would make its target), never a FIFO.
+        let lock = try FileDescriptor(path: path + ".lock", flags: O_RDONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, mode: 0o644)
         try systemCall("flock", path: lock.path) { flock(lock.rawValue, LOCK_EX) }
         defer { flock(lock.rawValue, LOCK_UN) }
         return try body()
