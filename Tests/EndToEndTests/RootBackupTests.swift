@@ -69,8 +69,22 @@ struct RootBackupTests {
         #expect(acme.status == 0 && !acmeToken.isEmpty, "\(acme.stdout)\(acme.stderr)")
         let published = try Processes.run(depot, ["publish", file, "--pack", "level", "--release", "--quiet", "--app", "com.acme.lock", "--server", server.url, "--token", acmeToken])
         #expect(published.status == 0, "\(published.stderr)")
+        // Ids and channels at the grammar's edges (the longest, ending in .lock), a root of
+        // trust with its statement, and a draft: each must come back.
+        let longest = "com." + String(repeating: "x", count: 119) + ".lock"
+        let longestChannel = String(repeating: "c", count: 59) + ".lock"
+        #expect(Identifier.isValidApp(longest) && longest.count == 128 && Identifier.isValidChannel(longestChannel) && longestChannel.count == 64)
+        #expect(try Processes.run(depot, ["apps", "create", longest, "--data", data]).status == 0)
+        let longToken = String(try Processes.run(depot, ["tokens", "create", "--app", longest, "--role", "publisher", "--data", data]).stdout.split(separator: "\n").last ?? "")
+        let onLongest = try Processes.run(depot, ["publish", file, "--pack", "level", "--release", "--quiet", "--app", longest, "--channel", longestChannel, "--server", server.url, "--token", longToken])
+        #expect(onLongest.status == 0, "\(onLongest.stderr)")
+        let trust = TrustFixture(app: "com.acme.lock")
+        _ = try trust.addRoot(dataPath: data, protect: ["beta"])
+        let draft = try work.file("draft.bin", size: 3_000, seed: 9)
+        #expect(try Processes.run(depot, ["publish", draft, "--pack", "draft", "--quiet", "--app", "com.example.dev"] + common).status == 0, "staged, not released")
         server.process.terminate()
         server.process.waitUntilExit()
+        #expect(FileSystem.exists(data + "/apps/com.acme.lock/roots/000001.json"))
 
         // The folder is the service user's; it plants links to root's files and FIFOs.
         #expect(try Processes.run("/bin/chown", ["-R", "\(Self.service.uid):\(Self.service.gid)", data]).status == 0)
@@ -110,6 +124,8 @@ struct RootBackupTests {
             #expect(!victims.contains(bytes), "\(path) holds a victim's bytes")
         }
         #expect(FileSystem.isDirectory(backup + "/apps/com.acme.lock/releases") && FileSystem.exists(backup + "/apps/com.example.dev/channels/beta.lock"))
+        #expect(FileSystem.exists(backup + "/apps/\(longest)/channels/\(longestChannel)") && FileSystem.exists(backup + "/apps/com.acme.lock/roots/000001.json"))
+        #expect(Self.tree(backup).keys.contains { $0.hasPrefix("apps/com.example.dev/staging/") }, "the draft: \(Self.tree(backup).keys.sorted())")
 
         // The restore: serve.lock planted as a link is refused the same way.
         _ = unlink(data + "/serve.lock")
@@ -130,7 +146,7 @@ struct RootBackupTests {
         let again = try ServeProcess(data: data, environment: [:], bootstrap: false)
         defer { again.process.terminate() }
         let port = UInt16(again.port)!
-        for path in ["/v1/apps/com.acme.lock/manifest", "/v1/apps/com.example.dev/channels/beta.lock/manifest"] {
+        for path in ["/v1/apps/com.acme.lock/manifest", "/v1/apps/com.example.dev/channels/beta.lock/manifest", "/v1/apps/\(longest)/channels/\(longestChannel)/manifest"] {
             #expect(try RawHTTP.send(port: port, "GET \(path) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first?.status == 200, "\(path)")
         }
     }
