@@ -151,3 +151,36 @@ struct RootBackupTests {
         }
     }
 }
+
+/// Issue 62: a draft's blob dropped while a backup runs stays until the sweep (the backup may
+/// have copied the draft that named it).
+@Suite("End to end: draft blobs and a running backup")
+struct DraftBlobBackupTests {
+    @Test("A staged pack dropped while a backup holds backup.lock keeps its blob (a restore of that backup names it); dropped with no backup running, its blob goes at once")
+    func droppedDraftBlobsWaitForTheBackup() async throws {
+        try await withServer { origin in
+            let work = TemporaryDirectory("depot-draft-backup")
+            defer { work.remove() }
+            let folder = DataFolder(origin.data.path)
+            func blobs() -> Set<String> {
+                Set(FileSystem.contents(of: folder.blobs).flatMap { FileSystem.contents(of: folder.blobs + "/" + $0) })
+            }
+            let common = ["--server", origin.baseURL.absoluteString, "--app", origin.app, "--token", origin.token]
+            func stageAndDrop(_ seed: UInt64) throws -> String {
+                let before = blobs()
+                let file = try work.file("draft-\(seed).bin", size: 4_000, seed: seed)
+                #expect(try Processes.run(Processes.depotBinary, ["publish", file, "--pack", "draft", "--quiet"] + common).status == 0)
+                let staged = try #require(blobs().subtracting(before).first)
+                let dropped = try Processes.run(Processes.depotBinary, ["unstage", "--pack", "draft"] + common)
+                #expect(dropped.status == 0, "\(dropped.stderr)")
+                return staged
+            }
+            let lock = try BackupLock.shared(folder)
+            let kept = try stageAndDrop(1)
+            #expect(blobs().contains(kept), "a backup holds the lock: the blob stays")
+            try lock.close()
+            let gone = try stageAndDrop(2)
+            #expect(!blobs().contains(gone), "no backup: removed at once")
+        }
+    }
+}

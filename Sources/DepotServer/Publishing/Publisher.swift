@@ -139,15 +139,19 @@ final class Publisher: Sendable {
     /// app's release (visible or not) or draft, or an upload storing the same bytes now
     /// (`storingItself`: the caller's own upload, which does not count). Decided and done under
     /// the publish lock with the in-flight counts held (see ``BlobStore``'s contract); when in
-    /// doubt (a release cannot be read) the blob stays, for the garbage collector.
+    /// doubt (a release cannot be read) the blob stays, for the garbage collector. While a backup
+    /// runs (it holds ``BackupLock``) nothing is removed: it may have copied the draft that named
+    /// the blob, and a restore of it would name a missing blob; the sweep removes it later.
     func removeUnneeded(_ candidates: [String], storingItself: String? = nil) {
         guard !candidates.isEmpty else { return }
-        releases.exclusively {
-            storing.holding { counts in
-                for blob in candidates {
-                    let others = (counts[blob] ?? 0) - (blob == storingItself ? 1 : 0)
-                    guard others <= 0, (try? releases.anyAppNames(blob)) == false else { continue }
-                    blobs.remove(blob)
+        _ = try? BackupLock.exclusively(releases.folder) {
+            releases.exclusively {
+                storing.holding { counts in
+                    for blob in candidates {
+                        let others = (counts[blob] ?? 0) - (blob == storingItself ? 1 : 0)
+                        guard others <= 0, (try? releases.anyAppNames(blob)) == false else { continue }
+                        blobs.remove(blob)
+                    }
                 }
             }
         }
