@@ -27,8 +27,8 @@ struct Backup: ParsableCommand {
         let summary = try DataBackup.take(data: data.data, to: destination)
         let apps = summary.record.apps.sorted { $0.key < $1.key }.map { "\($0.key) (release \($0.value))" }
         print("backed up \(data.data) to \(destination): \(summary.files) files, \(summary.bytes) bytes; \(apps.isEmpty ? "no apps" : apps.joined(separator: ", "))")
-        for path in summary.passedOver {
-            print("warning: \(path) in \(data.data) is not a file, a folder or a link (a FIFO, a socket, a device): not copied; depot makes none there")
+        for what in summary.passedOver {
+            FileHandle.standardError.write(Data("warning: not copied from \(data.data): \(what); depot makes none there\n".utf8))
         }
     }
 }

@@ -97,7 +97,17 @@ struct RootBackupTests {
             data + "/blobs/planted": readVictims[2], app + "/channels/planted": readVictims[3],
         ]
         for (link, target) in planted { #expect(symlink(target, link) == 0, "\(link)") }
-        for fifo in [app + "/fifo", app + "/channels/fifo", data + "/fifo"] { #expect(mkfifo(fifo, 0o644) == 0, "\(fifo)") }
+        let fifos = [app + "/fifo", app + "/channels/fifo", data + "/fifo"]
+        for fifo in fifos { #expect(mkfifo(fifo, 0o644) == 0, "\(fifo)") }
+        // A socket at a channel's pointer, a hard link to root's file, a setuid file, an open folder.
+        let socket = app + "/channels/socket"
+        #expect(try Processes.run("/usr/bin/python3", ["-c", "import socket,sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])", socket]).status == 0)
+        let hardVictim = try Self.victim(work, "hard-victim")
+        #expect(link(hardVictim, app + "/hard") == 0)
+        try FileSystem.writeAtomically(Array("a setuid file".utf8), to: app + "/setuid")
+        #expect(chmod(app + "/setuid", 0o4755) == 0 && chown(app + "/setuid", Self.service.uid, Self.service.gid) == 0)
+        try FileSystem.createDirectory(app + "/open")
+        #expect(chmod(app + "/open", 0o777) == 0 && chown(app + "/open", Self.service.uid, Self.service.gid) == 0)
         _ = unlink(data + "/backup.lock")
         #expect(symlink(backupLockVictim, data + "/backup.lock") == 0)
 
@@ -109,17 +119,26 @@ struct RootBackupTests {
 
         let taken = try Processes.run(depot, ["backup", "--data", data, backup])
         #expect(taken.status == 0, "\(taken.stdout)\(taken.stderr)")
-        for fifo in ["apps/com.example.dev/fifo", "apps/com.example.dev/channels/fifo", "fifo"] {
-            #expect(taken.stdout.contains("warning: \(fifo) in \(data) is not a file, a folder or a link"), "\(taken.stdout)")
+        func relative(_ path: String) -> String { String(path.dropFirst(data.count + 1)) }
+        for fifo in fifos + [socket] {
+            #expect(taken.stderr.contains("warning: not copied from \(data): \(relative(fifo)) (a FIFO, a socket or a device)"), "\(taken.stderr)")
         }
+        for link in planted.keys {
+            #expect(taken.stderr.contains("warning: not copied from \(data): \(relative(link)) (a symbolic link)"), "\(taken.stderr)")
+        }
+        #expect(taken.stderr.contains("warning: not copied from \(data): \(relative(app + "/hard")) (a hard link to a file its owner (uid 0) did not make)"), "\(taken.stderr)")
         #expect(taken.stdout.contains("com.acme.lock (release"), "\(taken.stdout)")
         #expect(Self.owner(data + "/backup.lock") == Self.service.uid, "the lock root made is the service's")
-        // Links are links in the backup, and no victim's bytes were read into it.
-        for (link, target) in planted {
-            let copied = backup + String(link.dropFirst(data.count))
-            #expect((try? FileManager.default.destinationOfSymbolicLink(atPath: copied)) == target, "\(copied)")
+        // Nothing planted is in the backup, no victim's bytes were read into it, and no mode keeps a setuid bit.
+        for path in Array(planted.keys) + fifos + [socket, app + "/hard"] {
+            var info = stat()
+            #expect(lstat(backup + "/" + relative(path), &info) != 0, "\(relative(path)) is in the backup")
         }
-        let victims = try (readVictims + [backupLockVictim, serveLockVictim]).map { try FileSystem.readFile($0) }
+        var setuid = stat()
+        #expect(lstat(backup + "/apps/com.example.dev/setuid", &setuid) == 0 && setuid.st_mode & 0o7777 == 0o755)
+        var open = stat()
+        #expect(lstat(backup + "/apps/com.example.dev/open", &open) == 0 && open.st_mode & 0o777 == 0o777, "the folder's own mode, once the copy was whole")
+        let victims = try (readVictims + [backupLockVictim, serveLockVictim, hardVictim]).map { try FileSystem.readFile($0) }
         for (path, bytes) in Self.tree(backup) {
             #expect(!victims.contains(bytes), "\(path) holds a victim's bytes")
         }
@@ -135,6 +154,8 @@ struct RootBackupTests {
         let serveLockBytes = try FileSystem.readFile(serveLockVictim)
         #expect(Self.owner(serveLockVictim) == 0 && serveLockBytes == victims[5])
         #expect(unlink(data + "/serve.lock") == 0)
+        // What the restored folder must hold: the folder's own files (what was planted is not among them).
+        for path in Array(planted.keys) + fifos + [socket, app + "/hard"] { #expect(unlink(path) == 0, "\(path)") }
         let before = Self.tree(data)
         let restored = try Processes.run(depot, ["restore", "--data", data, "--replace", backup])
         #expect(restored.status == 0, "\(restored.stdout)\(restored.stderr)")

@@ -32,8 +32,8 @@ public struct BackupRecord: Codable, Sendable {
 /// removals while it does. Left out: temporary files (`.tmp-…`), lock files (empty `*.lock`,
 /// made again when needed) and `uploads/` (uploads in flight: a client resuming one against a
 /// restored origin is answered 404 and starts again). Run by root over the service user's
-/// folder, it follows no link inside it (``TreeCopier``): a link is copied as a link, a FIFO
-/// passed over and named.
+/// folder, it follows and copies no link inside it (``TreeCopier``): a link, a FIFO, a socket, a
+/// device or a hard link to another owner's file is passed over and named.
 ///
 /// Every file copied and every folder is fsynced; the copy is made in `DEST.partial-…` and
 /// renamed to `DEST` once whole, with `backup.json` (``BackupRecord``) its last file, so a
@@ -44,8 +44,8 @@ public enum DataBackup {
         public var record: BackupRecord
         public var files: Int
         public var bytes: Int64
-        /// What was neither a file, a folder nor a link (a FIFO, a socket, a device), relative to
-        /// the data folder: not copied (the origin makes none).
+        /// What was there and not copied, relative to the data folder, each with why (a link, a
+        /// FIFO, a socket, a device, a hard link to another owner's file: the origin makes none).
         public var passedOver: [String]
     }
 
@@ -100,9 +100,10 @@ public enum DataBackup {
                 apps: ReleaseFloor.highestReleases(DataFolder(partial), pointersOnly: true)
             )
             try StoredJSON.write(record, to: partial + "/" + BackupRecord.fileName, mode: 0o600)
+            try copier.applyFolderModes()
             try FileSystem.syncDirectory(partial)
             try FileSystem.durableRename(partial, to: destination)
-            return Summary(record: record, files: copier.files, bytes: copier.bytes, passedOver: copier.passedOver)
+            return Summary(record: record, files: copier.files, bytes: copier.bytes, passedOver: copier.passedOver.map { "\($0.path) (\($0.why))" })
         } catch {
             // Nothing half made is left under a name that looks like a backup.
             try? FileManager.default.removeItem(atPath: partial)
@@ -129,15 +130,21 @@ public enum DataBackup {
         let from = "apps/" + app
         let into = partial + "/" + from
         try copier.makeFolder(into, like: from)
-        for pointer in ["current", "head"] where copier.kind(from + "/" + pointer) != nil {
+        // Only plain files: anything else there is the next step's to copy or pass over.
+        for pointer in ["current", "head"] where isFile(copier.kind(from + "/" + pointer)) {
             if try copier.copyFile(from + "/" + pointer, to: into + "/" + pointer) { copied.insert(from + "/" + pointer) }
         }
         guard copier.kind(from + "/channels") == .folder else { return }
         try copier.makeFolder(into + "/channels", like: from + "/channels")
         for name in copier.entries(from + "/channels") {
             let pointer = from + "/channels/" + name
-            guard let kind = copier.kind(pointer), !skipped(name, kind: kind) else { continue }
+            guard let kind = copier.kind(pointer), isFile(kind), !skipped(name, kind: kind) else { continue }
             if try copier.copyFile(pointer, to: into + "/channels/" + name) { copied.insert(pointer) }
         }
+    }
+
+    private static func isFile(_ kind: TreeCopier.Kind?) -> Bool {
+        if case .file? = kind { return true }
+        return false
     }
 }

@@ -68,7 +68,13 @@ public enum DataRestore {
             try copier.copy("", to: partial)
             FileSystem.remove(partial + "/" + BackupRecord.fileName)
             let floor = try ReleaseFloor.raiseForRestore(DataFolder(partial), atLeast: asked, now: now)
-            if let owner { try giveAway(partial, to: owner) }
+            // Root's alone (0700) until here; the folders get their modes, the top last of all.
+            let top = try copier.applyFolderModes(keepingTop: true)
+            if let owner {
+                try giveAway(partial, to: owner, mode: top)
+            } else {
+                guard chmod(partial, top) == 0 else { throw SystemError(call: "chmod", errno: errno, path: partial) }
+            }
             try FileSystem.syncDirectory(partial)
             var aside: String?
             if existing && !empty {
@@ -96,10 +102,10 @@ public enum DataRestore {
     }
 
     /// Gives every file and folder under `root` (itself included) to `owner`, links not followed,
-    /// deepest first and `root` last: until then `root` is root's with mode 0700, so no other user
+    /// deepest first and `root` last, which then gets `mode`: until then `root` is root's with mode 0700, so no other user
     /// can reach inside it and swap a folder for a link while the walk runs (the race of
     /// `chown -R` run by root on a tree another user can already write).
-    static func giveAway(_ root: String, to owner: (uid: uid_t, gid: gid_t)) throws {
+    static func giveAway(_ root: String, to owner: (uid: uid_t, gid: gid_t), mode: mode_t) throws {
         var top = stat()
         guard lstat(root, &top) == 0, (top.st_mode & S_IFMT) == S_IFDIR else { throw SystemError(call: "lstat", errno: errno, path: root) }
         guard chmod(root, 0o700) == 0 else { throw SystemError(call: "chmod", errno: errno, path: root) }
@@ -113,7 +119,7 @@ public enum DataRestore {
         }
         for name in FileSystem.contents(of: root) { try give(root + "/" + name) }
         guard lchown(root, owner.uid, owner.gid) == 0 else { throw SystemError(call: "lchown", errno: errno, path: root) }
-        guard chmod(root, top.st_mode & 0o7777) == 0 else { throw SystemError(call: "chmod", errno: errno, path: root) }
+        guard chmod(root, mode & 0o777) == 0 else { throw SystemError(call: "chmod", errno: errno, path: root) }
     }
 
     /// Marks the data folder at `data`, restored by other means (a volume snapshot, a copy), as

@@ -8,16 +8,23 @@ import Glibc
 /// Copies a folder's tree (or parts of it, named relative to it) with permission bits, each file
 /// fsynced, each folder fsynced once its entries are in — as root may copy a folder another user
 /// controls (`depot backup` and `depot restore` keep root's rights): it never follows a link
-/// inside the tree. Every name is opened relative to its folder's descriptor with `O_NOFOLLOW`
-/// (and `O_NONBLOCK`, so that a FIFO cannot hang it) and checked with `fstat`, so a link planted
-/// anywhere is copied as a link, never read through; a FIFO, a socket or a device is passed over
-/// and named (``passedOver``). Temporary and lock files are left out
-/// (``DataBackup/skipped(_:kind:size:)``), and so is what vanishes while it copies.
+/// inside the tree, and never copies one. Every name is opened relative to its folder's
+/// descriptor with `O_NOFOLLOW` (and `O_NONBLOCK`, so that a FIFO cannot hang it) and checked with
+/// `fstat`; a link, a FIFO, a socket, a device, a hard link to a file of another owner, or what
+/// cannot be read is passed over and named (``passedOver``): the origin makes none of them. The
+/// copy is root's alone while it is made: its folders are made 0700 and given their modes by
+/// ``applyFolderModes(keepingTop:)``, and no mode keeps a setuid, setgid or sticky bit.
+/// Temporary and lock files are left out (``DataBackup/skipped(_:kind:)``), and so is what
+/// vanishes while it copies.
 final class TreeCopier {
     private(set) var files = 0
     private(set) var bytes: Int64 = 0
-    /// What was neither a file, a folder nor a link (its path relative to the source): not copied.
-    private(set) var passedOver: [String] = []
+    /// What was not copied though it was there, relative to the source, each with why.
+    private(set) var passedOver: [(path: String, why: String)] = []
+    /// The folders made, with the modes they get at the end.
+    private var folderModes: [(path: String, mode: mode_t)] = []
+    /// The source folder's owner: a hard link to a file of another owner is not copied.
+    private let owner: uid_t
     private let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
     /// The source folder, opened once (a link there is followed: the operator named it).
     private let root: FileDescriptor
@@ -26,6 +33,8 @@ final class TreeCopier {
     init(source: String) throws {
         self.source = source
         root = try FileDescriptor(path: source, flags: O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        var info = stat()
+        owner = fstat(root.rawValue, &info) == 0 ? info.st_uid : 0
     }
 
     deinit { buffer.deallocate() }
@@ -34,6 +43,8 @@ final class TreeCopier {
     enum Kind: Equatable {
         case file(size: Int64), folder, link, other
     }
+
+    private static func describe(_ errno: Int32) -> String { String(cString: strerror(errno)) }
 
     /// The folder `relative` ("" for the source itself), each component opened without following
     /// a link; nil when one is missing or not a folder.
@@ -57,11 +68,15 @@ final class TreeCopier {
         return (folder, name)
     }
 
-    /// What `relative` is, never following a link; nil when it is missing.
+    /// What `relative` is, never following a link; nil when it is missing (or cannot be looked
+    /// at: then named in ``passedOver``).
     func kind(_ relative: String) -> Kind? {
         guard let (folder, name) = parent(of: relative) else { return nil }
         var info = stat()
-        guard fstatat(folder.rawValue, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else { return nil }
+        guard fstatat(folder.rawValue, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
+            if errno != ENOENT { passedOver.append((relative, Self.describe(errno))) }
+            return nil
+        }
         switch info.st_mode & S_IFMT {
         case S_IFREG: return .file(size: Int64(info.st_size))
         case S_IFDIR: return .folder
@@ -74,7 +89,11 @@ final class TreeCopier {
     func entries(_ relative: String) -> [String] {
         guard let folder = openFolder(relative) else { return [] }
         let fd = dup(folder.rawValue)
-        guard fd >= 0, let dir = fdopendir(fd) else { return [] }
+        guard fd >= 0 else { return [] }
+        guard let dir = fdopendir(fd) else {
+            Glibc.close(fd)
+            return []
+        }
         defer { closedir(dir) }
         var names: [String] = []
         while let entry = readdir(dir) {
@@ -86,17 +105,28 @@ final class TreeCopier {
         return names.sorted()
     }
 
-    /// Makes `path` (if missing) with `mode`.
+    /// Makes `path` (if missing) 0700, and records `mode` for ``applyFolderModes(keepingTop:)``.
     func makeFolder(_ path: String, mode: mode_t) throws {
-        if !FileSystem.isDirectory(path) { try FileSystem.createDirectory(path, mode: mode) }
-        FileSystem.setMode(path, mode)
+        if !FileSystem.isDirectory(path) { try FileSystem.createDirectory(path, mode: 0o700) }
+        folderModes.append((path, mode & 0o777))
     }
 
-    /// Makes `path` (if missing) with the permission bits of the source folder `relative`.
+    /// Makes `path` (if missing) for the source folder `relative`, whose permission bits it gets at the end.
     func makeFolder(_ path: String, like relative: String) throws {
         var info = stat()
-        let mode = openFolder(relative).flatMap { fstat($0.rawValue, &info) == 0 ? info.st_mode & 0o7777 : nil } ?? 0o755
+        let mode = openFolder(relative).flatMap { fstat($0.rawValue, &info) == 0 ? info.st_mode : nil } ?? 0o755
         try makeFolder(path, mode: mode)
+    }
+
+    /// Gives every folder made its mode, deepest first; the first one made (the copy's top) only
+    /// unless `keepingTop` (a restore gives it its mode once the tree is the owner's).
+    /// Returns the top's mode.
+    @discardableResult
+    func applyFolderModes(keepingTop: Bool = false) throws -> mode_t {
+        for (index, folder) in folderModes.enumerated().reversed() where !(keepingTop && index == 0) {
+            guard chmod(folder.path, folder.mode) == 0 else { throw SystemError(call: "chmod", errno: errno, path: folder.path) }
+        }
+        return folderModes.first?.mode ?? 0o755
     }
 
     /// Copies `relative` (a file, a link, or a folder and everything in it; "" for the whole
@@ -110,9 +140,9 @@ final class TreeCopier {
         case .file?:
             _ = try copyFile(relative, to: to)
         case .link?:
-            try copyLink(relative, to: to)
+            passedOver.append((relative, "a symbolic link"))
         case .other?:
-            passedOver.append(relative)
+            passedOver.append((relative, "a FIFO, a socket or a device"))
         case .folder?:
             try makeFolder(to, like: relative)
             for name in entries(relative) {
@@ -124,43 +154,31 @@ final class TreeCopier {
         }
     }
 
-    /// A link copied as a link (its target as written, never read through).
-    private func copyLink(_ relative: String, to: String) throws {
-        guard let (folder, name) = parent(of: relative) else { return }
-        var target = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let length = readlinkat(folder.rawValue, name, &target, target.count - 1)
-        guard length >= 0 else {
-            if errno == ENOENT { return }
-            throw SystemError(call: "readlinkat", errno: errno, path: source + "/" + relative)
-        }
-        target[length] = 0
-        guard symlink(target, to) == 0 else { throw SystemError(call: "symlink", errno: errno, path: to) }
-        files += 1
-    }
-
-    /// Copies one file (a plain file: a link or FIFO put in its place meanwhile is passed over)
-    /// with its permission bits and fsyncs it; false if it was gone or not a plain file.
+    /// Copies one plain file with its permission bits (no setuid, setgid or sticky bit) and
+    /// fsyncs it; false if it was gone or not copied (a link, FIFO, socket or device put in its
+    /// place since it was listed, or a hard link to another owner's file: named in ``passedOver``).
     @discardableResult
     func copyFile(_ relative: String, to: String) throws -> Bool {
         guard let (folder, name) = parent(of: relative) else { return false }
         let fd = openat(folder.rawValue, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         guard fd >= 0 else {
             if errno == ENOENT { return false }
-            if errno == ELOOP {
-                // A link put in its place since it was listed: copied as a link, like any other.
-                try copyLink(relative, to: to)
-                return true
-            }
-            throw SystemError(call: "open", errno: errno, path: source + "/" + relative)
+            passedOver.append((relative, errno == ELOOP ? "a symbolic link" : Self.describe(errno)))
+            return false
         }
         let input = FileDescriptor(adopting: fd, path: source + "/" + relative)
         var info = stat()
         guard fstat(input.rawValue, &info) == 0 else { throw SystemError(call: "fstat", errno: errno, path: input.path) }
         guard info.st_mode & S_IFMT == S_IFREG else {
-            passedOver.append(relative)
+            passedOver.append((relative, "a FIFO, a socket or a device"))
             return false
         }
-        let mode = info.st_mode & 0o7777
+        // A hard link the folder's owner made to a file it does not own (another user's, root's).
+        guard info.st_nlink <= 1 || info.st_uid == owner else {
+            passedOver.append((relative, "a hard link to a file its owner (uid \(info.st_uid)) did not make"))
+            return false
+        }
+        let mode = info.st_mode & 0o777
         let output = try FileDescriptor(path: to, flags: O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode: mode)
         // The exact bits, whatever the umask (keys stay 0600).
         guard fchmod(output.rawValue, mode) == 0 else { throw SystemError(call: "fchmod", errno: errno, path: to) }
