@@ -204,4 +204,19 @@ struct DraftBlobBackupTests {
             #expect(!blobs().contains(gone), "no backup: removed at once")
         }
     }
+
+    @Test("backup.lock held exclusively (a removal pass, or someone holding it for ever): the backup waits, then fails saying so, with no backup made; it does not hang")
+    func aHeldLockDoesNotHangTheBackup() throws {
+        let work = TemporaryDirectory("depot-backup-held")
+        defer { work.remove() }
+        let data = work.path + "/data"
+        #expect(try Processes.run(Processes.depotBinary, ["init", "--data", data]).status == 0)
+        let lock = try FileDescriptor(path: data + "/backup.lock", flags: O_RDONLY | O_CREAT, mode: 0o644)
+        #expect(flock(lock.rawValue, LOCK_EX) == 0)
+        let held = try Processes.run(Processes.depotBinary, ["backup", "--data", data, work.path + "/backup"], environment: ["DEPOT_BACKUP_LOCK_WAIT": "1"])
+        #expect(held.status != 0 && held.stderr.contains("has been held exclusively for 1 s"), "\(held.stderr)")
+        #expect(!FileSystem.exists(work.path + "/backup"))
+        try lock.close()
+        #expect(try Processes.run(Processes.depotBinary, ["backup", "--data", data, work.path + "/backup"]).status == 0)
+    }
 }

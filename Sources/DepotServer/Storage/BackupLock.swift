@@ -13,10 +13,23 @@ enum BackupLock {
         // Root backing up the service's folder: never through a link the service user planted;
         // a lock root makes is given to the service, which takes it too.
         let lock = try folder.openLock("backup.lock", flags: O_RDONLY, mode: 0o644)
-        while flock(lock.rawValue, LOCK_SH) != 0 {
-            guard errno == EINTR else { throw SystemError(call: "flock", errno: errno, path: path(folder)) }
+        // A removal holds it exclusively for one pass (seconds); whoever holds it longer (the
+        // service user can take it too) does not hang the nightly backup for ever.
+        let deadline = Date().addingTimeInterval(maximumWait)
+        while flock(lock.rawValue, LOCK_SH | LOCK_NB) != 0 {
+            guard errno == EWOULDBLOCK || errno == EINTR else { throw SystemError(call: "flock", errno: errno, path: path(folder)) }
+            guard Date() < deadline else {
+                throw DepotError.conflict("backup_lock_held", "\(path(folder)) has been held exclusively for \(Int(maximumWait)) s (a removal pass takes seconds): no backup was taken. Find the process holding it (fuser \(path(folder))) and run the backup again")
+            }
+            usleep(100_000)
         }
         return lock
+    }
+
+    /// How long a backup waits for removals to finish before it gives up: 600 s
+    /// (`DEPOT_BACKUP_LOCK_WAIT` seconds, for tests).
+    static var maximumWait: TimeInterval {
+        ProcessInfo.processInfo.environment["DEPOT_BACKUP_LOCK_WAIT"].flatMap(TimeInterval.init).map { max(0, $0) } ?? 600
     }
 
     /// Runs `body` holding the lock exclusively; nil without running it when a backup holds it.
