@@ -57,7 +57,7 @@ struct SignerRecordTests {
         #expect((rewritten["digests"] as? [String: String])?["production"] != nil, "the signature keeps what it bound")
     }
 
-    @Test("depot restore --floor N: numbers continue from N (above the Unix time), a floor past 2^52 is refused; two restores within one second set the folders aside as …Z and …Z-2")
+    @Test("depot restore --floor N: numbers continue from N (above the Unix time), a floor past 2^52 is refused; restored again, numbers continue above every release the folder set aside shows, but not above a floor no honest origin sets (said so); a clock before the backup's time numbers above that time; two restores within one second set the folders aside as …Z and …Z-2")
     func restoreWithAFloor() throws {
         let work = TemporaryDirectory("depot-restore-floor")
         defer { work.remove() }
@@ -74,7 +74,7 @@ struct SignerRecordTests {
 
         let tooHigh = try Processes.run(Processes.depotBinary, ["restore", "--data", data, "--replace", backup, "--floor", "\(Int64(1) << 52)"])
         #expect(tooHigh.status != 0 && tooHigh.stderr.contains("--floor takes a release number from 1 to 2^52"), "\(tooHigh.stderr)")
-        let floor = Int(Date().timeIntervalSince1970) + 100_000
+        let floor = Int(Date().timeIntervalSince1970) + 3_600  // ahead of the clock, below the Unix time plus a day
         let restored = try Processes.run(Processes.depotBinary, ["restore", "--data", data, "--replace", backup, "--floor", "\(floor)"])
         #expect(restored.status == 0 && restored.stdout.contains("release numbers continue from \(floor)"), "\(restored.stdout)\(restored.stderr)")
         let again = try ServeProcess(data: data, environment: ["DEPOT_LISTEN": "127.0.0.1:\(port)"], bootstrap: false)
@@ -82,15 +82,31 @@ struct SignerRecordTests {
         let changed = try work.file("pack2.bin", size: 5000, seed: 4)
         let published = try Processes.run(Processes.depotBinary, ["publish", changed, "--pack", "level", "--release"] + common)
         #expect(published.status == 0 && published.stdout.contains("release \(floor) "), "\(published.stdout)\(published.stderr)")
+        let third = try work.file("pack3.bin", size: 5000, seed: 5)
+        #expect(try Processes.run(Processes.depotBinary, ["publish", third, "--pack", "level", "--release", "--quiet"] + common).status == 0)
         again.process.terminate()
         again.process.waitUntilExit()
 
-        // Two restores at one instant: the second sets the first's folder aside under -2.
-        let now = Date().addingTimeInterval(3600)  // an instant no restore above used
+        // The same backup restored again, with no --floor: above every number the folder set aside
+        // shows (issue 62: before, the Unix time, below the releases issued since the first restore).
+        let retaken = try Processes.run(Processes.depotBinary, ["restore", "--data", data, "--replace", backup])
+        #expect(retaken.status == 0 && retaken.stdout.contains("release numbers continue from \(floor + 2)"), "floor \(floor): \(retaken.stdout) || \(retaken.stderr)")
+        // A floor an attacker inflated in the folder set aside is not taken, and said so.
+        let inflated = Int(Date().timeIntervalSince1970) + 10 * 365 * 86_400
+        try FileSystem.writeAtomically(Array("\(inflated)\n".utf8), to: data + "/release-floor")
+        let ignored = try Processes.run(Processes.depotBinary, ["restore", "--data", data, "--replace", backup])
+        #expect(ignored.status == 0 && ignored.stdout.contains("shows release \(inflated - 1), above the Unix time plus a day") && ignored.stdout.contains("--floor \(inflated)"), "\(ignored.stdout)\(ignored.stderr)")
+        #expect(!ignored.stdout.contains("continue from \(inflated)"))
+
+        // Two restores at one instant: the second sets the first's folder aside under -2. The
+        // instant is before the backup was taken (a clock set back): numbers continue above its time.
+        let record = try DataRestore.record(of: backup)
+        let now = record.takenAt.addingTimeInterval(-86_400)
         _ = try DataRestore.restore(backup: backup, into: data, replace: true, now: now)
         let second = try DataRestore.restore(backup: backup, into: data, replace: true, now: now)
         let aside = try #require(second.setAside)
         #expect(aside.hasSuffix("Z-2"), "\(aside)")
         #expect(FileSystem.isDirectory(String(aside.dropLast(2))) && FileSystem.isDirectory(aside))
+        #expect(second.floor > Int(record.takenAt.timeIntervalSince1970), "\(second.floor)")
     }
 }

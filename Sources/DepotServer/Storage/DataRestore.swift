@@ -15,11 +15,15 @@ public enum DataRestore {
         public var floor: Int
         /// Where the folder that was there before went (`--replace`).
         public var setAside: String?
+        /// A release number the folder set aside shows above the Unix time plus a day (no honest
+        /// origin issues one: an attacker's), not taken into the floor.
+        public var notTaken: Int?
 
         /// One line for the operator (and the origin's log).
         public var description: String {
             let when = takenAt.map { "restored from a backup taken \(Self.format($0))" } ?? "marked as restored"
-            return "\(when): release numbers continue from \(floor)"
+            let note = notTaken.map { "; the folder set aside shows release \($0), above the Unix time plus a day, which no honest origin issues: not taken (give --floor \($0 + 1) if devices took it)" } ?? ""
+            return "\(when): release numbers continue from \(floor)" + note
         }
 
         static func format(_ date: Date) -> String {
@@ -63,11 +67,18 @@ public enum DataRestore {
         let lock = existing ? try DataFolder(data).lockExclusively() : nil
         defer { try? lock?.close() }
         let partial = data + ".partial-restore-" + Hex.encode(SecureRandom.bytes(6))
+        // Every number the folder set aside shows (releases published since the backup, a floor
+        // a restore already raised), read as root may read the service user's files.
+        let shown = existing && !empty ? try TreeCopier(source: data).highestRelease() : 0
         let copier = try TreeCopier(source: backup)
         do {
             try copier.copy("", to: partial)
             FileSystem.remove(partial + "/" + BackupRecord.fileName)
-            let floor = try ReleaseFloor.raiseForRestore(DataFolder(partial), atLeast: asked, now: now)
+            // Above what the folder set aside shows, and at least the backup's own time (a clock
+            // set back below it would otherwise number below releases issued after it).
+            let ceiling = Int(now.timeIntervalSince1970) + 86_400
+            let evidence = max(asked ?? 0, shown < ceiling ? shown + 1 : 0, Int(record.takenAt.timeIntervalSince1970) + 1)
+            let floor = try ReleaseFloor.raiseForRestore(DataFolder(partial), atLeast: evidence, now: now)
             // Root's alone (0700) until here; the folders get their modes, the top last of all.
             let top = try copier.applyFolderModes(keepingTop: true)
             if let owner {
@@ -94,7 +105,7 @@ public enum DataRestore {
                 FileSystem.removeDirectory(data)
             }
             try FileSystem.durableRename(partial, to: data)
-            return Outcome(takenAt: record.takenAt, floor: floor, setAside: aside)
+            return Outcome(takenAt: record.takenAt, floor: floor, setAside: aside, notTaken: shown < ceiling ? nil : shown)
         } catch {
             try? FileManager.default.removeItem(atPath: partial)
             throw error

@@ -105,6 +105,37 @@ final class TreeCopier {
         return names.sorted()
     }
 
+    /// The number in the small plain file `relative` (a pointer, `release-floor`), read without
+    /// following a link or waiting on a FIFO; nil for anything else.
+    func number(_ relative: String) -> Int? {
+        guard let (folder, name) = parent(of: relative) else { return nil }
+        let fd = openat(folder.rawValue, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        let file = FileDescriptor(adopting: fd, path: source + "/" + relative)
+        var info = stat()
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_size <= 64 else { return nil }
+        var bytes = [UInt8](repeating: 0, count: 64)
+        guard let count = try? bytes.withUnsafeMutableBytes({ try file.read(into: $0) }) else { return nil }
+        return Int(String(decoding: bytes.prefix(count), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
+    }
+
+    /// The highest release number the source data folder shows — any app's pointers and release
+    /// files, and its release floor − 1 — read as ``number(_:)`` reads: what a restore that sets
+    /// this folder aside must number above.
+    func highestRelease() -> Int {
+        var highest = (number("release-floor") ?? 0) - 1
+        for app in entries("apps") where kind("apps/" + app) == .folder {
+            let base = "apps/" + app
+            for name in entries(base + "/releases") where name.hasSuffix(".json") {
+                if let version = Int(name.dropLast(5)) { highest = max(highest, version) }
+            }
+            for pointer in ["head", "current"].map({ base + "/" + $0 }) + entries(base + "/channels").map({ base + "/channels/" + $0 }) {
+                if let value = number(pointer) { highest = max(highest, value) }
+            }
+        }
+        return max(0, highest)
+    }
+
     /// Makes `path` (if missing) 0700, and records `mode` for ``applyFolderModes(keepingTop:)``.
     func makeFolder(_ path: String, mode: mode_t) throws {
         if !FileSystem.isDirectory(path) { try FileSystem.createDirectory(path, mode: 0o700) }
