@@ -27,8 +27,9 @@ struct SignerModelTests {
             let seeds = environment["DEPOT_SIGNER_MODEL_SEED"].map { $0.split(separator: ",").compactMap { UInt64($0) } } ?? [UInt64(Date().timeIntervalSince1970)]
             return seeds.map { SeededWalk(seed: $0, steps: steps) }
         }
-        // Seed 11 restores a backup older than a signature at step 23, and the signer refuses the
-        // number the origin then issues again (step 25): before the record's check it was signed.
+        // Seed 11 restores a backup older than a signature at step 23; before issue 61's record
+        // check and issue 62's restore floor (which takes the folder set aside), the origin then
+        // issued a signed number again and the signer signed it.
         return [SeededWalk(seed: 1, steps: 30), SeededWalk(seed: 11, steps: 40)]
     }
 
