@@ -107,6 +107,11 @@ struct SignerRecordTests {
         let aside = try #require(second.setAside)
         #expect(aside.hasSuffix("Z-2"), "\(aside)")
         #expect(FileSystem.isDirectory(String(aside.dropLast(2))) && FileSystem.isDirectory(aside))
-        #expect(second.floor > Int(record.takenAt.timeIntervalSince1970), "\(second.floor)")
+        #expect(second.floor >= Int(record.takenAt.timeIntervalSince1970) && second.notTaken == nil, "\(second.floor) \(String(describing: second.notTaken))")
+        // Numbers no Int holds, or at its edges, in the folder set aside: named, never a crash.
+        try FileSystem.writeAtomically(Array("-9223372036854775808\n".utf8), to: data + "/release-floor")
+        try FileSystem.writeAtomically(Array("9223372036854775807\n".utf8), to: data + "/apps/com.example.dev/head")
+        let edges = try Processes.run(Processes.depotBinary, ["restore", "--data", data, "--replace", backup])
+        #expect(edges.status == 0 && edges.stdout.contains("shows release 9223372036854775807") && edges.stdout.contains("beyond any floor a restore sets"), "\(edges.stdout)\(edges.stderr)")
     }
 }

@@ -22,7 +22,10 @@ public enum DataRestore {
         /// One line for the operator (and the origin's log).
         public var description: String {
             let when = takenAt.map { "restored from a backup taken \(Self.format($0))" } ?? "marked as restored"
-            let note = notTaken.map { "; the folder set aside shows release \($0), above the Unix time plus a day, which no honest origin issues: not taken (give --floor \($0 + 1) if devices took it)" } ?? ""
+            let note = notTaken.map { shown in
+                let hint = shown < ReleaseStatement.maximumRelease - 1 ? "give --floor \(shown + 1) if devices took it" : "beyond any floor a restore sets"
+                return "; the folder set aside shows release \(shown), above the Unix time plus a day, which no honest origin issues: not taken (\(hint))"
+            } ?? ""
             return "\(when): release numbers continue from \(floor)" + note
         }
 
@@ -77,7 +80,7 @@ public enum DataRestore {
             // Above what the folder set aside shows, and at least the backup's own time (a clock
             // set back below it would otherwise number below releases issued after it).
             let ceiling = Int(now.timeIntervalSince1970) + 86_400
-            let evidence = max(asked ?? 0, shown < ceiling ? shown + 1 : 0, Int(record.takenAt.timeIntervalSince1970) + 1)
+            let evidence = max(asked ?? 0, shown < ceiling ? shown + 1 : 0, Self.afterBackup(record.takenAt, ceiling: ceiling))
             let floor = try ReleaseFloor.raiseForRestore(DataFolder(partial), atLeast: evidence, now: now)
             // Root's alone (0700) until here; the folders get their modes, the top last of all.
             let top = try copier.applyFolderModes(keepingTop: true)
@@ -152,10 +155,20 @@ public enum DataRestore {
         return try mark(folder, now: now)
     }
 
+    /// One above the second a backup was taken (a clock set back below it would otherwise number
+    /// below releases issued after it), at most `ceiling` (the Unix time plus a day: what a
+    /// signer takes without confirming); 0 for a time that is no time.
+    static func afterBackup(_ takenAt: Date, ceiling: Int) -> Int {
+        let seconds = takenAt.timeIntervalSince1970
+        guard seconds.isFinite, seconds > 0, seconds < Double(ceiling) else { return seconds.isFinite && seconds >= Double(ceiling) ? ceiling : 0 }
+        return min(Int(seconds) + 1, ceiling)
+    }
+
     private static func mark(_ folder: DataFolder, atLeast asked: Int? = nil, now: Date) throws -> Outcome {
         let recordPath = folder.root + "/" + BackupRecord.fileName
         let takenAt = FileSystem.exists(recordPath) ? try StoredJSON.read(BackupRecord.self, from: recordPath).takenAt : nil
-        let floor = try ReleaseFloor.raiseForRestore(folder, atLeast: asked, now: now)
+        let ceiling = Int(now.timeIntervalSince1970) + 86_400
+        let floor = try ReleaseFloor.raiseForRestore(folder, atLeast: max(asked ?? 0, takenAt.map { afterBackup($0, ceiling: ceiling) } ?? 0), now: now)
         if takenAt != nil {
             FileSystem.remove(recordPath)
             try FileSystem.syncDirectory(folder.root)

@@ -123,7 +123,8 @@ final class TreeCopier {
     /// files, and its release floor − 1 — read as ``number(_:)`` reads: what a restore that sets
     /// this folder aside must number above.
     func highestRelease() -> Int {
-        var highest = (number("release-floor") ?? 0) - 1
+        // (A floor below 1 is no floor: nothing the origin wrote.)
+        var highest = number("release-floor").map { $0 > 1 ? $0 - 1 : 0 } ?? 0
         for app in entries("apps") where kind("apps/" + app) == .folder {
             let base = "apps/" + app
             for name in entries(base + "/releases") where name.hasSuffix(".json") {
