@@ -144,8 +144,10 @@ final class Publisher: Sendable {
     /// the blob, and a restore of it would name a missing blob; the sweep removes it later.
     func removeUnneeded(_ candidates: [String], storingItself: String? = nil) {
         guard !candidates.isEmpty else { return }
-        _ = try? BackupLock.exclusively(releases.folder) {
-            releases.exclusively {
+        // The publish lock first: removals in this process take turns there, so that the backup
+        // lock (tried, never waited for) is busy only when a backup or another process holds it.
+        releases.exclusively {
+            _ = try? BackupLock.exclusively(releases.folder) {
                 storing.holding { counts in
                     for blob in candidates {
                         let others = (counts[blob] ?? 0) - (blob == storingItself ? 1 : 0)
