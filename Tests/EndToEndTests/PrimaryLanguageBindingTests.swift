@@ -6,7 +6,7 @@ import Testing
 
 /// The primary language on a protected channel (issue 61): it decides which signed localized pack
 /// a device keeps, so the release keys sign it with the packs, and the origin serves what they signed.
-@Suite("Protected channels: the primary language is signed")
+@Suite("Protected channels: the primary language is signed", .blocking)
 struct PrimaryLanguageBindingTests {
     @Test("`--sign` binds the primary language (and says so); a change of the app's setting reaches the protected channel only with a signed release, never through a re-sign; a statement binding another language than the release carries is refused 409 statement_language_differs, nothing stored")
     func thePrimaryLanguageIsSigned() async throws {

@@ -9,7 +9,7 @@ import Testing
 /// where root opens files (the locks, pointers, releases, keys, blobs) are refused or copied as
 /// links, and nothing outside the folder is read, created or given away; names ending in `.lock`
 /// that are not lock files (an app, a channel) are backed up and restored. Runs as root.
-@Suite("End to end: root backs up and restores what the service user controls", .enabled(if: geteuid() == 0, "needs root, as the operator's backup runs"))
+@Suite("End to end: root backs up and restores what the service user controls", .enabled(if: geteuid() == 0, "needs root, as the operator's backup runs"), .blocking)
 struct RootBackupTests {
     /// The service user the folder is given to (nobody).
     static let service: (uid: uid_t, gid: gid_t) = (65534, 65534)
@@ -175,7 +175,7 @@ struct RootBackupTests {
 
 /// Issue 62: a draft's blob dropped while a backup runs stays until the sweep (the backup may
 /// have copied the draft that named it).
-@Suite("End to end: draft blobs and a running backup")
+@Suite("End to end: draft blobs and a running backup", .blocking)
 struct DraftBlobBackupTests {
     @Test("A staged pack dropped while a backup holds backup.lock keeps its blob (a restore of that backup names it); dropped with no backup running, its blob goes at once")
     func droppedDraftBlobsWaitForTheBackup() async throws {

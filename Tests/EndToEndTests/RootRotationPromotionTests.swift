@@ -7,7 +7,7 @@ import Testing
 /// A root version added (`depot root add`, as Deploy/README's rotation of the online key does)
 /// and at once a signed promotion: the origin's own re-sign for the new root may land before the
 /// beta publish, between it and the promotion, or after the promotion.
-@Suite("Protected channels: a signed promotion right after a root rotation")
+@Suite("Protected channels: a signed promotion right after a root rotation", .blocking)
 struct RootRotationPromotionTests {
     @Test("The re-sign for a new root lands between the beta publish and the signed promotion: the promotion goes through")
     func resignBetweenPublishAndPromotion() async throws {
@@ -37,7 +37,7 @@ struct RootRotationPromotionTests {
 
 /// The same against the real `depot serve`, with blobs on disk and in an S3 bucket, with no
 /// wait between the steps: the re-sign lands wherever it does, eight times over.
-@Suite("Protected channels: rotations and signed promotions at once, on disk and in a bucket", .serialized)
+@Suite("Protected channels: rotations and signed promotions at once, on disk and in a bucket", .serialized, .blocking)
 struct RootRotationRaceTests {
     static func rounds(_ environment: [String: String]) throws {
         let work = TemporaryDirectory("depot-rotation-race")

@@ -8,7 +8,7 @@ import Testing
 /// last one the record holds, or equal to it with other packs, is refused unless confirmed; a
 /// record written before it kept what it signed still works; `depot restore --floor N`
 /// continues numbering from N. Real `depot serve`, real CLI.
-@Suite("End to end: the signer's record refuses a number it signed before")
+@Suite("End to end: the signer's record refuses a number it signed before", .blocking)
 struct SignerRecordTests {
     static let app = PackKeyLifeTests.app
 
