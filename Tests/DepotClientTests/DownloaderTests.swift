@@ -12,7 +12,7 @@ struct DownloaderTests {
     static func publish(_ origin: TestOrigin, size: Int, path: String, port: UInt16) throws -> (DownloadItem, [UInt8]) {
         let plaintext = (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 2654435761 >> 13) }
         let head = "PUT /v1/apps/\(origin.app)/packs/p?release=true HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(origin.token)\r\nContent-Length: \(size)\r\nConnection: close\r\n\r\n"
-        #expect(try RawHTTP.send(port: origin.port, head, body: plaintext, timeout: 30).first?.status == 201)
+        #expect(try RawHTTP.send(port: origin.port, head, body: plaintext, timeout: RawHTTP.changeWait).first?.status == 201)
         let envelope = try #require(try RawHTTP.send(port: origin.port, "GET /v1/apps/\(origin.app)/manifest HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first).body
         let entry = try #require(try Envelope.decode(envelope).verifiedManifest(trusting: origin.clientConfiguration().trustedKeys())[pack: "p"])
         let url = URL(string: "http://127.0.0.1:\(port)/v1/apps/\(origin.app)/blobs/\(entry.sha256)")!

@@ -16,8 +16,11 @@ public struct RawHTTP {
         public var bodyText: String { String(decoding: body, as: UTF8.self) }
     }
 
-    /// Sends `request` bytes to 127.0.0.1:`port` and reads until the server closes or `timeout` passes.
-    /// Returns every byte received.
+    /// How long a request that changes state (a publish: encryption, fsyncs, a release under
+    /// the publish lock) may go without an answer byte: the parallel run on a loaded two-core
+    /// CI machine stalled a publish past 60 s twice; only a hang should fail.
+    public static let changeWait: TimeInterval = 600
+
     /// A TCP socket connected to `host` (127.0.0.1 by default):`port`; the caller closes it.
     public static func connect(port: UInt16, host: String = "127.0.0.1", receiveBuffer: Int32? = nil) throws -> Int32 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
@@ -47,6 +50,8 @@ public struct RawHTTP {
         }
     }
 
+    /// Sends `request` bytes to 127.0.0.1:`port` and reads until the server closes or `timeout`
+    /// passes without a byte. Returns every byte received.
     public static func exchange(port: UInt16, host: String = "127.0.0.1", _ request: [UInt8], timeout: TimeInterval = 5) throws -> [UInt8] {
         let fd = try connect(port: port, host: host)
         defer { close(fd) }

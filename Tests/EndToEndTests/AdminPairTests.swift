@@ -202,7 +202,7 @@ struct AdminPairTests {
             let pack = "pack-\(n)"
             let body = CrashDevice.bytes(1024, seed: UInt64(n + 1))
             let head = "PUT /v1/apps/\(app)/packs/\(pack)?release=true HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\nContent-Length: \(body.count)\r\nConnection: close\r\n\r\n"
-            let answer = try RawHTTP.send(port: port, head, body: body, timeout: 60).first
+            let answer = try RawHTTP.send(port: port, head, body: body, timeout: RawHTTP.changeWait).first
             guard answer?.status == 201 else { throw CLIFailure(message: "publish \(pack): \(answer?.status ?? 0) \(answer?.bodyText ?? "")") }
             state.withLock { $0.done.append((pack, body)) }
         }

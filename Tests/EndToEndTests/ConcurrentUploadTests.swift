@@ -126,7 +126,7 @@ struct ConcurrentUploadTests {
         }
         let took = ContinuousClock.now - started
 
-        let release = try #require(try RawHTTP.send(port: port, "POST /v1/apps/\(app)/releases HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(server.token)\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", timeout: 60).first)
+        let release = try #require(try RawHTTP.send(port: port, "POST /v1/apps/\(app)/releases HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(server.token)\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", timeout: RawHTTP.changeWait).first)
         #expect(release.status == 201, "\(release.bodyText)")
         // Counted before the manifest is read: its answer (a large envelope's, from a file) keeps
         // a descriptor per server thread while it is live, by design.

@@ -114,7 +114,7 @@ struct ModelDevice {
     mutating func publish(_ pack: String, body: [UInt8], zip: Bool) throws {
         let head = "PUT /v1/apps/\(origin.app)/packs/\(pack)?release=true&policy=prefetch HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(origin.token)\r\n"
             + (zip ? "Content-Type: application/zip\r\n" : "") + "Content-Length: \(body.count)\r\nConnection: close\r\n\r\n"
-        let answer = try #require(try RawHTTP.send(port: origin.port, head, body: body, timeout: 60).first)
+        let answer = try #require(try RawHTTP.send(port: origin.port, head, body: body, timeout: RawHTTP.changeWait).first)
         #expect(answer.status == 201, "\(answer.bodyText)")
         origin.server.waitForPatches()
         let manifest = try Envelope.decode(manifestBytes()).verifiedManifest(trusting: origin.clientConfiguration().trustedKeys())

@@ -98,7 +98,7 @@ struct InstallStepTests {
         let body = try FileSystem.readFile(file, limit: 256 << 20)
         let head = "PUT /v1/apps/\(origin.app)/packs/\(pack)?release=true HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(origin.token)\r\n"
             + "Content-Type: application/zip\r\nContent-Length: \(body.count)\r\nConnection: close\r\n\r\n"
-        let response = try #require(try RawHTTP.send(port: origin.port, head, body: body, timeout: 60).first)
+        let response = try #require(try RawHTTP.send(port: origin.port, head, body: body, timeout: RawHTTP.changeWait).first)
         #expect(response.status == 201, "\(response.bodyText)")
     }
 

@@ -191,7 +191,7 @@ struct LanguageTests {
                 downloadAllowance: Int64(ja.size), essentialMaxInstallSize: nil, maxInstallSize: ja.installSize
             ))
             let korean = try RawHTTP.send(port: origin.port, "PUT /v1/apps/\(origin.app)/packs/voice-ko?release=true&language=ko HTTP/1.1\r\nHost: x\r\n"
-                + "Authorization: Bearer \(origin.token)\r\nContent-Length: 400000\r\nConnection: close\r\n\r\n", body: bytes(400_000, seed: 15), timeout: 60).first
+                + "Authorization: Bearer \(origin.token)\r\nContent-Length: 400000\r\nConnection: close\r\n\r\n", body: bytes(400_000, seed: 15), timeout: RawHTTP.changeWait).first
             #expect(korean?.status == 409 && korean?.bodyText.contains("allowance_exceeded") == true, "\(korean?.bodyText ?? "")")
             // A German voice smaller than the Japanese one: the keys do not change, so it goes out.
             try put(origin, "voice-de", bytes(100_000, seed: 16), query: "&language=de")

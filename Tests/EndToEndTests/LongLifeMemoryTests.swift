@@ -26,7 +26,7 @@ struct LongLifeMemoryTests {
         func call(_ method: String, _ path: String, body: [UInt8] = [], token: String? = nil) throws -> Int {
             let auth = token.map { "Authorization: Bearer \($0)\r\n" } ?? ""
             let head = "\(method) \(path) HTTP/1.1\r\nHost: x\r\n\(auth)Content-Length: \(body.count)\r\nConnection: close\r\n\r\n"
-            return try RawHTTP.send(port: port, head, body: body, timeout: 60).first?.status ?? 0
+            return try RawHTTP.send(port: port, head, body: body, timeout: RawHTTP.changeWait).first?.status ?? 0
         }
         var baseline = 0
         for round in 1...120 {

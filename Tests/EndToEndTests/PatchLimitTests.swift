@@ -37,7 +37,7 @@ struct PatchLimitTests {
     ) throws -> RawHTTP.Response {
         let head = "PUT /v1/apps/\(app)/packs/\(pack)?release=true\(query) HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\n"
             + "Content-Type: \(type)\r\nContent-Length: \(body.count)\r\nConnection: close\r\n\r\n"
-        return try #require(try RawHTTP.send(port: port, head, body: body, timeout: 120).first)
+        return try #require(try RawHTTP.send(port: port, head, body: body, timeout: RawHTTP.changeWait).first)
     }
 
     static func manifest(_ port: UInt16, app: String, channel: String = "production", keys: [Ed25519PublicKey]) throws -> Manifest {

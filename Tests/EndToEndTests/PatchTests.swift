@@ -275,7 +275,7 @@ struct ZipPatchTests {
         let head = "PUT /v1/apps/\(origin.app)/packs/levels?release=true HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(origin.token)\r\n"
             + "Content-Type: application/zip\r\nContent-Length: \(body.count)\r\nConnection: close\r\n\r\n"
         // (The timeout only ends a hang: under the parallel run an upload may wait its turn.)
-        #expect(try RawHTTP.send(port: origin.port, head, body: body, timeout: 600).first?.status == 201)
+        #expect(try RawHTTP.send(port: origin.port, head, body: body, timeout: RawHTTP.changeWait).first?.status == 201)
     }
 
     @Test("A zip with one entry changed, one removed and one added: the device downloads about those entries, keeps the rest from its tree, and ends with exactly the new tree")

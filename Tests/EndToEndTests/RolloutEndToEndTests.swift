@@ -53,7 +53,7 @@ struct RolloutFleet {
 func call(_ origin: TestOrigin, _ method: String, _ path: String, token: String? = nil, body: [UInt8] = [], headers: String = "") throws -> RawHTTP.Response {
     let auth = (token ?? origin.token).isEmpty ? "" : "Authorization: Bearer \(token ?? origin.token)\r\n"
     let head = "\(method) \(path) HTTP/1.1\r\nHost: x\r\n\(auth)\(headers)Content-Length: \(body.count)\r\nConnection: close\r\n\r\n"
-    return try #require(try RawHTTP.send(port: origin.port, head, body: body, timeout: 30).first)
+    return try #require(try RawHTTP.send(port: origin.port, head, body: body, timeout: RawHTTP.changeWait).first)
 }
 
 /// Access-log lines of successful GETs of blob `sha256`.

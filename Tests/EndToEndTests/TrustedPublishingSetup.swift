@@ -84,7 +84,7 @@ extension TrustedPublishingTests {
 
         /// A call with a bearer token.
         func call(_ method: String, _ path: String, token: String, body: [UInt8] = []) throws -> RawHTTP.Response {
-            try #require(try RawHTTP.send(port: port, "\(method) /v1/apps/\(TrustedPublishingTests.app)\(path) HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\nContent-Length: \(body.count)\r\nConnection: close\r\n\r\n", body: body, timeout: 30).first)
+            try #require(try RawHTTP.send(port: port, "\(method) /v1/apps/\(TrustedPublishingTests.app)\(path) HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\nContent-Length: \(body.count)\r\nConnection: close\r\n\r\n", body: body, timeout: RawHTTP.changeWait).first)
         }
 
         /// The pack ids `channel` serves.
