@@ -11,7 +11,11 @@ import Testing
 func put(_ origin: TestOrigin, _ pack: String, _ bytes: [UInt8], policy: String = "prefetch", query: String = "", expecting: Int = 201) throws -> RawHTTP.Response {
     let head = "PUT /v1/apps/\(origin.app)/packs/\(pack)?release=true&policy=\(policy)\(query) HTTP/1.1\r\nHost: x\r\n"
         + "Authorization: Bearer \(origin.token)\r\nContent-Length: \(bytes.count)\r\nConnection: close\r\n\r\n"
-    let response = try #require(try RawHTTP.send(port: origin.port, head, body: bytes, timeout: RawHTTP.changeWait).first)
+    let started = ContinuousClock.now
+    let answer = try RawHTTP.send(port: origin.port, head, body: bytes, timeout: RawHTTP.changeWait).first
+    // What CI is told when a publish is slow: a stall, or a hang (no answer at all).
+    if ContinuousClock.now - started > .seconds(10) { print("slow publish of \(pack): \(ContinuousClock.now - started), answered: \(answer != nil)") }
+    let response = try #require(answer)
     #expect(response.status == expecting, "\(response.bodyText)")
     return response
 }
