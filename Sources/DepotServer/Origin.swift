@@ -40,6 +40,7 @@ final class Origin: HTTPHandler {
     init(configuration: OriginConfiguration) throws {
         folder = DataFolder(configuration.dataPath)
         folderLock = Mutex(try folder.lockExclusively().release())
+        try DataRestore.unfinished(folder)
         try folder.prepare()
         // A backup copied back by hand (its backup.json is here): numbering continues above
         // every number issued before the restore. A replica publishes nothing.
@@ -70,6 +71,11 @@ final class Origin: HTTPHandler {
             } catch {
                 configuration.logger.warning("could not list unfinished uploads in the object store", metadata: ["error": .string("\(error)")])
             } }
+            if !readOnly {
+                for note in try BucketState(client: s3.client, bucket: s3).prepareWriter(folder, takeOver: configuration.takeOverBucket) {
+                    configuration.logger.notice("\(note)", metadata: ["data": .string(folder.root)])
+                }
+            }
             blobs = s3
         } else {
             blobs = FileBlobStore(folder: folder, changed: { [answers] sha256 in answers.forget(sha256) })
@@ -109,7 +115,13 @@ final class Origin: HTTPHandler {
         patchMaker = maker
         afterChange.withLock { $0 = maker }
         // The collector leaves alone what publishes are storing and staging at that moment.
-        garbage = GarbageCollector(releases: releases, blobs: blobs, inFlight: storing, finishing: { [uploads] in uploads.finishingBlobs() })
+        var garbage = GarbageCollector(releases: releases, blobs: blobs, inFlight: storing, finishing: { [uploads] in uploads.finishingBlobs() })
+        if let bucket = blobs as? S3BlobStore {
+            // What backups of this folder hold in the bucket stays as long as they say.
+            let state = BucketState(client: bucket.client, bucket: bucket)
+            garbage.held = { now in try state.held(now: now, removingExpired: true) }
+        }
+        self.garbage = garbage
         operations = OperationsHandlers(
             metrics: metrics, staticFiles: configuration.publicDirectory.map(StaticFiles.init(root:)), metricsToken: configuration.metricsToken,
             dataRoot: folder.root, observe: { [releases, apps, folder, manifestLifetime = configuration.manifestLifetime] in

@@ -36,6 +36,9 @@ public struct OriginConfiguration: Sendable {
     /// A read-only replica of `objectStore`'s bucket: serves what the writer put there, holds no
     /// keys or tokens, refuses every write with 403.
     public var readOnly = false
+    /// With object storage, a writer whose folder is behind the bucket's pointers (restored
+    /// from an older backup) replaces them; without it, such a start is refused (`bucket_ahead`).
+    public var takeOverBucket = false
     /// How often a replica looks for new releases in the bucket, in seconds.
     public var replicaInterval: TimeInterval = 10
     /// How many earlier revisions of a changed pack get a patch to the new one (0: no patches).

@@ -14,19 +14,30 @@ struct Backup: ParsableCommand {
             again after a restore). It is made in DEST.partial-… and renamed to DEST once whole, with
             DEST/backup.json written last: a folder without backup.json is not a backup. Run by root, it
             stays root (it only reads the data folder) and DEST belongs to root, modes kept; run by another
-            user, DEST is that user's. With --storage s3 the blobs are
-            in the bucket and are not copied: give the bucket versioning or replication of its own.
-            Restore with `depot restore`.
+            user, DEST is that user's. With --storage s3 the blobs are in the bucket and are not copied:
+            the backup leaves a hold there (holds/…json) that keeps every blob it needs for --keep-days
+            days (the origin's sweep honours it), and checks they are there now. Give the bucket
+            versioning or replication of its own against its loss. Restore with `depot restore`.
             """
     )
 
     @OptionGroup var data: DataOptions
+    @OptionGroup var store: ObjectStoreOptions
+    @Option(name: .customLong("keep-days"), help: "With --storage s3: how long the bucket keeps the blobs this backup needs (keep backups no longer than this).")
+    var keepDays: Int = 35
     @Argument(help: "The new folder to copy into (must not exist, or be empty).") var destination: String
 
+    func validate() throws {
+        guard (1...3650).contains(keepDays) else { throw ValidationError("--keep-days takes 1 to 3650") }
+    }
+
     func run() throws {
-        let summary = try DataBackup.take(data: data.data, to: destination)
+        let summary = try DataBackup.take(data: data.data, to: destination, objectStore: store.objectStore(), keepDays: keepDays)
         let apps = summary.record.apps.sorted { $0.key < $1.key }.map { "\($0.key) (release \($0.value))" }
         print("backed up \(data.data) to \(destination): \(summary.files) files, \(summary.bytes) bytes; \(apps.isEmpty ? "no apps" : apps.joined(separator: ", "))")
+        if let hold = summary.record.hold, let until = summary.record.blobsKeptUntil {
+            print("the bucket keeps the blobs it needs until \(DataRestore.Outcome.format(until)) (\(hold))")
+        }
         for what in summary.passedOver {
             FileHandle.standardError.write(Data("warning: not copied from \(data.data): \(what); depot makes none there\n".utf8))
         }
@@ -44,13 +55,17 @@ struct Restore: ParsableCommand {
             cp -a), as restored. Either way release numbers and changed pack revisions continue from the
             Unix time in seconds (above every number the origin issued before, at fewer than one release a
             second on average, on a host whose clock is right): the next publish reaches every device, and
-            no release number an edge cached is used again. Run by root, the restored files are given to
+            no release number an edge cached is used again. The copy is checked before it takes the folder's
+            place: every pointer and running rollout names a release it holds, and every blob their releases
+            and the drafts name is there (with --storage s3, in the bucket; its release numbers count toward
+            the floor too). Run by root, the restored files are given to
             --owner, by default the owner of the folder that was there (or, restoring into a new folder,
             of the backup): the user the origin runs as must own them.
             """
     )
 
     @OptionGroup var data: DataOptions
+    @OptionGroup var store: ObjectStoreOptions
     @Argument(help: "A backup made by `depot backup`; omitted: the data folder was restored by other means.") var backup: String?
     @Flag(name: .customLong("replace"), help: "Move a non-empty data folder aside (DIR.before-restore-<time>) instead of refusing.") var replace = false
     @Option(help: ArgumentHelp("Run by root: the user (and its group) the restored files are given to. Default: the owner of the folder at --data, else of the backup.", valueName: "user"))
@@ -88,7 +103,7 @@ struct Restore: ParsableCommand {
             if owner?.uid == 0 {
                 print("warning: the restored folder belongs to root; an origin that runs as another user cannot read it: give --owner assetdepot (or the user depot serve runs as)")
             }
-            outcome = try DataRestore.restore(backup: backup, into: data.data, replace: replace, owner: owner, floor: floor)
+            outcome = try DataRestore.restore(backup: backup, into: data.data, replace: replace, owner: owner, floor: floor, objectStore: store.objectStore())
             if let aside = outcome.setAside { print("moved the folder that was at \(data.data) to \(aside)") }
         } else {
             guard owner == nil else { throw CLIError("--owner is for restoring a backup") }
@@ -96,5 +111,6 @@ struct Restore: ParsableCommand {
             outcome = try DataRestore.markRestored(data: data.data, floor: floor)
         }
         print("\(data.data): \(outcome.description)")
+        for warning in outcome.warnings { print("warning: \(warning)") }
     }
 }

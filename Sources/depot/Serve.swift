@@ -92,6 +92,9 @@ struct Serve: ParsableCommand {
     @Flag(name: .customLong("read-only"), inversion: .prefixedNo, help: "With --storage s3: a replica that serves the releases and blobs the writing origin put in the bucket, with no keys and no tokens; every write gets 403 (env DEPOT_READ_ONLY=1).")
     var readOnly = Environment.string("DEPOT_READ_ONLY") == "1"
 
+    @Flag(name: .customLong("take-over-bucket"), help: "With --storage s3: this writer's folder is behind the bucket's channel pointers (restored from an older backup) and its pointers replace them; without it, such a start is refused, as a restore drill against the live bucket is.")
+    var takeOverBucket = false
+
     @Option(name: .customLong("replica-interval"), help: "With --read-only: seconds between looks for new releases in the bucket (env DEPOT_REPLICA_INTERVAL).")
     var replicaInterval: Int = Environment.int("DEPOT_REPLICA_INTERVAL", 10)
     @Option(name: .customLong("report-rate-per-address"), help: "Device reports accepted per second from one client address, burst twice that (env DEPOT_REPORT_RATE_PER_ADDRESS; an edge or a NAT speaks for many devices).")
@@ -221,6 +224,7 @@ struct Serve: ParsableCommand {
         configuration.blobGrace = TimeInterval(graceSeconds)
         configuration.objectStore = try store.objectStore()
         configuration.readOnly = readOnly
+        configuration.takeOverBucket = takeOverBucket
         configuration.replicaInterval = TimeInterval(replicaInterval)
         configuration.reportRatePerAddress = Double(reportRatePerAddress)
         configuration.reportRateTotal = Double(reportRateTotal)

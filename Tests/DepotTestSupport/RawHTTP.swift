@@ -57,9 +57,25 @@ public struct RawHTTP {
         defer { close(fd) }
         var tv = timeval(tv_sec: Int(timeout), tv_usec: Int((timeout - floor(timeout)) * 1_000_000))
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-        sendAll(fd, request)
         var received: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 65536)
+        // Reads while it sends: a server that answers before the body is all sent (a 4xx, a
+        // 507) and closes is read before the reset its close causes can discard the answer.
+        var sent = 0
+        while sent < request.count {
+            var ready = pollfd(fd: fd, events: Int16(POLLIN | POLLOUT), revents: 0)
+            guard poll(&ready, 1, Int32(timeout * 1000)) > 0 else { break }
+            if ready.revents & Int16(POLLIN) != 0 {
+                let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
+                if n > 0 { received += buffer[0..<n] } else if n == 0 { break }
+            }
+            if ready.revents & Int16(POLLERR | POLLHUP) != 0 { break }
+            if ready.revents & Int16(POLLOUT) != 0 {
+                let n = request.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + sent, min(request.count - sent, 1 << 16), Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+                if n < 0 && errno != EAGAIN && errno != EINTR { break }
+                if n > 0 { sent += n }
+            }
+        }
         while true {
             let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
             if n <= 0 { break }

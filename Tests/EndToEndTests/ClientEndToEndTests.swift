@@ -14,8 +14,8 @@ func put(_ origin: TestOrigin, _ pack: String, _ bytes: [UInt8], policy: String 
     let started = ContinuousClock.now
     let answer = try RawHTTP.send(port: origin.port, head, body: bytes, timeout: RawHTTP.changeWait).first
     // What CI is told when a publish is slow: a stall, or a hang (no answer at all).
-    if ContinuousClock.now - started > .seconds(10) { print("slow publish of \(pack): \(ContinuousClock.now - started), answered: \(answer != nil)") }
-    let response = try #require(answer)
+    if ContinuousClock.now - started > .seconds(10) || answer == nil { print("publish of \(pack): \(ContinuousClock.now - started), answered: \(answer != nil)") }
+    let response = try #require(answer, "no answer to the publish of \(pack) after \(ContinuousClock.now - started)")
     #expect(response.status == expecting, "\(response.bodyText)")
     return response
 }

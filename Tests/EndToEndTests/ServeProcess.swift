@@ -18,9 +18,9 @@ final class ServeProcess {
     /// Starts `depot serve`; with `bootstrap`, waits for the banner of a new data folder (its token).
     /// `binary` is the executable started (the one just built by default), `directory` its working
     /// directory (the test's by default).
-    init(data: String, environment: [String: String], bootstrap: Bool = true, binary: String = Processes.depotBinary, directory: String? = nil) throws {
+    init(data: String, environment: [String: String], bootstrap: Bool = true, binary: String = Processes.depotBinary, directory: String? = nil, arguments: [String] = []) throws {
         process.executableURL = URL(fileURLWithPath: binary)
-        process.arguments = ["serve"]
+        process.arguments = ["serve"] + arguments
         if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
         process.environment = ProcessInfo.processInfo.environment.merging(["DEPOT_DATA": data, "DEPOT_LISTEN": "127.0.0.1:0", "DEPOT_PATCH_DEPTH": "0"].merging(environment) { $1 }) { $1 }
         process.standardOutput = output

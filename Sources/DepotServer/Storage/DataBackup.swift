@@ -11,6 +11,12 @@ public struct BackupRecord: Codable, Sendable {
     public var takenAt: Date
     /// Each app's highest release in the copy (the highest number its pointers name).
     public var apps: [String: Int]
+    /// With object storage: the bucket the blobs are in (endpoint, bucket and prefix), the
+    /// hold that keeps them there (``BackupHold``'s key) and until when. nil: the blobs are in
+    /// the backup's `blobs/`.
+    public var objectStore: String? = nil
+    public var hold: String? = nil
+    public var blobsKeptUntil: Date? = nil
 
     public static let currentFormat = 1
     /// The record's name in a backup (and in a data folder a backup was copied back into by hand).
@@ -24,8 +30,9 @@ public struct BackupRecord: Codable, Sendable {
 /// written once and renamed into place, and a record is written only after what it names is
 /// durable: a release before the pointer (`head`, `current`, `channels/*`) that names it, a key
 /// before anything signed or encrypted with it, a blob before any release or draft that names
-/// it. So the copy takes the pointers of every app first, then the rest of `apps/` (releases,
-/// signed copies, drafts, rollouts, settings, reports, trust rules, attested keys), then `keys/`, `tokens.json`
+/// it. So the copy takes the pointers of every app first, then the rest of `apps/` (signed
+/// copies, drafts, rollouts, statements, settings, reports, trust rules, attested keys; each
+/// app's `releases/` after the rest of it), then `keys/`, `tokens.json`
 /// and the other files of the root, and `blobs/` last: whatever a copied file names was on disk
 /// before it, and is copied after it. Blobs are never removed meanwhile: the copy holds
 /// `backup.lock` shared (``BackupLock``), and the origin's sweep and `depot gc` skip their
@@ -51,7 +58,18 @@ public enum DataBackup {
 
     /// Copies the data folder at `data` into the new folder `destination` (which must not exist,
     /// or be empty).
-    public static func take(data: String, to destination: String) throws -> Summary {
+    ///
+    /// With `objectStore` (the origin keeps blobs in a bucket), no blob is copied: the backup
+    /// leaves a hold in the bucket (``BackupHold``) that keeps, until `keepDays` days on, every
+    /// blob its live state names and those of releases published within `retention` before it,
+    /// and checks that the bucket holds them now.
+    public static func take(data: String, to destination: String, objectStore: S3Location? = nil, keepDays: Int = 35, retention: TimeInterval = 30 * 86_400) throws -> Summary {
+        try take(data: data, to: destination, objectStore: objectStore, keepDays: keepDays, retention: retention, afterCopying: nil)
+    }
+
+    /// `afterCopying`: called with each app's `releases` once copied (tests: what a publish
+    /// right then does to the copy).
+    static func take(data: String, to destination: String, objectStore: S3Location?, keepDays: Int, retention: TimeInterval, afterCopying: ((String) -> Void)?) throws -> Summary {
         let folder = DataFolder(data)
         guard folder.exists else { throw DepotError.notFound("a data folder at \(data)") }
         let destination = destination.count > 1 && destination.hasSuffix("/") ? String(destination.dropLast()) : destination
@@ -80,25 +98,45 @@ public enum DataBackup {
             var pointed = Set<String>()
             let apps = copier.entries("apps").filter { isApp(copier, $0) }
             for app in apps { try copyPointers(app, into: partial, copier: copier, copied: &pointed) }
-            // 2. The rest of apps/ (an app made meanwhile: its pointers first, too).
+            // 2. The rest of apps/ (an app made meanwhile: its pointers first, too), each app's
+            //    releases/ after the rest of it: rollouts, signed copies and statements name
+            //    releases, so a release one of them names was on disk before it was copied.
             for name in copier.entries("apps") {
                 guard let kind = copier.kind("apps/" + name), !skipped(name, kind: kind) else { continue }
+                let releases = "apps/" + name + "/releases"
                 if isApp(copier, name) && !apps.contains(name) { try copyPointers(name, into: partial, copier: copier, copied: &pointed) }
-                try copier.copy("apps/" + name, to: partial + "/apps/" + name, excluding: pointed)
+                try copier.copy("apps/" + name, to: partial + "/apps/" + name, excluding: pointed.union([releases]))
+                if isApp(copier, name), copier.kind(releases) == .folder {
+                    try copier.copy(releases, to: partial + "/" + releases)
+                    afterCopying?(releases)
+                }
             }
             try FileSystem.syncDirectory(partial + "/apps")
             // 3. Keys, then tokens.json and whatever else the root holds.
             try copier.copy("keys", to: partial + "/keys")
-            for name in copier.entries("") where !["apps", "blobs", "keys", "uploads", BackupRecord.fileName].contains(name) {
+            // Not what a restore into a mount point keeps there (the folder it set aside, its copy, its marker).
+            for name in copier.entries("") where !["apps", "blobs", "keys", "uploads", BackupRecord.fileName, "lost+found"].contains(name) && !DataRestore.keptInPlace(name) {
                 guard let kind = copier.kind(name), !skipped(name, kind: kind) else { continue }
                 try copier.copy(name, to: partial + "/" + name)
             }
             // 4. Blobs last: every blob a copied release or draft names is on disk by now.
             try copier.copy("blobs", to: partial + "/blobs")
-            let record = BackupRecord(
+            var record = BackupRecord(
                 format: BackupRecord.currentFormat, depotVersion: AssetDepotVersion.current, takenAt: takenAt,
                 apps: ReleaseFloor.highestReleases(DataFolder(partial), pointersOnly: true)
             )
+            // 5. What the copy names, held (a bucket) and checked: a copy that would restore
+            //    into manifests naming missing files is no backup.
+            let copy = DataFolder(partial)
+            let bucket = try objectStore.map(BucketState.init)
+            if let bucket, let objectStore {
+                let named = try DataRestore.named(copy, takenAt: takenAt, retention: retention)
+                let keepUntil = takenAt.addingTimeInterval(TimeInterval(keepDays) * 86_400)
+                record.hold = try bucket.hold(Set(named.live.map(\.blob)).union(named.recent), takenAt: takenAt, keepUntil: keepUntil)
+                (record.objectStore, record.blobsKeptUntil) = (DataRestore.describe(objectStore), keepUntil)
+            }
+            let findings = try DataRestore.check(copy, stored: DataRestore.storedBlobs(copy, bucket: bucket), takenAt: takenAt, retention: retention)
+            guard findings.whole else { throw findings.refusal(where: bucket == nil ? "the copy" : "the bucket") }
             try StoredJSON.write(record, to: partial + "/" + BackupRecord.fileName, mode: 0o600)
             try copier.applyFolderModes()
             try FileSystem.syncDirectory(partial)

@@ -18,6 +18,9 @@ public enum DataRestore {
         /// A release number the folder set aside shows above the Unix time plus a day (no honest
         /// origin issues one: an attacker's), not taken into the floor.
         public var notTaken: Int?
+        /// What the check found and let pass (blobs of recent releases the store lacks; a
+        /// bucket's release numbers it did not take).
+        public var warnings: [String] = []
 
         /// One line for the operator (and the origin's log).
         public var description: String {
@@ -29,7 +32,7 @@ public enum DataRestore {
             return "\(when): release numbers continue from \(floor)" + note
         }
 
-        static func format(_ date: Date) -> String {
+        public static func format(_ date: Date) -> String {
             let formatter = ISO8601DateFormatter()
             return formatter.string(from: date)
         }
@@ -58,18 +61,33 @@ public enum DataRestore {
     ///
     /// `owner`: who the copy is given to (every file and folder, before it takes the folder's
     /// place), when root restores for the user the origin runs as.
-    public static func restore(backup: String, into data: String, replace: Bool, owner: (uid: uid_t, gid: gid_t)? = nil, floor asked: Int? = nil, now: Date = Date()) throws -> Outcome {
+    ///
+    /// With `objectStore`, the blobs are in that bucket: the restore checks there that every
+    /// blob the backup's live state names is held (``check(_:stored:takenAt:retention:)``), and
+    /// its floor goes above every release number the bucket holds. A backup taken with a bucket
+    /// is refused without one.
+    public static func restore(backup: String, into data: String, replace: Bool, owner: (uid: uid_t, gid: gid_t)? = nil, floor asked: Int? = nil, objectStore: S3Location? = nil, now: Date = Date()) throws -> Outcome {
         let record = try record(of: backup)
-        let data = data.count > 1 && data.hasSuffix("/") ? String(data.dropLast()) : data
+        if let named = record.objectStore, objectStore == nil {
+            throw DepotError.badRequest("\(backup) is a backup of an origin whose blobs are in a bucket (\(named)): give --storage s3 and the bucket's options, so that the restore checks the blobs it names are there; nothing was changed")
+        }
+        let bucket = try objectStore.map(BucketState.init)
+        var warnings: [String] = []
+        let given = data.count > 1 && data.hasSuffix("/") ? String(data.dropLast()) : data
+        // A data folder that is a link (to a volume's folder): restored where it points, the
+        // link kept. One that is a mount point (a dedicated volume): restored inside it, since
+        // a mount point cannot be renamed and the copy belongs on that volume.
+        let data = Self.resolvedLink(given)
         let existing = FileSystem.isDirectory(data)
-        let empty = !existing || FileSystem.contents(of: data).allSatisfy { $0 == "serve.lock" }
+        let inside = existing && Self.isMountPoint(data)
+        let empty = !existing || FileSystem.contents(of: data).allSatisfy { Self.keptInPlace($0) || $0 == "lost+found" }
         if !empty && !replace {
-            throw DepotError.conflict("data_folder_not_empty", "\(data) is not empty: give --replace to move it aside to \(data).before-restore-… (it is kept), or restore into a new folder")
+            throw DepotError.conflict("data_folder_not_empty", "\(given) is not empty: give --replace to move it aside to \(inside ? data + "/.before-restore-…" : data + ".before-restore-…") (it is kept), or restore into a new folder")
         }
         // Held until the swap: no origin starts on the old folder meanwhile.
         let lock = existing ? try DataFolder(data).lockExclusively() : nil
         defer { try? lock?.close() }
-        let partial = data + ".partial-restore-" + Hex.encode(SecureRandom.bytes(6))
+        let partial = (inside ? data + "/.partial-restore-" : data + ".partial-restore-") + Hex.encode(SecureRandom.bytes(6))
         // Every number the folder set aside shows (releases published since the backup, a floor
         // a restore already raised), read as root may read the service user's files.
         let shown = existing && !empty ? try TreeCopier(source: data).highestRelease() : 0
@@ -80,7 +98,21 @@ public enum DataRestore {
             // Above what the folder set aside shows, and at least the backup's own time (a clock
             // set back below it would otherwise number below releases issued after it).
             let ceiling = Int(now.timeIntervalSince1970) + 86_400
-            let evidence = max(asked ?? 0, shown < ceiling ? shown + 1 : 0, Self.afterBackup(record.takenAt, ceiling: ceiling))
+            let findings = try check(DataFolder(partial), stored: storedBlobs(DataFolder(partial), bucket: bucket), takenAt: record.takenAt)
+            guard findings.whole else { throw findings.refusal(where: bucket == nil ? "the backup's blobs/" : "the bucket") }
+            if findings.missingRecent > 0 {
+                warnings.append("\(findings.missingRecent) blobs of releases published in the 30 days before the backup are not in \(bucket == nil ? "the backup" : "the bucket"): rolling back to those releases will fail")
+            }
+            // The bucket's numbers too: a writer's mirror never uploads a number the bucket holds.
+            var inBucket = 0
+            if let bucket {
+                let highest = try bucket.highestReleases()
+                inBucket = highest.values.filter { $0 < ceiling }.max() ?? 0
+                if let inflated = highest.values.filter({ $0 >= ceiling }).max() {
+                    warnings.append("the bucket holds release \(inflated), above the Unix time plus a day, which no honest origin issues: not taken into the floor")
+                }
+            }
+            let evidence = max(asked ?? 0, shown < ceiling ? shown + 1 : 0, Self.afterBackup(record.takenAt, ceiling: ceiling), inBucket + 1)
             let floor = try ReleaseFloor.raiseForRestore(DataFolder(partial), atLeast: evidence, now: now)
             // Root's alone (0700) until here; the folders get their modes, the top last of all.
             let top = try copier.applyFolderModes(keepingTop: true)
@@ -91,7 +123,9 @@ public enum DataRestore {
             }
             try FileSystem.syncDirectory(partial)
             var aside: String?
-            if existing && !empty {
+            if inside {
+                aside = try swapInside(data, partial: partial, setAside: !empty, now: now)
+            } else if existing && !empty {
                 let stamp = DateFormatter()
                 stamp.locale = Locale(identifier: "en_US_POSIX")
                 stamp.timeZone = TimeZone(identifier: "UTC")
@@ -107,12 +141,106 @@ public enum DataRestore {
                 FileSystem.remove(data + "/serve.lock")
                 FileSystem.removeDirectory(data)
             }
-            try FileSystem.durableRename(partial, to: data)
-            return Outcome(takenAt: record.takenAt, floor: floor, setAside: aside, notTaken: shown < ceiling ? nil : shown)
+            if !inside { try FileSystem.durableRename(partial, to: data) }
+            return Outcome(takenAt: record.takenAt, floor: floor, setAside: aside, notTaken: shown < ceiling ? nil : shown, warnings: warnings)
         } catch {
             try? FileManager.default.removeItem(atPath: partial)
             throw error
         }
+    }
+
+    /// The marker a restore inside a mount point leaves while it moves the folder's entries;
+    /// the origin refuses to start on a folder that has it (``unfinished(_:)``).
+    static let marker = ".restoring"
+
+    /// Names at a data folder's top that a restore inside it leaves where they are: its lock,
+    /// what earlier restores set aside there, its own copy and marker.
+    static func keptInPlace(_ name: String) -> Bool {
+        name == "serve.lock" || name == marker || name.hasPrefix(".before-restore-") || name.hasPrefix(".partial-restore-")
+    }
+
+    /// `path` itself, or where it points when it is a symbolic link (absolute, resolved).
+    static func resolvedLink(_ path: String) -> String {
+        var info = stat()
+        guard lstat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFLNK, let resolved = realpath(path, nil) else { return path }
+        defer { free(resolved) }
+        return String(cString: resolved)
+    }
+
+    /// True when `path` is a mount point: on another device than its parent, the same inode as
+    /// its parent (`/`), or named in `/proc/self/mountinfo` (a bind mount of a folder on the
+    /// same device).
+    static func isMountPoint(_ path: String) -> Bool {
+        var own = stat(), parent = stat()
+        guard stat(path, &own) == 0, stat(path + "/..", &parent) == 0 else { return false }
+        if own.st_dev != parent.st_dev || own.st_ino == parent.st_ino { return true }
+        guard let resolved = realpath(path, nil) else { return false }
+        defer { free(resolved) }
+        let absolute = String(cString: resolved)
+        // A /proc file says its size is 0: read to its end.
+        guard let table = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return false }
+        // Field 5 is the mount point, with space, tab, newline and backslash as octal escapes.
+        for line in table.split(separator: "\n") {
+            let fields = line.split(separator: " ", omittingEmptySubsequences: false)
+            guard fields.count > 4 else { continue }
+            let point = fields[4].replacingOccurrences(of: "\\040", with: " ").replacingOccurrences(of: "\\011", with: "\t")
+                .replacingOccurrences(of: "\\012", with: "\n").replacingOccurrences(of: "\\134", with: "\\")
+            if point == absolute { return true }
+        }
+        return false
+    }
+
+    /// A restore into a mount point: the copy was made at `partial` inside it. With `setAside`,
+    /// the folder's entries (but those ``keptInPlace(_:)`` and `lost+found`) move into
+    /// `.before-restore-<time>` inside it; then the copy's entries move up, and the copy's
+    /// folder goes. A marker (``marker``) is there from before the first move until after the
+    /// last: a crash between leaves it, and the origin refuses to start until a restore runs
+    /// again with --replace. Returns where the old entries went.
+    static func swapInside(_ data: String, partial: String, setAside: Bool, now: Date) throws -> String? {
+        let markerPath = data + "/" + marker
+        try FileSystem.writeAtomically(Array("a restore into this folder did not finish: run depot restore again with --replace\n".utf8), to: markerPath)
+        var aside: String?
+        if setAside {
+            let stamp = DateFormatter()
+            stamp.locale = Locale(identifier: "en_US_POSIX")
+            stamp.timeZone = TimeZone(identifier: "UTC")
+            stamp.dateFormat = "yyyyMMdd'T'HHmmss'Z'"
+            let base = data + "/.before-restore-" + stamp.string(from: now)
+            guard let path = ([base] + (2...99).map { base + "-\($0)" }).first(where: { !FileSystem.exists($0) }) else {
+                throw DepotError.conflict("data_folder_busy", "\(base) and 98 more like it exist already: move them away first")
+            }
+            guard mkdir(path, 0o700) == 0 else { throw SystemError(call: "mkdir", errno: errno, path: path) }
+            for name in FileSystem.contents(of: data) where !keptInPlace(name) && name != "lost+found" {
+                guard rename(data + "/" + name, path + "/" + name) == 0 else { throw SystemError(call: "rename", errno: errno, path: data + "/" + name) }
+            }
+            try FileSystem.syncDirectory(path)
+            aside = path
+        }
+        for name in FileSystem.contents(of: partial) {
+            guard rename(partial + "/" + name, data + "/" + name) == 0 else { throw SystemError(call: "rename", errno: errno, path: partial + "/" + name) }
+        }
+        // The copy's top folder's mode and owner go to the mount point, as its own would have.
+        var top = stat()
+        if stat(partial, &top) == 0 {
+            _ = chmod(data, top.st_mode & 0o7777)
+            _ = chown(data, top.st_uid, top.st_gid)
+        }
+        FileSystem.removeDirectory(partial)
+        try FileSystem.syncDirectory(data)
+        FileSystem.remove(markerPath)
+        try FileSystem.syncDirectory(data)
+        return aside
+    }
+
+    /// Refuses a folder a restore inside a mount point did not finish moving (``marker``).
+    static func unfinished(_ folder: DataFolder) throws {
+        guard FileSystem.exists(folder.root + "/" + marker) else { return }
+        throw DepotError.conflict("restore_unfinished", "\(folder.root) holds \(marker): a restore into it did not finish moving its files, and what is there is a mix. Run depot restore --replace with the backup again (the mix is set aside, not deleted); nothing was started")
+    }
+
+    /// A bucket as a backup's record names it: endpoint, bucket and prefix (no credentials).
+    static func describe(_ location: S3Location) -> String {
+        location.endpoint.absoluteString + " bucket " + location.bucket + (location.prefix.isEmpty ? "" : " prefix " + location.prefix)
     }
 
     /// Gives every file and folder under `root` (itself included) to `owner`, links not followed,

@@ -1,0 +1,114 @@
+import DepotClient
+import DepotCore
+@testable import DepotServer
+import DepotTestSupport
+import Foundation
+import Testing
+
+extension ObjectStorageTests {
+    @Test("A backup with object storage holds its blobs in the bucket past the sweep; the restore checks them there and numbers above the bucket; a drill started as a writer on the live bucket is refused, a restore takes over with --take-over-bucket, and a device syncs the restored release byte-identical")
+    func backupAndRestoreWithBucket() throws {
+        let engine = try S3Engine()
+        defer { engine.remove() }
+        let store = try Self.bucket(engine, "live")
+        let work = TemporaryDirectory("depot-s3-restore")
+        defer { work.remove() }
+        // One address for production and the restored origin: the releases name it.
+        let port = try NginxEdge.freePort()
+        let s3 = Self.environment(engine, bucket: "live").merging(["DEPOT_LISTEN": "127.0.0.1:\(port)", "DEPOT_PUBLIC_URL": "http://127.0.0.1:\(port)"]) { $1 }
+        let data = work.path + "/data"
+        // Sweeps every second, keeping no release for its age: only live state and holds keep blobs.
+        let sweeping = s3.merging(["DEPOT_REFRESH_INTERVAL": "1", "DEPOT_RETENTION_DAYS": "0", "DEPOT_GRACE_SECONDS": "1"]) { $1 }
+        var writer: ServeProcess? = try ServeProcess(data: data, environment: sweeping)
+        defer { if let writer, writer.process.isRunning { writer.process.terminate(); writer.process.waitUntilExit() } }
+        let depot = Processes.depotBinary
+        let environment = ["XDG_CACHE_HOME": work.path + "/cache", "DEPOT_TOKEN": writer!.token]
+        let common = ["--server", writer!.url, "--app", "com.example.dev"]
+        func publish(_ seed: UInt64) throws -> String {
+            let file = try work.file("level-\(seed).bin", size: 200_000, seed: seed)
+            let run = try Processes.run(depot, ["publish", file, "--pack", "level", "--release", "--quiet"] + common, environment: environment)
+            #expect(run.status == 0, "\(run.stderr)")
+            return file
+        }
+        func blobs() throws -> Set<String> { Set(try store.list(prefix: "blobs/").map { String($0.key.dropFirst(6)) }) }
+        let first = try publish(1)
+        let held = try blobs()
+        #expect(held.count == 1)
+        Eventually.wait { (try? store.list(prefix: "apps/com.example.dev/channels/").isEmpty == false) ?? false }
+
+        // Without the bucket's options the backup would not know where the blobs are: it is
+        // taken with them (as the unit's environment gives them), and leaves a hold.
+        let backup = try Processes.run(depot, ["backup", "--data", data, work.path + "/backup", "--keep-days", "2"], environment: s3)
+        #expect(backup.status == 0 && backup.stdout.contains("the bucket keeps the blobs it needs until"), "\(backup.stdout) \(backup.stderr)")
+        let holds = try store.list(prefix: "holds/")
+        #expect(holds.count == 1, "\(holds.map(\.key))")
+        let record = try StoredJSON.read(BackupRecord.self, from: work.path + "/backup/backup.json")
+        #expect(record.hold == holds.first?.key && record.objectStore?.contains("bucket live") == true)
+
+        // Two more revisions: the middle one is neither live nor held, and is swept; the first,
+        // no longer live either, is held by the backup and stays.
+        _ = try publish(2)
+        let middle = try #require(try blobs().subtracting(held).first)
+        _ = try publish(3)
+        #expect(Eventually.wait(every: .milliseconds(200)) { (try? blobs().contains(middle)) == false }, "the sweep ran")
+        #expect(try blobs().isSuperset(of: held), "the backup's blob is kept by its hold")
+        let releasesInBucket = try #require(try BucketState(client: store.client, bucket: store).highestReleases()["com.example.dev"])
+
+        // A drill: restored into another folder, checked against the bucket.
+        let drill = work.path + "/drill"
+        let noBucket = try Processes.run(depot, ["restore", "--data", drill, work.path + "/backup"])
+        #expect(noBucket.status != 0 && noBucket.stderr.contains("give --storage s3"), "\(noBucket.stderr)")
+        #expect(!FileSystem.exists(drill))
+        let restored = try Processes.run(depot, ["restore", "--data", drill, work.path + "/backup"], environment: s3)
+        #expect(restored.status == 0, "\(restored.stderr)")
+        let floor = try #require(ReleaseStore.readNumber(drill + "/release-floor"))
+        #expect(floor > releasesInBucket, "the floor \(floor) lies above the bucket's release \(releasesInBucket)")
+
+        // Started as a writer while production runs on the bucket: refused, nothing written.
+        let pointersBefore = try store.list(prefix: "apps/com.example.dev/channels/").map(\.modified)
+        let refused = try Processes.run(depot, ["serve", "--data", drill], environment: s3.merging(["DEPOT_LISTEN": "127.0.0.1:0"]) { $1 })
+        #expect(refused.status != 0 && refused.stderr.contains("ahead of this data folder"), "\(refused.stdout) \(refused.stderr)")
+        #expect(try store.list(prefix: "apps/com.example.dev/channels/").map(\.modified) == pointersBefore)
+
+        // The real restore: production stopped, the restored folder takes the bucket over.
+        writer!.process.terminate()
+        writer!.process.waitUntilExit()
+        writer = nil
+        let takeOver = try ServeProcess(data: drill, environment: s3, bootstrap: false, arguments: ["--take-over-bucket"])
+        defer { takeOver.process.terminate(); takeOver.process.waitUntilExit() }
+        #expect(takeOver.banner.contains("public URL"), "\(takeOver.banner) \(takeOver.errorOutputSoFar())")
+        let keys = try Processes.run(depot, ["keys", "export", "--data", drill, "--app", "com.example.dev"])
+        try FileSystem.writeAtomically(Array(keys.stdout.utf8), to: work.path + "/client.json")
+        let sync = try Processes.run(depot, ["sync", "--config", work.path + "/client.json", "--dest", work.path + "/device", "--quiet", "--server", takeOver.url, "--app", "com.example.dev"])
+        #expect(sync.status == 0, "\(sync.stderr)")
+        #expect(try FileSystem.readFile(work.path + "/device/packs/level") == FileSystem.readFile(first))
+    }
+
+    @Test("A restore whose blobs the bucket no longer holds is refused, naming them, and changes nothing")
+    func restoreRefusedForMissingBlobs() throws {
+        let engine = try S3Engine()
+        defer { engine.remove() }
+        let store = try Self.bucket(engine, "gone")
+        let work = TemporaryDirectory("depot-s3-gone")
+        defer { work.remove() }
+        let s3 = Self.environment(engine, bucket: "gone")
+        let data = work.path + "/data"
+        let writer = try ServeProcess(data: data, environment: s3)
+        let file = try work.file("level.bin", size: 100_000, seed: 7)
+        let depot = Processes.depotBinary
+        let run = try Processes.run(depot, ["publish", file, "--pack", "level", "--release", "--quiet", "--server", writer.url, "--app", "com.example.dev"],
+                                    environment: ["XDG_CACHE_HOME": work.path + "/cache", "DEPOT_TOKEN": writer.token])
+        #expect(run.status == 0, "\(run.stderr)")
+        let backup = try Processes.run(depot, ["backup", "--data", data, work.path + "/backup"], environment: s3)
+        #expect(backup.status == 0, "\(backup.stderr)")
+        writer.process.terminate()
+        writer.process.waitUntilExit()
+        // What a sweep that knew no hold would have done (an older depot, a hold expired).
+        for blob in store.enumerate() { store.remove(blob.sha256) }
+        let target = work.path + "/restored"
+        let refused = try Processes.run(depot, ["restore", "--data", target, work.path + "/backup"], environment: s3)
+        #expect(refused.status != 0 && refused.stderr.contains("does not hold"), "\(refused.stderr)")
+        #expect(refused.stderr.contains("channels/production") || refused.stderr.contains("pack level"), "\(refused.stderr)")
+        #expect(!FileSystem.exists(target) && FileSystem.contents(of: work.path).filter { $0.contains("partial-restore") }.isEmpty)
+    }
+}
