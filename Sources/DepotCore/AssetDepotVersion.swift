@@ -4,5 +4,5 @@
 /// (said in CHANGELOG.md), a patch version never does.
 public enum AssetDepotVersion {
     /// This build's version: `MAJOR.MINOR.PATCH`.
-    public static let current = "0.1.0"
+    public static let current = "0.2.0"
 }
