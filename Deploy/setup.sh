@@ -20,6 +20,7 @@ test_packages=(python3 python3-pip python3-cryptography nginx-light systemd wrk 
   chromium chromium-driver  # the browser the dashboard's test drives (Tests/Browser)
   prometheus  # its promtool checks Deploy/prometheus/alerts.yml (Tests/EndToEndTests/AlertRulesTests.swift)
   dpkg-dev  # dpkg-shlibdeps names the package's Depends (Deploy/package.sh, Deploy/package-test.sh)
+  lintian  # checks the Debian package; an error fails Deploy/package-test.sh
   strace  # counts each anonymous route's system calls at small and large history (Tests/EndToEndTests/CostTests.swift)
   softhsm2 opensc)  # a PKCS#11 token and pkcs11-tool, for the root and release keys in hardware (Tests/EndToEndTests/HardwareKeyTests.swift)
 
