@@ -45,6 +45,7 @@ public struct RawHTTP {
         var sent = 0
         while sent < bytes.count {
             let n = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + sent, bytes.count - sent, Int32(MSG_NOSIGNAL)) }
+            if n < 0 && errno == EINTR { continue }
             if n <= 0 { break }
             sent += n
         }
@@ -64,7 +65,11 @@ public struct RawHTTP {
         var sent = 0
         while sent < request.count {
             var ready = pollfd(fd: fd, events: Int16(POLLIN | POLLOUT), revents: 0)
-            guard poll(&ready, 1, Int32(timeout * 1000)) > 0 else { break }
+            let polled = poll(&ready, 1, Int32(timeout * 1000))
+            // A signal to this thread (another test's child ending, glibc's set*id broadcast)
+            // interrupts a call on a socket with a timeout even under SA_RESTART: go on.
+            if polled < 0 && errno == EINTR { continue }
+            guard polled > 0 else { break }
             if ready.revents & Int16(POLLIN) != 0 {
                 let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
                 if n > 0 { received += buffer[0..<n] } else if n == 0 { break }
@@ -78,6 +83,7 @@ public struct RawHTTP {
         }
         while true {
             let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n < 0 && errno == EINTR { continue }
             if n <= 0 { break }
             received += buffer[0..<n]
         }
