@@ -239,15 +239,19 @@ struct OperatorDayTests {
         #expect(try Self.run(["keys", "rotate", "--app", "com.example.game", "--data", data]).status == 0)
         #expect(try String(contentsOfFile: data + "/format.json", encoding: .utf8).contains("\"format\" : 2"))
 
+        // App Attest settings raise it to 3 (an older depot rewriting app.json would drop them).
+        #expect(try Self.run(["attest", "configure", "--app", "com.example.game", "--app-id", "ABCDE12345.com.example.game", "--environment", "production", "--data", data]).status == 0)
+        #expect(try String(contentsOfFile: data + "/format.json", encoding: .utf8).contains("\"format\" : 3"))
+
         // A newer depot's folder.
-        let newer = Array("{\"format\": 3, \"writtenBy\": \"9.0.0\"}\n".utf8)
+        let newer = Array("{\"format\": 4, \"writtenBy\": \"9.0.0\"}\n".utf8)
         try FileSystem.writeAtomically(newer, to: data + "/format.json")
         let before = try FileManager.default.subpathsOfDirectory(atPath: data).sorted()
         let tokensBefore = try FileSystem.readFile(data + "/tokens.json")
         for arguments in [["serve", "--listen", "127.0.0.1:0"], ["tokens", "create", "--app", "com.example.game"], ["apps", "list"], ["keys", "export", "--app", "com.example.game"], ["gc"]] {
             let result = try Self.run(arguments + ["--data", data])
             #expect(result.status != 0, "\(arguments)")
-            #expect(result.stderr.contains("format 3 (written by depot 9.0.0)") && result.stderr.contains("reads format 2 at most"), "\(arguments): \(result.stderr)")
+            #expect(result.stderr.contains("format 4 (written by depot 9.0.0)") && result.stderr.contains("reads format 3 at most"), "\(arguments): \(result.stderr)")
             #expect(!result.stdout.contains("dpt_"))
         }
         #expect(try FileManager.default.subpathsOfDirectory(atPath: data).sorted() == before)

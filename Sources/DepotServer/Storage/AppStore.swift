@@ -165,7 +165,9 @@ public struct AppStore: Sendable {
     }
 
     /// Sets (or, with nil, turns off) the app's App Attest settings.
+    /// Settings an older `depot` would drop raise the folder to format 3 first.
     public func setAttestation(_ id: String, _ attestation: AttestationSettings?) throws {
+        if attestation != nil { try folder.raiseFormat(to: 3) }
         try changeSettings(id) { $0.attestation = attestation }
     }
 

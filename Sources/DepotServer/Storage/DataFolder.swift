@@ -150,7 +150,11 @@ public struct DataFolder: Sendable {
     /// an upgrade alone keeps the previous `depot` able to roll back: an older `depot keys rotate`
     /// would drop the staged keys builds carry, and an older origin would serve manifests without
     /// the root chain and release statements devices that pin a root require.
-    public static let formatVersion = 2
+    ///
+    /// Format 3 (issue 62): App Attest settings in `app.json`. An older `depot` that rewrites
+    /// `app.json` (any settings change) would drop them, and `--require` would silently go off;
+    /// a folder is raised to it the first time an app's App Attest settings are written.
+    public static let formatVersion = 3
     /// The format a new folder is recorded with: the oldest whose files it holds.
     public static let baseFormat = 1
     var formatFile: String { root + "/format.json" }
@@ -189,8 +193,15 @@ public struct DataFolder: Sendable {
     /// Raises the recorded format to `format` before a file only that format describes is
     /// written (a crash between the two leaves a folder of the newer format holding older
     /// files, which this build reads).
+    /// Under `format.lock` (`flock`): two processes raising at once never lower it.
     public func raiseFormat(to format: Int) throws {
         precondition(format <= Self.formatVersion)
+        guard try (recordedFormat() ?? 1) < format else { return }
+        let lock = try openLock("format.lock", flags: O_RDONLY, mode: 0o644)
+        defer { try? lock.close() }
+        while flock(lock.rawValue, LOCK_EX) != 0 {
+            guard errno == EINTR else { throw SystemError(call: "flock", errno: errno, path: root + "/format.lock") }
+        }
         guard try (recordedFormat() ?? 1) < format else { return }
         try StoredJSON.write(FormatRecord(format: format, writtenBy: AssetDepotVersion.current), to: formatFile)
     }
