@@ -72,8 +72,15 @@ final class Origin: HTTPHandler {
                 configuration.logger.warning("could not list unfinished uploads in the object store", metadata: ["error": .string("\(error)")])
             } }
             if !readOnly {
-                for note in try BucketState(client: s3.client, bucket: s3).prepareWriter(folder, takeOver: configuration.takeOverBucket) {
-                    configuration.logger.notice("\(note)", metadata: ["data": .string(folder.root)])
+                // `depot restore --take-over-bucket` leaves the same wish in the folder, for one start.
+                let asked = FileSystem.exists(DataRestore.takeOverPath(folder))
+                let notes = try BucketState(client: s3.client, bucket: s3).prepareWriter(folder, takeOver: configuration.takeOverBucket || asked)
+                for note in notes { configuration.logger.notice("\(note)", metadata: ["data": .string(folder.root)]) }
+                if asked {
+                    // The pointers go now, so that the next start finds the bucket at this folder's state.
+                    try mirror?.pushAll()
+                    FileSystem.remove(DataRestore.takeOverPath(folder))
+                    try FileSystem.syncDirectory(folder.root)
                 }
             }
             blobs = s3

@@ -75,6 +75,8 @@ struct Restore: ParsableCommand {
         valueName: "N"
     ))
     var floor: Int?
+    @Flag(name: .customLong("take-over-bucket"), help: "With --storage s3, for a real restore (the old writer stopped): the restored origin's first start replaces the bucket's channel pointers with its own. Never for a drill on the live bucket.")
+    var takeOverBucket = false
 
     /// Who the restored files belong to when root restores: --owner, else the folder there, else the backup's owner.
     func restoredOwner(backup: String) throws -> (uid: uid_t, gid: gid_t)? {
@@ -103,7 +105,7 @@ struct Restore: ParsableCommand {
             if owner?.uid == 0 {
                 print("warning: the restored folder belongs to root; an origin that runs as another user cannot read it: give --owner assetdepot (or the user depot serve runs as)")
             }
-            outcome = try DataRestore.restore(backup: backup, into: data.data, replace: replace, owner: owner, floor: floor, objectStore: store.objectStore())
+            outcome = try DataRestore.restore(backup: backup, into: data.data, replace: replace, owner: owner, floor: floor, objectStore: store.objectStore(), takeOverBucket: takeOverBucket)
             if let aside = outcome.setAside { print("moved the folder that was at \(data.data) to \(aside)") }
         } else {
             guard owner == nil else { throw CLIError("--owner is for restoring a backup") }

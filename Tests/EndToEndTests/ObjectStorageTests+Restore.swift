@@ -6,7 +6,7 @@ import Foundation
 import Testing
 
 extension ObjectStorageTests {
-    @Test("A backup with object storage holds its blobs in the bucket past the sweep; the restore checks them there and numbers above the bucket; a drill started as a writer on the live bucket is refused, a restore takes over with --take-over-bucket, and a device syncs the restored release byte-identical")
+    @Test("A backup with object storage holds its blobs in the bucket past the sweep; the restore checks them there and numbers above the bucket; a drill started as a writer on the live bucket is refused, a restore with --take-over-bucket takes it over at its first start, and a device syncs the restored release byte-identical")
     func backupAndRestoreWithBucket() throws {
         let engine = try S3Engine()
         defer { engine.remove() }
@@ -70,14 +70,24 @@ extension ObjectStorageTests {
         #expect(refused.status != 0 && refused.stderr.contains("ahead of this data folder"), "\(refused.stdout) \(refused.stderr)")
         #expect(try store.list(prefix: "apps/com.example.dev/channels/").map(\.modified) == pointersBefore)
 
-        // The real restore: production stopped, the restored folder takes the bucket over.
+        // The real restore: production stopped, restored with --take-over-bucket; its first
+        // start replaces the bucket's pointers, and later starts need nothing.
         writer!.process.terminate()
         writer!.process.waitUntilExit()
         writer = nil
-        let takeOver = try ServeProcess(data: drill, environment: s3, bootstrap: false, arguments: ["--take-over-bucket"])
+        let real = work.path + "/restored"
+        let again = try Processes.run(depot, ["restore", "--data", real, work.path + "/backup", "--take-over-bucket"], environment: s3)
+        #expect(again.status == 0, "\(again.stderr)")
+        let firstStart = try ServeProcess(data: real, environment: s3, bootstrap: false)
+        #expect(firstStart.banner.contains("public URL"), "\(firstStart.banner) \(firstStart.errorOutputSoFar())")
+        firstStart.process.terminate()
+        firstStart.process.waitUntilExit()
+        #expect(firstStart.errorOutput().contains("taking over the bucket"))
+        #expect(!FileSystem.exists(real + "/take-over-bucket"))
+        let takeOver = try ServeProcess(data: real, environment: s3, bootstrap: false)
         defer { takeOver.process.terminate(); takeOver.process.waitUntilExit() }
         #expect(takeOver.banner.contains("public URL"), "\(takeOver.banner) \(takeOver.errorOutputSoFar())")
-        let keys = try Processes.run(depot, ["keys", "export", "--data", drill, "--app", "com.example.dev"])
+        let keys = try Processes.run(depot, ["keys", "export", "--data", real, "--app", "com.example.dev"])
         try FileSystem.writeAtomically(Array(keys.stdout.utf8), to: work.path + "/client.json")
         let sync = try Processes.run(depot, ["sync", "--config", work.path + "/client.json", "--dest", work.path + "/device", "--quiet", "--server", takeOver.url, "--app", "com.example.dev"])
         #expect(sync.status == 0, "\(sync.stderr)")

@@ -66,7 +66,10 @@ public enum DataRestore {
     /// blob the backup's live state names is held (``check(_:stored:takenAt:retention:)``), and
     /// its floor goes above every release number the bucket holds. A backup taken with a bucket
     /// is refused without one.
-    public static func restore(backup: String, into data: String, replace: Bool, owner: (uid: uid_t, gid: gid_t)? = nil, floor asked: Int? = nil, objectStore: S3Location? = nil, now: Date = Date()) throws -> Outcome {
+    ///
+    /// `takeOverBucket` (with `objectStore`): the restored writer's first start replaces the
+    /// bucket's channel pointers with its own (a real restore; never a drill on the live bucket).
+    public static func restore(backup: String, into data: String, replace: Bool, owner: (uid: uid_t, gid: gid_t)? = nil, floor asked: Int? = nil, objectStore: S3Location? = nil, takeOverBucket: Bool = false, now: Date = Date()) throws -> Outcome {
         let record = try record(of: backup)
         if let named = record.objectStore, objectStore == nil {
             throw DepotError.badRequest("\(backup) is a backup of an origin whose blobs are in a bucket (\(named)): give --storage s3 and the bucket's options, so that the restore checks the blobs it names are there; nothing was changed")
@@ -114,6 +117,10 @@ public enum DataRestore {
             }
             let evidence = max(asked ?? 0, shown < ceiling ? shown + 1 : 0, Self.afterBackup(record.takenAt, ceiling: ceiling), inBucket + 1)
             let floor = try ReleaseFloor.raiseForRestore(DataFolder(partial), atLeast: evidence, now: now)
+            if takeOverBucket {
+                guard bucket != nil else { throw DepotError.badRequest("--take-over-bucket is for a restore with the bucket's options (--storage s3)") }
+                try FileSystem.writeAtomically(Array("the first writer start on this folder replaces the bucket's channel pointers (depot restore --take-over-bucket)\n".utf8), to: takeOverPath(DataFolder(partial)))
+            }
             // Root's alone (0700) until here; the folders get their modes, the top last of all.
             let top = try copier.applyFolderModes(keepingTop: true)
             if let owner {
@@ -148,6 +155,9 @@ public enum DataRestore {
             throw error
         }
     }
+
+    /// What `depot restore --take-over-bucket` leaves for the restored writer's first start.
+    static func takeOverPath(_ folder: DataFolder) -> String { folder.root + "/take-over-bucket" }
 
     /// The marker a restore inside a mount point leaves while it moves the folder's entries;
     /// the origin refuses to start on a folder that has it (``unfinished(_:)``).
