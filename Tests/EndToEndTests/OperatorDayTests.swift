@@ -178,6 +178,13 @@ struct OperatorDayTests {
         server!.process.terminate()
         server!.process.waitUntilExit()
         server = nil
+        // Nor while a backup copies the folder (it holds backup.lock shared).
+        let backupLock = try FileDescriptor(path: data + "/backup.lock", flags: O_RDONLY | O_CREAT, mode: 0o644)
+        #expect(flock(backupLock.rawValue, LOCK_SH) == 0)
+        let duringBackup = try Self.run(["apps", "remove", "com.example.game", "--data", data, "--yes"])
+        #expect(duringBackup.status != 0 && duringBackup.stderr.contains("a backup of"), "\(duringBackup.stderr)")
+        #expect(FileSystem.exists(data + "/apps/com.example.game/app.json") && FileSystem.exists(data + "/keys/com.example.game.json"))
+        try backupLock.close()
         let removed = try Self.run(["apps", "remove", "com.example.game", "--data", data, "--yes"])
         #expect(removed.status == 0 && removed.stdout.contains("removed app com.example.game"), "\(removed.stdout)\(removed.stderr)")
         #expect(!FileSystem.exists(data + "/apps/com.example.game") && !FileSystem.exists(data + "/keys/com.example.game.json"))

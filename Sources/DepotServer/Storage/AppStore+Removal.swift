@@ -21,8 +21,19 @@ extension AppStore {
     /// Its blobs stay until garbage collection finds nothing naming them. Call holding the data
     /// folder's exclusive lock (``DataFolder/lockExclusively()``: no origin running): an origin
     /// keeps its apps' manifests in memory. Run again after a crash, it finishes the removal.
+    ///
+    /// Refused (`409 backup_running`) while `depot backup` copies the folder: a backup that
+    /// copied the app's releases and then found its pack key gone would restore an app no
+    /// device can read.
     public func remove(_ id: String) throws -> Removal {
         guard Identifier.isValidApp(id) else { throw DepotError.invalidID("app id") }
+        guard let removal = try BackupLock.exclusively(folder, { try removeHoldingBackupLock(id) }) else {
+            throw DepotError.conflict("backup_running", "a backup of \(folder.root) is running (depot backup holds backup.lock): nothing was removed; remove the app once it has finished")
+        }
+        return removal
+    }
+
+    private func removeHoldingBackupLock(_ id: String) throws -> Removal {
         let hasFolder = FileSystem.isDirectory(folder.app(id)), hasKey = FileSystem.exists(folder.packKeys(id))
         guard hasFolder || hasKey else { throw DepotError.notFound("app \(id)") }
         let releases = ReleaseStore.versions(in: folder.releases(id)).count
