@@ -63,26 +63,29 @@ final class Origin: HTTPHandler {
         mirror = try configuration.objectStore.map { ReleaseMirror(client: try S3Client($0), folder: dataFolder, logger: configuration.logger) }
         if let store = configuration.objectStore {
             let s3 = S3BlobStore(client: try S3Client(store), spool: folder.uploads)
+            if !readOnly {
+                // `depot restore --take-over-bucket` leaves the same wish in the folder, for one start.
+                let asked = FileSystem.exists(DataRestore.takeOverPath(folder))
+                let notes = try BucketState(client: s3.client, bucket: s3).prepareWriter(folder, takeOver: configuration.takeOverBucket || asked, interval: configuration.refreshInterval)
+                for note in notes { configuration.logger.notice("\(note)", metadata: ["data": .string(folder.root)]) }
+                if asked || configuration.takeOverBucket {
+                    // The pointers go now, before any sweep, so that the next start finds the
+                    // bucket at this folder's state.
+                    try mirror?.pushAll()
+                    if asked {
+                        FileSystem.remove(DataRestore.takeOverPath(folder))
+                        try FileSystem.syncDirectory(folder.root)
+                    }
+                }
+            }
             // A multipart upload cut short by a crash is aborted (its parts use space, no name).
-            // Only the writer: a replica never writes to the bucket.
+            // Only the writer, once it holds the bucket: a replica or a refused drill never writes to it.
             if !readOnly { do {
                 let aborted = try s3.abortUnfinishedUploads()
                 if aborted > 0 { configuration.logger.notice("aborted unfinished uploads to the object store", metadata: ["count": .stringConvertible(aborted)]) }
             } catch {
                 configuration.logger.warning("could not list unfinished uploads in the object store", metadata: ["error": .string("\(error)")])
             } }
-            if !readOnly {
-                // `depot restore --take-over-bucket` leaves the same wish in the folder, for one start.
-                let asked = FileSystem.exists(DataRestore.takeOverPath(folder))
-                let notes = try BucketState(client: s3.client, bucket: s3).prepareWriter(folder, takeOver: configuration.takeOverBucket || asked)
-                for note in notes { configuration.logger.notice("\(note)", metadata: ["data": .string(folder.root)]) }
-                if asked {
-                    // The pointers go now, so that the next start finds the bucket at this folder's state.
-                    try mirror?.pushAll()
-                    FileSystem.remove(DataRestore.takeOverPath(folder))
-                    try FileSystem.syncDirectory(folder.root)
-                }
-            }
             blobs = s3
         } else {
             blobs = FileBlobStore(folder: folder, changed: { [answers] sha256 in answers.forget(sha256) })
@@ -126,7 +129,7 @@ final class Origin: HTTPHandler {
         if let bucket = blobs as? S3BlobStore {
             // What backups of this folder hold in the bucket stays as long as they say.
             let state = BucketState(client: bucket.client, bucket: bucket)
-            garbage.held = { now in try state.held(now: now, removingExpired: true) }
+            garbage.held = { now, removingExpired in try state.held(now: now, removingExpired: removingExpired) }
         }
         self.garbage = garbage
         operations = OperationsHandlers(

@@ -38,6 +38,12 @@ struct Backup: ParsableCommand {
         if let hold = summary.record.hold, let until = summary.record.blobsKeptUntil {
             print("the bucket keeps the blobs it needs until \(DataRestore.Outcome.format(until)) (\(hold))")
         }
+        for line in summary.incomplete {
+            FileHandle.standardError.write(Data("warning: the data folder names what it does not hold: \(line)\n".utf8))
+        }
+        if !summary.incomplete.isEmpty && store.storage != "s3" {
+            FileHandle.standardError.write(Data("warning: if this origin keeps its blobs in a bucket, give --storage s3 and the bucket's options\n".utf8))
+        }
         for what in summary.passedOver {
             FileHandle.standardError.write(Data("warning: not copied from \(data.data): \(what); depot makes none there\n".utf8))
         }
@@ -75,6 +81,8 @@ struct Restore: ParsableCommand {
         valueName: "N"
     ))
     var floor: Int?
+    @Flag(name: .customLong("accept-missing"), help: "Restore a backup whose releases or drafts name blobs it (or the bucket) lacks, naming them: those packs answer 404 until published again. For a disaster with no better backup.")
+    var acceptMissing = false
     @Flag(name: .customLong("take-over-bucket"), help: "With --storage s3, for a real restore (the old writer stopped): the restored origin's first start replaces the bucket's channel pointers with its own. Never for a drill on the live bucket.")
     var takeOverBucket = false
 
@@ -105,10 +113,10 @@ struct Restore: ParsableCommand {
             if owner?.uid == 0 {
                 print("warning: the restored folder belongs to root; an origin that runs as another user cannot read it: give --owner assetdepot (or the user depot serve runs as)")
             }
-            outcome = try DataRestore.restore(backup: backup, into: data.data, replace: replace, owner: owner, floor: floor, objectStore: store.objectStore(), takeOverBucket: takeOverBucket)
+            outcome = try DataRestore.restore(backup: backup, into: data.data, replace: replace, owner: owner, floor: floor, objectStore: store.objectStore(), takeOverBucket: takeOverBucket, acceptMissing: acceptMissing)
             if let aside = outcome.setAside { print("moved the folder that was at \(data.data) to \(aside)") }
         } else {
-            guard owner == nil else { throw CLIError("--owner is for restoring a backup") }
+            guard owner == nil, !takeOverBucket, !acceptMissing else { throw CLIError("--owner, --take-over-bucket and --accept-missing are for restoring a backup") }
             try DataFolderOwner.adopt(data.data)
             outcome = try DataRestore.markRestored(data: data.data, floor: floor)
         }

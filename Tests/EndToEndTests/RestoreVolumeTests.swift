@@ -22,6 +22,11 @@ struct RestoreVolumeTests {
         return RootBackupTests.tree(data)
     }
 
+    static func mode(_ path: String) -> mode_t {
+        var info = stat()
+        return lstat(path, &info) == 0 ? info.st_mode & 0o7777 : 0
+    }
+
     /// `tree` without what a restore adds beside the restored files.
     static func restored(_ data: String) -> [String: [UInt8]] {
         RootBackupTests.tree(data).filter { !$0.key.hasPrefix(".before-restore-") && $0.key != "release-floor" }
@@ -31,6 +36,7 @@ struct RestoreVolumeTests {
     func mountPointAndLink() throws {
         let work = TemporaryDirectory("depot-restore-volume")
         defer { work.remove() }
+        chmod(work.path, 0o755)  // the service user enters it, as /var/lib
         let volume = work.path + "/volume", data = work.path + "/data"
         try FileSystem.createDirectory(volume)
         try FileSystem.createDirectory(data)
@@ -48,8 +54,18 @@ struct RestoreVolumeTests {
         let changed = try Self.populate(data, work: work, seed: 2, token: &token)
         #expect(changed != backedUp)
 
-        let restore = try Processes.run(depot, ["restore", "--data", data, work.path + "/backup", "--replace"])
+        // As in production: the volume's top is the service user's (nobody here), 0700.
+        #expect(try Processes.run("/bin/chown", ["-R", "65534:65534", data]).status == 0 && chmod(data, 0o700) == 0)
+        // A restore that fails gives the mount point back as it was (root took it while it worked).
+        let incomplete = work.path + "/incomplete"
+        #expect(try Processes.run("/bin/cp", ["-a", work.path + "/backup", incomplete]).status == 0)
+        for prefix in FileSystem.contents(of: incomplete + "/blobs") { FileSystem.removeTree(incomplete + "/blobs/" + prefix) }
+        let notWhole = try Processes.run(depot, ["restore", "--data", data, incomplete, "--replace"])
+        #expect(notWhole.status != 0 && notWhole.stderr.contains("does not hold"), "\(notWhole.stderr)")
+        #expect(RootBackupTests.owner(data) == 65534 && Self.mode(data) == 0o700 && RootBackupTests.tree(data) == changed)
+        let restore = try Processes.run(depot, ["restore", "--data", data, work.path + "/backup", "--replace", "--owner", "nobody"])
         #expect(restore.status == 0, "\(restore.stdout) \(restore.stderr)")
+        #expect(RootBackupTests.owner(data) == 65534, "the restored folder is the service user's again")
         #expect(DataRestore.isMountPoint(data), "the volume is still mounted there")
         #expect(Self.restored(data) == backedUp)
         let aside = try #require(FileSystem.contents(of: data).first { $0.hasPrefix(".before-restore-") })
@@ -58,8 +74,12 @@ struct RestoreVolumeTests {
         #expect(!FileSystem.contents(of: work.path).contains { $0.contains("restore") }, "nothing made beside the mount point, on the root volume")
         // The origin starts on it and serves the restored release; a backup leaves the set-aside folder out.
         let server = try ServeProcess(data: data, environment: [:], bootstrap: false)
+        try #require(server.banner.contains("public URL"), "\(server.banner) \(server.errorOutputSoFar())")
         let manifest = try RawHTTP.send(port: UInt16(server.port)!, "GET /v1/apps/com.example.dev/manifest HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first
         #expect(manifest?.status == 200)
+        // What the restore set aside (root's, 0700) is not the origin's state: healthy.
+        let health = try RawHTTP.send(port: UInt16(server.port)!, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first
+        #expect(health?.status == 200, "\(health?.bodyText ?? "")")
         server.process.terminate()
         server.process.waitUntilExit()
         #expect(try Processes.run(depot, ["backup", "--data", data, work.path + "/second"]).status == 0)
@@ -83,6 +103,31 @@ struct RestoreVolumeTests {
         var info = stat()
         #expect(lstat(link, &info) == 0 && (info.st_mode & S_IFMT) == S_IFLNK, "the link stays a link")
         #expect(Self.restored(target) == backedUp)
+    }
+
+    @Test("Root restores only under folders root alone can change: a data folder whose parent the service user owns, or a link the service user made, is refused before anything is made")
+    func unsafeParents() throws {
+        let work = TemporaryDirectory("depot-restore-parent")
+        defer { work.remove() }
+        chmod(work.path, 0o755)
+        var token = ""
+        _ = try Self.populate(work.path + "/data", work: work, seed: 3, token: &token)
+        let depot = Processes.depotBinary
+        #expect(try Processes.run(depot, ["backup", "--data", work.path + "/data", work.path + "/backup"]).status == 0)
+        let owned = work.path + "/service"
+        try FileSystem.createDirectory(owned)
+        #expect(chown(owned, 65534, 65534) == 0)
+        let under = try Processes.run(depot, ["restore", "--data", owned + "/data", work.path + "/backup"])
+        #expect(under.status != 0 && under.stderr.contains("not root's"), "\(under.stderr)")
+        #expect(FileSystem.contents(of: owned).isEmpty, "nothing made there")
+        // A link the service user made, pointing at a folder root would never restore into.
+        let target = work.path + "/elsewhere"
+        try FileSystem.createDirectory(target)
+        let link = work.path + "/linked"
+        #expect(symlink(target, link) == 0 && lchown(link, 65534, 65534) == 0)
+        let through = try Processes.run(depot, ["restore", "--data", link, work.path + "/backup"])
+        #expect(through.status != 0 && through.stderr.contains("link another user owns"), "\(through.stderr)")
+        #expect(FileSystem.contents(of: target).isEmpty)
     }
 
     @Test("A rollout started while a backup copies the app: the backup's rollout never names a release it lacks (rollouts are copied before releases), and the backup checks it")

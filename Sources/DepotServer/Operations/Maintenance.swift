@@ -38,6 +38,10 @@ final class ManifestRefresher: Sendable {
                         swept = try origin.garbage.collect(retention: configuration.blobRetention, grace: configuration.blobGrace)
                     } catch let error as DepotError where error.code == "backup_running" {
                         origin.publisher.logger.notice("skipped removing unneeded blobs: a backup (depot backup) is copying the data folder")
+                    } catch {
+                        // (Backup holds that cannot be read, the store down.) Nothing removed; the
+                        // rest of the pass (expired uploads, the push, the lease) still runs.
+                        origin.publisher.logger.warning("skipped removing unneeded blobs: \(error)")
                     }
                     let expired = origin.uploads.removeExpired()
                     if expired > 0 { origin.publisher.logger.notice("removed expired resumable uploads", metadata: ["count": .stringConvertible(expired)]) }
@@ -46,6 +50,7 @@ final class ManifestRefresher: Sendable {
                     }
                     // Whatever a push after a change missed (the store was down, a CLI changed settings).
                     try origin.mirror?.pushAll()
+                    if !origin.readOnly { try origin.mirror?.renewLease(interval: configuration.refreshInterval) }
                     // The pass decoded every release (the sweep's needs); what it freed goes back to
                     // the system instead of staying in this thread's heap as resident memory.
                     MemoryTrim.afterLargeWork()

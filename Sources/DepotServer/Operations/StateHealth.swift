@@ -89,7 +89,11 @@ public final class StateHealth: Sendable {
             }
             // Blobs are opened per request (and answer on their own); uploads are scratch.
             guard isFolder, depth < 6, path != folder.blobs, path != folder.uploads else { return }
-            for name in FileSystem.contents(of: path) { look(path + "/" + name, depth: depth + 1) }
+            for name in FileSystem.contents(of: path) {
+                // Not the origin's: what a restore set aside (root's, 0700) and a volume's lost+found.
+                if depth == 0 && (DataRestore.keptInPlace(name) || name == "lost+found") { continue }
+                look(path + "/" + name, depth: depth + 1)
+            }
         }
         look(folder.root, depth: 0)
         return found

@@ -15,7 +15,7 @@ struct GarbageCollector: Sendable {
     var finishing: @Sendable () -> Set<String> = { [] }
     /// The blobs backups hold (with object storage: ``BackupHold``s in the bucket, kept until
     /// their `keepUntil`); read before the publish lock. A failure to read them removes nothing.
-    var held: @Sendable (Date) throws -> Set<String> = { _ in [] }
+    var held: @Sendable (_ now: Date, _ removingExpired: Bool) throws -> Set<String> = { _, _ in [] }
 
     /// Returns the blobs removed (or, with `dryRun`, that would be) and their bytes. Throws
     /// `backup_running` (409), removing nothing, while `depot backup` copies the folder
@@ -33,7 +33,7 @@ struct GarbageCollector: Sendable {
     private func collectHoldingBackupLock(retention: TimeInterval, grace: TimeInterval, now: Date, dryRun: Bool) throws -> (blobs: [String], bytes: Int64) {
         // Read before the lock (reading every upload's state under it would hold up publishes);
         // a record written meanwhile names a blob being stored, which `inFlight` holds.
-        let recorded = finishing().union(try held(now))
+        let recorded = finishing().union(try held(now, !dryRun))
         return try releases.exclusively {
             let needed = try releases.neededBlobs(retention: retention, now: now).union(recorded)
             let stored = blobs.enumerate()

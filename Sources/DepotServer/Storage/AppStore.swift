@@ -167,6 +167,7 @@ public struct AppStore: Sendable {
     /// Sets (or, with nil, turns off) the app's App Attest settings.
     /// Settings an older `depot` would drop raise the folder to format 3 first.
     public func setAttestation(_ id: String, _ attestation: AttestationSettings?) throws {
+        guard FileSystem.exists(folder.appSettings(id)) else { throw DepotError.notFound("app \(id)") }
         if attestation != nil { try folder.raiseFormat(to: 3) }
         try changeSettings(id) { $0.attestation = attestation }
     }

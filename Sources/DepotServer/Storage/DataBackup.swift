@@ -54,6 +54,9 @@ public enum DataBackup {
         /// What was there and not copied, relative to the data folder, each with why (a link, a
         /// FIFO, a socket, a device, a hard link to another owner's file: the origin makes none).
         public var passedOver: [String]
+        /// What the copy names and does not hold (``DataRestore/Findings``): the data folder's
+        /// own state was so (a blob missing from the store); a restore of it refuses unless told.
+        public var incomplete: [String] = []
     }
 
     /// Copies the data folder at `data` into the new folder `destination` (which must not exist,
@@ -115,7 +118,7 @@ public enum DataBackup {
             // 3. Keys, then tokens.json and whatever else the root holds.
             try copier.copy("keys", to: partial + "/keys")
             // Not what a restore into a mount point keeps there (the folder it set aside, its copy, its marker).
-            for name in copier.entries("") where !["apps", "blobs", "keys", "uploads", BackupRecord.fileName, "lost+found"].contains(name) && !DataRestore.keptInPlace(name) {
+            for name in copier.entries("") where !["apps", "blobs", "keys", "uploads", BackupRecord.fileName, "lost+found", WriterLease.idFile, "take-over-bucket"].contains(name) && !DataRestore.keptInPlace(name) {
                 guard let kind = copier.kind(name), !skipped(name, kind: kind) else { continue }
                 try copier.copy(name, to: partial + "/" + name)
             }
@@ -135,13 +138,13 @@ public enum DataBackup {
                 record.hold = try bucket.hold(Set(named.live.map(\.blob)).union(named.recent), takenAt: takenAt, keepUntil: keepUntil)
                 (record.objectStore, record.blobsKeptUntil) = (DataRestore.describe(objectStore), keepUntil)
             }
+            // Not whole: still a backup (a nightly backup that stops for good is worse), said loudly.
             let findings = try DataRestore.check(copy, stored: DataRestore.storedBlobs(copy, bucket: bucket), takenAt: takenAt, retention: retention)
-            guard findings.whole else { throw findings.refusal(where: bucket == nil ? "the copy" : "the bucket") }
             try StoredJSON.write(record, to: partial + "/" + BackupRecord.fileName, mode: 0o600)
             try copier.applyFolderModes()
             try FileSystem.syncDirectory(partial)
             try FileSystem.durableRename(partial, to: destination)
-            return Summary(record: record, files: copier.files, bytes: copier.bytes, passedOver: copier.passedOver.map { "\($0.path) (\($0.why))" })
+            return Summary(record: record, files: copier.files, bytes: copier.bytes, passedOver: copier.passedOver.map { "\($0.path) (\($0.why))" }, incomplete: findings.lines)
         } catch {
             // Nothing half made is left under a name that looks like a backup.
             try? FileManager.default.removeItem(atPath: partial)

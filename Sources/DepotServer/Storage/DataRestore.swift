@@ -69,10 +69,16 @@ public enum DataRestore {
     ///
     /// `takeOverBucket` (with `objectStore`): the restored writer's first start replaces the
     /// bucket's channel pointers with its own (a real restore; never a drill on the live bucket).
-    public static func restore(backup: String, into data: String, replace: Bool, owner: (uid: uid_t, gid: gid_t)? = nil, floor asked: Int? = nil, objectStore: S3Location? = nil, takeOverBucket: Bool = false, now: Date = Date()) throws -> Outcome {
+    ///
+    /// `acceptMissing`: a copy that is not whole is restored all the same, what it lacks named
+    /// in the outcome's warnings (a disaster restore with nothing better).
+    public static func restore(backup: String, into data: String, replace: Bool, owner: (uid: uid_t, gid: gid_t)? = nil, floor asked: Int? = nil, objectStore: S3Location? = nil, takeOverBucket: Bool = false, acceptMissing: Bool = false, now: Date = Date()) throws -> Outcome {
         let record = try record(of: backup)
         if let named = record.objectStore, objectStore == nil {
             throw DepotError.badRequest("\(backup) is a backup of an origin whose blobs are in a bucket (\(named)): give --storage s3 and the bucket's options, so that the restore checks the blobs it names are there; nothing was changed")
+        }
+        if takeOverBucket && objectStore == nil {
+            throw DepotError.badRequest("--take-over-bucket is for a restore with the bucket's options (--storage s3); nothing was changed")
         }
         let bucket = try objectStore.map(BucketState.init)
         var warnings: [String] = []
@@ -81,6 +87,17 @@ public enum DataRestore {
         // link kept. One that is a mount point (a dedicated volume): restored inside it, since
         // a mount point cannot be renamed and the copy belongs on that volume.
         let data = Self.resolvedLink(given)
+        // Root works by path beside the folder (or inside a mount point): every folder above it
+        // must be root's, so that the service user can swap nothing on the way.
+        if geteuid() == 0 {
+            // The path given (a link there must be root's) and where it leads.
+            try Self.checkAncestors(of: given)
+            var link = stat()
+            if lstat(given, &link) == 0, (link.st_mode & S_IFMT) == S_IFLNK, link.st_uid != 0 {
+                throw DepotError.conflict("data_folder_parent_unsafe", "\(given) is a link another user owns: root restores only through links root made; nothing was changed")
+            }
+            if data != given { try Self.checkAncestors(of: data) }
+        }
         let existing = FileSystem.isDirectory(data)
         let inside = existing && Self.isMountPoint(data)
         let empty = !existing || FileSystem.contents(of: data).allSatisfy { Self.keptInPlace($0) || $0 == "lost+found" }
@@ -90,6 +107,13 @@ public enum DataRestore {
         // Held until the swap: no origin starts on the old folder meanwhile.
         let lock = existing ? try DataFolder(data).lockExclusively() : nil
         defer { try? lock?.close() }
+        // Inside a mount point the copy is made in the service user's folder: root takes it
+        // first (root's, 0700), so that no one else can rename or link anything in it while
+        // root works there by path; the copy's owner and mode are its at the end, the folder's
+        // own again if the restore fails.
+        let taken = inside && geteuid() == 0 ? try Self.takeMountPoint(data) : nil
+        var swapped = false
+        defer { if let taken, !swapped { Self.giveBack(taken) } }
         let partial = (inside ? data + "/.partial-restore-" : data + ".partial-restore-") + Hex.encode(SecureRandom.bytes(6))
         // Every number the folder set aside shows (releases published since the backup, a floor
         // a restore already raised), read as root may read the service user's files.
@@ -102,10 +126,8 @@ public enum DataRestore {
             // set back below it would otherwise number below releases issued after it).
             let ceiling = Int(now.timeIntervalSince1970) + 86_400
             let findings = try check(DataFolder(partial), stored: storedBlobs(DataFolder(partial), bucket: bucket), takenAt: record.takenAt)
-            guard findings.whole else { throw findings.refusal(where: bucket == nil ? "the backup's blobs/" : "the bucket") }
-            if findings.missingRecent > 0 {
-                warnings.append("\(findings.missingRecent) blobs of releases published in the 30 days before the backup are not in \(bucket == nil ? "the backup" : "the bucket"): rolling back to those releases will fail")
-            }
+            guard findings.whole || acceptMissing else { throw findings.refusal(where: bucket == nil ? "the backup's blobs/" : "the bucket") }
+            warnings += findings.lines
             // The bucket's numbers too: a writer's mirror never uploads a number the bucket holds.
             var inBucket = 0
             if let bucket {
@@ -118,7 +140,6 @@ public enum DataRestore {
             let evidence = max(asked ?? 0, shown < ceiling ? shown + 1 : 0, Self.afterBackup(record.takenAt, ceiling: ceiling), inBucket + 1)
             let floor = try ReleaseFloor.raiseForRestore(DataFolder(partial), atLeast: evidence, now: now)
             if takeOverBucket {
-                guard bucket != nil else { throw DepotError.badRequest("--take-over-bucket is for a restore with the bucket's options (--storage s3)") }
                 try FileSystem.writeAtomically(Array("the first writer start on this folder replaces the bucket's channel pointers (depot restore --take-over-bucket)\n".utf8), to: takeOverPath(DataFolder(partial)))
             }
             // Root's alone (0700) until here; the folders get their modes, the top last of all.
@@ -132,6 +153,7 @@ public enum DataRestore {
             var aside: String?
             if inside {
                 aside = try swapInside(data, partial: partial, setAside: !empty, now: now)
+                swapped = true
             } else if existing && !empty {
                 let stamp = DateFormatter()
                 stamp.locale = Locale(identifier: "en_US_POSIX")
@@ -167,6 +189,53 @@ public enum DataRestore {
     /// what earlier restores set aside there, its own copy and marker.
     static func keptInPlace(_ name: String) -> Bool {
         name == "serve.lock" || name == marker || name.hasPrefix(".before-restore-") || name.hasPrefix(".partial-restore-")
+    }
+
+    /// The mount point as root took it: its descriptor, and its owner and mode before.
+    struct TakenFolder {
+        let descriptor: FileDescriptor
+        let owner: uid_t, group: gid_t, mode: mode_t
+    }
+
+    /// Opens `path` (no link followed) and makes it root's with mode 0700.
+    static func takeMountPoint(_ path: String) throws -> TakenFolder {
+        let fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { throw SystemError(call: "open", errno: errno, path: path) }
+        let descriptor = FileDescriptor(adopting: fd, path: path)
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { throw SystemError(call: "fstat", errno: errno, path: path) }
+        guard fchown(fd, 0, 0) == 0, fchmod(fd, 0o700) == 0 else { throw SystemError(call: "fchown", errno: errno, path: path) }
+        return TakenFolder(descriptor: descriptor, owner: info.st_uid, group: info.st_gid, mode: info.st_mode & 0o7777)
+    }
+
+    /// Gives a taken mount point its owner and mode back (a restore that failed).
+    static func giveBack(_ taken: TakenFolder) {
+        _ = fchown(taken.descriptor.rawValue, taken.owner, taken.group)
+        _ = fchmod(taken.descriptor.rawValue, taken.mode)
+    }
+
+    /// Refuses a data folder some folder above which is not root's, or is writable by others
+    /// without the sticky bit (`/tmp` is fine): root restoring there would work by path where
+    /// the service user could swap a folder for a link.
+    static func checkAncestors(of path: String) throws {
+        let absolute = path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
+        var components = absolute.split(separator: "/").map(String.init)
+        guard !components.isEmpty else {
+            throw DepotError.badRequest("the data folder cannot be /")
+        }
+        components.removeLast()
+        var current = ""
+        for component in [""] + components {
+            current = component.isEmpty ? "/" : (current == "/" ? "/" : current + "/") + component
+            var info = stat()
+            guard lstat(current, &info) == 0 else { throw SystemError(call: "lstat", errno: errno, path: current) }
+            let kind = info.st_mode & S_IFMT
+            // A link root owns is root's to change (its target is checked as the resolved path).
+            let unsafeWrite = kind != S_IFLNK && (info.st_mode & 0o022) != 0 && (info.st_mode & S_ISVTX) == 0
+            guard kind == S_IFDIR || kind == S_IFLNK, info.st_uid == 0, !unsafeWrite else {
+                throw DepotError.conflict("data_folder_parent_unsafe", "\(current), above the data folder \(path), is \(info.st_uid != 0 ? "not root's" : kind != S_IFDIR ? "not a folder" : "writable by others"): root restoring there works by path where another user could swap a folder for a link. Put the data folder under folders only root can change (as /var/lib), or run depot restore as the user that owns it; nothing was changed")
+            }
+        }
     }
 
     /// `path` itself, or where it points when it is a symbolic link (absolute, resolved).

@@ -47,7 +47,12 @@ struct BucketState: Sendable {
     /// nothing this pass rather than a blob a backup may need.
     func held(now: Date, removingExpired: Bool) throws -> Set<String> {
         var blobs = Set<String>()
-        for object in try bucket.list(prefix: BackupHold.prefix) where object.key.hasSuffix(".json") {
+        let objects = try bucket.list(prefix: BackupHold.prefix).filter { $0.key.hasSuffix(".json") }
+        // A night's backup for years is a few thousand; more is someone else's writing.
+        guard objects.count <= 5_000, objects.reduce(0, { $0 + $1.size }) <= 1 << 30 else {
+            throw DepotError.conflict("backup_holds_too_many", "the bucket holds \(objects.count) backup holds: no blob was removed; remove holds no backup needs (holds/ in the bucket)")
+        }
+        for object in objects {
             let response = try S3Client.check(client.call("GET", key: object.key, limit: 64 << 20), "reading \(object.key)")
             let hold: BackupHold
             do { hold = try StoredJSON.decoder.decode(BackupHold.self, from: Data(response.body)) } catch {
@@ -99,7 +104,8 @@ struct BucketState: Sendable {
     /// folder is at or ahead of the bucket.
     func ahead(of folder: DataFolder) throws -> [(app: String, channel: String, bucket: Int, folder: Int)] {
         var found: [(app: String, channel: String, bucket: Int, folder: Int)] = []
-        for (app, channels) in try pointers().sorted(by: { $0.key < $1.key }) {
+        // Apps the folder does not have (removed since, or made after the backup) are not compared.
+        for (app, channels) in try pointers().sorted(by: { $0.key < $1.key }) where FileSystem.isDirectory(folder.app(app)) {
             let head = ReleaseMirror.number(folder.head(app)) ?? 0
             for (channel, number) in channels.sorted(by: { $0.key < $1.key }) where number > head {
                 found.append((app, channel, number, head))
@@ -110,14 +116,16 @@ struct BucketState: Sendable {
 }
 
 extension BucketState {
-    /// A writer's start on the bucket. Refuses (`409 bucket_ahead`) when the bucket's pointers
+    /// A writer's start on the bucket. Refuses (`409 bucket_in_use`) while another writer's lease
+    /// is fresh (``WriterLease``), and (`409 bucket_ahead`) when the bucket's pointers
     /// are ahead of the folder, unless `takeOver`: then its pushes replace them. Raises the
     /// folder's floor above every release number in the bucket (numbers above the Unix time
     /// plus a day, which no honest origin issues, are named and not taken), so that no number
     /// this writer issues is one the bucket already holds (the mirror never uploads a number it
     /// finds there: replicas would go on serving the old bytes). Returns what to log.
-    func prepareWriter(_ folder: DataFolder, takeOver: Bool, now: Date = Date()) throws -> [String] {
+    func prepareWriter(_ folder: DataFolder, takeOver: Bool, interval: TimeInterval, now: Date = Date()) throws -> [String] {
         var notes: [String] = []
+        if let note = try checkLease(folder, takeOver: takeOver, now: now) { notes.append(note) }
         let ahead = try ahead(of: folder)
         if !ahead.isEmpty {
             let shown = ahead.prefix(5).map { "\($0.app) channel \($0.channel) serves release \($0.bucket) there, the folder's head is \($0.folder)" }.joined(separator: "; ")
@@ -137,6 +145,65 @@ extension BucketState {
             try ReleaseFloor.raise(folder, toAtLeast: taken + 1)
             notes.append("the bucket holds release \(taken), above this folder's \(local): release numbers continue from \(taken + 1)")
         }
+        try renewLease(folder, interval: interval, now: now)
         return notes
+    }
+}
+
+/// The bucket's one writer: `<prefix>writer.json`, renewed at the writer's start and at every
+/// maintenance pass. A writer is its data folder's `writer-id` (random, made at the first start,
+/// never copied by a backup: a restored folder, a drill's included, is a new writer).
+struct WriterLease: Codable, Sendable {
+    var writer: String
+    var host: String
+    var data: String
+    var seen: Date
+    /// The holder's maintenance interval: the lease is fresh for twice it plus two minutes.
+    var interval: TimeInterval
+
+    static let key = "writer.json"
+    static let idFile = "writer-id"
+
+    func fresh(now: Date) -> Bool { now.timeIntervalSince(seen) < 2 * interval + 120 }
+}
+
+extension BucketState {
+    /// This folder's writer id (made now if it has none).
+    static func writerID(_ folder: DataFolder) throws -> String {
+        let path = folder.root + "/" + WriterLease.idFile
+        if let bytes = try? FileSystem.readFile(path, limit: 64) {
+            let id = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            if !id.isEmpty { return id }
+        }
+        let id = Hex.encode(SecureRandom.bytes(16))
+        try FileSystem.writeAtomically(Array((id + "\n").utf8), to: path)
+        return id
+    }
+
+    /// The lease in the bucket, nil when there is none (or it cannot be decoded: a lease this
+    /// depot does not read is no writer it knows of).
+    func lease() throws -> WriterLease? {
+        let response = try client.call("GET", key: WriterLease.key, limit: 64 << 10)
+        if response.status == 404 { return nil }
+        let body = try S3Client.check(response, "reading \(WriterLease.key)").body
+        return try? StoredJSON.decoder.decode(WriterLease.self, from: Data(body))
+    }
+
+    /// Writes this folder's lease, seen now.
+    func renewLease(_ folder: DataFolder, interval: TimeInterval, now: Date = Date()) throws {
+        let lease = WriterLease(writer: try Self.writerID(folder), host: ProcessInfo.processInfo.hostName, data: folder.root, seen: now, interval: interval)
+        let bytes = Array(try StoredJSON.compact.encode(lease))
+        try S3Client.check(client.call("PUT", key: WriterLease.key, headers: ["content-type": "application/json"], body: .bytes(bytes), payloadSHA256: Hex.encode(SHA256Hasher.hash(bytes))), "writing \(WriterLease.key)")
+    }
+
+    /// Refuses (`409 bucket_in_use`) a writer start while another writer's lease is fresh,
+    /// unless `takeOver`.
+    func checkLease(_ folder: DataFolder, takeOver: Bool, now: Date) throws -> String? {
+        guard let lease = try lease(), lease.writer != (try Self.writerID(folder)), lease.fresh(now: now) else { return nil }
+        let age = Int(now.timeIntervalSince(lease.seen))
+        guard takeOver else {
+            throw DepotError.conflict("bucket_in_use", "another writer (data folder \(lease.data) on \(lease.host)) renewed its lease on this bucket \(age) s ago: a bucket has one writer. A restore drill runs with --read-only, or against a copy of the bucket; a real restore is depot restore --take-over-bucket with the old writer stopped (or wait until its lease is \(Int(2 * lease.interval + 120)) s old). Nothing was written")
+        }
+        return "taking over the bucket from the writer of \(lease.data) on \(lease.host), seen \(age) s ago"
     }
 }

@@ -54,6 +54,11 @@ final class ReleaseMirror: Sendable {
         }
     }
 
+    /// The writer's lease, renewed (each maintenance pass).
+    func renewLease(interval: TimeInterval) throws {
+        try BucketState(client: client, bucket: bucket).renewLease(folder, interval: interval)
+    }
+
     private func put(_ bytes: [UInt8], _ key: String) throws {
         try S3Client.check(client.call("PUT", key: key, headers: ["content-type": "application/json"], body: .bytes(bytes), payloadSHA256: Hex.encode(SHA256Hasher.hash(bytes))), "writing \(key)")
     }
