@@ -107,8 +107,9 @@ struct Restore: ParsableCommand {
         }
         let outcome: DataRestore.Outcome
         if let backup {
-            // Root stays root here (the copy goes beside the data folder, where the service user
-            // may not write) and gives the copy to the owner before it takes the folder's place.
+            // Root stays root here: the copy goes beside the data folder, under folders only root
+            // can change (checked), or inside a mount point root takes first; it is given to the
+            // owner before it takes the folder's place.
             let owner = try restoredOwner(backup: backup)
             if owner?.uid == 0 {
                 print("warning: the restored folder belongs to root; an origin that runs as another user cannot read it: give --owner assetdepot (or the user depot serve runs as)")
