@@ -49,6 +49,11 @@ final class Origin: HTTPHandler {
         // Every small file readable and writable by this user, or named in the log and on /healthz.
         StateHealth.shared.survey(folder)
         let apps = AppStore(folder: folder)
+        // App Attest settings written by a 0.2.0 build before format 3 existed: raised now, so
+        // that an older depot refuses the folder rather than drop them.
+        if !configuration.readOnly, try folder.currentFormat() < 3, apps.list().contains(where: { apps.settings($0)?.attestation != nil }) {
+            try folder.raiseFormat(to: 3)
+        }
         let blobs: any BlobStore
         // With a bucket, blobs stream from it and no answer is kept.
         var limits = configuration.blobCache
