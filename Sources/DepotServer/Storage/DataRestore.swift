@@ -155,15 +155,7 @@ public enum DataRestore {
                 aside = try swapInside(data, partial: partial, setAside: !empty, now: now)
                 swapped = true
             } else if existing && !empty {
-                let stamp = DateFormatter()
-                stamp.locale = Locale(identifier: "en_US_POSIX")
-                stamp.timeZone = TimeZone(identifier: "UTC")
-                stamp.dateFormat = "yyyyMMdd'T'HHmmss'Z'"
-                // A second restore within the second gets `-2`, `-3`, …: no folder set aside is replaced.
-                let base = data + ".before-restore-" + stamp.string(from: now)
-                guard let path = ([base] + (2...99).map { base + "-\($0)" }).first(where: { !FileSystem.exists($0) }) else {
-                    throw DepotError.conflict("data_folder_busy", "\(base) and 98 more like it exist already: move them away first")
-                }
+                let path = try asidePath(data + ".before-restore-", now: now)
                 try FileSystem.durableRename(data, to: path)
                 aside = path
             } else if existing {
@@ -176,6 +168,20 @@ public enum DataRestore {
             try? FileManager.default.removeItem(atPath: partial)
             throw error
         }
+    }
+
+    /// Where a restore sets the old folder aside: `prefix` and the time (UTC), with `-2`, `-3`, …
+    /// for a second restore within the second, so that no folder set aside is replaced.
+    static func asidePath(_ prefix: String, now: Date) throws -> String {
+        let stamp = DateFormatter()
+        stamp.locale = Locale(identifier: "en_US_POSIX")
+        stamp.timeZone = TimeZone(identifier: "UTC")
+        stamp.dateFormat = "yyyyMMdd'T'HHmmss'Z'"
+        let base = prefix + stamp.string(from: now)
+        guard let path = ([base] + (2...99).map { base + "-\($0)" }).first(where: { !FileSystem.exists($0) }) else {
+            throw DepotError.conflict("data_folder_busy", "\(base) and 98 more like it exist already: move them away first")
+        }
+        return path
     }
 
     /// What `depot restore --take-over-bucket` leaves for the restored writer's first start.
@@ -280,14 +286,7 @@ public enum DataRestore {
         try FileSystem.writeAtomically(Array("a restore into this folder did not finish: run depot restore again with --replace\n".utf8), to: markerPath)
         var aside: String?
         if setAside {
-            let stamp = DateFormatter()
-            stamp.locale = Locale(identifier: "en_US_POSIX")
-            stamp.timeZone = TimeZone(identifier: "UTC")
-            stamp.dateFormat = "yyyyMMdd'T'HHmmss'Z'"
-            let base = data + "/.before-restore-" + stamp.string(from: now)
-            guard let path = ([base] + (2...99).map { base + "-\($0)" }).first(where: { !FileSystem.exists($0) }) else {
-                throw DepotError.conflict("data_folder_busy", "\(base) and 98 more like it exist already: move them away first")
-            }
+            let path = try asidePath(data + "/.before-restore-", now: now)
             guard mkdir(path, 0o700) == 0 else { throw SystemError(call: "mkdir", errno: errno, path: path) }
             for name in FileSystem.contents(of: data) where !keptInPlace(name) && name != "lost+found" {
                 guard rename(data + "/" + name, path + "/" + name) == 0 else { throw SystemError(call: "rename", errno: errno, path: data + "/" + name) }
