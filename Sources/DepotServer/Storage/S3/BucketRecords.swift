@@ -69,9 +69,10 @@ struct BucketState: Sendable {
 
     /// Each app's highest release number in the bucket: its envelopes
     /// (`apps/<app>/releases/NNNNNN.json`) and signed copies (`apps/<app>/signed/<channel>/NNNNNN.json`).
-    func highestReleases() throws -> [String: Int] {
+    /// `listing`: the bucket's objects under `apps/`, when the caller has listed them already.
+    func highestReleases(listing: [S3BlobStore.Object]? = nil) throws -> [String: Int] {
         var highest: [String: Int] = [:]
-        for object in try bucket.list(prefix: "apps/") {
+        for object in try listing ?? bucket.list(prefix: "apps/") {
             let parts = object.key.split(separator: "/", omittingEmptySubsequences: false)
             let name: Substring
             switch (parts.count, parts.count > 2 ? parts[2] : "") {
@@ -86,9 +87,9 @@ struct BucketState: Sendable {
     }
 
     /// Each app's channel pointers in the bucket: the release each channel serves there.
-    func pointers() throws -> [String: [String: Int]] {
+    func pointers(listing: [S3BlobStore.Object]? = nil) throws -> [String: [String: Int]] {
         var out: [String: [String: Int]] = [:]
-        for object in try bucket.list(prefix: "apps/") {
+        for object in try listing ?? bucket.list(prefix: "apps/") {
             let parts = object.key.split(separator: "/", omittingEmptySubsequences: false)
             guard parts.count == 4, parts[2] == "channels", Identifier.isValidApp(String(parts[1])), Identifier.isValidChannel(String(parts[3])) else { continue }
             let body = try S3Client.check(client.call("GET", key: object.key, limit: 64), "reading \(object.key)").body
@@ -102,10 +103,10 @@ struct BucketState: Sendable {
     /// writer went on after this folder's state (a restore drill started against the live
     /// bucket, or a folder restored from a backup taken before those releases). Empty when the
     /// folder is at or ahead of the bucket.
-    func ahead(of folder: DataFolder) throws -> [(app: String, channel: String, bucket: Int, folder: Int)] {
+    func ahead(of folder: DataFolder, listing: [S3BlobStore.Object]? = nil) throws -> [(app: String, channel: String, bucket: Int, folder: Int)] {
         var found: [(app: String, channel: String, bucket: Int, folder: Int)] = []
         // Apps the folder does not have (removed since, or made after the backup) are not compared.
-        for (app, channels) in try pointers().sorted(by: { $0.key < $1.key }) where FileSystem.isDirectory(folder.app(app)) {
+        for (app, channels) in try pointers(listing: listing).sorted(by: { $0.key < $1.key }) where FileSystem.isDirectory(folder.app(app)) {
             let head = ReleaseMirror.number(folder.head(app)) ?? 0
             for (channel, number) in channels.sorted(by: { $0.key < $1.key }) where number > head {
                 found.append((app, channel, number, head))
@@ -126,7 +127,9 @@ extension BucketState {
     func prepareWriter(_ folder: DataFolder, takeOver: Bool, interval: TimeInterval, now: Date = Date()) throws -> [String] {
         var notes: [String] = []
         if let note = try checkLease(folder, takeOver: takeOver, now: now) { notes.append(note) }
-        let ahead = try ahead(of: folder)
+        // One listing of apps/ serves both looks (pointers and release numbers).
+        let listing = try bucket.list(prefix: "apps/")
+        let ahead = try ahead(of: folder, listing: listing)
         if !ahead.isEmpty {
             let shown = ahead.prefix(5).map { "\($0.app) channel \($0.channel) serves release \($0.bucket) there, the folder's head is \($0.folder)" }.joined(separator: "; ")
             guard takeOver else {
@@ -135,7 +138,7 @@ extension BucketState {
             notes.append("taking over the bucket: \(shown); this folder's pointers replace them")
         }
         let ceiling = Int(now.timeIntervalSince1970) + 86_400
-        let highest = try highestReleases()
+        let highest = try highestReleases(listing: listing)
         let taken = highest.values.filter { $0 < ceiling }.max() ?? 0
         if let inflated = highest.filter({ $0.value >= ceiling }).min(by: { $0.key < $1.key }) {
             notes.append("the bucket holds release \(inflated.value) of \(inflated.key), above the Unix time plus a day, which no honest origin issues: not taken into the release floor")
