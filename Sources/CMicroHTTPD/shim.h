@@ -42,6 +42,12 @@ static inline uint16_t CMicroHTTPD_bound_port(struct MHD_Daemon *daemon) {
   return info == NULL ? 0 : info->port;
 }
 
+/* The listening socket's descriptor (-1 if none), read without quiescing the daemon. */
+static inline int CMicroHTTPD_listen_fd(struct MHD_Daemon *daemon) {
+  const union MHD_DaemonInfo *info = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_LISTEN_FD);
+  return info == NULL ? -1 : info->listen_fd;
+}
+
 /* MHD_get_connection_info is variadic and returns a union. */
 static inline const struct sockaddr *CMicroHTTPD_client_address(struct MHD_Connection *connection) {
   const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);

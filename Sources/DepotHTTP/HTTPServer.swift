@@ -35,7 +35,7 @@ public final class HTTPServer: Sendable {
             // restart binds at once past TIME_WAIT).
             MHD_OptionItem(option: .END, value: 0, ptr_value: nil),
         ]
-        // ITC lets MHD_quiesce_daemon stop accepting while the threads keep serving (graceful stop).
+        // ITC wakes the workers at stop (and lets requests in flight finish during a drain).
         let flags = MHD_USE_INTERNAL_POLLING_THREAD.rawValue | MHD_USE_EPOLL.rawValue | MHD_USE_ITC.rawValue
             | (address.isIPv6 ? MHD_USE_IPv6.rawValue : 0) | (configuration.turbo ? MHD_USE_TURBO.rawValue : 0)
         let started = address.withSockaddr { sockaddr in
@@ -66,8 +66,21 @@ public final class HTTPServer: Sendable {
     public func shutdown(gracePeriod: Duration) -> Int {
         let running = daemon.withLock { $0 }
         guard let running = OpaquePointer(bitPattern: running) else { return 0 }
-        let listener = MHD_quiesce_daemon(running)
-        if listener >= 0 { close(listener) }
+        // Not MHD_quiesce_daemon: on an epoll daemon with its own threads it races the workers
+        // over removing the listening socket from their epoll sets and aborts the process
+        // ("Failed to remove listen FD from epoll set", an open libmicrohttpd defect; CI hit it
+        // at d8f8b4d). Instead the listening socket is replaced, under its descriptor number, by
+        // a socket that listens on nothing: the kernel closes the listening one (new connections
+        // are refused, its backlog reset), which leaves every epoll set with it; the workers
+        // never see it again, and MHD_stop_daemon closes the stand-in.
+        let listener = CMicroHTTPD_listen_fd(running)
+        if listener >= 0 {
+            let standIn = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            if standIn >= 0 {
+                if dup2(standIn, listener) >= 0 { _ = fcntl(listener, F_SETFD, FD_CLOEXEC) }
+                close(standIn)
+            }
+        }
         let deadline = ContinuousClock.now + gracePeriod
         while inFlightRequests > 0 && ContinuousClock.now < deadline {
             usleep(10_000)
