@@ -120,6 +120,9 @@ struct Serve: ParsableCommand {
     @Option(name: .customLong("patch-disk-reserve"), help: "The percentage of the data volume patch making always leaves free, checked before and while a patch is made (env DEPOT_PATCH_DISK_RESERVE).")
     var patchDiskReserve: Int = Environment.int("DEPOT_PATCH_DISK_RESERVE", 25)
 
+    @Option(name: .customLong("patch-share"), help: "The percentage of its time patch making may work (CPU and disk), 5–100: after each pack it rests in proportion, at a lower priority than serving (env DEPOT_PATCH_SHARE).")
+    var patchShare: Int = Environment.int("DEPOT_PATCH_SHARE", 50)
+
     @Option(name: .customLong("metrics-token-file"), help: "A file holding the token a Prometheus scraper sends (Authorization: Bearer) to read /metrics; without it /metrics answers 404, as metrics name every app (env DEPOT_METRICS_TOKEN_FILE).")
     var metricsTokenFile: String = Environment.string("DEPOT_METRICS_TOKEN_FILE", "")
 
@@ -147,6 +150,7 @@ struct Serve: ParsableCommand {
         guard attestRatePerAddress >= 1, attestRateTotal >= 1 else { throw ValidationError("--attest-rate-per-address and --attest-rate-total must be at least 1") }
         guard maxChannels >= 1 else { throw ValidationError("--max-channels must be at least 1") }
         guard (0...16).contains(patchDepth) else { throw ValidationError("--patch-depth must be 0–16") }
+        guard (5...100).contains(patchShare) else { throw ValidationError("--patch-share must be 5–100") }
         guard bootstrap == "dev" || bootstrap == "none" else { throw ValidationError("--bootstrap must be dev or none") }
         guard (patchScratchLimit ?? 1) >= 1, (0...90).contains(patchDiskReserve) else { throw ValidationError("--patch-scratch-limit must be at least 1, --patch-disk-reserve must be 0–90") }
         _ = try trustedProxies()
@@ -235,7 +239,7 @@ struct Serve: ParsableCommand {
         configuration.patchDepth = patchDepth
         configuration.maximumChannels = maxChannels
         configuration.patchLimits = PatchLimits(
-            scratchBytes: patchScratchLimit ?? 4 * max(maxPackSize, 1 << 30), reserve: Double(patchDiskReserve) / 100
+            scratchBytes: patchScratchLimit ?? 4 * max(maxPackSize, 1 << 30), reserve: Double(patchDiskReserve) / 100, share: Double(patchShare) / 100
         )
         configuration.metricsToken = try metricsToken()
         // Access lines straight into the log handler's buffer (the handler every logger here has,

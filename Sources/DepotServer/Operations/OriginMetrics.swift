@@ -102,6 +102,12 @@ final class OriginMetrics: Sendable {
     }
 
     /// A patch not made or not released: one of ``patchSkipReasons``.
+    /// CPU seconds a background pass spent (`work`: `patches`, `maintenance`).
+    func backgroundWork(_ work: String, seconds: Double) {
+        guard seconds > 0 else { return }
+        Metrics.FloatingPointCounter(label: "depot_background_cpu_seconds_total", dimensions: [("work", work)], factory: factory).increment(by: seconds)
+    }
+
     func patchSkipped(app: String, reason: String) {
         counter("depot_patches_skipped_total", [("app", app), ("reason", reason)]).increment()
     }

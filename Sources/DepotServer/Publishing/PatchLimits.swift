@@ -25,8 +25,13 @@ public struct PatchLimits: Sendable, Equatable {
     /// leaves free for uploads and everything else, 0–0.9.
     public var reserve: Double
 
-    public init(scratchBytes: Int64, reserve: Double = 0.25) {
-        (self.scratchBytes, self.reserve) = (scratchBytes, reserve)
+    /// The share of its time patch making may work, 0.05–1 (`--patch-share`): after a turn
+    /// that took `t`, it rests `t × (1 − share) / share`, so that its CPU and disk use stay
+    /// within that share of one core and one disk however many releases arrive.
+    public var share: Double
+
+    public init(scratchBytes: Int64, reserve: Double = 0.25, share: Double = 0.5) {
+        (self.scratchBytes, self.reserve, self.share) = (scratchBytes, reserve, min(1, max(0.05, share)))
     }
 }
 

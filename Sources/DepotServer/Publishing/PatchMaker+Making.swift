@@ -5,7 +5,7 @@ import Logging
 /// Making one pack's patches within the limits: decrypt, unpack (zips), delta, encrypt, store.
 extension PatchMaker {
     /// The patches to `entry` from each earlier revision that fits the limits, logged.
-    func make(_ entry: PackEntry, from earlier: [PackEntry], app: String) throws -> [PackPatch] {
+    func make(_ entry: PackEntry, from earlier: [ReleaseIndex.Revision], app: String) throws -> [PackPatch] {
         let started = ContinuousClock.now
         let patches = try patches(for: entry, from: earlier, app: app)
         logger.info("made patches", metadata: [
@@ -21,7 +21,7 @@ extension PatchMaker {
     /// its manifest's `installSize`, which unpacking enforces; a delta and its container: the
     /// new tree or plaintext, and a margin); unpacking also while it runs. Stored patch blobs
     /// are held against removal until released. A failure with one earlier revision skips it.
-    private func patches(for entry: PackEntry, from earlier: [PackEntry], app: String) throws -> [PackPatch] {
+    private func patches(for entry: PackEntry, from earlier: [ReleaseIndex.Revision], app: String) throws -> [PackPatch] {
         let keys = try apps.packKeys(app)
         let scratch = folder.uploads + "/" + PatchLimits.scratchPrefix + Hex.encode(SecureRandom.bytes(8))
         let zip = ZipPack.isZip(contentType: entry.contentType)
@@ -38,7 +38,7 @@ extension PatchMaker {
             skip(entry, app: app, refusal)
             return []
         }
-        guard try decrypt(entry, to: scratch + ".new", keys: keys.ring) else { return [] }
+        guard try decrypt(entry.sha256, size: entry.size, to: scratch + ".new", keys: keys.ring) else { return [] }
         budget.used = entry.size
         var target = entry.size
         if zip {
@@ -69,10 +69,10 @@ extension PatchMaker {
     /// One patch, from `old` to the new revision already in `scratch.new` (and `.new-tree`),
     /// stored and held; nil when it is not worth it or `old` is gone or too large.
     private func patch(
-        to entry: PackEntry, from old: PackEntry, zip: Bool, scratch: String, budget: ScratchBudget, target: Int64, keys: (ring: KeyRing, current: String),
+        to entry: PackEntry, from old: ReleaseIndex.Revision, zip: Bool, scratch: String, budget: ScratchBudget, target: Int64, keys: (ring: KeyRing, current: String),
         app: String
     ) throws -> PackPatch? {
-        guard try decrypt(old, to: scratch + ".old", keys: keys.ring) else { return nil }
+        guard try decrypt(old.sha256, size: old.size, to: scratch + ".old", keys: keys.ring) else { return nil }
         let size: Int64
         if zip {
             // A device keeps a zip unpacked: the patch is made between the two trees.
@@ -151,12 +151,27 @@ extension PatchMaker {
     }
 
     /// A revision's plaintext, from its blob; false if the blob is gone.
-    private func decrypt(_ entry: PackEntry, to path: String, keys: KeyRing) throws -> Bool {
-        guard let blob = try blobs.open(entry.sha256) else { return false }
+    private func decrypt(_ sha256: String, size: Int64, to path: String, keys: KeyRing) throws -> Bool {
+        guard let blob = try blobs.open(sha256) else { return false }
         defer { try? blob.file.close() }
-        let summary = try PackDecryptor.decrypt(blob.file, to: path, keyRing: keys, expectedSize: entry.size, hashingPlaintext: false)
-        guard summary.sha256 == entry.sha256 else { throw DepotError.conflict("blob_mismatch", "blob \(entry.sha256) does not hash to its name") }
+        let summary = try PackDecryptor.decrypt(blob.file, to: path, keyRing: keys, expectedSize: size, hashingPlaintext: false)
+        guard summary.sha256 == sha256 else { throw DepotError.conflict("blob_mismatch", "blob \(sha256) does not hash to its name") }
         return true
+    }
+
+    /// Lowers the calling thread's scheduling priority (nice 10): serving threads go first.
+    /// On Linux a `PRIO_PROCESS` of 0 names the calling thread alone.
+    static func lowerPriority() {
+        #if os(Linux)
+        _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, 10)
+        #endif
+    }
+
+    /// The CPU time the calling thread has used, in seconds.
+    static func threadCPUSeconds() -> Double {
+        var time = timespec()
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &time)
+        return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9
     }
 
     /// The delta as a pack container under the app's current key.

@@ -36,11 +36,15 @@ final class PatchMaker: Sendable {
     let limits: PatchLimits
     private let queue = DispatchQueue(label: "assetdepot.patches")
     private let work = Mutex(Work())
-    /// `channel app/pack@revision:sha256` tried in this process without a patch to show (not
-    /// worth it, skipped, failed, or refused at release): not tried again on that channel. A
-    /// patch made is found again through the releases that name it (``reusable(_:in:blobs:)``),
-    /// so one swept since is made again.
-    private let tried = Mutex<Set<String>>([])
+    /// Per app, `channel app/pack@revision:sha256` tried without a patch to show (not worth it,
+    /// skipped, failed, or refused at release): not tried again on that channel. Kept in
+    /// `apps/<app>/patch-state`, pruned to what channels serve, so that a restart neither searches
+    /// the history nor makes again what was not worth making. A patch made is found again through
+    /// the releases that name it (the app's ``ReleaseIndex``), so one swept since is made again.
+    private let tried = Mutex<[String: Set<String>]>([:])
+    /// Per app and channel, the release whose packs were all looked at and found done: a turn
+    /// looks only at channels that moved since (what changed), not at every live pack again.
+    private let settled = Mutex<[String: [String: Int]]>([:])
 
     /// Apps waiting for their turn, and the patches made for each channel's live release that
     /// are not released yet (with the blobs they hold against removal).
@@ -84,8 +88,12 @@ final class PatchMaker: Sendable {
     func waitUntilIdle() { queue.sync {} }
 
     /// Turns until no app has work: each turn makes one pack's patches (or releases a channel's),
-    /// then the app goes to the back of the line if it has more.
+    /// then the app goes to the back of the line if it has more. The thread runs at a lower
+    /// priority than serving, and rests after each turn that made patches so that it takes at
+    /// most ``PatchLimits/share`` of its time (CPU and disk alike): a publish storm never starves
+    /// downloads.
     private func run() {
+        Self.lowerPriority()
         while let app = work.withLock({ work -> String? in
             guard !work.turns.isEmpty else {
                 work.running = false
@@ -94,6 +102,8 @@ final class PatchMaker: Sendable {
             return work.turns.removeFirst()
         }) {
             let more: Bool
+            let started = ContinuousClock.now
+            let cpu = Self.threadCPUSeconds()
             do {
                 more = try turn(app)
             } catch {
@@ -101,48 +111,59 @@ final class PatchMaker: Sendable {
                 discard(app)
                 more = false
             }
+            let spent = Self.threadCPUSeconds() - cpu
+            metrics.backgroundWork("patches", seconds: spent)
+            let took = ContinuousClock.now - started
+            if more, took > .milliseconds(5), limits.share < 1 {
+                let seconds = Double(took.components.seconds) + Double(took.components.attoseconds) / 1e18
+                Thread.sleep(forTimeInterval: seconds * (1 - limits.share) / limits.share)
+            }
             if more { work.withLock { if !$0.turns.contains(app) { $0.turns.append(app) } } }
         }
     }
 
     /// One turn of `app`: the first pack of a channel's live release still to try gets its
     /// patches; with none left, the channel's patches made so far are released. Returns whether
-    /// the app may have more to do.
+    /// the app may have more to do. Reads no release file: the channels' pointers, their live
+    /// releases (kept in memory) and the app's ``ReleaseIndex``; channels whose release was
+    /// settled are passed over.
     private func turn(_ app: String) throws -> Bool {
         guard let settings = settings(app), !settings.isManaged else {
             discard(app)
             return false
         }
-        let history = try releases.list(app)
+        let index = try releases.index(app)
         let channels = releases.channels(app)
         discard(app, keeping: Set(channels.keys))
-        for channel in channels.keys.sorted() {
+        var tried = triedSet(app)
+        let settledNow = settled.withLock { $0[app] ?? [:] }
+        for channel in channels.keys.sorted() where settledNow[channel] != channels[channel] {
             guard let live = try releases.current(app, channel: channel) else { continue }
             let pending = work.withLock { $0.made[app]?[channel] ?? [:] }
             for entry in try live.manifest.packs where entry.patches == nil && !entry.keyID.isEmpty {
                 if let held = pending[entry.id], held.entry.sha256 == entry.sha256, held.entry.revision == entry.revision { continue }
                 let key = Self.key(app, channel, entry)
-                guard !tried.withLock({ $0.contains(key) }) else { continue }
-                let earlier = Self.earlierRevisions(of: entry, in: history, depth: depth)
+                guard !tried.contains(key) else { continue }
+                let earlier = index.earlierRevisions(of: entry, depth: depth)
+                // A new pack, or one whose earlier revisions are not patchable: nothing to make.
+                if earlier.isEmpty { continue }
                 var patches: [PackPatch] = []
-                if !earlier.isEmpty {
-                    if let reused = Self.reusable(entry, in: history, blobs: blobs) {
-                        // Held from now until released, like the patches made here.
-                        for patch in reused { storing.begin(patch.sha256) }
-                        patches = reused
-                    } else {
-                        do {
-                            patches = try make(entry, from: earlier, app: app)
-                        } catch {
-                            logger.warning("could not make patches", metadata: [
-                                "app": .string(app), "channel": .string(channel), "pack": .string(entry.id), "error": .string("\(error)"),
-                            ])
-                        }
+                if let reused = index.patches(for: entry), !reused.isEmpty, reused.allSatisfy({ blobs.contains($0.sha256) }) {
+                    // Held from now until released, like the patches made here.
+                    for patch in reused { storing.begin(patch.sha256) }
+                    patches = reused
+                } else {
+                    do {
+                        patches = try make(entry, from: earlier, app: app)
+                    } catch {
+                        logger.warning("could not make patches", metadata: [
+                            "app": .string(app), "channel": .string(channel), "pack": .string(entry.id), "error": .string("\(error)"),
+                        ])
                     }
                 }
                 if patches.isEmpty {
-                    tried.withLock { _ = $0.insert(key) }
-                    if earlier.isEmpty { continue }
+                    tried.insert(key)
+                    remember(app, tried: tried)
                 } else {
                     keep(Made(entry: entry, patches: patches), app: app, channel: channel)
                 }
@@ -156,11 +177,61 @@ final class PatchMaker: Sendable {
                 } catch {
                     logger.warning("could not release patches", metadata: ["app": .string(app), "channel": .string(channel), "error": .string("\(error)")])
                 }
-                if !released { tried.withLock { for item in made.values { $0.insert(Self.key(app, channel, item.entry)) } } }
+                if !released {
+                    for item in made.values { tried.insert(Self.key(app, channel, item.entry)) }
+                    remember(app, tried: tried)
+                }
                 return true
             }
+            settled.withLock { $0[app, default: [:]][channel] = live.version }
         }
+        prune(app, channels: channels)
         return false
+    }
+
+    /// The file keeping what `app`'s patch making tried.
+    private func statePath(_ app: String) -> String { folder.app(app) + "/patch-state" }
+
+    private struct State: Codable {
+        var tried: [String]
+    }
+
+    /// What was tried for `app`: kept in memory, read from its file once per process.
+    private func triedSet(_ app: String) -> Set<String> {
+        if let known = tried.withLock({ $0[app] }) { return known }
+        let read = (try? FileSystem.readFile(statePath(app), limit: 64 << 20)).flatMap { try? JSONDecoder().decode(State.self, from: Data($0)) }
+        let set = Set(read?.tried ?? [])
+        tried.withLock { $0[app] = set }
+        return set
+    }
+
+    /// Keeps `set` as what was tried for `app`, in memory and in its file (a file that cannot be
+    /// written costs at most one more try of each pack after a restart).
+    private func remember(_ app: String, tried set: Set<String>) {
+        tried.withLock { $0[app] = set }
+        if let bytes = try? StoredJSON.compact.encode(State(tried: set.sorted())) {
+            try? FileSystem.writeAtomically(Array(bytes), to: statePath(app), .ordered)
+        }
+    }
+
+    /// Forgets what was tried for packs no channel of `app` serves any more, and the settled
+    /// releases of channels gone: both stay bounded by what is live.
+    private func prune(_ app: String, channels: [String: Int]) {
+        settled.withLock { settled in
+            if var known = settled[app] {
+                known = known.filter { channels[$0.key] != nil }
+                settled[app] = known
+            }
+        }
+        let set = triedSet(app)
+        guard !set.isEmpty else { return }
+        var live = Set<String>()
+        for channel in channels.keys {
+            guard let release = try? releases.current(app, channel: channel), let packs = try? release.manifest.packs else { return }
+            for entry in packs { live.insert(Self.key(app, channel, entry)) }
+        }
+        let kept = set.intersection(live)
+        if kept.count != set.count { remember(app, tried: kept) }
     }
 
     private static func key(_ app: String, _ channel: String, _ entry: PackEntry) -> String {
@@ -225,30 +296,5 @@ final class PatchMaker: Sendable {
             ])
             return false
         }
-    }
-
-    /// Patches another release already names for this very container and revision, all still
-    /// stored (a channel promoted to a release whose patches another channel's release carries).
-    static func reusable(_ entry: PackEntry, in history: [Manifest], blobs: any BlobStore) -> [PackPatch]? {
-        for manifest in history.sorted(by: { $0.version > $1.version }) {
-            guard let other = manifest[pack: entry.id], other.sha256 == entry.sha256, other.revision == entry.revision,
-                  let patches = other.patches, !patches.isEmpty, patches.allSatisfy({ blobs.contains($0.sha256) }) else { continue }
-            return patches
-        }
-        return nil
-    }
-
-    /// The pack's earlier revisions any release named, newest first, at most `depth`.
-    static func earlierRevisions(of entry: PackEntry, in history: [Manifest], depth: Int) -> [PackEntry] {
-        var seen = Set<Int>()
-        var out: [PackEntry] = []
-        for manifest in history.sorted(by: { $0.version > $1.version }) {
-            guard let old = manifest[pack: entry.id], old.revision < entry.revision, old.plaintextSHA256 != entry.plaintextSHA256,
-                  !old.keyID.isEmpty, ZipPack.isZip(contentType: old.contentType) == ZipPack.isZip(contentType: entry.contentType),
-                  seen.insert(old.revision).inserted else { continue }
-            out.append(old)
-            if out.count == depth { break }
-        }
-        return out
     }
 }

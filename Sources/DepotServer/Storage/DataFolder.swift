@@ -39,6 +39,8 @@ public struct DataFolder: Sendable {
     func release(_ id: String, _ version: Int) -> String { releases(id) + "/" + Self.releaseName(version) }
     func currentPointer(_ id: String) -> String { app(id) + "/current" }
     func head(_ id: String) -> String { app(id) + "/head" }
+    /// The app's releases in compact form (``ReleaseCatalog``).
+    func catalog(_ id: String) -> String { app(id) + "/catalog" }
     func channels(_ id: String) -> String { app(id) + "/channels" }
     /// Releases signed again for a channel they were promoted to: `signed/<channel>/NNNNNN.json`.
     func signedCopies(_ id: String, channel: String) -> String { app(id) + "/signed/" + channel }

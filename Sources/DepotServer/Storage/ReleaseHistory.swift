@@ -14,8 +14,9 @@ import Synchronization
 /// the production pointer, the channels folder, the releases folder: every change replaces a
 /// file by a rename, which restamps its folder); a request that finds them changed rebuilds
 /// the snapshot under one lock (one builder, however many requests arrive meanwhile), reading
-/// the channel pointers (at most `--max-channels`), the folder's names, and only the release
-/// files it has not read before (they are immutable). History is read once per process.
+/// the channel pointers (at most `--max-channels`), the folder's names, and only the releases
+/// it has not read before (they are immutable), from the app's ``ReleaseCatalog`` where it has
+/// them, else from their files. History is read once per process.
 final class ReleaseHistory: Sendable {
     /// One release as the listings show it.
     struct Release: Sendable, Equatable {
@@ -25,6 +26,10 @@ final class ReleaseHistory: Sendable {
         var packs: Int
         /// The channel it was published for (production for releases that named none).
         var channel: String
+
+        init(version: Int, publishedAt: Date, expiresAt: Date, packs: Int, channel: String) {
+            (self.version, self.publishedAt, self.expiresAt, self.packs, self.channel) = (version, publishedAt, expiresAt, packs, channel)
+        }
 
         init(_ manifest: Manifest) {
             (version, publishedAt, expiresAt, packs) = (manifest.version, manifest.publishedAt, manifest.expiresAt, manifest.packs.count)
@@ -190,8 +195,15 @@ final class ReleaseHistory: Sendable {
         }
         let head = max(Self.readNumber(folder.head(app)) ?? 0, channels.values.max() ?? 0)
         var releases: [Release] = []
+        // The catalog's facts, read once if any release is not known yet (start-up).
+        var catalogued: [Int: Release]?
         for version in ReleaseStore.versions(in: folder.releases(app)) where version <= head {
             if let known = previous?.release(version) {
+                releases.append(known)
+                continue
+            }
+            if catalogued == nil { catalogued = ReleaseCatalog(path: folder.catalog(app)).summaries() }
+            if let known = catalogued?[version] {
                 releases.append(known)
                 continue
             }

@@ -1,17 +1,82 @@
 import DepotCore
+import Synchronization
 
-/// What an app's releases hold, read once from its release files and kept up to date by every
-/// publish: the highest revision each pack id ever had, and every blob any release names.
+/// What an app's releases hold, kept up to date by every publish and read at start-up from its
+/// ``ReleaseCatalog`` (release files only for what the catalog lacks): the highest revision
+/// each pack id ever had, every blob any release names, and each pack's newest revisions (what
+/// patches start from).
 struct ReleaseIndex: Sendable {
+    /// One revision of a pack, as patch making needs it.
+    struct Revision: Sendable, Equatable {
+        var revision: Int
+        var sha256: String
+        var size: Int64
+        var installSize: Int64
+        var plaintextSHA256: String
+        var keyID: String
+        var isZip: Bool
+        /// The patches a release named for this container (the newest seen), if any.
+        var patches: [PackPatch]?
+
+        init(_ entry: PackEntry) {
+            (revision, sha256, size, installSize, plaintextSHA256, keyID) = (entry.revision, entry.sha256, entry.size, entry.installSize, entry.plaintextSHA256, entry.keyID)
+            isZip = ZipPack.isZip(contentType: entry.contentType)
+            patches = entry.patches
+        }
+    }
+
+    /// How many revisions of each pack are kept: the most `--patch-depth` allows.
+    static let lineageDepth = 16
+
     var highestRevisions: [String: Int] = [:]
     /// Releases are immutable, so this set only grows.
     var blobs: Set<String> = []
+    /// Per pack id, its newest revisions, highest first, at most ``lineageDepth``.
+    var lineage: [String: [Revision]] = [:]
+
+    /// Whether `entry` would add nothing: its blobs are known, and so are its patches (or it
+    /// names none, or its revision is no longer among the kept ones).
+    func knows(_ entry: PackEntry) -> Bool {
+        guard entry.blobs.allSatisfy(blobs.contains) else { return false }
+        guard let patches = entry.patches else { return true }
+        guard let kept = lineage[entry.id]?.first(where: { $0.revision == entry.revision && $0.sha256 == entry.sha256 }) else {
+            return (lineage[entry.id]?.count ?? 0) >= Self.lineageDepth && (lineage[entry.id]?.last?.revision ?? 0) > entry.revision
+        }
+        return kept.patches == patches
+    }
 
     mutating func add(_ packs: [PackEntry]) {
         for pack in packs {
             highestRevisions[pack.id] = max(highestRevisions[pack.id] ?? 0, pack.revision)
             blobs.formUnion(pack.blobs)
+            var revisions = lineage[pack.id] ?? []
+            if let place = revisions.firstIndex(where: { $0.revision == pack.revision }) {
+                // A revision is one container; a release that names patches for it updates them.
+                if revisions[place].sha256 == pack.sha256, let patches = pack.patches { revisions[place].patches = patches }
+            } else {
+                guard revisions.count < Self.lineageDepth || pack.revision > revisions.last!.revision else { continue }
+                let place = revisions.firstIndex { $0.revision < pack.revision } ?? revisions.count
+                revisions.insert(Revision(pack), at: place)
+                if revisions.count > Self.lineageDepth { revisions.removeLast() }
+            }
+            lineage[pack.id] = revisions
         }
+    }
+
+    /// The pack's earlier revisions a patch to `entry` can start from, newest first, at most
+    /// `depth`: lower revisions with other plaintext, encrypted (not a managed archive), zips
+    /// patched from zips only.
+    func earlierRevisions(of entry: PackEntry, depth: Int) -> [Revision] {
+        let zip = ZipPack.isZip(contentType: entry.contentType)
+        let earlier = (lineage[entry.id] ?? []).filter {
+            $0.revision < entry.revision && $0.plaintextSHA256 != entry.plaintextSHA256 && !$0.keyID.isEmpty && $0.isZip == zip
+        }
+        return Array(earlier.prefix(depth))
+    }
+
+    /// Patches a release already names for this very container and revision.
+    func patches(for entry: PackEntry) -> [PackPatch]? {
+        lineage[entry.id]?.first { $0.revision == entry.revision && $0.sha256 == entry.sha256 }?.patches
     }
 }
 
@@ -84,25 +149,56 @@ extension ReleaseStore {
         return false
     }
 
-    /// Records a release's packs in its app's index (under the publish lock, once it is visible).
-    func noteReleased(_ packs: [PackEntry], app: String) throws {
-        _ = try index(app)
-        indexes.withLock { $0.byApp[app]?.add(packs) }
+    /// Records a release in its app's index and catalog (under the publish lock, once it is
+    /// visible: `head` names it). A catalog that cannot be written is read again from the
+    /// release files at the next start.
+    func noteReleased(_ manifest: Manifest, app: String) throws {
+        let index = try index(app)
+        let line = ReleaseCatalog.Line(
+            version: manifest.version, publishedAt: manifest.publishedAt, expiresAt: manifest.expiresAt, packs: manifest.packs.count,
+            channel: manifest.channel ?? Self.production, entries: manifest.allEntries.filter { !index.knows($0) }
+        )
+        indexes.withLock { $0.byApp[app]?.add(line.entries) }
+        try? catalog(app).append([line])
     }
 
-    /// The app's index (read from its release files once per process). A scan that raced a
-    /// publish or a ``forget(_:)`` is used but not kept: the kept one is never older than the files.
+    func catalog(_ app: String) -> ReleaseCatalog { ReleaseCatalog(path: folder.catalog(app)) }
+
+    /// Release files read to build an index, in this process (tests count them).
+    static let releaseFilesRead = Atomic<Int>(0)
+
+    /// The app's index: read once per process from its catalog, and from the release files the
+    /// catalog lacks (appended to it). A scan that raced a publish or a ``forget(_:)`` is used
+    /// but not kept: the kept one is never older than the files.
     func index(_ app: String) throws -> ReleaseIndex {
         let (known, generation) = indexes.withLock { ($0.byApp[app], $0.generation) }
         if let known { return known }
         var index = ReleaseIndex()
         let head = head(app)
-        for version in Self.versions(in: folder.releases(app)) where version <= head {
-            index.add(try load(app, version).manifest.allEntries)
+        let present = Set(Self.versions(in: folder.releases(app)).filter { $0 <= head })
+        var covered = Set<Int>()
+        let catalog = catalog(app)
+        for line in catalog.lines() where present.contains(line.version) {
+            index.add(line.entries)
+            covered.insert(line.version)
+        }
+        var missing: [ReleaseCatalog.Line] = []
+        for version in present.subtracting(covered).sorted() {
+            let manifest = try load(app, version).manifest
+            Self.releaseFilesRead.add(1, ordering: .relaxed)
+            let line = ReleaseCatalog.Line(
+                version: version, publishedAt: manifest.publishedAt, expiresAt: manifest.expiresAt, packs: manifest.packs.count,
+                channel: manifest.channel ?? Self.production, entries: manifest.allEntries.filter { !index.knows($0) }
+            )
+            index.add(line.entries)
+            missing.append(line)
         }
         return indexes.withLock { indexes in
             if let kept = indexes.byApp[app] { return kept }
-            if indexes.generation == generation { indexes.byApp[app] = index }
+            if indexes.generation == generation {
+                indexes.byApp[app] = index
+                if !missing.isEmpty { try? catalog.append(missing) }
+            }
             return index
         }
     }

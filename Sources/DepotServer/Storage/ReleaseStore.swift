@@ -322,7 +322,7 @@ public final class ReleaseStore: Sendable {
             // `head` first: a crash before the pointer leaves a release that no channel serves
             // yet, listed and promotable; a crash before `head` leaves a file start-up removes.
             try FileSystem.writeAtomically(Array("\(version)\n".utf8), to: folder.head(app))
-            try noteReleased(manifest.allEntries, app: app)
+            try noteReleased(manifest, app: app)
             if channel != Self.production { try FileSystem.createDirectory(folder.channels(app)) }
             try FileSystem.writeAtomically(Array("\(version)\n".utf8), to: pointerPath(app, channel))
             history.record(app, release: ReleaseHistory.Release(manifest), channel: channel, version: version)

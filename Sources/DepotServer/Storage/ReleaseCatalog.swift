@@ -1,0 +1,87 @@
+import DepotCore
+import Foundation
+
+/// An app's releases in compact form, written as they are made: `apps/<app>/catalog`, one line
+/// per release made visible (appended under the publish lock, one `write` per line), holding
+/// what the listings show of it (dates, pack count, channel) and only the pack entries that
+/// were new to the app (a changed container, new patches). Start-up reads it instead of every
+/// release file: what the origin keeps of its history (``ReleaseIndex``, ``ReleaseHistory``) is
+/// rebuilt from a few hundred bytes a release.
+///
+/// A cache of the release files, never the record: lines the files do not back (a release not
+/// in the folder, above `head`, or a torn last line) are ignored, and releases it lacks (made
+/// by an older version, a crash between `head` and the line, a replica's pull) are read from
+/// their files and appended, once. Everything it feeds is order-independent (highest
+/// revisions, sets of blobs, the newest revisions of each pack), so lines appended by two
+/// processes in either order read the same.
+struct ReleaseCatalog {
+    struct Line: Codable {
+        var version: Int
+        var publishedAt: Date
+        var expiresAt: Date
+        var packs: Int
+        var channel: String
+        /// The release's entries (its packs and rollout candidates) new to the app's index.
+        var entries: [PackEntry]
+
+        var release: ReleaseHistory.Release {
+            ReleaseHistory.Release(version: version, publishedAt: publishedAt, expiresAt: expiresAt, packs: packs, channel: channel)
+        }
+    }
+
+    /// Only the facts the listings need: the entries are skipped, not built.
+    private struct Summary: Decodable {
+        var version: Int
+        var publishedAt: Date
+        var expiresAt: Date
+        var packs: Int
+        var channel: String
+    }
+
+    static let decoder: JSONDecoder = {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        return decoder
+    }()
+
+    let path: String
+
+    /// The lines that can be read, in file order (a torn one is skipped).
+    func lines() -> [Line] { Self.split(path).compactMap { try? Self.decoder.decode(Line.self, from: Data($0)) } }
+
+    /// Each release's listing facts, by version.
+    func summaries() -> [Int: ReleaseHistory.Release] {
+        var out: [Int: ReleaseHistory.Release] = [:]
+        for bytes in Self.split(path) {
+            guard let line = try? Self.decoder.decode(Summary.self, from: Data(bytes)) else { continue }
+            out[line.version] = ReleaseHistory.Release(version: line.version, publishedAt: line.publishedAt, expiresAt: line.expiresAt, packs: line.packs, channel: line.channel)
+        }
+        return out
+    }
+
+    private static func split(_ path: String) -> [ArraySlice<UInt8>] {
+        // Bounded like every stored file the origin reads whole (a year of a hundred releases
+        // a day is a few MB).
+        guard let bytes = try? FileSystem.readFile(path, limit: 1 << 30) else { return [] }
+        return bytes.split(separator: 10, omittingEmptySubsequences: true)
+    }
+
+    /// Appends lines with one `write` (`O_APPEND`): a reader sees whole lines, or a torn last
+    /// one it ignores. Not synced: a line lost to a power cut is read from its release file at
+    /// the next start.
+    /// Only the folder's owner appends: a command run as root beside the origin never leaves a
+    /// catalog the service user cannot write.
+    func append(_ lines: [Line]) throws {
+        guard !lines.isEmpty else { return }
+        var folder = stat()
+        guard stat(String(path[..<(path.lastIndex(of: "/") ?? path.endIndex)]), &folder) == 0, folder.st_uid == geteuid() else { return }
+        var bytes: [UInt8] = []
+        for line in lines {
+            bytes += Array(try StoredJSON.compact.encode(line))
+            bytes.append(10)
+        }
+        let file = try FileDescriptor(path: path, flags: O_WRONLY | O_CREAT | O_APPEND, mode: 0o644)
+        defer { try? file.close() }
+        try file.write(bytes)
+    }
+}
