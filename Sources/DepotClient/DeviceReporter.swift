@@ -9,8 +9,9 @@ import Foundation
 /// Attest's `generateKey` fails in an extension). One report per install step, at most. A report
 /// says the channel, the release, and per pack the revision, the outcome and the bytes; without
 /// App Attest it names no device, with it the request carries the install's key id (below). A
-/// report that cannot be sent is dropped (figures are counts, not a ledger); nothing is queued on
-/// the device.
+/// report the origin sheds (`429`, `503 reports_busy`) is sent again after its `Retry-After`, a
+/// few times (``resends``, ``longestRetryAfter``); one that cannot be sent is dropped (figures are
+/// counts, not a ledger); nothing is queued on the device.
 ///
 /// **App Attest.** With ``attestation`` (on a device, `DCAppAttestService.shared`) and a
 /// ``stateFolder``, each report carries an assertion: the key's signature over the report's exact
@@ -65,21 +66,50 @@ public struct DeviceReporter: Sendable {
 
     var appURL: URL { server.appendingPathComponent("v1").appendingPathComponent("apps").appendingPathComponent(app) }
 
+    /// How many times a report the origin shed (`429`, or `503 reports_busy` while it reads the
+    /// release the report is about) is sent again, each after the `Retry-After` the origin gave.
+    public var resends = 4
+    /// The longest `Retry-After` honoured: a report the origin asks to hold longer is not sent
+    /// again (its answer is returned), so a send never outlasts `resends` × this by much.
+    public var longestRetryAfter: TimeInterval = 30
+
     /// Sends `report`; returns the origin's status (`202` when accepted for counting; `429` or
-    /// `503` with `Retry-After` when the origin sheds it — it is not sent again; a report whose
-    /// signature was refused is sent again unattested and this is that answer). Throws when the origin could not be reached, or when
+    /// `503` when the origin shed it even after ``resends`` more sends, each after the
+    /// `Retry-After` it gave; a report whose signature was refused is sent again unattested and
+    /// this is that answer). Throws when the origin could not be reached, or when
     /// ``attestation`` is set without a ``stateFolder``.
     @discardableResult
     public func send(_ report: DeviceReport) async throws -> Int {
+        if attestation != nil && stateFolder == nil {
+            // Checked before isSupported: a simulator or a Mac (unsupported) would hide it until devices.
+            throw ClientError.state("DeviceReporter.attestation needs a stateFolder to keep its key in (the app's state folder)")
+        }
+        var sent = 0
+        while true {
+            let response = try await sendOnce(report)
+            sent += 1
+            guard response.status == 429 || response.status == 503, sent <= resends, let wait = Self.retryAfter(response.header("Retry-After")),
+                  wait <= longestRetryAfter else { return response.status }
+            DepotLog.info("the origin shed the report (\(response.status)); sending it again in \(Int(wait)) s", category: "report")
+            try await Task.sleep(nanoseconds: UInt64(wait * 1e9))
+        }
+    }
+
+    /// `Retry-After` in seconds (a number of seconds; a date is not sent by the origin), at least
+    /// a tenth of a second.
+    static func retryAfter(_ value: String?) -> TimeInterval? {
+        guard let value, let seconds = Double(value.trimmingCharacters(in: .whitespaces)), seconds.isFinite, seconds >= 0 else { return nil }
+        return max(0.1, seconds)
+    }
+
+    /// One send: signed afresh (an assertion's counter is used once), and sent again unattested
+    /// if the origin refused the signature.
+    private func sendOnce(_ report: DeviceReport) async throws -> HTTPTransport.Response {
         let body = report.encoded()
         var headers = headers
         headers["Content-Type"] = "application/json"
         let http = HTTPTransport(timeout: timeout, options: transport)
         var signedBy: String?
-        if attestation != nil && stateFolder == nil {
-            // Checked before isSupported: a simulator or a Mac (unsupported) would hide it until devices.
-            throw ClientError.state("DeviceReporter.attestation needs a stateFolder to keep its key in (the app's state folder)")
-        }
         if let attestation, let stateFolder, attestation.isSupported, !Self.inAppExtension {
             let attester = ReportAttester(reporter: self, service: attestation, record: AttestationRecord.File(folder: stateFolder, app: app), http: http)
             if let signature = await attester.sign(body) {
@@ -106,7 +136,7 @@ public struct DeviceReporter: Sendable {
             headers[Self.assertionHeader] = nil
             response = try await http.send(method: "POST", to: url, headers: headers, body: Data(body))
         }
-        return response.status
+        return response
     }
 
     /// Whether this process is an app extension, where App Attest's `generateKey` fails whatever
