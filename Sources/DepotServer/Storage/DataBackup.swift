@@ -49,8 +49,12 @@ public enum DataBackup {
     /// What a backup copied.
     public struct Summary: Sendable {
         public var record: BackupRecord
+        /// Files and bytes copied.
         public var files: Int
         public var bytes: Int64
+        /// Blobs and bytes hard-linked from the previous backup (`--previous`).
+        public var linked = 0
+        public var linkedBytes: Int64 = 0
         /// What was there and not copied, relative to the data folder, each with why (a link, a
         /// FIFO, a socket, a device, a hard link to another owner's file: the origin makes none).
         public var passedOver: [String]
@@ -66,13 +70,22 @@ public enum DataBackup {
     /// leaves a hold in the bucket (``BackupHold``) that keeps, until `keepDays` days on, every
     /// blob its live state names and those of releases published within `retention` before it,
     /// and checks that the bucket holds them now.
-    public static func take(data: String, to destination: String, objectStore: S3Location? = nil, keepDays: Int = 35, retention: TimeInterval = 30 * 86_400) throws -> Summary {
-        try take(data: data, to: destination, objectStore: objectStore, keepDays: keepDays, retention: retention, afterCopying: nil)
+    ///
+    /// With `previous` (an earlier backup's folder, `--previous`), a blob that backup holds is
+    /// hard-linked from it instead of copied (``TreeCopier``): a backup costs what changed since,
+    /// and is still a whole folder a restore uses alone (removing the earlier one removes nothing
+    /// from it). Blobs only: every other file is copied, so nothing else is shared.
+    public static func take(
+        data: String, to destination: String, objectStore: S3Location? = nil, keepDays: Int = 35, retention: TimeInterval = 30 * 86_400, previous: String? = nil
+    ) throws -> Summary {
+        try take(data: data, to: destination, objectStore: objectStore, keepDays: keepDays, retention: retention, previous: previous, afterCopying: nil)
     }
 
     /// `afterCopying`: called with each app's `releases` once copied (tests: what a publish
     /// right then does to the copy).
-    static func take(data: String, to destination: String, objectStore: S3Location?, keepDays: Int, retention: TimeInterval, afterCopying: ((String) -> Void)?) throws -> Summary {
+    static func take(
+        data: String, to destination: String, objectStore: S3Location?, keepDays: Int, retention: TimeInterval, previous: String? = nil, afterCopying: ((String) -> Void)?
+    ) throws -> Summary {
         let folder = DataFolder(data)
         guard folder.exists else { throw DepotError.notFound("a data folder at \(data)") }
         let destination = destination.count > 1 && destination.hasSuffix("/") ? String(destination.dropLast()) : destination
@@ -94,6 +107,15 @@ public enum DataBackup {
         let partial = destination + ".partial-" + Hex.encode(SecureRandom.bytes(6))
         // Inside the folder nothing is followed: root backs up what the service user controls.
         let copier = try TreeCopier(source: folder.root)
+        if let previous {
+            // A backup `depot backup` made (its record is its last file), outside the data folder.
+            guard FileSystem.isDirectory(previous), FileSystem.exists(previous + "/" + BackupRecord.fileName) else {
+                throw DepotError.badRequest("--previous \(previous) is not a backup depot backup made (no \(BackupRecord.fileName))")
+            }
+            let earlier = URL(fileURLWithPath: previous).standardizedFileURL.path + "/"
+            guard !earlier.hasPrefix(source), !source.hasPrefix(earlier) else { throw DepotError.badRequest("--previous must lie outside the data folder \(data)") }
+            copier.previous = URL(fileURLWithPath: previous).standardizedFileURL.path
+        }
         try copier.makeFolder(partial, like: "")
         do {
             // 1. Every app's pointers, before anything they may name.
@@ -144,7 +166,7 @@ public enum DataBackup {
             try copier.applyFolderModes()
             try FileSystem.syncDirectory(partial)
             try FileSystem.durableRename(partial, to: destination)
-            return Summary(record: record, files: copier.files, bytes: copier.bytes, passedOver: copier.passedOver.map { "\($0.path) (\($0.why))" }, incomplete: findings.lines)
+            return Summary(record: record, files: copier.files, bytes: copier.bytes, linked: copier.linked, linkedBytes: copier.linkedBytes, passedOver: copier.passedOver.map { "\($0.path) (\($0.why))" }, incomplete: findings.lines)
         } catch {
             // Nothing half made is left under a name that looks like a backup.
             try? FileManager.default.removeItem(atPath: partial)

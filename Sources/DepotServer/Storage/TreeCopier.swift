@@ -19,6 +19,12 @@ import Glibc
 final class TreeCopier {
     private(set) var files = 0
     private(set) var bytes: Int64 = 0
+    /// Files hard-linked from ``previous`` rather than copied, and their bytes.
+    private(set) var linked = 0
+    private(set) var linkedBytes: Int64 = 0
+    /// A previous copy (a backup's folder) whose blobs a new copy links instead of copying
+    /// (``copyFile(_:to:)``): content-addressed, they never change.
+    var previous: String?
     /// What was not copied though it was there, relative to the source, each with why.
     private(set) var passedOver: [(path: String, why: String)] = []
     /// The folders made, with the modes they get at the end.
@@ -211,6 +217,11 @@ final class TreeCopier {
             return false
         }
         let mode = info.st_mode & 0o777
+        if let previous, relative.hasPrefix("blobs/"), link(previous + "/" + relative, to: to, size: Int64(info.st_size), mode: mode) {
+            linked += 1
+            linkedBytes += Int64(info.st_size)
+            return true
+        }
         let output = try FileDescriptor(path: to, flags: O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode: mode)
         // The exact bits, whatever the umask (keys stay 0600).
         guard fchmod(output.rawValue, mode) == 0 else { throw SystemError(call: "fchmod", errno: errno, path: to) }
@@ -224,5 +235,26 @@ final class TreeCopier {
         try output.close()
         files += 1
         return true
+    }
+
+    /// Hard-links `earlier` (a blob of the previous copy) at `to`, if it is what a copy would
+    /// make: a plain file of this process's user (never the service user's: a previous backup
+    /// root took is root's), of the blob's size and mode, in a folder not reached through a link
+    /// (the link itself is checked after it is made, so a name swapped meanwhile is caught). A
+    /// blob's name is its content's SHA-256, so the same name and size is the same content unless
+    /// the previous copy was altered by its own owner. False (nothing left at `to`): copy it.
+    private func link(_ earlier: String, to: String, size: Int64, mode: mode_t) -> Bool {
+        let slash = earlier.lastIndex(of: "/")!
+        let folder = open(String(earlier[..<slash]), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard folder >= 0 else { return false }
+        defer { Glibc.close(folder) }
+        guard linkat(folder, String(earlier[earlier.index(after: slash)...]), AT_FDCWD, to, 0) == 0 else { return false }
+        var info = stat()
+        let made = open(to, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        let fine = made >= 0 && fstat(made, &info) == 0 && info.st_mode & S_IFMT == S_IFREG && info.st_uid == geteuid() && Int64(info.st_size) == size
+            && info.st_mode & 0o7777 == mode
+        if made >= 0 { Glibc.close(made) }
+        if !fine { unlink(to) }
+        return fine
     }
 }
