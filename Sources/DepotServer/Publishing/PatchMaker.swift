@@ -36,15 +36,11 @@ final class PatchMaker: Sendable {
     let limits: PatchLimits
     private let queue = DispatchQueue(label: "assetdepot.patches")
     private let work = Mutex(Work())
-    /// Per app, `channel app/pack@revision:sha256` tried without a patch to show (not worth it,
-    /// skipped, failed, or refused at release): not tried again on that channel. Kept in
-    /// `apps/<app>/patch-state`, pruned to what channels serve, so that a restart neither searches
-    /// the history nor makes again what was not worth making. A patch made is found again through
-    /// the releases that name it (the app's ``ReleaseIndex``), so one swept since is made again.
-    private let tried = Mutex<[String: Set<String>]>([:])
-    /// Per app and channel, the release whose packs were all looked at and found done: a turn
-    /// looks only at channels that moved since (what changed), not at every live pack again.
-    private let settled = Mutex<[String: [String: Int]]>([:])
+    /// Per app, what patch making has done (``State``): kept in memory, read from the app's
+    /// `patch-state` once per process, written when the app's turns run out (and at most every
+    /// few seconds while they last), so that a restart neither searches the history nor makes
+    /// again what was not worth making: it looks only at channels that moved since.
+    private let states = Mutex<[String: State]>([:])
 
     /// Apps waiting for their turn, and the patches made for each channel's live release that
     /// are not released yet (with the blobs they hold against removal).
@@ -135,15 +131,14 @@ final class PatchMaker: Sendable {
         let index = try releases.index(app)
         let channels = releases.channels(app)
         discard(app, keeping: Set(channels.keys))
-        var tried = triedSet(app)
-        let settledNow = settled.withLock { $0[app] ?? [:] }
-        for channel in channels.keys.sorted() where settledNow[channel] != channels[channel] {
+        let known = state(app)
+        for channel in channels.keys.sorted() where known.settled[channel] != channels[channel] {
             guard let live = try releases.current(app, channel: channel) else { continue }
             let pending = work.withLock { $0.made[app]?[channel] ?? [:] }
             for entry in try live.manifest.packs where entry.patches == nil && !entry.keyID.isEmpty {
                 if let held = pending[entry.id], held.entry.sha256 == entry.sha256, held.entry.revision == entry.revision { continue }
                 let key = Self.key(app, channel, entry)
-                guard !tried.contains(key) else { continue }
+                guard !known.tried.contains(key) else { continue }
                 let earlier = index.earlierRevisions(of: entry, depth: depth)
                 // A new pack, or one whose earlier revisions are not patchable: nothing to make.
                 if earlier.isEmpty { continue }
@@ -162,8 +157,7 @@ final class PatchMaker: Sendable {
                     }
                 }
                 if patches.isEmpty {
-                    tried.insert(key)
-                    remember(app, tried: tried)
+                    update(app) { _ = $0.tried.insert(key) }
                 } else {
                     keep(Made(entry: entry, patches: patches), app: app, channel: channel)
                 }
@@ -178,60 +172,85 @@ final class PatchMaker: Sendable {
                     logger.warning("could not release patches", metadata: ["app": .string(app), "channel": .string(channel), "error": .string("\(error)")])
                 }
                 if !released {
-                    for item in made.values { tried.insert(Self.key(app, channel, item.entry)) }
-                    remember(app, tried: tried)
+                    update(app) { state in for item in made.values { state.tried.insert(Self.key(app, channel, item.entry)) } }
                 }
                 return true
             }
-            settled.withLock { $0[app, default: [:]][channel] = live.version }
+            update(app) { $0.settled[channel] = live.version }
         }
         prune(app, channels: channels)
         return false
     }
 
-    /// The file keeping what `app`'s patch making tried.
+    /// The file keeping what `app`'s patch making did.
     private func statePath(_ app: String) -> String { folder.app(app) + "/patch-state" }
 
-    private struct State: Codable {
-        var tried: [String]
+    /// What patch making did for one app, bounded by what its channels serve.
+    struct State: Codable, Equatable {
+        /// `channel app/pack@revision:sha256` tried without a patch to show (not worth it,
+        /// skipped, failed, or refused at release): not tried again on that channel. A patch made
+        /// is found again through the releases that name it (the app's ``ReleaseIndex``), so one
+        /// swept since is made again.
+        var tried: Set<String> = []
+        /// Per channel, the release whose packs were all looked at and found done: a turn looks
+        /// only at channels that moved since, not at every live pack again.
+        var settled: [String: Int] = [:]
+        /// Not yet written to the file, and when last written.
+        var dirty = false
+        var written = ContinuousClock.now
+
+        enum CodingKeys: String, CodingKey { case tried, settled }
+        static func == (a: State, b: State) -> Bool { a.tried == b.tried && a.settled == b.settled }
     }
 
-    /// What was tried for `app`: kept in memory, read from its file once per process.
-    private func triedSet(_ app: String) -> Set<String> {
-        if let known = tried.withLock({ $0[app] }) { return known }
+    /// `app`'s state: kept in memory, read from its file once per process.
+    private func state(_ app: String) -> State {
+        if let known = states.withLock({ $0[app] }) { return known }
         let read = (try? FileSystem.readFile(statePath(app), limit: 64 << 20)).flatMap { try? JSONDecoder().decode(State.self, from: Data($0)) }
-        let set = Set(read?.tried ?? [])
-        tried.withLock { $0[app] = set }
-        return set
+        let state = read ?? State()
+        states.withLock { $0[app] = $0[app] ?? state }
+        return state
     }
 
-    /// Keeps `set` as what was tried for `app`, in memory and in its file (a file that cannot be
-    /// written costs at most one more try of each pack after a restart).
-    private func remember(_ app: String, tried set: Set<String>) {
-        tried.withLock { $0[app] = set }
-        if let bytes = try? StoredJSON.compact.encode(State(tried: set.sorted())) {
+    /// Changes `app`'s state; written at once with `flush` (its turns ran out), else at most
+    /// every 5 seconds (a file that cannot be written, or a crash, costs at most another look at
+    /// a few packs after a restart).
+    private func update(_ app: String, flush: Bool = false, _ change: (inout State) -> Void) {
+        _ = state(app)
+        let write = states.withLock { states -> State? in
+            guard var state = states[app] else { return nil }
+            let before = state
+            change(&state)
+            if state != before { state.dirty = true }
+            let due = state.dirty && (flush || ContinuousClock.now - state.written > .seconds(5))
+            if due {
+                state.dirty = false
+                state.written = .now
+            }
+            states[app] = state
+            return due ? state : nil
+        }
+        if let write, let bytes = try? StoredJSON.compact.encode(write) {
             try? FileSystem.writeAtomically(Array(bytes), to: statePath(app), .ordered)
         }
     }
 
     /// Forgets what was tried for packs no channel of `app` serves any more, and the settled
-    /// releases of channels gone: both stay bounded by what is live.
+    /// releases of channels gone: both stay bounded by what is live. Writes the state.
     private func prune(_ app: String, channels: [String: Int]) {
-        settled.withLock { settled in
-            if var known = settled[app] {
-                known = known.filter { channels[$0.key] != nil }
-                settled[app] = known
+        var live: Set<String>?
+        if !state(app).tried.isEmpty {
+            var keys = Set<String>()
+            for channel in channels.keys {
+                guard let release = try? releases.current(app, channel: channel), let packs = try? release.manifest.packs else { return }
+                for entry in packs { keys.insert(Self.key(app, channel, entry)) }
             }
+            live = keys
         }
-        let set = triedSet(app)
-        guard !set.isEmpty else { return }
-        var live = Set<String>()
-        for channel in channels.keys {
-            guard let release = try? releases.current(app, channel: channel), let packs = try? release.manifest.packs else { return }
-            for entry in packs { live.insert(Self.key(app, channel, entry)) }
+        update(app, flush: true) { state in
+            state.settled = state.settled.filter { channels[$0.key] != nil }
+            if let live { state.tried.formIntersection(live) }
         }
-        let kept = set.intersection(live)
-        if kept.count != set.count { remember(app, tried: kept) }
     }
 
     private static func key(_ app: String, _ channel: String, _ entry: PackEntry) -> String {

@@ -164,9 +164,6 @@ extension ReleaseStore {
 
     func catalog(_ app: String) -> ReleaseCatalog { ReleaseCatalog(path: folder.catalog(app)) }
 
-    /// Release files read to build an index, in this process (tests count them).
-    static let releaseFilesRead = Atomic<Int>(0)
-
     /// The app's index: read once per process from its catalog, and from the release files the
     /// catalog lacks (appended to it). A scan that raced a publish or a ``forget(_:)`` is used
     /// but not kept: the kept one is never older than the files.
@@ -185,7 +182,6 @@ extension ReleaseStore {
         var missing: [ReleaseCatalog.Line] = []
         for version in present.subtracting(covered).sorted() {
             let manifest = try load(app, version).manifest
-            Self.releaseFilesRead.add(1, ordering: .relaxed)
             let line = ReleaseCatalog.Line(
                 version: version, publishedAt: manifest.publishedAt, expiresAt: manifest.expiresAt, packs: manifest.packs.count,
                 channel: manifest.channel ?? Self.production, entries: manifest.allEntries.filter { !index.knows($0) }

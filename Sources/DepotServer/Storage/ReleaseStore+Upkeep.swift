@@ -64,9 +64,16 @@ extension ReleaseStore {
                 // restart), should the cached one ever differ from it.
                 if let pointed = try? load(app, version).manifest { for pack in pointed.allEntries { needed.formUnion(pack.blobs) } }
             }
-            for version in Self.versions(in: folder.releases(app)) {
+            // Releases published within the retention (their dates from the kept listings: no
+            // file read to learn them), and any file above the last listed one (written by
+            // another process meanwhile): a pass reads what the retention keeps, not the history.
+            let snapshot = try history.snapshot(app)
+            let cutoff = now.addingTimeInterval(-retention)
+            var recent = snapshot.releases.filter { $0.publishedAt >= cutoff }.map(\.version)
+            recent += Self.versions(in: folder.releases(app)).filter { $0 > (snapshot.releases.last?.version ?? 0) }
+            for version in recent {
                 let manifest = try load(app, version).manifest
-                if manifest.publishedAt >= now.addingTimeInterval(-retention) { for pack in manifest.allEntries { needed.formUnion(pack.blobs) } }
+                if manifest.publishedAt >= cutoff || version > snapshot.head { for pack in manifest.allEntries { needed.formUnion(pack.blobs) } }
             }
             for pack in try staging(app).upserts.values { needed.insert(pack.sha256) }
         }

@@ -159,7 +159,12 @@ public final class ReleaseStore: Sendable {
         return try Manifest.decode(Array(payload))
     }
 
+    /// Release files (and signed copies) read and decoded in this process: what background
+    /// passes are counted by (`BackgroundCostTests`).
+    static let releaseFilesRead = Atomic<Int>(0)
+
     func load(path: String, _ version: Int) throws -> LiveManifest {
+        Self.releaseFilesRead.add(1, ordering: .relaxed)
         let bytes = try FileSystem.readFile(path)
         let manifest = try Self.decodeManifest(bytes)
         return LiveManifest(version: version, envelope: bytes, etag: "\"" + Hex.encode(SHA256Hasher.hash(bytes)) + "\"", manifest: manifest)
