@@ -47,6 +47,9 @@ public final class DepotServer: Sendable {
     /// Waits until the patches scheduled so far are made and released.
     public func waitForPatches() { origin.patchMaker?.waitUntilIdle() }
 
+    /// Maintenance passes finished (re-signing, the sweep, expired uploads; the first runs at start-up).
+    public var maintenancePasses: Int { refresher.passes.load(ordering: .acquiring) }
+
     /// Removes resumable uploads past their expiry now (the periodic sweep does it every
     /// `refreshInterval`); returns how many.
     @discardableResult

@@ -47,9 +47,10 @@ struct HistoryFixture {
     let shape: Shape
     let data: String
 
-    /// Writes the fixture into `data` (a new data folder); returns when it is durable.
+    /// Writes the fixture into `data` (a new data folder); returns when it is durable. With
+    /// `spacing`, each history app's releases are dated `spacing` apart, the last one now.
     @discardableResult
-    static func build(data: String, shape: Shape) throws -> HistoryFixture {
+    static func build(data: String, shape: Shape, spacing: TimeInterval = 0) throws -> HistoryFixture {
         let folder = DataFolder(data)
         try folder.prepare()
         let apps = AppStore(folder: folder)
@@ -57,17 +58,23 @@ struct HistoryFixture {
         for app in historyApps {
             _ = try apps.create(app)
             let key = try apps.packKeys(app).current
+            let start = Date().addingTimeInterval(-spacing * Double(shape.releases))
+            var made = 0
+            func date() -> Date? {
+                made += 1
+                return spacing > 0 ? start.addingTimeInterval(spacing * Double(made)) : nil
+            }
             // Old releases: ten packs, one of them changed each time.
             let old = shape.releases - shape.window
             for version in 1...old {
-                try publish(releases, app: app, packs: (0..<10).map { entry(app, "p\($0)", change: $0 == version % 10 ? version : 0, key: key) })
+                try publish(releases, app: app, packs: (0..<10).map { entry(app, "p\($0)", change: $0 == version % 10 ? version : 0, key: key) }, at: date())
             }
             // The window: `windowPacks` packs, a hundredth of them changed each time.
             for step in 0..<shape.window {
                 let changed = max(1, shape.windowPacks / 100)
                 try publish(releases, app: app, packs: (0..<shape.windowPacks).map { pack in
                     entry(app, "w\(pack)", change: (pack / changed) == step % 100 ? step + 1 : 0, key: key)
-                })
+                }, at: date())
             }
             // Channels spread over the whole history, each signed for its own name (a promotion).
             for channel in 1...max(shape.channels, 1) where shape.channels > 0 {
@@ -92,8 +99,8 @@ struct HistoryFixture {
         )
     }
 
-    private static func publish(_ releases: ReleaseStore, app: String, packs: [PackEntry]) throws {
-        _ = try releases.publish(app, rolloutChange: .content, change: { _ in packs })
+    private static func publish(_ releases: ReleaseStore, app: String, packs: [PackEntry], at date: Date? = nil) throws {
+        _ = try releases.publish(app, rolloutChange: .content, change: { _ in packs }, at: date)
     }
 
     /// The live production release of a history app.

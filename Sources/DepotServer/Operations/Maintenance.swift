@@ -8,6 +8,8 @@ import Glibc
 /// Re-signs manifests, sweeps unneeded blobs and expired resumable uploads at start-up and then every `refreshInterval`,
 /// on a thread of its own.
 final class ManifestRefresher: Sendable {
+    /// Passes finished (tests wait for the first).
+    let passes = Atomic<Int>(0)
     private let stopped = Mutex(false)
     private let wake = DispatchSemaphore(value: 0)
 
@@ -25,6 +27,11 @@ final class ManifestRefresher: Sendable {
                         origin.publisher.logger.warning("could not read releases from the object store: \(error)")
                     }
                     continue
+                }
+                let cpu = PatchMaker.threadCPUSeconds()
+                defer {
+                    origin.metrics.backgroundWork("maintenance", seconds: PatchMaker.threadCPUSeconds() - cpu)
+                    passes.add(1, ordering: .releasing)
                 }
                 do {
                     for app in try origin.releases.refreshExpiring() {
