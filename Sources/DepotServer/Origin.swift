@@ -99,7 +99,7 @@ final class Origin: HTTPHandler {
         // Every change goes to the bucket (with one) and to the patch maker, made just below.
         let afterChange = Mutex<PatchMaker?>(nil)
         let urls = PublicURL()
-        releases = ReleaseStore(folder: folder, apps: apps, manifestLifetime: configuration.manifestLifetime, urls: urls, maximumChannels: configuration.maximumChannels, changed: { app in
+        releases = ReleaseStore(folder: folder, apps: apps, manifestLifetime: configuration.manifestLifetime, urls: urls, maximumChannels: configuration.maximumChannels, manifestMemory: configuration.manifestMemory, changed: { app in
             writerMirror?.schedule(app)
             afterChange.withLock { $0 }?.schedule(app)
         })
@@ -151,7 +151,9 @@ final class Origin: HTTPHandler {
                     if let root = try? releases.roots.trust(app)?.newest.document { roots.append((app, root.expiresAt)) }
                 }
                 let space = ScratchBudget.space(of: folder.root).map { (free: $0.free, total: $0.total) }
-                return OriginMetrics.Observations(volume: space, reserve: patchLimits.reserve, manifestLifetime: manifestLifetime, expiries: expiries, apps: all, unreadableFiles: StateHealth.shared.problems(under: folder.root).count, rootExpiries: roots)
+                return OriginMetrics.Observations(volume: space, reserve: patchLimits.reserve, manifestLifetime: manifestLifetime, expiries: expiries, apps: all, unreadableFiles: StateHealth.shared.problems(under: folder.root).count, rootExpiries: roots,
+                    manifestMemory: releases.live.withLock { $0.bytes }, manifestsOnFile: releases.live.withLock { $0.onFile }
+                )
             }
         )
         reports = try ReportBook(folder: folder, releases: releases, mirror: mirror, logger: configuration.logger, metrics: metrics)

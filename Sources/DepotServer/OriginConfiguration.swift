@@ -49,6 +49,8 @@ public struct OriginConfiguration: Sendable {
     /// The most channels an app may have besides production: a publisher cannot grow an app's
     /// channels (and what each costs: a pointer, a manifest kept in memory) without bound.
     public var maximumChannels = ReleaseStore.defaultMaximumChannels
+    /// The live envelopes' bytes kept in memory in all; past it they are sent from their files.
+    public var manifestMemory = ReleaseStore.defaultManifestMemory
     /// Device reports (`POST …/reports`) accepted per second from one client address (with a
     /// burst of twice as many): generous, since an edge or a carrier's NAT speaks for many devices.
     public var reportRatePerAddress: Double = 200

@@ -109,6 +109,9 @@ struct Serve: ParsableCommand {
     @Option(name: .customLong("max-channels"), help: "Most channels an app may have besides production; creating one more is refused with 409 too_many_channels (env DEPOT_MAX_CHANNELS).")
     var maxChannels: Int = Environment.int("DEPOT_MAX_CHANNELS", ReleaseStore.defaultMaximumChannels)
 
+    @Option(name: .customLong("manifest-memory"), help: "MiB of live signed manifests kept in memory, over every app and channel; past it a channel's live manifest is sent from its file (the page cache keeps what is asked often) (env DEPOT_MANIFEST_MEMORY).")
+    var manifestMemory: Int = Environment.int("DEPOT_MANIFEST_MEMORY", ReleaseStore.defaultManifestMemory >> 20)
+
     @Option(name: .customLong("patch-depth"), help: "How many earlier revisions of a changed pack get a patch (a delta download) to the new one, made in the background after each release; 0 turns patches off (env DEPOT_PATCH_DEPTH).")
     var patchDepth: Int = Environment.int("DEPOT_PATCH_DEPTH", 3)
 
@@ -151,6 +154,7 @@ struct Serve: ParsableCommand {
         guard maxChannels >= 1 else { throw ValidationError("--max-channels must be at least 1") }
         guard (0...16).contains(patchDepth) else { throw ValidationError("--patch-depth must be 0–16") }
         guard (5...100).contains(patchShare) else { throw ValidationError("--patch-share must be 5–100") }
+        guard (0...1 << 20).contains(manifestMemory) else { throw ValidationError("--manifest-memory takes 0 to 1048576 MiB") }
         guard bootstrap == "dev" || bootstrap == "none" else { throw ValidationError("--bootstrap must be dev or none") }
         guard (patchScratchLimit ?? 1) >= 1, (0...90).contains(patchDiskReserve) else { throw ValidationError("--patch-scratch-limit must be at least 1, --patch-disk-reserve must be 0–90") }
         _ = try trustedProxies()
@@ -238,6 +242,7 @@ struct Serve: ParsableCommand {
         configuration.appAttestAnchor = AppAttestVerifier.anchorFromEnvironment()
         configuration.patchDepth = patchDepth
         configuration.maximumChannels = maxChannels
+        configuration.manifestMemory = manifestMemory << 20
         configuration.patchLimits = PatchLimits(
             scratchBytes: patchScratchLimit ?? 4 * max(maxPackSize, 1 << 30), reserve: Double(patchDiskReserve) / 100, share: Double(patchShare) / 100
         )

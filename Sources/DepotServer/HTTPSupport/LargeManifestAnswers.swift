@@ -29,7 +29,8 @@ final class LargeManifestAnswers: Sendable {
     /// The answer of `live`, served on the channel `key` names, with `headers`; nil when it is
     /// small, or when its file cannot be made (the caller sends it from memory).
     func answer(_ live: LiveManifest, key: String, headers: @autoclosure () -> HTTPHeaders, threads: Int) -> PreparedResponse? {
-        guard live.body.count >= Self.threshold else { return nil }
+        // One past the memory budget is sent from its own file already.
+        guard let body = live.body, body.count >= Self.threshold else { return nil }
         let (hit, full) = kept.withLock { ($0[key], $0.count >= Self.limit) }
         if let hit, hit.etag == live.etag { return hit.answer }
         if hit == nil && full { return nil }
@@ -49,7 +50,7 @@ final class LargeManifestAnswers: Sendable {
         // Read and written: libmicrohttpd reads it by `sendfile`.
         guard let file = try? FileDescriptor(path: path, flags: O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode: 0o600) else { return nil }
         FileSystem.remove(path)
-        let bytes = live.envelope
+        guard let bytes = live.body?.bytes else { return nil }
         guard (try? file.write(bytes)) != nil else { return nil }
         // The response owns the descriptor from here (and closes it if it cannot be made).
         return PreparedResponse(headers: headers, body: .file(descriptor: file.release(), length: Int64(bytes.count)), threads: threads)

@@ -38,11 +38,11 @@ struct ReadHandlers: Sendable {
     /// `GET …/manifest` and `GET …/channels/{channel}/manifest`: the live envelope.
     func manifest(_ context: RequestContext) throws -> HTTPResponse {
         let channel = context.parameters["channel"] ?? ReleaseStore.production
-        guard let live = try releases.current(context.app, channel: channel) else {
+        guard let (live, source) = try releases.served(context.app, channel: channel) else {
             throw DepotError.notFound(channel == ReleaseStore.production ? "a release of app \(context.app)" : "channel \(channel) of app \(context.app)")
         }
         let representation = Representation(
-            source: .shared(live.body), size: Int64(live.body.count), etag: live.etag, lastModified: live.publishedAt,
+            source: source, size: Int64(live.size), etag: live.etag, lastModified: live.publishedAt,
             contentType: "application/json",
             cacheControl: Representation.cacheControl("public, max-age=\(manifestMaxAge), must-revalidate", gated: context.gated)
         )
@@ -192,7 +192,7 @@ struct ReadHandlers: Sendable {
         if let known = plists.kept.withLock({ $0[key] }), known.etag == live.etag, known.settings == appSettings {
             body = known.body
         } else {
-            body = Array(BackgroundAssetsKeys(release: try live.manifest, envelopeSize: Int64(live.body.count), app: appSettings, channel: channel, urls: urls).xml.utf8)
+            body = Array(BackgroundAssetsKeys(release: try live.manifest, envelopeSize: Int64(live.size), app: appSettings, channel: channel, urls: urls).xml.utf8)
             plists.kept.withLock { plists in
                 // Keyed by live channels (the route found a release): bounded by the apps and
                 // --max-channels, so a miss is only a channel's first request or a new release.

@@ -36,6 +36,9 @@ final class OriginMetrics: Sendable {
         var unreadableFiles = 0
         /// When the newest root of trust of each app that has one expires.
         var rootExpiries: [(app: String, expiresAt: Date)] = []
+        /// Live envelopes' bytes kept in memory, and live releases sent from their files.
+        var manifestMemory = 0
+        var manifestsOnFile = 0
     }
 
     /// Why a patch can be skipped (``patchSkipped(app:reason:)``).
@@ -166,6 +169,8 @@ final class OriginMetrics: Sendable {
             volume("depot_patch_disk_reserve_ratio", "The share of the data volume patch making leaves free", observations.reserve)
             volume("depot_manifest_lifetime_seconds", "How long a signed manifest is valid", observations.manifestLifetime)
             volume("depot_state_unreadable_files", "Data-folder files the origin cannot read (their names are in the log and on /healthz)", Double(observations.unreadableFiles))
+            volume("depot_manifest_memory_bytes", "Live envelopes' bytes kept in memory (at most --manifest-memory)", Double(observations.manifestMemory))
+            volume("depot_manifests_on_file", "Live releases past the memory budget, sent from their files", Double(observations.manifestsOnFile))
             var seen: Set<String> = []
             for expiry in observations.expiries {
                 let key = expiry.app + "\u{0}" + expiry.channel

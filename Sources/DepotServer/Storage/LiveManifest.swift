@@ -9,10 +9,20 @@ import Synchronization
 /// packs take (300 channels each serving a 3,500-pack release kept ~1.5 GB decoded); the paths
 /// that need the packs (a publish, the Info.plist keys once per release, a report's listing once
 /// per release, the hourly sweep) decode them again.
+///
+/// The envelope's bytes are kept in memory up to the origin's budget (``LiveCache``,
+/// `--manifest-memory`); past it a channel's live release keeps only its facts and the file it
+/// was read from (the release, or its signed copy for the channel), and is sent from that file
+/// (the page cache keeps what is asked often, as for blobs).
 struct LiveManifest: Sendable {
     let version: Int
-    /// The envelope as every response sends it.
-    let body: SharedBytes
+    /// The envelope as every response sends it, when kept in memory; nil: sent from ``file``.
+    let body: SharedBytes?
+    /// Where the envelope's bytes are on disk (the file it was read from or written to), and the
+    /// inode they were in: a file replaced since (re-signed) is not these bytes any more.
+    let file: EnvelopeFile?
+    /// The envelope's size in bytes.
+    let size: Int
     let etag: String
     let publishedAt: Date
     let expiresAt: Date
@@ -22,24 +32,106 @@ struct LiveManifest: Sendable {
     /// Its packs and its rollout's candidates.
     let entryCount: Int
 
-    init(version: Int, envelope: [UInt8], etag: String, manifest: Manifest) {
-        (self.version, body, self.etag) = (version, SharedBytes(envelope), etag)
+    /// `path`: the file holding exactly `envelope` (read from it, or written to it), if any: a
+    /// release past the memory budget is sent from it.
+    init(version: Int, envelope: [UInt8], etag: String, manifest: Manifest, path: String? = nil) {
+        (self.version, body, self.etag, size) = (version, SharedBytes(envelope), etag, envelope.count)
         (publishedAt, expiresAt, channel, rollout) = (manifest.publishedAt, manifest.expiresAt, manifest.channel, manifest.rollout)
         entryCount = manifest.allEntries.count
+        file = path.flatMap { EnvelopeFile(path: $0, size: envelope.count) }
         DecodedManifests.shared.keep(manifest, etag: etag)
     }
 
-    /// A copy of the envelope's bytes.
-    var envelope: [UInt8] { body.bytes }
+    private init(_ other: LiveManifest, body: SharedBytes?) {
+        (version, self.body, file, size, etag) = (other.version, body, other.file, other.size, other.etag)
+        (publishedAt, expiresAt, channel, rollout, entryCount) = (other.publishedAt, other.expiresAt, other.channel, other.rollout, other.entryCount)
+    }
+
+    /// The same release with its bytes left on disk (nil: it has no file to be sent from).
+    func onFile() -> LiveManifest? { file == nil ? nil : LiveManifest(self, body: nil) }
+
+    /// A copy of the envelope's bytes (read from its file past the memory budget).
+    var envelope: [UInt8] {
+        get throws {
+            if let body { return body.bytes }
+            guard let opened = file?.open() else { throw Self.replaced }
+            defer { try? opened.close() }
+            var bytes = [UInt8](repeating: 0, count: size)
+            let count = try bytes.withUnsafeMutableBytes { try opened.readFully(into: $0) }
+            guard count == size else { throw Self.replaced }
+            return bytes
+        }
+    }
+
+    static let replaced = DepotError.conflict("release_file_replaced", "a live release's file was replaced or removed while it was served from it")
 
     /// The manifest, decoded from the envelope again (the last few decoded are kept: a publisher
     /// staging packs one by one decodes the live manifest once, not once per pack).
     var manifest: Manifest {
         get throws {
             if let kept = DecodedManifests.shared.kept(etag) { return kept }
-            let decoded = try ReleaseStore.decodeManifest(body.bytes)
+            let decoded = try ReleaseStore.decodeManifest(envelope)
             DecodedManifests.shared.keep(decoded, etag: etag)
             return decoded
+        }
+    }
+}
+
+/// A live envelope's file: its path and the inode and size it had when its bytes were known.
+struct EnvelopeFile: Sendable {
+    let path: String
+    let device: UInt64
+    let inode: UInt64
+    let size: Int
+
+    init?(path: String, size: Int) {
+        var info = stat()
+        guard stat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG, Int(info.st_size) == size else { return nil }
+        (self.path, device, inode, self.size) = (path, UInt64(info.st_dev), UInt64(info.st_ino), size)
+    }
+
+    /// The file opened for reading, if it is still the same one (a rename puts a new inode at
+    /// the path: a re-signed copy is other bytes).
+    func open() -> FileDescriptor? {
+        guard let opened = try? FileDescriptor(path: path, flags: O_RDONLY | O_CLOEXEC) else { return nil }
+        var info = stat()
+        guard fstat(opened.rawValue, &info) == 0, UInt64(info.st_dev) == device, UInt64(info.st_ino) == inode, Int(info.st_size) == size else {
+            try? opened.close()
+            return nil
+        }
+        return opened
+    }
+}
+
+/// Every channel's live release, by `app NUL channel`: envelopes in memory up to `budget` bytes
+/// in all (`depot serve --manifest-memory`), the rest sent from their files.
+struct LiveCache: Sendable {
+    private(set) var entries: [String: LiveManifest] = [:]
+    /// Envelope bytes held in memory, and how many releases are sent from their files.
+    private(set) var bytes = 0
+    let budget: Int
+
+    init(budget: Int) { self.budget = budget }
+
+    var keys: [String] { Array(entries.keys) }
+    var onFile: Int { entries.values.count { $0.body == nil } }
+
+    subscript(key: String) -> LiveManifest? {
+        get { entries[key] }
+        set {
+            if let old = entries[key], let body = old.body { bytes -= body.count }
+            guard var value = newValue else {
+                entries[key] = nil
+                return
+            }
+            if let body = value.body {
+                if bytes + body.count > budget, let onFile = value.onFile() {
+                    value = onFile
+                } else {
+                    bytes += body.count
+                }
+            }
+            entries[key] = value
         }
     }
 }

@@ -58,7 +58,7 @@ extension ReleaseStore {
             // Checked as the channel will serve it: without the release's rollout.
             var target = manifest
             target.rollout = nil
-            try check?(target, Int64(release.body.count))
+            try check?(target, Int64(release.size))
             // Signed for the channel it now serves: devices check the channel a manifest names.
             let served = try signed(release, for: channel, app: app, replacing: serving?.manifest, packs: swept ? packs : nil, withoutRollout: true)
             try FileSystem.createDirectory(folder.channels(app))

@@ -32,7 +32,7 @@ extension ReleaseStore {
         let path = folder.release(app, version)
         guard let facts = reading.files.value(at: path, load: { path in
             let loaded = try load(path: path, version)
-            return ReleaseFileFacts(etag: loaded.etag, publishedAt: loaded.publishedAt, size: Int64(loaded.body.count))
+            return ReleaseFileFacts(etag: loaded.etag, publishedAt: loaded.publishedAt, size: Int64(loaded.size))
         }) else { return nil }
         if let kept = reading.bodies.withLock({ $0.byPath[path] }), kept.etag == facts.etag { return (.kept(kept.body), facts) }
         guard let file = try? FileDescriptor.openForReading(path) else { return nil }

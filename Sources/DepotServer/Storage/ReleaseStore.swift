@@ -19,7 +19,7 @@ public final class ReleaseStore: Sendable {
     /// The apps' roots of trust and release statements, attached to the manifests they sign.
     let roots: RootStore
     let publishLock = Mutex(())
-    let live = Mutex<[String: LiveManifest]>([:])
+    let live: Mutex<LiveCache>
     private let drafts: DraftStore
     /// Per app, what its releases hold (the highest revision of each pack id, every blob they
     /// name): loaded once, kept up to date by every publish.
@@ -39,8 +39,9 @@ public final class ReleaseStore: Sendable {
 
     init(
         folder: DataFolder, apps: AppStore, manifestLifetime: TimeInterval, urls: PublicURL = PublicURL(), maximumChannels: Int = ReleaseStore.defaultMaximumChannels,
-        changed: @escaping @Sendable (String) -> Void = { _ in }
+        manifestMemory: Int = ReleaseStore.defaultManifestMemory, changed: @escaping @Sendable (String) -> Void = { _ in }
     ) {
+        live = Mutex(LiveCache(budget: manifestMemory))
         self.folder = folder
         self.apps = apps
         roots = RootStore(folder: folder)
@@ -50,6 +51,10 @@ public final class ReleaseStore: Sendable {
         history = ReleaseHistory(folder: folder, urls: urls)
         self.changed = changed
     }
+
+    /// The live envelopes' bytes kept in memory, in all, unless the operator says otherwise
+    /// (`--manifest-memory`): past it they are sent from their files.
+    public static let defaultManifestMemory = 256 << 20
 
     /// Channels per app besides production, unless the operator says otherwise.
     public static let defaultMaximumChannels = 1_000
@@ -98,6 +103,20 @@ public final class ReleaseStore: Sendable {
         return loaded
     }
 
+    /// What a channel serves and the source of its bytes: memory, or its file opened (past the
+    /// memory budget). A file replaced underneath since it was kept (a re-signed copy written by
+    /// another process) is read again, once; nil before the channel has a release.
+    func served(_ app: String, channel: String) throws -> (LiveManifest, Representation.Source)? {
+        for _ in 0..<2 {
+            guard let live = try current(app, channel: channel) else { return nil }
+            if let body = live.body { return (live, .shared(body)) }
+            if let opened = live.file?.open() { return (live, .file(opened)) }
+            let key = app + "\u{0}" + channel
+            self.live.withLock { cache in if cache[key]?.etag == live.etag { cache[key] = nil } }
+        }
+        throw LiveManifest.replaced
+    }
+
     /// Caches what a channel serves.
     func remember(_ release: LiveManifest, app: String, channel: String) {
         live.withLock { $0[app + "\u{0}" + channel] = release }
@@ -130,7 +149,10 @@ public final class ReleaseStore: Sendable {
         let envelope = try seal(manifest, app: app, channel: channel, replacing: serving, release: release.version, now: now)
         try FileSystem.createDirectory(folder.signedCopies(app, channel: channel))
         try FileSystem.writeAtomically(envelope, to: signedCopyPath(app, channel: channel, release.version))
-        return LiveManifest(version: release.version, envelope: envelope, etag: "\"" + Hex.encode(SHA256Hasher.hash(envelope)) + "\"", manifest: manifest)
+        return LiveManifest(
+            version: release.version, envelope: envelope, etag: "\"" + Hex.encode(SHA256Hasher.hash(envelope)) + "\"", manifest: manifest,
+            path: signedCopyPath(app, channel: channel, release.version)
+        )
     }
 
     /// The channels of an app and their release numbers.
@@ -167,7 +189,7 @@ public final class ReleaseStore: Sendable {
         Self.releaseFilesRead.add(1, ordering: .relaxed)
         let bytes = try FileSystem.readFile(path)
         let manifest = try Self.decodeManifest(bytes)
-        return LiveManifest(version: version, envelope: bytes, etag: "\"" + Hex.encode(SHA256Hasher.hash(bytes)) + "\"", manifest: manifest)
+        return LiveManifest(version: version, envelope: bytes, etag: "\"" + Hex.encode(SHA256Hasher.hash(bytes)) + "\"", manifest: manifest, path: path)
     }
 
     /// A release by number, or nil if there is none. A release exists only once `head` (or a
@@ -333,7 +355,7 @@ public final class ReleaseStore: Sendable {
             history.record(app, release: ReleaseHistory.Release(manifest), channel: channel, version: version)
             published.withLock { $0 }?(app, manifest)
             let published = LiveManifest(
-                version: version, envelope: envelope, etag: "\"" + Hex.encode(SHA256Hasher.hash(envelope)) + "\"", manifest: manifest
+                version: version, envelope: envelope, etag: "\"" + Hex.encode(SHA256Hasher.hash(envelope)) + "\"", manifest: manifest, path: folder.release(app, version)
             )
             live.withLock { $0[app + "\u{0}" + channel] = published }
             changed(app)
