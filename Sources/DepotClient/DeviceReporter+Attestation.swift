@@ -31,8 +31,11 @@ struct ReportAttester: Sendable {
     static let afterNotConfigured: TimeInterval = 6 * 3600
 
     /// The report's key and assertion, or nil: the report goes unattested.
-    func sign(_ body: [UInt8]) async -> Signature? {
+    /// `attesting`: false on a report sent again after the origin shed it: a key the origin has
+    /// not accepted yet is not attested then (no challenge asked of a busy origin, no key made).
+    func sign(_ body: [UInt8], attesting: Bool = true) async -> Signature? {
         do {
+            if !attesting, let current = try record.read(), !(current.hasKey && current.attested) { return nil }
             guard let keyId = try await attestedKey() else { return nil }
             do {
                 let assertion = try await service.generateAssertion(keyId, clientDataHash: Data(SHA256Hasher.hash(body)))

@@ -9,8 +9,8 @@ import Foundation
 /// Attest's `generateKey` fails in an extension). One report per install step, at most. A report
 /// says the channel, the release, and per pack the revision, the outcome and the bytes; without
 /// App Attest it names no device, with it the request carries the install's key id (below). A
-/// report the origin sheds (`429`, `503 reports_busy`) is sent again after its `Retry-After`, a
-/// few times (``resends``, ``longestRetryAfter``); one that cannot be sent is dropped (figures are
+/// report the origin sheds (`503 reports_busy`) is sent again after its `Retry-After`, a few times
+/// (``resends``, ``longestRetryAfter``); one that cannot be sent is dropped (figures are
 /// counts, not a ledger); nothing is queued on the device.
 ///
 /// **App Attest.** With ``attestation`` (on a device, `DCAppAttestService.shared`) and a
@@ -66,18 +66,22 @@ public struct DeviceReporter: Sendable {
 
     var appURL: URL { server.appendingPathComponent("v1").appendingPathComponent("apps").appendingPathComponent(app) }
 
-    /// How many times a report the origin shed (`429`, or `503 reports_busy` while it reads the
-    /// release the report is about) is sent again, each after the `Retry-After` the origin gave.
-    public var resends = 4
+    /// How many times a report the origin shed (`503 reports_busy`: it is reading the release the
+    /// report is about, or its queue is full) is sent again, each after the origin's
+    /// `Retry-After` and a random part as long again (devices shed together do not come back
+    /// together). A `429` (a rate limit) is not sent again.
+    public var resends = 3
     /// The longest `Retry-After` honoured: a report the origin asks to hold longer is not sent
-    /// again (its answer is returned), so a send never outlasts `resends` × this by much.
-    public var longestRetryAfter: TimeInterval = 30
+    /// again (its answer is returned), so a send never outlasts `resends` × twice this by much.
+    public var longestRetryAfter: TimeInterval = 10
 
-    /// Sends `report`; returns the origin's status (`202` when accepted for counting; `429` or
-    /// `503` when the origin shed it even after ``resends`` more sends, each after the
-    /// `Retry-After` it gave; a report whose signature was refused is sent again unattested and
-    /// this is that answer). Throws when the origin could not be reached, or when
-    /// ``attestation`` is set without a ``stateFolder``.
+    /// Sends `report`; returns the origin's status (`202` when accepted for counting; `429` when
+    /// rate-limited; `503` when the origin shed it even after ``resends`` more sends; a report
+    /// whose signature was refused is sent again unattested and this is that answer). Throws
+    /// when the origin could not be reached, when ``attestation`` is set without a
+    /// ``stateFolder``, and `CancellationError` when the task is cancelled while it waits to send
+    /// again (send it from a task of its own, cancelled from the background task's expiration
+    /// handler, so that an install step never waits for it).
     @discardableResult
     public func send(_ report: DeviceReport) async throws -> Int {
         if attestation != nil && stateFolder == nil {
@@ -86,12 +90,13 @@ public struct DeviceReporter: Sendable {
         }
         var sent = 0
         while true {
-            let response = try await sendOnce(report)
+            let response = try await sendOnce(report, attesting: sent == 0)
             sent += 1
-            guard response.status == 429 || response.status == 503, sent <= resends, let wait = Self.retryAfter(response.header("Retry-After")),
-                  wait <= longestRetryAfter else { return response.status }
-            DepotLog.info("the origin shed the report (\(response.status)); sending it again in \(Int(wait)) s", category: "report")
-            try await Task.sleep(nanoseconds: UInt64(wait * 1e9))
+            guard response.status == 503, Self.errorCode(response.body) == "reports_busy", sent <= resends,
+                  let wait = Self.retryAfter(response.header("Retry-After")), wait <= longestRetryAfter else { return response.status }
+            let jittered = wait * Double.random(in: 1...2)
+            DepotLog.info("the origin is busy (reports_busy); sending the report again in \(Int(jittered.rounded(.up))) s", category: "report")
+            try await Task.sleep(nanoseconds: UInt64(jittered * 1e9))
         }
     }
 
@@ -104,7 +109,7 @@ public struct DeviceReporter: Sendable {
 
     /// One send: signed afresh (an assertion's counter is used once), and sent again unattested
     /// if the origin refused the signature.
-    private func sendOnce(_ report: DeviceReport) async throws -> HTTPTransport.Response {
+    private func sendOnce(_ report: DeviceReport, attesting: Bool) async throws -> HTTPTransport.Response {
         let body = report.encoded()
         var headers = headers
         headers["Content-Type"] = "application/json"
@@ -112,7 +117,7 @@ public struct DeviceReporter: Sendable {
         var signedBy: String?
         if let attestation, let stateFolder, attestation.isSupported, !Self.inAppExtension {
             let attester = ReportAttester(reporter: self, service: attestation, record: AttestationRecord.File(folder: stateFolder, app: app), http: http)
-            if let signature = await attester.sign(body) {
+            if let signature = await attester.sign(body, attesting: attesting) {
                 headers[Self.keyHeader] = signature.keyId
                 headers[Self.assertionHeader] = signature.assertion.base64EncodedString()
                 signedBy = signature.keyId

@@ -66,6 +66,7 @@ public final class DepotServer: Sendable {
     /// Stops listening and joins the server's threads.
     public func stop() {
         refresher.stop()
+        origin.patchMaker?.stop()
         http.stop()
         origin.flushReports()
         origin.releaseFolderLock()
@@ -76,6 +77,7 @@ public final class DepotServer: Sendable {
     @discardableResult
     public func shutdown(gracePeriod: Duration) -> Int {
         refresher.stop()
+        origin.patchMaker?.stop()
         let cut = http.shutdown(gracePeriod: gracePeriod)
         origin.flushReports()
         origin.releaseFolderLock()

@@ -99,7 +99,8 @@ final class Origin: HTTPHandler {
         // Every change goes to the bucket (with one) and to the patch maker, made just below.
         let afterChange = Mutex<PatchMaker?>(nil)
         let urls = PublicURL()
-        releases = ReleaseStore(folder: folder, apps: apps, manifestLifetime: configuration.manifestLifetime, urls: urls, maximumChannels: configuration.maximumChannels, manifestMemory: configuration.manifestMemory, changed: { app in
+        releases = ReleaseStore(folder: folder, apps: apps, manifestLifetime: configuration.manifestLifetime, urls: urls, maximumChannels: configuration.maximumChannels, manifestMemory: configuration.manifestMemory,
+            lineageDepth: configuration.patchDepth, changed: { app in
             writerMirror?.schedule(app)
             afterChange.withLock { $0 }?.schedule(app)
         })

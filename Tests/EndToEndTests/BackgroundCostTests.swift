@@ -14,7 +14,8 @@ import Testing
 /// pack twice and stops; then a second origin is started on it (the restart measured), a third
 /// revision of the pack is published and patched, and a sweep is run. The release files read
 /// (``ReleaseStore/releaseFilesRead``: every envelope the process decodes) by each step must be
-/// the same at both sizes: start-up (the catalog, the patch maker's kept state, the first
+/// the same at both sizes (within a read per channel: at 1× a channel's release can fall within
+/// the retention), and bounded by the live set: start-up (the catalog, the patch maker's kept state, the first
 /// maintenance pass), a publish and its patches, a sweep (the releases of the retention only).
 /// Before issue 63 each patch-maker turn read every release of the app, start-up every release
 /// file, and each sweep every release file.
@@ -103,7 +104,9 @@ struct BackgroundCostTests {
         let small = try Self.measure(1)
         let large = try Self.measure(100)
         print("background work at 1×: \(small); at 100×: \(large)")
-        #expect(small == large, "1×: \(small); 100×: \(large)")
+        // The same at both sizes, but for where the channels fall against the retention (at 1× a
+        // channel's release can be one of the last ten): at most one read per channel (8) apart.
+        #expect(abs(small.start - large.start) <= 8 && small.publish == large.publish && abs(small.sweep - large.sweep) <= 8, "1×: \(small); 100×: \(large)")
         // Bounded by the live set: a few reads per channel (8 channels in all) and the retention's ten releases.
         #expect(large.start <= 64 && large.publish <= 10 && large.sweep <= 48, "\(large)")
     }

@@ -28,6 +28,8 @@ struct ManifestMemoryTests {
         configuration.manifestMemory = 64 << 10
         let server = try DepotServer(configuration: configuration)
         defer { server.stop() }
+        // Its first maintenance pass (which may read and re-sign live releases) is over.
+        #expect(Eventually.wait { server.maintenancePasses >= 1 })
         let folder = DataFolder(data)
         func get(_ path: String, _ headers: String = "") throws -> RawHTTP.Response {
             try #require(try RawHTTP.send(port: server.port, "GET \(path) HTTP/1.1\r\nHost: x\r\n\(headers)Connection: close\r\n\r\n").first)

@@ -57,6 +57,7 @@ extension PatchMaker {
                 guard let patch = try patch(to: entry, from: old, zip: zip, scratch: scratch, budget: budget, target: target, keys: keys, app: app) else { continue }
                 out.append(patch)
             } catch {
+                interrupted.withLock { $0 = true }
                 logger.warning("could not make a patch", metadata: [
                     "app": .string(app), "pack": .string(entry.id), "revision": .stringConvertible(entry.revision), "from": .stringConvertible(old.revision),
                     "error": .string("\(error)"),
@@ -142,6 +143,7 @@ extension PatchMaker {
 
     /// Logs and counts a patch not made for want of space (or a zip that lies about its size).
     private func skip(_ entry: PackEntry, app: String, _ why: String, from revision: Int? = nil) {
+        interrupted.withLock { $0 = true }
         let reason = why.contains("reserve") ? "disk_reserve" : why.contains("installSize") ? "oversized_zip" : why.contains("entries") ? "too_many_entries" : "scratch_limit"
         metrics.patchSkipped(app: app, reason: reason)
         logger.warning("patch skipped: devices download the whole pack", metadata: [

@@ -34,19 +34,28 @@ final class PatchMaker: Sendable {
     /// How many earlier revisions of a pack get a patch to the new one.
     let depth: Int
     let limits: PatchLimits
-    private let queue = DispatchQueue(label: "assetdepot.patches")
+    /// Signalled when work is scheduled or the maker stops; its thread (``start()``) waits on it.
+    private let wake = DispatchSemaphore(value: 0)
     private let work = Mutex(Work())
     /// Per app, what patch making has done (``State``): kept in memory, read from the app's
     /// `patch-state` once per process, written when the app's turns run out (and at most every
     /// few seconds while they last), so that a restart neither searches the history nor makes
     /// again what was not worth making: it looks only at channels that moved since.
     private let states = Mutex<[String: State]>([:])
+    /// Per app, what was tried in this process without a patch for a reason that may pass (a
+    /// limit or the disk's reserve, an error, the allowance guard): not tried again until a
+    /// restart, and never written to `patch-state`.
+    private let triedHere = Mutex<[String: Set<String>]>([:])
+    /// Whether the pack being made met such a reason (set by the making, read after it).
+    let interrupted = Mutex(false)
 
     /// Apps waiting for their turn, and the patches made for each channel's live release that
     /// are not released yet (with the blobs they hold against removal).
     private struct Work {
         var turns: [String] = []
         var running = false
+        var thread = false
+        var stopped = false
         var made: [String: [String: [String: Made]]] = [:]
     }
 
@@ -71,17 +80,40 @@ final class PatchMaker: Sendable {
     /// patches a crash or a stop left unmade).
     func schedule(_ apps: [String]) {
         guard depth > 0, !apps.isEmpty else { return }
-        let start = work.withLock { work -> Bool in
+        let (start, thread) = work.withLock { work -> (Bool, Bool) in
+            guard !work.stopped else { return (false, false) }
             for app in apps where !work.turns.contains(app) { work.turns.append(app) }
-            guard !work.running else { return false }
+            guard !work.running else { return (false, false) }
             work.running = true
-            return true
+            defer { work.thread = true }
+            return (true, !work.thread)
         }
-        if start { queue.async { [self] in run() } }
+        // A thread of its own, made at the first work (its lowered priority stays with it, never
+        // with a pool thread that runs other work later).
+        if thread {
+            Thread.detachNewThread { [self] in
+                Self.lowerPriority()
+                while true {
+                    wake.wait()
+                    if work.withLock({ $0.stopped }) { break }
+                    run()
+                }
+            }
+        }
+        if start { wake.signal() }
     }
 
     /// Waits until every patch scheduled so far is made and released (tests, a stopping server).
-    func waitUntilIdle() { queue.sync {} }
+    func waitUntilIdle() {
+        while work.withLock({ $0.running }) { Thread.sleep(forTimeInterval: 0.01) }
+    }
+
+    /// Ends the maker's thread after the turn in hand (the server stops): what is left is
+    /// looked at again at the next start.
+    func stop() {
+        work.withLock { $0.stopped = true }
+        wake.signal()
+    }
 
     /// Turns until no app has work: each turn makes one pack's patches (or releases a channel's),
     /// then the app goes to the back of the line if it has more. The thread runs at a lower
@@ -89,9 +121,8 @@ final class PatchMaker: Sendable {
     /// most ``PatchLimits/share`` of its time (CPU and disk alike): a publish storm never starves
     /// downloads.
     private func run() {
-        Self.lowerPriority()
         while let app = work.withLock({ work -> String? in
-            guard !work.turns.isEmpty else {
+            guard !work.turns.isEmpty, !work.stopped else {
                 work.running = false
                 return nil
             }
@@ -138,7 +169,7 @@ final class PatchMaker: Sendable {
             for entry in try live.manifest.packs where entry.patches == nil && !entry.keyID.isEmpty {
                 if let held = pending[entry.id], held.entry.sha256 == entry.sha256, held.entry.revision == entry.revision { continue }
                 let key = Self.key(app, channel, entry)
-                guard !known.tried.contains(key) else { continue }
+                guard !known.tried.contains(key), triedHere.withLock({ $0[app]?.contains(key) }) != true else { continue }
                 let earlier = index.earlierRevisions(of: entry, depth: depth)
                 // A new pack, or one whose earlier revisions are not patchable: nothing to make.
                 if earlier.isEmpty { continue }
@@ -148,16 +179,23 @@ final class PatchMaker: Sendable {
                     for patch in reused { storing.begin(patch.sha256) }
                     patches = reused
                 } else {
+                    interrupted.withLock { $0 = false }
                     do {
                         patches = try make(entry, from: earlier, app: app)
                     } catch {
+                        interrupted.withLock { $0 = true }
                         logger.warning("could not make patches", metadata: [
                             "app": .string(app), "channel": .string(channel), "pack": .string(entry.id), "error": .string("\(error)"),
                         ])
                     }
                 }
                 if patches.isEmpty {
-                    update(app) { _ = $0.tried.insert(key) }
+                    // Not worth it (or nothing to make it from): for good. Otherwise until a restart.
+                    if interrupted.withLock({ $0 }) {
+                        triedHere.withLock { _ = $0[app, default: []].insert(key) }
+                    } else {
+                        update(app) { _ = $0.tried.insert(key) }
+                    }
                 } else {
                     keep(Made(entry: entry, patches: patches), app: app, channel: channel)
                 }
@@ -172,11 +210,13 @@ final class PatchMaker: Sendable {
                     logger.warning("could not release patches", metadata: ["app": .string(app), "channel": .string(channel), "error": .string("\(error)")])
                 }
                 if !released {
-                    update(app) { state in for item in made.values { state.tried.insert(Self.key(app, channel, item.entry)) } }
+                    triedHere.withLock { for item in made.values { $0[app, default: []].insert(Self.key(app, channel, item.entry)) } }
                 }
                 return true
             }
-            update(app) { $0.settled[channel] = live.version }
+            // Settled for good only when nothing on it waits for a reason that may pass.
+            let waiting = try triedHere.withLock { here in try live.manifest.packs.contains { here[app]?.contains(Self.key(app, channel, $0)) == true } }
+            if !waiting { update(app) { $0.settled[channel] = live.version } }
         }
         prune(app, channels: channels)
         return false
@@ -239,7 +279,7 @@ final class PatchMaker: Sendable {
     /// releases of channels gone: both stay bounded by what is live. Writes the state.
     private func prune(_ app: String, channels: [String: Int]) {
         var live: Set<String>?
-        if !state(app).tried.isEmpty {
+        if !state(app).tried.isEmpty || triedHere.withLock({ $0[app]?.isEmpty == false }) {
             var keys = Set<String>()
             for channel in channels.keys {
                 guard let release = try? releases.current(app, channel: channel), let packs = try? release.manifest.packs else { return }
@@ -251,6 +291,7 @@ final class PatchMaker: Sendable {
             state.settled = state.settled.filter { channels[$0.key] != nil }
             if let live { state.tried.formIntersection(live) }
         }
+        if let live { triedHere.withLock { $0[app]?.formIntersection(live) } }
     }
 
     private static func key(_ app: String, _ channel: String, _ entry: PackEntry) -> String {

@@ -63,7 +63,7 @@ struct LiveManifest: Sendable {
         }
     }
 
-    static let replaced = DepotError.conflict("release_file_replaced", "a live release's file was replaced or removed while it was served from it")
+    static let replaced = HTTPFailure(status: 503, code: "manifest_busy", message: "the live manifest's file was replaced while it was being read; ask again", headers: [("Retry-After", "1")])
 
     /// The manifest, decoded from the envelope again (the last few decoded are kept: a publisher
     /// staging packs one by one decodes the live manifest once, not once per pack).
@@ -83,19 +83,25 @@ struct EnvelopeFile: Sendable {
     let device: UInt64
     let inode: UInt64
     let size: Int
+    /// The inode's change time, in nanoseconds: an inode number reused by a later file of the
+    /// same size (a copy re-signed twice) still differs in it.
+    let changed: Int64
 
     init?(path: String, size: Int) {
         var info = stat()
         guard stat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG, Int(info.st_size) == size else { return nil }
-        (self.path, device, inode, self.size) = (path, UInt64(info.st_dev), UInt64(info.st_ino), size)
+        (self.path, device, inode, self.size, changed) = (path, UInt64(info.st_dev), UInt64(info.st_ino), size, Self.changeTime(info))
     }
+
+    private static func changeTime(_ info: stat) -> Int64 { Int64(info.st_ctim.tv_sec) * 1_000_000_000 + Int64(info.st_ctim.tv_nsec) }
 
     /// The file opened for reading, if it is still the same one (a rename puts a new inode at
     /// the path: a re-signed copy is other bytes).
     func open() -> FileDescriptor? {
-        guard let opened = try? FileDescriptor(path: path, flags: O_RDONLY | O_CLOEXEC) else { return nil }
+        guard let opened = try? FileDescriptor(path: path, flags: O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) else { return nil }
         var info = stat()
-        guard fstat(opened.rawValue, &info) == 0, UInt64(info.st_dev) == device, UInt64(info.st_ino) == inode, Int(info.st_size) == size else {
+        guard fstat(opened.rawValue, &info) == 0, info.st_mode & S_IFMT == S_IFREG, UInt64(info.st_dev) == device, UInt64(info.st_ino) == inode,
+              Int(info.st_size) == size, Self.changeTime(info) == changed else {
             try? opened.close()
             return nil
         }

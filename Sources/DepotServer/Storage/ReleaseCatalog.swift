@@ -60,10 +60,21 @@ struct ReleaseCatalog {
     }
 
     private static func split(_ path: String) -> [ArraySlice<UInt8>] {
-        // Bounded like every stored file the origin reads whole (a year of a hundred releases
-        // a day is a few MB).
-        guard let bytes = try? FileSystem.readFile(path, limit: 1 << 30) else { return [] }
+        guard let bytes = read(path) else { return [] }
         return bytes.split(separator: 10, omittingEmptySubsequences: true)
+    }
+
+    /// A plain file's bytes (bounded: a year of a hundred releases a day is a few MB), opened
+    /// without following a link or waiting on a FIFO: nil for anything else.
+    static func read(_ path: String, limit: Int = 1 << 30) -> [UInt8]? {
+        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        let file = FileDescriptor(adopting: fd, path: path)
+        var info = stat()
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG, Int(info.st_size) <= limit else { return nil }
+        var bytes = [UInt8](repeating: 0, count: Int(info.st_size))
+        guard let count = try? bytes.withUnsafeMutableBytes({ try file.readFully(into: $0) }) else { return nil }
+        return Array(bytes[0..<count])
     }
 
     /// Appends lines with one `write` (`O_APPEND`): a reader sees whole lines, or a torn last
@@ -75,13 +86,17 @@ struct ReleaseCatalog {
         guard !lines.isEmpty else { return }
         var folder = stat()
         guard stat(String(path[..<(path.lastIndex(of: "/") ?? path.endIndex)]), &folder) == 0, folder.st_uid == geteuid() else { return }
-        var bytes: [UInt8] = []
+        let file = try FileDescriptor(path: path, flags: O_RDWR | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, mode: 0o644)
+        defer { try? file.close() }
+        // After a torn last line (a crash mid-append), a new line starts on its own.
+        var last: UInt8 = 10
+        let size = lseek(file.rawValue, 0, SEEK_END)
+        if size > 0 { _ = pread(file.rawValue, &last, 1, size - 1) }
+        var bytes: [UInt8] = last == 10 ? [] : [10]
         for line in lines {
             bytes += Array(try StoredJSON.compact.encode(line))
             bytes.append(10)
         }
-        let file = try FileDescriptor(path: path, flags: O_WRONLY | O_CREAT | O_APPEND, mode: 0o644)
-        defer { try? file.close() }
         try file.write(bytes)
     }
 }

@@ -28,21 +28,27 @@ struct ReleaseIndex: Sendable {
     /// How many revisions of each pack are kept: the most `--patch-depth` allows.
     static let lineageDepth = 16
 
+    /// How many revisions of each pack this index keeps (the origin's `--patch-depth`, at least
+    /// one, at most ``lineageDepth``).
+    var depth = ReleaseIndex.lineageDepth
+
     var highestRevisions: [String: Int] = [:]
     /// Releases are immutable, so this set only grows.
     var blobs: Set<String> = []
     /// Per pack id, its newest revisions, highest first, at most ``lineageDepth``.
     var lineage: [String: [Revision]] = [:]
 
-    /// Whether `entry` would add nothing: its blobs are known, and so are its patches (or it
-    /// names none, or its revision is no longer among the kept ones).
+    /// Whether `entry` would add nothing to an index of any depth: its revision is not above the
+    /// pack's highest, its blobs are known, and its very revision and container are kept with
+    /// the same patches (or it is below every kept revision of a full lineage). A rollback (an
+    /// old container under a new revision) or a pack added again is never "known".
     func knows(_ entry: PackEntry) -> Bool {
-        guard entry.blobs.allSatisfy(blobs.contains) else { return false }
-        guard let patches = entry.patches else { return true }
-        guard let kept = lineage[entry.id]?.first(where: { $0.revision == entry.revision && $0.sha256 == entry.sha256 }) else {
-            return (lineage[entry.id]?.count ?? 0) >= Self.lineageDepth && (lineage[entry.id]?.last?.revision ?? 0) > entry.revision
+        guard let highest = highestRevisions[entry.id], entry.revision <= highest, entry.blobs.allSatisfy(blobs.contains) else { return false }
+        let kept = lineage[entry.id] ?? []
+        guard let same = kept.first(where: { $0.revision == entry.revision }) else {
+            return kept.count >= Self.lineageDepth && (kept.last?.revision ?? 0) > entry.revision
         }
-        return kept.patches == patches
+        return same.sha256 == entry.sha256 && (entry.patches == nil || same.patches == entry.patches)
     }
 
     mutating func add(_ packs: [PackEntry]) {
@@ -54,10 +60,10 @@ struct ReleaseIndex: Sendable {
                 // A revision is one container; a release that names patches for it updates them.
                 if revisions[place].sha256 == pack.sha256, let patches = pack.patches { revisions[place].patches = patches }
             } else {
-                guard revisions.count < Self.lineageDepth || pack.revision > revisions.last!.revision else { continue }
+                guard revisions.count < depth || pack.revision > revisions.last!.revision else { continue }
                 let place = revisions.firstIndex { $0.revision < pack.revision } ?? revisions.count
                 revisions.insert(Revision(pack), at: place)
-                if revisions.count > Self.lineageDepth { revisions.removeLast() }
+                if revisions.count > depth { revisions.removeLast() }
             }
             lineage[pack.id] = revisions
         }
@@ -158,7 +164,8 @@ extension ReleaseStore {
             version: manifest.version, publishedAt: manifest.publishedAt, expiresAt: manifest.expiresAt, packs: manifest.packs.count,
             channel: manifest.channel ?? Self.production, entries: manifest.allEntries.filter { !index.knows($0) }
         )
-        indexes.withLock { $0.byApp[app]?.add(line.entries) }
+        // Every entry into the index in memory (cheap), only the new ones into the catalog line.
+        indexes.withLock { $0.byApp[app]?.add(manifest.allEntries) }
         try? catalog(app).append([line])
     }
 
@@ -171,6 +178,7 @@ extension ReleaseStore {
         let (known, generation) = indexes.withLock { ($0.byApp[app], $0.generation) }
         if let known { return known }
         var index = ReleaseIndex()
+        index.depth = lineageDepth
         let head = head(app)
         let present = Set(Self.versions(in: folder.releases(app)).filter { $0 <= head })
         var covered = Set<Int>()
@@ -186,7 +194,7 @@ extension ReleaseStore {
                 version: version, publishedAt: manifest.publishedAt, expiresAt: manifest.expiresAt, packs: manifest.packs.count,
                 channel: manifest.channel ?? Self.production, entries: manifest.allEntries.filter { !index.knows($0) }
             )
-            index.add(line.entries)
+            index.add(manifest.allEntries)
             missing.append(line)
         }
         return indexes.withLock { indexes in

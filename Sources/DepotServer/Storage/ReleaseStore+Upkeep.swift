@@ -43,7 +43,12 @@ extension ReleaseStore {
         }
         // Also re-sign when the signing keys changed (a rotation began or a grace period ended),
         // so that builds trusting only the new key can read the live manifest at once.
-        let signers = Set((try? Envelope.decode(live.envelope))?.signatures.map(\.keyid) ?? [])
+        // Sent from a file replaced underneath since: read again at the next look, not re-signed.
+        guard let envelope = try? live.envelope else {
+            dropLive(live, app: app, channel: channel)
+            return relabelled
+        }
+        let signers = Set((try? Envelope.decode(envelope))?.signatures.map(\.keyid) ?? [])
         let inForce = Set(try apps.signingKeys(now: now).map { ManifestSigningKey.keyID(for: $0.publicKey) })
         let stale = live.expiresAt.timeIntervalSince(now) < manifestLifetime / 3 || signers != inForce
         guard try stale || attachmentsChanged(live, app: app, channel: channel) else { return relabelled }
@@ -70,10 +75,13 @@ extension ReleaseStore {
             let snapshot = try history.snapshot(app)
             let cutoff = now.addingTimeInterval(-retention)
             var recent = snapshot.releases.filter { $0.publishedAt >= cutoff }.map(\.version)
-            recent += Self.versions(in: folder.releases(app)).filter { $0 > (snapshot.releases.last?.version ?? 0) }
+            // Any release file the listings lack (one they could not read, one written since) is
+            // read here: a file that cannot be read fails the pass, which then removes nothing.
+            let listed = Set(snapshot.releases.map(\.version))
+            recent += Self.versions(in: folder.releases(app)).filter { !listed.contains($0) }
             for version in recent {
                 let manifest = try load(app, version).manifest
-                if manifest.publishedAt >= cutoff || version > snapshot.head { for pack in manifest.allEntries { needed.formUnion(pack.blobs) } }
+                if manifest.publishedAt >= cutoff || !listed.contains(version) { for pack in manifest.allEntries { needed.formUnion(pack.blobs) } }
             }
             for pack in try staging(app).upserts.values { needed.insert(pack.sha256) }
         }

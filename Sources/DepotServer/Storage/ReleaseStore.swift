@@ -36,11 +36,14 @@ public final class ReleaseStore: Sendable {
     let history: ReleaseHistory
     /// The most channels an app may have besides production (`depot serve --max-channels`).
     let maximumChannels: Int
+    /// How many revisions of each pack the index keeps for patch making (`--patch-depth`, at least 1).
+    let lineageDepth: Int
 
     init(
         folder: DataFolder, apps: AppStore, manifestLifetime: TimeInterval, urls: PublicURL = PublicURL(), maximumChannels: Int = ReleaseStore.defaultMaximumChannels,
-        manifestMemory: Int = ReleaseStore.defaultManifestMemory, changed: @escaping @Sendable (String) -> Void = { _ in }
+        manifestMemory: Int = ReleaseStore.defaultManifestMemory, lineageDepth: Int = ReleaseIndex.lineageDepth, changed: @escaping @Sendable (String) -> Void = { _ in }
     ) {
+        self.lineageDepth = min(ReleaseIndex.lineageDepth, max(1, lineageDepth))
         live = Mutex(LiveCache(budget: manifestMemory))
         self.folder = folder
         self.apps = apps
@@ -111,10 +114,15 @@ public final class ReleaseStore: Sendable {
             guard let live = try current(app, channel: channel) else { return nil }
             if let body = live.body { return (live, .shared(body)) }
             if let opened = live.file?.open() { return (live, .file(opened)) }
-            let key = app + "\u{0}" + channel
-            self.live.withLock { cache in if cache[key]?.etag == live.etag { cache[key] = nil } }
+            dropLive(live, app: app, channel: channel)
         }
         throw LiveManifest.replaced
+    }
+
+    /// Forgets `live` as what `channel` serves (its file was replaced underneath): read again next time.
+    func dropLive(_ live: LiveManifest, app: String, channel: String) {
+        let key = app + "\u{0}" + channel
+        self.live.withLock { cache in if cache[key]?.etag == live.etag { cache[key] = nil } }
     }
 
     /// Caches what a channel serves.
