@@ -100,7 +100,7 @@ final class Origin: HTTPHandler {
         let afterChange = Mutex<PatchMaker?>(nil)
         let urls = PublicURL()
         releases = ReleaseStore(folder: folder, apps: apps, manifestLifetime: configuration.manifestLifetime, urls: urls, maximumChannels: configuration.maximumChannels, manifestMemory: configuration.manifestMemory,
-            lineageDepth: configuration.patchDepth, changed: { app in
+            lineageDepth: configuration.patchDepth + 1, changed: { app in
             writerMirror?.schedule(app)
             afterChange.withLock { $0 }?.schedule(app)
         })

@@ -25,11 +25,12 @@ struct ReleaseIndex: Sendable {
         }
     }
 
-    /// How many revisions of each pack are kept: the most `--patch-depth` allows.
-    static let lineageDepth = 16
+    /// How many revisions of each pack are kept at most: the newest and the 16 earlier ones the
+    /// largest `--patch-depth` makes patches from.
+    static let lineageDepth = 17
 
-    /// How many revisions of each pack this index keeps (the origin's `--patch-depth`, at least
-    /// one, at most ``lineageDepth``).
+    /// How many revisions of each pack this index keeps (the origin's `--patch-depth` and one,
+    /// at most ``lineageDepth``).
     var depth = ReleaseIndex.lineageDepth
 
     var highestRevisions: [String: Int] = [:]

@@ -36,7 +36,7 @@ public final class ReleaseStore: Sendable {
     let history: ReleaseHistory
     /// The most channels an app may have besides production (`depot serve --max-channels`).
     let maximumChannels: Int
-    /// How many revisions of each pack the index keeps for patch making (`--patch-depth`, at least 1).
+    /// How many revisions of each pack the index keeps for patch making (`--patch-depth` and one).
     let lineageDepth: Int
 
     init(
