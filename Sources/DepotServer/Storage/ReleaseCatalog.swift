@@ -24,8 +24,11 @@ struct ReleaseCatalog {
         /// The release's entries (its packs and rollout candidates) new to the app's index.
         var entries: [PackEntry]
 
-        var release: ReleaseHistory.Release {
-            ReleaseHistory.Release(version: version, publishedAt: publishedAt, expiresAt: expiresAt, packs: packs, channel: channel)
+        /// The line of release `manifest`, with the entries `index` does not know.
+        init(_ manifest: Manifest, newTo index: ReleaseIndex) {
+            (version, publishedAt, expiresAt, packs) = (manifest.version, manifest.publishedAt, manifest.expiresAt, manifest.packs.count)
+            channel = manifest.channel ?? ReleaseStore.production
+            entries = manifest.allEntries.filter { !index.knows($0) }
         }
     }
 

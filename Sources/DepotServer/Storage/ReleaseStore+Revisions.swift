@@ -161,10 +161,7 @@ extension ReleaseStore {
     /// release files at the next start.
     func noteReleased(_ manifest: Manifest, app: String) throws {
         let index = try index(app)
-        let line = ReleaseCatalog.Line(
-            version: manifest.version, publishedAt: manifest.publishedAt, expiresAt: manifest.expiresAt, packs: manifest.packs.count,
-            channel: manifest.channel ?? Self.production, entries: manifest.allEntries.filter { !index.knows($0) }
-        )
+        let line = ReleaseCatalog.Line(manifest, newTo: index)
         // Every entry into the index in memory (cheap), only the new ones into the catalog line.
         indexes.withLock { $0.byApp[app]?.add(manifest.allEntries) }
         try? catalog(app).append([line])
@@ -191,10 +188,7 @@ extension ReleaseStore {
         var missing: [ReleaseCatalog.Line] = []
         for version in present.subtracting(covered).sorted() {
             let manifest = try load(app, version).manifest
-            let line = ReleaseCatalog.Line(
-                version: version, publishedAt: manifest.publishedAt, expiresAt: manifest.expiresAt, packs: manifest.packs.count,
-                channel: manifest.channel ?? Self.production, entries: manifest.allEntries.filter { !index.knows($0) }
-            )
+            let line = ReleaseCatalog.Line(manifest, newTo: index)
             index.add(manifest.allEntries)
             missing.append(line)
         }
