@@ -123,7 +123,7 @@ struct Serve: ParsableCommand {
     @Option(name: .customLong("patch-disk-reserve"), help: "The percentage of the data volume patch making always leaves free, checked before and while a patch is made (env DEPOT_PATCH_DISK_RESERVE).")
     var patchDiskReserve: Int = Environment.int("DEPOT_PATCH_DISK_RESERVE", 25)
 
-    @Option(name: .customLong("patch-share"), help: "The percentage of its time patch making may work (CPU and disk), 5–100: after each pack it rests in proportion, at a lower priority than serving (env DEPOT_PATCH_SHARE).")
+    @Option(name: .customLong("patch-share"), help: "The percentage of its time patch making may work (CPU and disk), 5–100: after each pack it rests in proportion (env DEPOT_PATCH_SHARE).")
     var patchShare: Int = Environment.int("DEPOT_PATCH_SHARE", 50)
 
     @Option(name: .customLong("metrics-token-file"), help: "A file holding the token a Prometheus scraper sends (Authorization: Bearer) to read /metrics; without it /metrics answers 404, as metrics name every app (env DEPOT_METRICS_TOKEN_FILE).")

@@ -16,8 +16,6 @@ final class ManifestRefresher: Sendable {
     init(origin: Origin, configuration: OriginConfiguration) {
         if !origin.readOnly { origin.releases.lookAtTrust() }
         Thread.detachNewThread { [self] in
-            // Below the serving threads, as patch making: a pass never holds up downloads.
-            PatchMaker.lowerPriority()
             repeat {
                 if origin.readOnly, let mirror = origin.mirror {
                     // A replica only follows the bucket: no signing, no collection.

@@ -161,14 +161,6 @@ extension PatchMaker {
         return true
     }
 
-    /// Lowers the calling thread's scheduling priority (nice 10): serving threads go first.
-    /// On Linux a `PRIO_PROCESS` of 0 names the calling thread alone.
-    static func lowerPriority() {
-        #if os(Linux)
-        _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, 10)
-        #endif
-    }
-
     /// The CPU time the calling thread has used, in seconds.
     static func threadCPUSeconds() -> Double {
         var time = timespec()

@@ -88,11 +88,11 @@ final class PatchMaker: Sendable {
             defer { work.thread = true }
             return (true, !work.thread)
         }
-        // A thread of its own, made at the first work (its lowered priority stays with it, never
-        // with a pool thread that runs other work later).
+        // A thread of its own, made at the first work, stopped with the server. Not a lower
+        // priority: it takes the publish lock to release patches, and a thread starved meanwhile
+        // would hold up every publish (its rests bound its share instead).
         if thread {
             Thread.detachNewThread { [self] in
-                Self.lowerPriority()
                 while true {
                     wake.wait()
                     if work.withLock({ $0.stopped }) { break }
@@ -116,10 +116,9 @@ final class PatchMaker: Sendable {
     }
 
     /// Turns until no app has work: each turn makes one pack's patches (or releases a channel's),
-    /// then the app goes to the back of the line if it has more. The thread runs at a lower
-    /// priority than serving, and rests after each turn that made patches so that it takes at
-    /// most ``PatchLimits/share`` of its time (CPU and disk alike): a publish storm never starves
-    /// downloads.
+    /// then the app goes to the back of the line if it has more. The thread rests after each turn
+    /// that made patches so that it takes at most ``PatchLimits/share`` of its time (CPU and disk
+    /// alike): a publish storm never takes more than that share of a core from serving.
     private func run() {
         while let app = work.withLock({ work -> String? in
             guard !work.turns.isEmpty, !work.stopped else {
