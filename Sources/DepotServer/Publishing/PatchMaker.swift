@@ -41,11 +41,11 @@ final class PatchMaker: Sendable {
     /// `patch-state` once per process, written when the app's turns run out (and at most every
     /// few seconds while they last), so that a restart neither searches the history nor makes
     /// again what was not worth making: it looks only at channels that moved since.
-    private let states = Mutex<[String: State]>([:])
+    let states = Mutex<[String: State]>([:])
     /// Per app, what was tried in this process without a patch for a reason that may pass (a
     /// limit or the disk's reserve, an error, the allowance guard): not tried again until a
     /// restart, and never written to `patch-state`.
-    private let triedHere = Mutex<[String: Set<String>]>([:])
+    let triedHere = Mutex<[String: Set<String>]>([:])
     /// Whether the pack being made met such a reason (set by the making, read after it).
     let interrupted = Mutex(false)
 
@@ -221,79 +221,7 @@ final class PatchMaker: Sendable {
         return false
     }
 
-    /// The file keeping what `app`'s patch making did.
-    private func statePath(_ app: String) -> String { folder.app(app) + "/patch-state" }
-
-    /// What patch making did for one app, bounded by what its channels serve.
-    struct State: Codable, Equatable {
-        /// `channel app/pack@revision:sha256` tried without a patch to show (not worth it,
-        /// skipped, failed, or refused at release): not tried again on that channel. A patch made
-        /// is found again through the releases that name it (the app's ``ReleaseIndex``), so one
-        /// swept since is made again.
-        var tried: Set<String> = []
-        /// Per channel, the release whose packs were all looked at and found done: a turn looks
-        /// only at channels that moved since, not at every live pack again.
-        var settled: [String: Int] = [:]
-        /// Not yet written to the file, and when last written.
-        var dirty = false
-        var written = ContinuousClock.now
-
-        enum CodingKeys: String, CodingKey { case tried, settled }
-        static func == (a: State, b: State) -> Bool { a.tried == b.tried && a.settled == b.settled }
-    }
-
-    /// `app`'s state: kept in memory, read from its file once per process.
-    private func state(_ app: String) -> State {
-        if let known = states.withLock({ $0[app] }) { return known }
-        let read = (try? FileSystem.readFile(statePath(app), limit: 64 << 20)).flatMap { try? JSONDecoder().decode(State.self, from: Data($0)) }
-        let state = read ?? State()
-        states.withLock { $0[app] = $0[app] ?? state }
-        return state
-    }
-
-    /// Changes `app`'s state; written at once with `flush` (its turns ran out), else at most
-    /// every 5 seconds (a file that cannot be written, or a crash, costs at most another look at
-    /// a few packs after a restart).
-    private func update(_ app: String, flush: Bool = false, _ change: (inout State) -> Void) {
-        _ = state(app)
-        let write = states.withLock { states -> State? in
-            guard var state = states[app] else { return nil }
-            let before = state
-            change(&state)
-            if state != before { state.dirty = true }
-            let due = state.dirty && (flush || ContinuousClock.now - state.written > .seconds(5))
-            if due {
-                state.dirty = false
-                state.written = .now
-            }
-            states[app] = state
-            return due ? state : nil
-        }
-        if let write, let bytes = try? StoredJSON.compact.encode(write) {
-            try? FileSystem.writeAtomically(Array(bytes), to: statePath(app), .ordered)
-        }
-    }
-
-    /// Forgets what was tried for packs no channel of `app` serves any more, and the settled
-    /// releases of channels gone: both stay bounded by what is live. Writes the state.
-    private func prune(_ app: String, channels: [String: Int]) {
-        var live: Set<String>?
-        if !state(app).tried.isEmpty || triedHere.withLock({ $0[app]?.isEmpty == false }) {
-            var keys = Set<String>()
-            for channel in channels.keys {
-                guard let release = try? releases.current(app, channel: channel), let packs = try? release.manifest.packs else { return }
-                for entry in packs { keys.insert(Self.key(app, channel, entry)) }
-            }
-            live = keys
-        }
-        update(app, flush: true) { state in
-            state.settled = state.settled.filter { channels[$0.key] != nil }
-            if let live { state.tried.formIntersection(live) }
-        }
-        if let live { triedHere.withLock { $0[app]?.formIntersection(live) } }
-    }
-
-    private static func key(_ app: String, _ channel: String, _ entry: PackEntry) -> String {
+    static func key(_ app: String, _ channel: String, _ entry: PackEntry) -> String {
         "\(channel) \(app)/\(entry.id)@\(entry.revision):\(entry.sha256)"
     }
 

@@ -142,3 +142,34 @@ extension ReleaseStore {
         changed(app)
     }
 }
+
+/// A release signed again for a channel it is promoted to.
+extension ReleaseStore {
+    /// `release` as `channel` serves it: itself when it was signed for that channel; otherwise
+    /// the same packs and version signed again naming `channel`, written before any pointer names
+    /// it (a promotion; or, once, a release signed before manifests named their channel). Call
+    /// under the publish lock.
+    /// `packs`, when given, replace the release's (its packs without swept patches).
+    /// `withoutRollout`: the copy leaves out the release's rollout (a rollout step promoted to
+    /// another channel: that channel gets the packs every device of the first one had).
+    /// `replacing`: what the channel serves now (``seal(_:app:channel:replacing:release:now:)``).
+    func signed(
+        _ release: LiveManifest, for channel: String, app: String, replacing serving: Manifest?, packs: [PackEntry]? = nil, withoutRollout: Bool = false, now: Date = Date()
+    ) throws -> LiveManifest {
+        // An app with a root signs the copy anew: its roots and statements are the channel's.
+        let changed = release.channel != channel || packs != nil || withoutRollout && release.rollout != nil
+        guard try changed || roots.trust(app) != nil else { return release }
+        var manifest = try release.manifest
+        manifest.channel = channel
+        if let packs { manifest.packs = packs }
+        if withoutRollout { manifest.rollout = nil }
+        manifest.expiresAt = now.addingTimeInterval(manifestLifetime)
+        let envelope = try seal(manifest, app: app, channel: channel, replacing: serving, release: release.version, now: now)
+        try FileSystem.createDirectory(folder.signedCopies(app, channel: channel))
+        try FileSystem.writeAtomically(envelope, to: signedCopyPath(app, channel: channel, release.version))
+        return LiveManifest(
+            version: release.version, envelope: envelope, etag: "\"" + Hex.encode(SHA256Hasher.hash(envelope)) + "\"", manifest: manifest,
+            path: signedCopyPath(app, channel: channel, release.version)
+        )
+    }
+}

@@ -101,3 +101,25 @@ final class ReleaseReadingCaches: Sendable {
     /// The kept bytes in all; past it, release files are sent from their file.
     static let keptBodiesLimit = 32 << 20
 }
+
+/// Serving a channel's live release: from memory, or from its file past the memory budget.
+extension ReleaseStore {
+    /// What a channel serves and the source of its bytes: memory, or its file opened (past the
+    /// memory budget). A file replaced underneath since it was kept (a re-signed copy written by
+    /// another process) is read again, once; nil before the channel has a release.
+    func served(_ app: String, channel: String) throws -> (LiveManifest, Representation.Source)? {
+        for _ in 0..<2 {
+            guard let live = try current(app, channel: channel) else { return nil }
+            if let body = live.body { return (live, .shared(body)) }
+            if let opened = live.file?.open() { return (live, .file(opened)) }
+            dropLive(live, app: app, channel: channel)
+        }
+        throw LiveManifest.replaced
+    }
+
+    /// Forgets `live` as what `channel` serves (its file was replaced underneath): read again next time.
+    func dropLive(_ live: LiveManifest, app: String, channel: String) {
+        let key = app + "\u{0}" + channel
+        self.live.withLock { cache in if cache[key]?.etag == live.etag { cache[key] = nil } }
+    }
+}

@@ -106,25 +106,6 @@ public final class ReleaseStore: Sendable {
         return loaded
     }
 
-    /// What a channel serves and the source of its bytes: memory, or its file opened (past the
-    /// memory budget). A file replaced underneath since it was kept (a re-signed copy written by
-    /// another process) is read again, once; nil before the channel has a release.
-    func served(_ app: String, channel: String) throws -> (LiveManifest, Representation.Source)? {
-        for _ in 0..<2 {
-            guard let live = try current(app, channel: channel) else { return nil }
-            if let body = live.body { return (live, .shared(body)) }
-            if let opened = live.file?.open() { return (live, .file(opened)) }
-            dropLive(live, app: app, channel: channel)
-        }
-        throw LiveManifest.replaced
-    }
-
-    /// Forgets `live` as what `channel` serves (its file was replaced underneath): read again next time.
-    func dropLive(_ live: LiveManifest, app: String, channel: String) {
-        let key = app + "\u{0}" + channel
-        self.live.withLock { cache in if cache[key]?.etag == live.etag { cache[key] = nil } }
-    }
-
     /// Caches what a channel serves.
     func remember(_ release: LiveManifest, app: String, channel: String) {
         live.withLock { $0[app + "\u{0}" + channel] = release }
@@ -133,34 +114,6 @@ public final class ReleaseStore: Sendable {
     /// Where release `version`, signed again for `channel` (it was published on another), lives.
     func signedCopyPath(_ app: String, channel: String, _ version: Int) -> String {
         folder.signedCopies(app, channel: channel) + "/" + DataFolder.releaseName(version)
-    }
-
-    /// `release` as `channel` serves it: itself when it was signed for that channel; otherwise
-    /// the same packs and version signed again naming `channel`, written before any pointer names
-    /// it (a promotion; or, once, a release signed before manifests named their channel). Call
-    /// under the publish lock.
-    /// `packs`, when given, replace the release's (its packs without swept patches).
-    /// `withoutRollout`: the copy leaves out the release's rollout (a rollout step promoted to
-    /// another channel: that channel gets the packs every device of the first one had).
-    /// `replacing`: what the channel serves now (``seal(_:app:channel:replacing:release:now:)``).
-    func signed(
-        _ release: LiveManifest, for channel: String, app: String, replacing serving: Manifest?, packs: [PackEntry]? = nil, withoutRollout: Bool = false, now: Date = Date()
-    ) throws -> LiveManifest {
-        // An app with a root signs the copy anew: its roots and statements are the channel's.
-        let changed = release.channel != channel || packs != nil || withoutRollout && release.rollout != nil
-        guard try changed || roots.trust(app) != nil else { return release }
-        var manifest = try release.manifest
-        manifest.channel = channel
-        if let packs { manifest.packs = packs }
-        if withoutRollout { manifest.rollout = nil }
-        manifest.expiresAt = now.addingTimeInterval(manifestLifetime)
-        let envelope = try seal(manifest, app: app, channel: channel, replacing: serving, release: release.version, now: now)
-        try FileSystem.createDirectory(folder.signedCopies(app, channel: channel))
-        try FileSystem.writeAtomically(envelope, to: signedCopyPath(app, channel: channel, release.version))
-        return LiveManifest(
-            version: release.version, envelope: envelope, etag: "\"" + Hex.encode(SHA256Hasher.hash(envelope)) + "\"", manifest: manifest,
-            path: signedCopyPath(app, channel: channel, release.version)
-        )
     }
 
     /// The channels of an app and their release numbers.
