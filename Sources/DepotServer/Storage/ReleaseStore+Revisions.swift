@@ -192,13 +192,15 @@ extension ReleaseStore {
             index.add(manifest.allEntries)
             missing.append(line)
         }
-        return indexes.withLock { indexes in
-            if let kept = indexes.byApp[app] { return kept }
-            if indexes.generation == generation {
-                indexes.byApp[app] = index
-                if !missing.isEmpty { try? catalog.append(missing) }
-            }
-            return index
+        let (result, kept) = indexes.withLock { indexes -> (ReleaseIndex, Bool) in
+            if let kept = indexes.byApp[app] { return (kept, false) }
+            guard indexes.generation == generation else { return (index, false) }
+            indexes.byApp[app] = index
+            return (index, true)
         }
+        // The builder whose index was kept adds what the catalog lacked, outside the lock a
+        // blob request takes (a line appended twice by a racing command reads the same).
+        if kept, !missing.isEmpty { try? catalog.append(missing) }
+        return result
     }
 }
