@@ -153,7 +153,8 @@ final class Origin: HTTPHandler {
                 }
                 let space = ScratchBudget.space(of: folder.root).map { (free: $0.free, total: $0.total) }
                 return OriginMetrics.Observations(volume: space, reserve: patchLimits.reserve, manifestLifetime: manifestLifetime, expiries: expiries, apps: all, unreadableFiles: StateHealth.shared.problems(under: folder.root).count, rootExpiries: roots,
-                    manifestMemory: releases.live.withLock { $0.bytes }, manifestsOnFile: releases.live.withLock { $0.onFile }
+                    manifestMemory: releases.live.withLock { $0.bytes }, manifestsOnFile: releases.live.withLock { $0.onFile },
+                    releaseMemory: releases.reading.bodies.withLock { $0.bytes }
                 )
             }
         )

@@ -55,9 +55,9 @@ struct FloodTests {
         // What the origin may hold: 96 MiB (a small origin's bound: the process, its blob answers,
         // its buffers), plus every channel's live envelope (kept in memory to be served), plus
         // what the caches keep at most besides, whatever the history: release files' bytes
-        // (32 MiB), report listings (16 MiB of entries), two decoded manifests (16 MiB).
+        // (8 MiB), report listings (16 MiB of entries), two decoded manifests (16 MiB).
         let liveBytes = HistoryFixture.liveEnvelopeBytes(data: work.path + "/data")
-        let rssBoundKiB = Int(96 * 1024 + liveBytes / 1024 + 64 * 1024)
+        let rssBoundKiB = Int(96 * 1024 + liveBytes / 1024 + 40 * 1024)
         print("flood: live envelopes \(liveBytes / 1024) KiB in all; RSS bound \(rssBoundKiB / 1024) MiB")
         // App Attest's routes too: the origin trusts a test CA's root (a debug build only).
         let device = try TestAppAttest(appID: Self.attestAppID)
@@ -299,7 +299,7 @@ struct FloodTests {
         }
         // This VM's rates drift by ±25% from one measure to the next, and for minutes at a time:
         // a route under 0.8 five times in a row is measured again once every other route was,
-        // with measures twice as long. Noise passes; a real slowdown (0.02× and 0.19× before
+        // with measures twice as long, each between two controls. Noise passes; a real slowdown (0.02× and 0.19× before
         // issue 41's fixes, 0.78× for a release by number before it was kept in memory) stays
         // under at every try.
         var results: [(flood: Flood, ratio: Double, control: Measure, flooded: Measure)] = []
@@ -307,8 +307,27 @@ struct FloodTests {
             let result = try judge(flood, tries: 5, seconds: Self.seconds)
             results.append((flood, result.ratio, result.control, result.flooded))
         }
+        /// A route's flood between two controls (before and after, measures twice as long): the
+        /// ratio to their mean cancels the drift of minutes that the window of recent controls
+        /// follows late (CI at ec20aab: controls rose from 10,400 to 13,500 req/s while the
+        /// flooded rates held at 11,000, and a route read 0.798 eight times against the window).
+        func bracketed(_ flood: Flood, tries: Int) throws -> (ratio: Double, control: Measure, flooded: Measure) {
+            var best: (ratio: Double, control: Measure, flooded: Measure)?
+            var before = try measure(control, seconds: 2 * Self.seconds)
+            for _ in 0..<tries {
+                let flooded = try measure(flood, seconds: 2 * Self.seconds)
+                let after = try measure(control, seconds: 2 * Self.seconds)
+                let base = Measure(rate: (before.rate + after.rate) / 2, p99: before.p99, rssKiB: max(before.rssKiB, after.rssKiB))
+                let ratio = base.rate > 0 ? flooded.rate / base.rate : 0
+                peak = max(peak, base.rssKiB, flooded.rssKiB)
+                if best == nil || ratio > best!.ratio { best = (ratio, base, flooded) }
+                if ratio >= 0.8 { break }
+                before = after
+            }
+            return try #require(best)
+        }
         for (index, result) in results.enumerated() where result.ratio < 0.8 {
-            let again = try judge(result.flood, tries: 3, seconds: 2 * Self.seconds)
+            let again = try bracketed(result.flood, tries: 5)
             if again.ratio > result.ratio { results[index] = (result.flood, again.ratio, again.control, again.flooded) }
         }
         for result in results {

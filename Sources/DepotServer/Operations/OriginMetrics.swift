@@ -39,6 +39,8 @@ final class OriginMetrics: Sendable {
         /// Live envelopes' bytes kept in memory, and live releases sent from their files.
         var manifestMemory = 0
         var manifestsOnFile = 0
+        /// Release files' bytes kept in memory for the release route (at most 8 MiB).
+        var releaseMemory = 0
     }
 
     /// Why a patch can be skipped (``patchSkipped(app:reason:)``).
@@ -171,6 +173,7 @@ final class OriginMetrics: Sendable {
             volume("depot_state_unreadable_files", "Data-folder files the origin cannot read (their names are in the log and on /healthz)", Double(observations.unreadableFiles))
             volume("depot_manifest_memory_bytes", "Live envelopes' bytes kept in memory (at most --manifest-memory)", Double(observations.manifestMemory))
             volume("depot_manifests_on_file", "Live releases past the memory budget, sent from their files", Double(observations.manifestsOnFile))
+            volume("depot_release_memory_bytes", "Release files' bytes kept in memory for GET …/releases/{n} (at most 8 MiB; the rest go by sendfile)", Double(observations.releaseMemory))
             var seen: Set<String> = []
             for expiry in observations.expiries {
                 let key = expiry.app + "\u{0}" + expiry.channel

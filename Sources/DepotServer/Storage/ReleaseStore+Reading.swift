@@ -24,7 +24,7 @@ extension ReleaseStore {
     /// Release `version` of `app` as it is sent, or nil if there is none (see ``release(_:_:)``).
     /// A request costs a few `stat`s: whether the release is visible is known from the stamps of
     /// `head`, the production pointer and the channels folder; its facts from its own stamp; its
-    /// bytes (up to 1 MiB each, 32 MiB in all) are kept. Once 32 MiB are kept, other releases go
+    /// bytes (up to 1 MiB each, 8 MiB in all) are kept. Once 8 MiB are kept, other releases go
     /// by `sendfile` (a descriptor per request, no buffer): nothing a client asks for evicts
     /// what is kept, so walking every release costs what `sendfile` costs, never an allocation.
     func releaseFile(_ app: String, _ version: Int) throws -> (body: ReleaseBody, facts: ReleaseFileFacts)? {
@@ -98,8 +98,11 @@ final class ReleaseReadingCaches: Sendable {
     let bodies = Mutex<(bytes: Int, byPath: [String: (etag: String, body: SharedBytes)])>((0, [:]))
     /// A release file larger than this is sent from its file.
     static let keptBodyLimit = 1 << 20
-    /// The kept bytes in all; past it, release files are sent from their file.
-    static let keptBodiesLimit = 32 << 20
+    /// The kept bytes in all; past it, release files are sent from their file (the page cache
+    /// keeps them then). Small, so that it fills within minutes of a busy origin's start and
+    /// memory then stays level (at 32 MiB, a soak with a release of 90 KiB a minute still rose
+    /// after an hour).
+    static let keptBodiesLimit = 8 << 20
 }
 
 /// Serving a channel's live release: from memory, or from its file past the memory budget.
