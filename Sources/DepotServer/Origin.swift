@@ -140,7 +140,7 @@ final class Origin: HTTPHandler {
         self.garbage = garbage
         operations = OperationsHandlers(
             metrics: metrics, staticFiles: configuration.publicDirectory.map(StaticFiles.init(root:)), metricsToken: configuration.metricsToken,
-            dataRoot: folder.root, observe: { [releases, apps, folder, manifestLifetime = configuration.manifestLifetime] in
+            dataRoot: folder.root, observe: { [releases, apps, folder, maker, manifestLifetime = configuration.manifestLifetime] in
                 // Every live channel's manifest (cached in memory; the channel pointers are read).
                 var expiries: [(app: String, channel: String, expiresAt: Date)] = []
                 var roots: [(app: String, expiresAt: Date)] = []
@@ -154,7 +154,8 @@ final class Origin: HTTPHandler {
                 let space = ScratchBudget.space(of: folder.root).map { (free: $0.free, total: $0.total) }
                 return OriginMetrics.Observations(volume: space, reserve: patchLimits.reserve, manifestLifetime: manifestLifetime, expiries: expiries, apps: all, unreadableFiles: StateHealth.shared.problems(under: folder.root).count, rootExpiries: roots,
                     manifestMemory: releases.live.withLock { $0.bytes }, manifestsOnFile: releases.live.withLock { $0.onFile },
-                    releaseMemory: releases.reading.bodies.withLock { $0.bytes }
+                    releaseMemory: releases.reading.bodies.withLock { $0.bytes },
+                    patchAppsWaiting: maker?.waiting ?? 0, releaseFilesRead: ReleaseStore.releaseFilesRead.load(ordering: .relaxed)
                 )
             }
         )

@@ -176,7 +176,7 @@ struct Tokens: ParsableCommand {
 
         func validate() throws {
             guard TokenRole(rawValue: role) != nil else { throw ValidationError("--role must be publisher or admin") }
-            if let expires { _ = try Self.expiry(expires, from: Date()) }
+            if let expires { _ = try Self.expiry(expires, from: WallClock.now()) }
         }
 
         /// `90d`, `12h`, `30m` from now, or an ISO 8601 instant in the future.
@@ -191,7 +191,7 @@ struct Tokens: ParsableCommand {
         func run() throws {
             let folder = DataFolder(data.data)
             guard AppStore(folder: folder).settings(app) != nil else { throw CLIError("no app \(app) in \(data.data)") }
-            let expiry = try expires.map { try Self.expiry($0, from: Date()) }
+            let expiry = try expires.map { try Self.expiry($0, from: WallClock.now()) }
             // The file first, new and private: a token is never created that cannot be delivered.
             let file = try out.map { path in
                 do {
@@ -228,7 +228,7 @@ struct Tokens: ParsableCommand {
         @OptionGroup var data: DataOptions
         func run() throws {
             let format = ISO8601DateFormatter()
-            let now = Date()
+            let now = WallClock.now()
             for token in try TokenStore(folder: DataFolder(data.data)).list() {
                 let state = token.revokedAt != nil ? "revoked" : (token.expiresAt.map { $0 <= now } ?? false) ? "expired" : "active"
                 var fields = [token.id, token.app, token.role.rawValue, format.string(from: token.createdAt),

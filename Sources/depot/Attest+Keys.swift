@@ -94,7 +94,7 @@ extension Attest {
             guard AppStore(folder: folder).settings(app) != nil else { throw CLIError("no app \(app) in \(data.data)") }
             let key = keyBytes ?? []
             let name = Data(key).base64EncodedString()
-            if try AttestedKeys(folder: folder, cached: 1).revoke(app: app, keyID: key, at: Date()) {
+            if try AttestedKeys(folder: folder, cached: 1).revoke(app: app, keyID: key, at: WallClock.now()) {
                 print("\(app): revoked key \(name); its reports are refused from now on")
             } else {
                 print("\(app): key \(name) was revoked already")

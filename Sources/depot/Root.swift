@@ -106,7 +106,7 @@ struct Root: ParsableCommand {
                 }.joined(separator: ", "))
                 print("  release keys (\(document.releaseThreshold) of \(document.releaseKeys.count)): \(document.releaseKeys.isEmpty ? "none" : ids(try document.releasePublicKeys()))")
                 print("  protected channels: \(document.protectedChannels.isEmpty ? "none" : document.protectedChannels.joined(separator: ", "))")
-                if document.expiresAt < Date().addingTimeInterval(30 * 86_400) {
+                if document.expiresAt < WallClock.now().addingTimeInterval(30 * 86_400) {
                     print("  warning: it expires within 30 days; after that, devices that reached it refuse new manifests: sign version \(document.version + 1) (depot root sign --previous) and add it")
                 }
             }

@@ -49,7 +49,7 @@ extension Keys {
             guard let key = try apps.signingKeyInfo().first(where: { $0.id == id }) else { throw CLIError("no signing key \(id) in \(data.data) (depot keys list-signing)") }
             let since = ISO8601DateFormatter().string(from: key.createdAt)
             let warning = "builds whose configuration lists only \(id) (exported while it was the only key, from \(since) until the next key was added) stop accepting manifests"
-            let keeping = Set(try apps.signingKeyInfo().filter { $0.id != id && $0.retireAt.map { $0 > Date() } ?? true }.map(\.id))
+            let keeping = Set(try apps.signingKeyInfo().filter { $0.id != id && $0.retireAt.map { $0 > WallClock.now() } ?? true }.map(\.id))
             guard yes else {
                 print("retiring \(id): \(warning).")
                 for line in Self.figures(apps, keeping: keeping) { print(line) }
@@ -80,7 +80,7 @@ extension Keys {
 
         func run() throws {
             let format = ISO8601DateFormatter()
-            let now = Date()
+            let now = WallClock.now()
             for key in try AppStore(folder: DataFolder(data.data)).signingKeyInfo() {
                 let state = key.retireAt.map { $0 <= now ? "retired \(format.string(from: $0))" : "in force until \(format.string(from: $0))" } ?? "in force"
                 print([key.id, key.publicKey, format.string(from: key.createdAt), state].joined(separator: "\t"))

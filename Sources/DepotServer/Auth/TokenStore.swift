@@ -64,7 +64,7 @@ public final class TokenStore: Sendable {
         let token = "dpt_" + Hex.encode(SecureRandom.bytes(24))
         let record = StoredToken(
             id: "tok-" + Hex.encode(SecureRandom.bytes(4)), sha256: Hex.encode(SHA256Hasher.hash(Array(token.utf8))),
-            app: app, role: role, createdAt: Date(), expiresAt: expiresAt, revokedAt: nil
+            app: app, role: role, createdAt: WallClock.now(), expiresAt: expiresAt, revokedAt: nil
         )
         try modify { $0.append(record) }
         return (token, record)
@@ -85,7 +85,7 @@ public final class TokenStore: Sendable {
     /// has expired (each CI run adds one; the log keeps the record). Refuses an eleventh exchange
     /// of one JWT (`jwtID`: its `jti`, or a digest of it) and a 101st unexpired token of one rule.
     func mint(
-        app: String, rule: TrustRule, expiresAt: Date, jwtExpiresAt: Date, subject: String?, jwtID: String, now: Date = Date()
+        app: String, rule: TrustRule, expiresAt: Date, jwtExpiresAt: Date, subject: String?, jwtID: String, now: Date = WallClock.now()
     ) throws -> (token: String, record: StoredToken) {
         let token = "dpt_" + Hex.encode(SecureRandom.bytes(24))
         let record = StoredToken(
@@ -116,7 +116,7 @@ public final class TokenStore: Sendable {
         try modify { tokens in
             for index in tokens.indices where tokens[index].id == id {
                 found = true
-                if tokens[index].revokedAt == nil { tokens[index].revokedAt = Date() }
+                if tokens[index].revokedAt == nil { tokens[index].revokedAt = WallClock.now() }
             }
         }
         return found
@@ -140,7 +140,7 @@ public final class TokenStore: Sendable {
     /// costs the same whatever the number of tokens (a wrong token is one hash and one lookup),
     /// and its timing says nothing of a token: what is compared is a digest the caller cannot
     /// steer byte by byte.
-    public func check(_ token: String, now: Date = Date()) -> TokenCheck {
+    public func check(_ token: String, now: Date = WallClock.now()) -> TokenCheck {
         let presented = Hex.encode(SHA256Hasher.hash(Array(token.utf8)))
         let stored = cache.value(at: path, load: { path in
             var byHash: [String: StoredToken] = [:]

@@ -138,12 +138,12 @@ struct AttestHandlers: Sendable {
         let key: AttestedKey
         do {
             key = try AppAttestVerifier(appID: settings.appID, environment: settings.environment, anchor: anchor)
-                .attestation(request.attestation, keyID: request.keyID, clientDataHash: SHA256Hasher.hash(request.challenge), at: Date())
+                .attestation(request.attestation, keyID: request.keyID, clientDataHash: SHA256Hasher.hash(request.challenge), at: WallClock.now())
         } catch {
             throw refused(error.check.rawValue, DepotError(.unprocessable, "attestation_refused", "the attestation was refused: \(error.description)"), key: keyName)
         }
         do {
-            try keys.store(app: app, key: key, at: Date())
+            try keys.store(app: app, key: key, at: WallClock.now())
         } catch let error as DepotError where error.code == "key_known" {
             throw refused("key_known", error, key: keyName)
         }

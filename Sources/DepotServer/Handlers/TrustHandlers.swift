@@ -41,7 +41,7 @@ struct TrustHandlers: Sendable {
                 "subject": .string(minted.record.subject ?? ""), "jti": .string(minted.record.jwtID ?? ""),
             ])
             var response = try JSONResponse.make(Issued(
-                token: minted.token, tokenID: minted.record.id, expiresAt: minted.record.expiresAt ?? Date(), rule: minted.rule.id,
+                token: minted.token, tokenID: minted.record.id, expiresAt: minted.record.expiresAt ?? WallClock.now(), rule: minted.rule.id,
                 app: app, role: minted.record.role.rawValue, channels: minted.record.channels
             ), status: 201)
             response.headers.add("Cache-Control", "no-store")

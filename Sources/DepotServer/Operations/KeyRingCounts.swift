@@ -106,7 +106,7 @@ extension AppStore {
     /// What this origin's stored reports of the last `days` days (today included; every channel)
     /// say about keys, read from the data folder (counts the running origin has not written yet —
     /// at most its last second — and other origins' reports in a bucket are not included).
-    public func keyRingTally(_ id: String, days: Int = 7, now: Date = Date()) -> KeyRingTally {
+    public func keyRingTally(_ id: String, days: Int = 7, now: Date = WallClock.now()) -> KeyRingTally {
         var tally = KeyRingTally()
         for day in ReportBook.days(back: days, now: now) {
             if let read = try? ReportDayFile.read(folder: folder.reports(id), day: day) { tally.add(read.figures, channels: nil) }

@@ -31,6 +31,7 @@ final class ManifestRefresher: Sendable {
                 let cpu = PatchMaker.threadCPUSeconds()
                 defer {
                     origin.metrics.backgroundWork("maintenance", seconds: PatchMaker.threadCPUSeconds() - cpu)
+                    origin.metrics.backgroundPass("maintenance")
                     passes.add(1, ordering: .releasing)
                 }
                 do {

@@ -41,6 +41,10 @@ final class OriginMetrics: Sendable {
         var manifestsOnFile = 0
         /// Release files' bytes kept in memory for the release route (at most 8 MiB).
         var releaseMemory = 0
+        /// Apps whose patches are being made or wait their turn (0: patch making is idle).
+        var patchAppsWaiting = 0
+        /// Release files this process decoded since it started.
+        var releaseFilesRead = 0
     }
 
     /// Why a patch can be skipped (``patchSkipped(app:reason:)``).
@@ -113,6 +117,11 @@ final class OriginMetrics: Sendable {
         Metrics.FloatingPointCounter(label: "depot_background_cpu_seconds_total", dimensions: [("work", work)], factory: factory).increment(by: seconds)
     }
 
+    /// A maintenance pass finished, or patch making ran out of work (`work`: `maintenance`, `patches`).
+    func backgroundPass(_ work: String) {
+        counter("depot_background_passes_total", [("work", work)]).increment()
+    }
+
     func patchSkipped(app: String, reason: String) {
         counter("depot_patches_skipped_total", [("app", app), ("reason", reason)]).increment()
     }
@@ -173,6 +182,8 @@ final class OriginMetrics: Sendable {
             volume("depot_state_unreadable_files", "Data-folder files the origin cannot read (their names are in the log and on /healthz)", Double(observations.unreadableFiles))
             volume("depot_manifest_memory_bytes", "Live envelopes' bytes kept in memory (at most --manifest-memory)", Double(observations.manifestMemory))
             volume("depot_manifests_on_file", "Live releases past the memory budget, sent from their files", Double(observations.manifestsOnFile))
+            volume("depot_patch_apps_waiting", "Apps whose patches are being made or wait their turn (0: idle)", Double(observations.patchAppsWaiting))
+            volume("depot_release_files_read", "Release files decoded since the process started (start-up and background work read few; see docs/Operating.md)", Double(observations.releaseFilesRead))
             volume("depot_release_memory_bytes", "Release files' bytes kept in memory for GET …/releases/{n} (at most 8 MiB; the rest go by sendfile)", Double(observations.releaseMemory))
             var seen: Set<String> = []
             for expiry in observations.expiries {

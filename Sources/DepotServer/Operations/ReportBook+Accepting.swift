@@ -20,7 +20,7 @@ extension ReportBook {
     /// (what it throws refuses the report); the report then counts among the attested ones too,
     /// unless `proving` returns false (the key reported about that release already: counted once).
     func accept(
-        _ report: DeviceReport, app: String, attested: Bool = false, now: Date = Date(), charge: (Double) -> Void = { _ in },
+        _ report: DeviceReport, app: String, attested: Bool = false, now: Date = WallClock.now(), charge: (Double) -> Void = { _ in },
         proving: () throws -> Bool = { true }
     ) throws {
         // The channel's live release (cached: no file is read per report once it is known).

@@ -13,7 +13,7 @@ extension ReportBook {
 
     /// Every origin's figures for `app`, one per day from `days - 1` days ago to today, oldest
     /// first: this origin's, plus (with object storage) every other origin's object in the bucket.
-    func figures(_ app: String, days: Int, now: Date = Date()) -> [DayFigures] {
+    func figures(_ app: String, days: Int, now: Date = WallClock.now()) -> [DayFigures] {
         settle()
         let wanted = Self.days(back: days, now: now)
         let others = otherDays(app, days: Set(wanted), now: now)
@@ -28,7 +28,7 @@ extension ReportBook {
     /// about releases from its `countingFrom`, failures among them, by kind — since the day it
     /// started, on every origin. Today's come from the index kept as reports are counted; each
     /// past day's sum is computed once.
-    func candidateFigures(_ record: RolloutRecord, now: Date = Date()) -> CandidateTally {
+    func candidateFigures(_ record: RolloutRecord, now: Date = WallClock.now()) -> CandidateTally {
         let back = Int(now.timeIntervalSince(record.startedAt) / 86_400) + 2
         let wanted = Self.days(back: back, now: now)
         let today = DayFigures.day(of: now)

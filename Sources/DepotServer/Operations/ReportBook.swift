@@ -137,7 +137,7 @@ final class ReportBook: Sendable {
     }
 
     /// The writer's pass: counts the queue; once a second writes.
-    func tick(now: Date = Date()) {
+    func tick(now: Date = WallClock.now()) {
         settle()
         if lastFlush.withLock({ ContinuousClock.now - $0 >= .seconds(1) }) { flush(now: now) }
     }
@@ -162,7 +162,7 @@ final class ReportBook: Sendable {
     /// days past the retention, and tells the listener which apps were written. What is written
     /// is taken out of memory under the lock and written without it: readers (the fleet, the
     /// guard) never wait for a disk or the bucket.
-    func flush(now: Date = Date(), final: Bool = false) {
+    func flush(now: Date = WallClock.now(), final: Bool = false) {
         let written = writing.withLock { retention -> [String] in
             settle()
             lastFlush.withLock { $0 = .now }

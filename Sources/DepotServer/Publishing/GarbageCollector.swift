@@ -21,7 +21,7 @@ struct GarbageCollector: Sendable {
     /// `backup_running` (409), removing nothing, while `depot backup` copies the folder
     /// (``BackupLock``): a blob of a release it copied must still be there when it copies `blobs/`.
     @discardableResult
-    func collect(retention: TimeInterval, grace: TimeInterval, now: Date = Date(), dryRun: Bool = false) throws -> (blobs: [String], bytes: Int64) {
+    func collect(retention: TimeInterval, grace: TimeInterval, now: Date = WallClock.now(), dryRun: Bool = false) throws -> (blobs: [String], bytes: Int64) {
         if dryRun { return try collectHoldingBackupLock(retention: retention, grace: grace, now: now, dryRun: true) }
         let folder = releases.folder
         guard let swept = try BackupLock.exclusively(folder, { try collectHoldingBackupLock(retention: retention, grace: grace, now: now, dryRun: false) }) else {

@@ -103,6 +103,9 @@ final class PatchMaker: Sendable {
         if start { wake.signal() }
     }
 
+    /// Apps whose patches are being made or wait their turn (0: idle).
+    var waiting: Int { work.withLock { $0.turns.count + ($0.running ? 1 : 0) } }
+
     /// Waits until every patch scheduled so far is made and released (tests, a stopping server).
     func waitUntilIdle() {
         while work.withLock({ $0.running }) { Thread.sleep(forTimeInterval: 0.01) }
@@ -123,6 +126,7 @@ final class PatchMaker: Sendable {
         while let app = work.withLock({ work -> String? in
             guard !work.turns.isEmpty, !work.stopped else {
                 work.running = false
+                metrics.backgroundPass("patches")
                 return nil
             }
             return work.turns.removeFirst()

@@ -70,7 +70,7 @@ struct RolloutRecord: Codable, Hashable, Sendable {
         }
         return from
     }
-    var startedAt: Date { steps.first?.at ?? Date() }
+    var startedAt: Date { steps.first?.at ?? WallClock.now() }
 
     static func percent(_ fraction: Double) -> String {
         let value = fraction * 100

@@ -24,7 +24,7 @@ extension Rollouts {
                 let tally = self.reports.candidateFigures(record).counted(attestedOnly: record.countsAttestedOnly)
                 let (reports, failures) = (tally.reports, tally.failures)
                 guard reports >= Int64(minimum), Double(failures) > rate * Double(reports) else { continue }
-                let trigger = RolloutRecord.Trigger(reports: reports, failures: failures, failureRate: Double(failures) / Double(reports), at: Date())
+                let trigger = RolloutRecord.Trigger(reports: reports, failures: failures, failureRate: Double(failures) / Double(reports), at: WallClock.now())
                 do {
                     _ = try halt(app, channel: channel, by: "automatic", trigger: trigger, measured: (record.salt, record.countingFrom))
                     publisher.metrics.rolloutHalted(app: app, channel: channel, by: "automatic")

@@ -154,7 +154,7 @@ final class Rollouts: Sendable {
                 app: app, channel: channel, release: release, baseRelease: base, state: .running, fraction: fraction, salt: made.salt,
                 candidates: candidates, removed: made.removed,
                 haltOnFailureRate: haltOnFailureRate, minReports: haltOnFailureRate == nil ? nil : (minReports ?? 20), attestedOnly: onlyAttested, haltedBy: nil, trigger: nil,
-                steps: [RolloutRecord.Step(at: Date(), action: "start", fraction: fraction, manifest: published.version, by: by)]
+                steps: [RolloutRecord.Step(at: WallClock.now(), action: "start", fraction: fraction, manifest: published.version, by: by)]
             )
             try save(record)
             publisher.logger.notice("rollout started", metadata: [
@@ -228,7 +228,7 @@ final class Rollouts: Sendable {
             }, check: complete ? publisher.allowanceGuard(app, channel: channel) : nil)
             guard let published else { throw DepotError.conflict("unchanged", "nothing changed") }
             record.steps.append(RolloutRecord.Step(
-                at: Date(), action: action, fraction: complete ? 1 : fraction, manifest: published.version, by: by, trigger: action == "halt" ? trigger : nil
+                at: WallClock.now(), action: action, fraction: complete ? 1 : fraction, manifest: published.version, by: by, trigger: action == "halt" ? trigger : nil
             ))
             switch action {
             case "complete":

@@ -90,7 +90,7 @@ extension AppStore {
     /// - A staged key: dropped (never used for a pack; builds that carry it are unaffected).
     /// - A key the app lacks, or one already retired: refused, nothing changed.
     @discardableResult
-    public func retirePackKey(_ id: String, keyID: String, allowFresh: Bool, now: Date = Date()) throws -> PackKeyRetirement {
+    public func retirePackKey(_ id: String, keyID: String, allowFresh: Bool, now: Date = WallClock.now()) throws -> PackKeyRetirement {
         guard settings(id) != nil else { throw DepotError.notFound("app \(id)") }
         return try LockedFile.update(PackKeys.self, at: folder.packKeys(id), mode: 0o600) { stored in
             guard var keys = stored else { throw KeyError.malformed("\(folder.packKeys(id)) is missing") }

@@ -4,7 +4,7 @@ import Foundation
 extension AppStore {
     /// The manifest signing keys in force, newest last, created on first use (one set per data
     /// folder). During a rotation's grace period both the old and the new key sign every manifest.
-    public func signingKeys(now: Date = Date()) throws -> [Ed25519PrivateKey] {
+    public func signingKeys(now: Date = WallClock.now()) throws -> [Ed25519PrivateKey] {
         let stored = try storedSigningKeys()
         return try stored.filter { ($0.retireAt ?? .distantFuture) > now }.map { key in
             guard let seed = Data(base64Encoded: key.seed) else { throw KeyError.malformed("\(folder.signingKey): a seed is not base64") }
@@ -23,7 +23,7 @@ extension AppStore {
     /// stops receiving manifests on a date nobody chose. With `grace`, they retire after it.
     /// Returns the new key's id.
     @discardableResult
-    public func rotateSigningKey(grace: TimeInterval? = nil, now: Date = Date()) throws -> String {
+    public func rotateSigningKey(grace: TimeInterval? = nil, now: Date = WallClock.now()) throws -> String {
         try FileSystem.createDirectory(folder.keys, mode: 0o700)
         return try LockedFile.withLock(folder.signingKey) {
             var stored = try readSigningKeys() ?? []
@@ -67,7 +67,7 @@ extension AppStore {
     /// on, so builds that trust only it stop accepting them. Refused for the last key in force,
     /// and for a key an app's newest root lists as its only online key in force (its manifests
     /// would carry no signature its devices accept: sign and add a root listing another first).
-    public func retireSigningKey(_ id: String, now: Date = Date()) throws {
+    public func retireSigningKey(_ id: String, now: Date = WallClock.now()) throws {
         let roots = RootStore(folder: folder)
         try LockedFile.withLock(folder.signingKey) {
             var stored = try readSigningKeys() ?? []
@@ -103,7 +103,7 @@ extension AppStore {
         return try LockedFile.withLock(folder.signingKey) {
             if let keys = try readSigningKeys() { return keys }
             let key = Ed25519PrivateKey()
-            let first = StoredSigningKey(seed: Data(key.rawRepresentation).base64EncodedString(), createdAt: Date(), retireAt: nil)
+            let first = StoredSigningKey(seed: Data(key.rawRepresentation).base64EncodedString(), createdAt: WallClock.now(), retireAt: nil)
             try StoredJSON.write(StoredSigningKeys(keys: [first]), to: folder.signingKey, mode: 0o600)
             return [first]
         }

@@ -117,7 +117,7 @@ public struct AppStore: Sendable {
                 keys = PackKeys(format: PackKeys.format, current: keyID, keys: [keyID: Data(SecureRandom.bytes(32)).base64EncodedString()])
             }
             let created = AppSettings(
-                id: id, createdAt: Date(), downloadCredentials: nil, allowances: nil, mode: mode == .managed ? .managed : nil, appGroup: appGroup,
+                id: id, createdAt: WallClock.now(), downloadCredentials: nil, allowances: nil, mode: mode == .managed ? .managed : nil, appGroup: appGroup,
                 primaryLanguage: primaryLanguage
             )
             settings = created

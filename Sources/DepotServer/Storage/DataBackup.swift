@@ -103,7 +103,7 @@ public enum DataBackup {
         }
         let lock = try BackupLock.shared(folder)
         defer { try? lock.close() }
-        let takenAt = Date()
+        let takenAt = WallClock.now()
         let partial = destination + ".partial-" + Hex.encode(SecureRandom.bytes(6))
         // Inside the folder nothing is followed: root backs up what the service user controls.
         let copier = try TreeCopier(source: folder.root)

@@ -72,7 +72,7 @@ public enum DataRestore {
     ///
     /// `acceptMissing`: a copy that is not whole is restored all the same, what it lacks named
     /// in the outcome's warnings (a disaster restore with nothing better).
-    public static func restore(backup: String, into data: String, replace: Bool, owner: (uid: uid_t, gid: gid_t)? = nil, floor asked: Int? = nil, objectStore: S3Location? = nil, takeOverBucket: Bool = false, acceptMissing: Bool = false, now: Date = Date()) throws -> Outcome {
+    public static func restore(backup: String, into data: String, replace: Bool, owner: (uid: uid_t, gid: gid_t)? = nil, floor asked: Int? = nil, objectStore: S3Location? = nil, takeOverBucket: Bool = false, acceptMissing: Bool = false, now: Date = WallClock.now()) throws -> Outcome {
         let record = try record(of: backup)
         if let named = record.objectStore, objectStore == nil {
             throw DepotError.badRequest("\(backup) is a backup of an origin whose blobs are in a bucket (\(named)): give --storage s3 and the bucket's options, so that the restore checks the blobs it names are there; nothing was changed")
@@ -212,7 +212,7 @@ public enum DataRestore {
 
     /// Marks the data folder at `data`, restored by other means (a volume snapshot, a copy), as
     /// restored: raises its floor, with no origin running on it.
-    public static func markRestored(data: String, floor asked: Int? = nil, now: Date = Date()) throws -> Outcome {
+    public static func markRestored(data: String, floor asked: Int? = nil, now: Date = WallClock.now()) throws -> Outcome {
         let folder = DataFolder(data)
         guard folder.exists else { throw DepotError.notFound("a data folder at \(data)") }
         let lock = try folder.lockExclusively()
@@ -224,7 +224,7 @@ public enum DataRestore {
     /// `backup.json` in it was restored by copying a backup back by hand. Its floor is raised
     /// (durably) before the record is removed; a crash between leaves the record, and the next
     /// start raises the floor once more, which is harmless. nil when there is no record.
-    static func adoptIfRestored(_ folder: DataFolder, now: Date = Date()) throws -> Outcome? {
+    static func adoptIfRestored(_ folder: DataFolder, now: Date = WallClock.now()) throws -> Outcome? {
         guard FileSystem.exists(folder.root + "/" + BackupRecord.fileName) else { return nil }
         return try mark(folder, now: now)
     }

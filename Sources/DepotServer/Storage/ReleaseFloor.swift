@@ -41,7 +41,7 @@ enum ReleaseFloor {
 
     /// Raises the floor of a folder just restored (no origin runs on it: the caller holds its
     /// lock) to max(now in seconds, highest release + 1, old floor + 1), durably; returns it.
-    static func raiseForRestore(_ folder: DataFolder, atLeast asked: Int? = nil, now: Date = Date()) throws -> Int {
+    static func raiseForRestore(_ folder: DataFolder, atLeast asked: Int? = nil, now: Date = WallClock.now()) throws -> Int {
         let highest = highestReleases(folder).values.max() ?? 0
         let floor = max(Int(now.timeIntervalSince1970), highest + 1, (read(folder) ?? 0) + 1, asked ?? 0)
         guard floor <= largest else { throw DepotError.conflict("release_floor_too_high", "the next release number would be \(floor), past 2^53") }

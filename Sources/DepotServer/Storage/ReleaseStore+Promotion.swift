@@ -154,7 +154,7 @@ extension ReleaseStore {
     /// another channel: that channel gets the packs every device of the first one had).
     /// `replacing`: what the channel serves now (``seal(_:app:channel:replacing:release:now:)``).
     func signed(
-        _ release: LiveManifest, for channel: String, app: String, replacing serving: Manifest?, packs: [PackEntry]? = nil, withoutRollout: Bool = false, now: Date = Date()
+        _ release: LiveManifest, for channel: String, app: String, replacing serving: Manifest?, packs: [PackEntry]? = nil, withoutRollout: Bool = false, now: Date = WallClock.now()
     ) throws -> LiveManifest {
         // An app with a root signs the copy anew: its roots and statements are the channel's.
         let changed = release.channel != channel || packs != nil || withoutRollout && release.rollout != nil

@@ -21,7 +21,7 @@ extension ReleaseStore {
     /// `release_signature_required`). Re-signing what the channel serves (expiry, keys, patches,
     /// rollout steps) attaches what it finds. `release`: the release whose packs these are, when
     /// known (a promotion), named in a refusal.
-    func seal(_ manifest: Manifest, app: String, channel: String, replacing serving: Manifest?, release: Int? = nil, now: Date = Date()) throws -> [UInt8] {
+    func seal(_ manifest: Manifest, app: String, channel: String, replacing serving: Manifest?, release: Int? = nil, now: Date = WallClock.now()) throws -> [UInt8] {
         var envelope = try Envelope.sign(manifest, with: apps.signingKeys(now: now))
         let attached = try attachments(for: manifest, app: app, channel: channel, checkingAgainst: .some(serving), release: release)
         (envelope.roots, envelope.releases) = (attached.roots, attached.releases)

@@ -9,7 +9,7 @@ extension ReleaseStore {
     /// version, so a quiet app never leaves devices with an expired (refused) manifest, and a key
     /// rotation reaches the live manifest without a publish. Returns the apps refreshed.
     @discardableResult
-    func refreshExpiring(now: Date = Date()) throws -> [String] {
+    func refreshExpiring(now: Date = WallClock.now()) throws -> [String] {
         var refreshed: [String] = []
         let keys = roots.signingKeysStamp
         for app in FileSystem.contents(of: folder.apps) where FileSystem.isDirectory(folder.releases(app)) {
@@ -26,7 +26,7 @@ extension ReleaseStore {
     /// Re-signs one channel's release if it needs it (close to expiry, signed by other keys than
     /// those in force, or carrying other roots or statements than it should now); returns whether it did.
     @discardableResult
-    func refresh(_ app: String, channel: String, now: Date = Date()) throws -> Bool {
+    func refresh(_ app: String, channel: String, now: Date = WallClock.now()) throws -> Bool {
         guard var live = try current(app, channel: channel) else { return false }
         var relabelled = false
         if live.channel != channel {

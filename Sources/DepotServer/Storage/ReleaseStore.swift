@@ -242,7 +242,7 @@ public final class ReleaseStore: Sendable {
     ) throws -> LiveManifest? {
         try publishLock.withLock { _ in
             // Taken under the lock, so that releases' dates rise with their numbers.
-            let now = instant ?? Date()
+            let now = instant ?? WallClock.now()
             let channelRelease = try current(app, channel: channel)
             let base = try channelRelease ?? current(app)
             let liveRollout = channelRelease?.rollout

@@ -29,7 +29,7 @@ public struct RootAdmin {
 
     /// Adds the root document in `bytes` to `app` (``RootStore/add(_:app:inForce:now:)``);
     /// returns it with the state of each channel it protects.
-    public func add(_ bytes: [UInt8], app: String, now: Date = Date()) throws -> (addition: RootStore.Addition, channels: [ChannelState]) {
+    public func add(_ bytes: [UInt8], app: String, now: Date = WallClock.now()) throws -> (addition: RootStore.Addition, channels: [ChannelState]) {
         guard apps.settings(app) != nil else { throw DepotError.notFound("app \(app)") }
         // Under the signing keys' lock (made on first use, before it is taken), which `depot keys
         // retire-signing` holds while it checks the roots: a key is never retired while a root
@@ -53,7 +53,7 @@ public struct RootAdmin {
     }
 
     /// The ids of the manifest signing keys in force.
-    public func signingKeysInForce(now: Date = Date()) throws -> Set<String> {
+    public func signingKeysInForce(now: Date = WallClock.now()) throws -> Set<String> {
         Set(try apps.signingKeys(now: now).map { ManifestSigningKey.keyID(for: $0.publicKey) })
     }
 

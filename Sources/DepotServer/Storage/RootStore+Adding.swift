@@ -22,7 +22,7 @@ extension RootStore {
     /// included (none may be a root or release key: the origin would hold what is meant to be
     /// offline); `retiring`: those of the keys in force with a retirement date set.
     public func add(
-        _ bytes: [UInt8], app: String, inForce: [Ed25519PublicKey], everHeld: Set<String> = [], retiring: Set<String> = [], now: Date = Date()
+        _ bytes: [UInt8], app: String, inForce: [Ed25519PublicKey], everHeld: Set<String> = [], retiring: Set<String> = [], now: Date = WallClock.now()
     ) throws -> Addition {
         guard let envelope = try? Envelope.decode(bytes), envelope.payloadType == RootDocument.payloadType, let payload = envelope.payloadBytes else {
             throw DepotError.badRequest("this is not a signed root document (the JSON file `depot root sign` writes)")

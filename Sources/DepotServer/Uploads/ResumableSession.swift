@@ -160,7 +160,7 @@ final class ResumableSession {
             next.sealedSegments = encrypting?.encryptor.sealedSegments ?? 0
             next.containerLength = try file.size()
             next.tail = ""
-            next.expires = Date().addingTimeInterval(expiry)
+            next.expires = WallClock.now().addingTimeInterval(expiry)
             next.expectedPlaintextSHA256 = parameters.expectedPlaintextSHA256
             next.finishing = ResumableState.Finishing(summary: summary, installSize: installSize)
             try uploads.save(next)
@@ -237,7 +237,7 @@ final class ResumableSession {
         next.sealedSegments = encrypting?.encryptor.sealedSegments ?? 0
         next.containerLength = try file.size()
         next.tail = try encrypting.map { try $0.tail.seal($0.encryptor.pendingPlaintext) } ?? ""
-        next.expires = Date().addingTimeInterval(expiry)
+        next.expires = WallClock.now().addingTimeInterval(expiry)
         try uploads.save(next)
         state = next
         received = 0

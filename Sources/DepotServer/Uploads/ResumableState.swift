@@ -89,7 +89,7 @@ extension ResumableState {
     /// `archive`, into a file of its own bytes; the header's fields are then unused).
     init(
         id: String, parameters p: UploadParameters, metadata: String?, length: Int64, header: PackHeader, archive: Bool = false, expires: Date,
-        now: Date = Date()
+        now: Date = WallClock.now()
     ) {
         self.init(
             id: id, app: p.app, pack: p.pack, policy: p.policy, tags: p.tags, contentType: p.contentType,

@@ -24,7 +24,7 @@ final class ResumableUploads: Sendable {
     ) throws -> ResumableState {
         let state = ResumableState(
             id: Hex.encode(SecureRandom.bytes(16)), parameters: parameters, metadata: metadata, length: length, header: header,
-            archive: archive, expires: Date().addingTimeInterval(expiry)
+            archive: archive, expires: WallClock.now().addingTimeInterval(expiry)
         )
         // Claimed while half made, so that the expiry sweep leaves it alone.
         _ = claim(state.id)
@@ -41,7 +41,7 @@ final class ResumableUploads: Sendable {
     }
 
     /// The upload `id` of `app`: not found when there is none, gone (and removed) past its expiry.
-    func find(_ id: String, app: String, now: Date = Date()) throws -> ResumableState {
+    func find(_ id: String, app: String, now: Date = WallClock.now()) throws -> ResumableState {
         guard let state = load(id, app: app) else { throw DepotError.notFound("upload \(id) of app \(app)") }
         guard state.expires > now else {
             _ = withExclusiveAccess(id) { remove(id) }
@@ -91,7 +91,7 @@ final class ResumableUploads: Sendable {
 
     /// Removes uploads past their expiry (and any that cannot be read); returns how many.
     @discardableResult
-    func removeExpired(now: Date = Date()) -> Int {
+    func removeExpired(now: Date = WallClock.now()) -> Int {
         var removed = 0
         for name in FileSystem.contents(of: folder.uploads) where name.hasSuffix(".tus") {
             let id = String(name.dropLast(4))
@@ -148,7 +148,7 @@ final class ResumableUploads: Sendable {
     /// already moved into the blob store is staged from the state's record. The store not
     /// answering leaves the upload for the next start (or the client's PATCH with no body); a
     /// pack refused now goes as it would have in the request. Expired uploads are left to the sweep.
-    func finishAfterCrash(_ id: String, publisher: Publisher, expiry: TimeInterval, now: Date = Date()) {
+    func finishAfterCrash(_ id: String, publisher: Publisher, expiry: TimeInterval, now: Date = WallClock.now()) {
         guard let state = try? StoredJSON.read(ResumableState.self, from: statePath(id)), state.result == nil,
               state.finishing != nil, state.expires > now else { return }
         let log = { (message: String, error: (any Error)?) in

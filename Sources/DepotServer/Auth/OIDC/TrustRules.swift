@@ -129,7 +129,7 @@ public final class TrustStore: Sendable {
         try TrustRule.validate(issuer: issuer, audience: audience, claims: claims, channels: channels, allowHTTP: allowHTTP)
         let rule = TrustRule(
             id: "rule-" + Hex.encode(SecureRandom.bytes(4)), issuer: issuer, audience: audience, claims: claims, role: .publisher,
-            channels: channels.map { Array(Set($0)).sorted() }, allowHTTP: allowHTTP, createdAt: Date()
+            channels: channels.map { Array(Set($0)).sorted() }, allowHTTP: allowHTTP, createdAt: WallClock.now()
         )
         try modify(app) { $0.append(rule) }
         return rule
