@@ -25,7 +25,7 @@ struct Backup: ParsableCommand {
     @OptionGroup var store: ObjectStoreOptions
     @Option(name: .customLong("keep-days"), help: "With --storage s3: how long the bucket keeps the blobs this backup needs (keep backups no longer than this).")
     var keepDays: Int = 35
-    @Option(name: .customLong("previous"), help: "An earlier backup of this folder (on the same volume as DEST): blobs it holds are hard-linked from it instead of copied, so the backup costs what changed since. Each backup stays a whole folder; removing an old one removes nothing from the others.")
+    @Option(name: .customLong("previous"), help: "An earlier backup of this folder (on the same volume as DEST): blobs it holds, and release records whose bytes equal its copies, are hard-linked from it instead of copied, so the backup costs what changed since. Each backup stays a whole folder; removing an old one removes nothing from the others.")
     var previous: String?
     @Argument(help: "The new folder to copy into (must not exist, or be empty).") var destination: String
 
@@ -36,7 +36,7 @@ struct Backup: ParsableCommand {
     func run() throws {
         let summary = try DataBackup.take(data: data.data, to: destination, objectStore: store.objectStore(), keepDays: keepDays, previous: previous)
         let apps = summary.record.apps.sorted { $0.key < $1.key }.map { "\($0.key) (release \($0.value))" }
-        let linked = previous == nil ? "" : " copied, \(summary.linked) blobs (\(summary.linkedBytes) bytes) linked from \(previous!)"
+        let linked = previous == nil ? "" : " copied, \(summary.linked - summary.linkedRecords) blobs and \(summary.linkedRecords) release records (\(summary.linkedBytes) bytes) linked from \(previous!)"
         print("backed up \(data.data) to \(destination): \(summary.files) files, \(summary.bytes) bytes\(linked); \(apps.isEmpty ? "no apps" : apps.joined(separator: ", "))")
         if let hold = summary.record.hold, let until = summary.record.blobsKeptUntil {
             print("the bucket keeps the blobs it needs until \(DataRestore.Outcome.format(until)) (\(hold))")

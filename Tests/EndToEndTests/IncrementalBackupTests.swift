@@ -7,7 +7,8 @@ import Testing
 /// Incremental backups (issue 63): `depot backup --previous EARLIER` hard-links the blobs the
 /// earlier backup holds instead of copying them, so a nightly backup costs what changed; each
 /// backup stays a whole folder a restore uses alone. A blob of the earlier backup that is not
-/// what a copy would make (another size, a link, another owner's file) is copied instead.
+/// what a copy would make (another size, a link, another owner's file) is copied instead; so is a
+/// release record whose bytes differ from the earlier backup's (records are linked only when equal).
 @Suite("Backups: incremental", .serialized)
 struct IncrementalBackupTests {
     /// A data folder holding `count` blobs of a few hundred bytes, stored as the origin stores them.
@@ -70,5 +71,43 @@ struct IncrementalBackupTests {
         let wrong = try Processes.run(Processes.depotBinary, ["backup", "--data", data, "--previous", work.path + "/outside", work.path + "/wednesday"])
         #expect(wrong.status != 0 && wrong.stderr.contains("is not a backup"), "\(wrong.stderr)")
         #expect(!FileSystem.exists(work.path + "/wednesday"))
+    }
+
+    @Test("Release records the earlier backup holds with the same bytes are linked, not copied; one altered there (same size) or missing there is copied; the later backup restores alone with every record byte-identical")
+    func linksUnchangedRecords() throws {
+        let work = TemporaryDirectory("depot-incremental-records")
+        defer { work.remove() }
+        let data = work.path + "/data"
+        try HistoryFixture.build(data: data, shape: HistoryFixture.Shape(releases: 12, window: 2, windowPacks: 5, channels: 2, bigManifestPacks: 3))
+        let app = HistoryFixture.historyApps[0]
+        let full = try Processes.run(Processes.depotBinary, ["backup", "--data", data, work.path + "/monday"])
+        #expect(full.status == 0, "\(full.stderr)")
+        let monday = DataFolder(work.path + "/monday"), tuesday = DataFolder(work.path + "/tuesday"), source = DataFolder(data)
+        // In the earlier backup: release 3 altered in place (its size kept), release 4 gone.
+        var altered = try FileSystem.readFile(monday.release(app, 3))
+        altered[altered.count / 2] ^= 0x20
+        try FileManager.default.removeItem(atPath: monday.release(app, 3))
+        try FileSystem.writeAtomically(altered, to: monday.release(app, 3))
+        try FileManager.default.removeItem(atPath: monday.release(app, 4))
+
+        let incremental = try Processes.run(Processes.depotBinary, ["backup", "--data", data, "--previous", work.path + "/monday", work.path + "/tuesday"])
+        #expect(incremental.status == 0, "\(incremental.stderr)")
+        let records = FileSystem.contents(of: source.releases(app)).filter { $0.hasSuffix(".json") }.compactMap { Int($0.prefix(6)) }.sorted()
+        #expect(records.count == 12)
+        for release in records {
+            let shared = Self.inode(tuesday.release(app, release)) == Self.inode(monday.release(app, release))
+            #expect(shared == (release != 3 && release != 4), "release \(release): linked \(shared)")
+            #expect(try FileSystem.readFile(tuesday.release(app, release)) == FileSystem.readFile(source.release(app, release)))
+        }
+        #expect(incremental.stdout.contains(" release records ("), "\(incremental.stdout)")
+
+        // The earlier backup gone, the later one restores alone.
+        try FileManager.default.removeItem(atPath: work.path + "/monday")
+        let restored = work.path + "/restored"
+        let restore = try Processes.run(Processes.depotBinary, ["restore", "--data", restored, "--accept-missing", work.path + "/tuesday"])
+        #expect(restore.status == 0, "\(restore.stderr)")
+        for release in records {
+            #expect(try FileSystem.readFile(DataFolder(restored).release(app, release)) == FileSystem.readFile(source.release(app, release)))
+        }
     }
 }

@@ -52,9 +52,11 @@ public enum DataBackup {
         /// Files and bytes copied.
         public var files: Int
         public var bytes: Int64
-        /// Blobs and bytes hard-linked from the previous backup (`--previous`).
+        /// Files (blobs, and release records equal to the previous backup's) and bytes
+        /// hard-linked from the previous backup (`--previous`); the records among them.
         public var linked = 0
         public var linkedBytes: Int64 = 0
+        public var linkedRecords = 0
         /// What was there and not copied, relative to the data folder, each with why (a link, a
         /// FIFO, a socket, a device, a hard link to another owner's file: the origin makes none).
         public var passedOver: [String]
@@ -166,7 +168,7 @@ public enum DataBackup {
             try copier.applyFolderModes()
             try FileSystem.syncDirectory(partial)
             try FileSystem.durableRename(partial, to: destination)
-            return Summary(record: record, files: copier.files, bytes: copier.bytes, linked: copier.linked, linkedBytes: copier.linkedBytes, passedOver: copier.passedOver.map { "\($0.path) (\($0.why))" }, incomplete: findings.lines)
+            return Summary(record: record, files: copier.files, bytes: copier.bytes, linked: copier.linked, linkedBytes: copier.linkedBytes, linkedRecords: copier.linkedRecords, passedOver: copier.passedOver.map { "\($0.path) (\($0.why))" }, incomplete: findings.lines)
         } catch {
             // Nothing half made is left under a name that looks like a backup.
             try? FileManager.default.removeItem(atPath: partial)

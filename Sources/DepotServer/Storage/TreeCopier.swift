@@ -22,8 +22,11 @@ final class TreeCopier {
     /// Files hard-linked from ``previous`` rather than copied, and their bytes.
     private(set) var linked = 0
     private(set) var linkedBytes: Int64 = 0
+    /// Release records among them (``isRecord(_:)``).
+    private(set) var linkedRecords = 0
     /// A previous copy (a backup's folder) whose blobs a new copy links instead of copying
-    /// (``copyFile(_:to:)``): content-addressed, they never change.
+    /// (``copyFile(_:to:)``): content-addressed, they never change; so are its release
+    /// records whose bytes are the same (``isRecord(_:)``).
     var previous: String?
     /// What was not copied though it was there, relative to the source, each with why.
     private(set) var passedOver: [(path: String, why: String)] = []
@@ -222,6 +225,14 @@ final class TreeCopier {
             linkedBytes += Int64(info.st_size)
             return true
         }
+        if let previous, Self.isRecord(relative), Int64(info.st_size) <= Self.recordLimit,
+           sameContent(input, size: Int(info.st_size), as: previous + "/" + relative),
+           link(previous + "/" + relative, to: to, size: Int64(info.st_size), mode: mode) {
+            linked += 1
+            linkedRecords += 1
+            linkedBytes += Int64(info.st_size)
+            return true
+        }
         let output = try FileDescriptor(path: to, flags: O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode: mode)
         // The exact bits, whatever the umask (keys stay 0600).
         guard fchmod(output.rawValue, mode) == 0 else { throw SystemError(call: "fchmod", errno: errno, path: to) }
@@ -237,12 +248,56 @@ final class TreeCopier {
         return true
     }
 
-    /// Hard-links `earlier` (a blob of the previous copy) at `to`, if it is what a copy would
-    /// make: a plain file of this process's user (never the service user's: a previous backup
+    /// Release records, written once and never changed (a release, its signed copy for a
+    /// channel, a statement, a root document: `apps/<app>/{releases,signed/<channel>,
+    /// statements/<channel>,roots}/NNNNNN.json`): a year of them is tens of thousands of small
+    /// files, each a write and an fsync per backup. With ``previous``, one whose bytes equal the
+    /// previous copy's file of that path is linked from it instead (compared in full: a number
+    /// is not a content's name, and a previous copy of another folder may hold other bytes).
+    static func isRecord(_ relative: String) -> Bool {
+        let parts = relative.split(separator: "/", omittingEmptySubsequences: false)
+        guard parts.count >= 4, parts[0] == "apps", let last = parts.last, last.hasSuffix(".json"), last.count == 11,
+              last.prefix(6).allSatisfy(\.isNumber) else { return false }
+        switch (parts.count, parts[2]) {
+        case (4, "releases"), (4, "roots"), (5, "signed"), (5, "statements"): return true
+        default: return false
+        }
+    }
+
+    /// Records larger than this are copied (a record is a few KiB; a manifest of 10,000 packs, megabytes).
+    static let recordLimit: Int64 = 16 << 20
+
+    /// Whether `earlier` (a plain file, not reached through a link at its last name) holds
+    /// exactly the `size` bytes `input` holds; `input` is read from its start and left there.
+    private func sameContent(_ input: FileDescriptor, size: Int, as earlier: String) -> Bool {
+        let fd = open(earlier, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { Glibc.close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG, Int(info.st_size) == size else { return false }
+        var mine = [UInt8](repeating: 0, count: size), theirs = [UInt8](repeating: 0, count: size)
+        func readAll(_ descriptor: Int32, into bytes: inout [UInt8]) -> Bool {
+            bytes.withUnsafeMutableBytes { buffer in
+                var done = 0
+                while done < size {
+                    let n = pread(descriptor, buffer.baseAddress! + done, size - done, off_t(done))
+                    if n < 0 && errno == EINTR { continue }
+                    guard n > 0 else { return false }
+                    done += n
+                }
+                return true
+            }
+        }
+        guard size == 0 || (readAll(input.rawValue, into: &mine) && readAll(fd, into: &theirs)) else { return false }
+        return mine == theirs
+    }
+
+    /// Hard-links `earlier` (a blob or a record of the previous copy) at `to`, if it is what a
+    /// copy would make: a plain file of this process's user (never the service user's: a previous backup
     /// root took is root's), of the blob's size and mode, in a folder not reached through a link
     /// (the link itself is checked after it is made, so a name swapped meanwhile is caught). A
     /// blob's name is its content's SHA-256, so the same name and size is the same content unless
-    /// the previous copy was altered by its own owner. False (nothing left at `to`): copy it.
+    /// the previous copy was altered by its own owner (a record was compared before). False (nothing left at `to`): copy it.
     private func link(_ earlier: String, to: String, size: Int64, mode: mode_t) -> Bool {
         let slash = earlier.lastIndex(of: "/")!
         let folder = open(String(earlier[..<slash]), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
