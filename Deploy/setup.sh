@@ -79,7 +79,9 @@ case "${1:-}" in
     done
     # Then the suites that load the whole machine or time themselves, alone (in the parallel run
     # they would make others' timing flaky, or be made flaky).
-    DEPOT_HEAVY_TESTS=1 swift test --disable-xctest --skip-build --filter 'LoadTests|HostileHTTPTests|TokenTimingTests|ConcurrentUploadTests|InstallStepTests|LargePatchTests|RolloutEndToEndTests|CostTests|LongLifeMemoryTests|BackgroundCostTests|YearOfLifeTests'
+    DEPOT_HEAVY_TESTS=1 swift test --disable-xctest --skip-build --filter 'LoadTests|HostileHTTPTests|TokenTimingTests|ConcurrentUploadTests|InstallStepTests|LargePatchTests|RolloutEndToEndTests|CostTests|LongLifeMemoryTests|BackgroundCostTests'
+    # An origin through 42 simulated days (YearOfLife): alone, as it counts its CPU and memory.
+    DEPOT_HEAVY_TESTS=1 swift test --disable-xctest --skip-build --filter YearOfLifeTests
     # Every route an anonymous client reaches, flooded from 8 addresses while another app's blob
     # is measured, on an origin with years of history (HistoryFixture): alone, as it compares rates.
     DEPOT_HEAVY_TESTS=1 swift test --disable-xctest --skip-build --filter FloodTests

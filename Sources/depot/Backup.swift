@@ -105,6 +105,8 @@ struct Restore: ParsableCommand {
     }
 
     func run() throws {
+        // A restore's floor comes from the time: never from a test's clock file.
+        if let clock = WallClock.file { throw CLIError("DEPOT_CLOCK_FILE is set (\(clock)): it is for tests only; unset it to restore") }
         if let floor, !(1..<ReleaseStatement.maximumRelease).contains(floor) {
             throw ValidationError("--floor takes a release number from 1 to 2^52 − 1")
         }

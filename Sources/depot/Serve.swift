@@ -273,6 +273,9 @@ struct Serve: ParsableCommand {
         } else if dashboard == nil {
             print("warning: no dashboard: none of \(Self.publicDirectoryCandidates().joined(separator: ", ")) holds an index.html, so / answers 404; give --public-dir (env DEPOT_PUBLIC_DIR) the dashboard's folder (Public/ of the source tree, /usr/share/assetdepot/Public of the package)")
         }
+        if let clock = WallClock.file {
+            print("warning: DEPOT_CLOCK_FILE is set: this origin's calendar (release dates, retention, report days, rollouts) is the time \(clock) holds; it is for tests only")
+        }
         if !server.publicURL.hasPrefix("https://") {
             print("warning: the public URL \(server.publicURL) is not https: fine for development, but devices (Background Assets) download only over https; put a TLS edge in front and pass --public-url https://… (Deploy/README.md)")
         }

@@ -110,4 +110,17 @@ struct IncrementalBackupTests {
             #expect(try FileSystem.readFile(DataFolder(restored).release(app, release)) == FileSystem.readFile(source.release(app, release)))
         }
     }
+
+    @Test("Release records are the origin's numbered files: releases, roots, signed copies and statements, six digits or more as the origin writes them (a restored origin's are ten)")
+    func recordNames() {
+        for record in [
+            "apps/a/releases/000012.json", "apps/a/releases/1795929196.json", "apps/a/roots/000002.json",
+            "apps/a/signed/beta/000040.json", "apps/a/statements/production/1795929197.json",
+        ] { #expect(TreeCopier.isRecord(record), "\(record)") }
+        for other in [
+            "apps/a/releases/12.json", "apps/a/releases/0000012.json", "apps/a/releases/00001x.json", "apps/a/releases/٠٠٠٠١٢.json",
+            "apps/a/releases/000012.json.tmp", "apps/a/catalog", "apps/a/channels/beta", "apps/a/signed/000040.json",
+            "apps/a/statements/production/x/000040.json", "apps/a/rollouts/production.json", "blobs/ab/000012.json", "apps/a/head",
+        ] { #expect(!TreeCopier.isRecord(other), "\(other)") }
+    }
 }

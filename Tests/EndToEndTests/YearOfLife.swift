@@ -130,10 +130,17 @@ struct YearOfLife {
         let listening = Self.seconds(ContinuousClock.now - began)
         self.server = server
         port = try #require(UInt16(server.port))
-        try waitFor("the first maintenance pass") { try metric("depot_background_passes_total", ["work": "maintenance"]) >= 1 }
+        // The files read as the first pass ends, from the same answer that says it ended (the
+        // next pass begins a second later and reads the retention's releases again).
+        var snapshot = ""
+        try waitFor("the first maintenance pass") {
+            snapshot = try metrics()
+            return Self.value(snapshot, "depot_background_passes_total", ["work": "maintenance"]) >= 1
+        }
         let firstPass = Self.seconds(ContinuousClock.now - began)
+        let read = Int(Self.value(snapshot, "depot_release_files_read"))
         try waitFor("patch making to be idle") { try metric("depot_patch_apps_waiting") == 0 }
-        return Restart(listening: listening, firstPass: firstPass, releaseFilesRead: Int(try metric("depot_release_files_read")))
+        return Restart(listening: listening, firstPass: firstPass, releaseFilesRead: read)
     }
 
     func stopServer() {
@@ -166,10 +173,20 @@ struct YearOfLife {
 
     /// A metric's value from `/metrics` (summed over the series matching `labels`).
     func metric(_ name: String, _ labels: [String: String] = [:]) throws -> Double {
+        Self.value(try metrics(), name, labels)
+    }
+
+    /// What `/metrics` answers.
+    func metrics() throws -> String {
         let head = "GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer 0123456789abcdef0123456789abcdef\r\nConnection: close\r\n\r\n"
         guard let response = try RawHTTP.send(port: port, head, timeout: RawHTTP.changeWait).first, response.status == 200 else { throw YearError("/metrics did not answer") }
+        return response.bodyText
+    }
+
+    /// A metric's value in a `/metrics` answer (summed over the series matching `labels`).
+    static func value(_ text: String, _ name: String, _ labels: [String: String] = [:]) -> Double {
         var total = 0.0
-        for line in response.bodyText.split(separator: "\n") where line.hasPrefix(name + " ") || line.hasPrefix(name + "{") {
+        for line in text.split(separator: "\n") where line.hasPrefix(name + " ") || line.hasPrefix(name + "{") {
             let series = String(line.split(separator: " ").first ?? "")
             guard labels.allSatisfy({ series.contains("\($0.key)=\"\($0.value)\"") }) else { continue }
             total += Double(line.split(separator: " ").last ?? "") ?? 0

@@ -13,6 +13,7 @@ import Testing
 /// day's patch making and a maintenance pass each under twice their median of days 11–30 plus a
 /// little (a pass that read the history would grow with it); open files under days 1–30's
 /// highest plus 8; an incremental backup copied at most 1.5× what one did in the first month.
+/// Each process started after day 30 ends its life within those margins of its third day.
 /// The restarts after day 30 read alike (start-up and its first pass: the live releases and
 /// the retention's, not the history).
 @Suite("Year of life", .serialized, .enabled(if: HeavyTests.enabled, "run with the heavy suites, DEPOT_HEAVY_TESTS=1"))
@@ -50,6 +51,18 @@ struct YearOfLifeTests {
             #expect(day.patchSeconds <= patchCeiling, "patch making took \(day.patchSeconds) CPU s, ceiling \(patchCeiling); \(context)")
             #expect(day.maintenancePerPass <= passCeiling, "a maintenance pass took \(day.maintenancePerPass) CPU s, ceiling \(passCeiling); \(context)")
             #expect(day.openFiles <= filesCeiling, "\(day.openFiles) open files, ceiling \(filesCeiling); \(context)")
+        }
+        // Within one process: the reference days above and the later ones are at the same ages
+        // of their processes (a restart every `restartEvery` days), so a leak that grows with a
+        // process's life is checked on its own: each process after day 30 that lived 7 days or
+        // more ends no higher than on its third day plus the same margins.
+        let starts = days.filter { $0.restart != nil }.map(\.day)
+        for (index, start) in starts.enumerated() where start > 30 {
+            let end = index + 1 < starts.count ? starts[index + 1] - 1 : days.last!.day
+            guard end - start >= 6 else { continue }
+            let third = days[start + 1], last = days[end - 1]
+            #expect(last.residentKiB <= third.residentKiB + 16 * 1024, "the process started on day \(start): RSS \(third.residentKiB) KiB on day \(third.day), \(last.residentKiB) KiB on day \(last.day)")
+            #expect(last.openFiles <= third.openFiles + 8, "the process started on day \(start): \(third.openFiles) open files on day \(third.day), \(last.openFiles) on day \(last.day)")
         }
         // Start-up and its first maintenance pass read the live releases and the retention's
         // (the sweep's needs), not the history: restarts after the first month read alike.

@@ -138,7 +138,7 @@ struct AttestHandlers: Sendable {
         let key: AttestedKey
         do {
             key = try AppAttestVerifier(appID: settings.appID, environment: settings.environment, anchor: anchor)
-                .attestation(request.attestation, keyID: request.keyID, clientDataHash: SHA256Hasher.hash(request.challenge), at: WallClock.now())
+                .attestation(request.attestation, keyID: request.keyID, clientDataHash: SHA256Hasher.hash(request.challenge), at: Date())
         } catch {
             throw refused(error.check.rawValue, DepotError(.unprocessable, "attestation_refused", "the attestation was refused: \(error.description)"), key: keyName)
         }

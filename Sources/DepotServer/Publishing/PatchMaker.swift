@@ -54,6 +54,8 @@ final class PatchMaker: Sendable {
     private struct Work {
         var turns: [String] = []
         var running = false
+        /// The app whose turn runs now (nil between turns and when idle).
+        var current: String?
         var thread = false
         var stopped = false
         var made: [String: [String: [String: Made]]] = [:]
@@ -104,7 +106,7 @@ final class PatchMaker: Sendable {
     }
 
     /// Apps whose patches are being made or wait their turn (0: idle).
-    var waiting: Int { work.withLock { $0.turns.count + ($0.running ? 1 : 0) } }
+    var waiting: Int { work.withLock { work in work.turns.count + (work.current.map { !work.turns.contains($0) } ?? false ? 1 : 0) } }
 
     /// Waits until every patch scheduled so far is made and released (tests, a stopping server).
     func waitUntilIdle() {
@@ -126,9 +128,10 @@ final class PatchMaker: Sendable {
         while let app = work.withLock({ work -> String? in
             guard !work.turns.isEmpty, !work.stopped else {
                 work.running = false
-                metrics.backgroundPass("patches")
+                work.current = nil
                 return nil
             }
+            work.current = work.turns.first
             return work.turns.removeFirst()
         }) {
             let more: Bool
@@ -150,6 +153,7 @@ final class PatchMaker: Sendable {
             }
             if more { work.withLock { if !$0.turns.contains(app) { $0.turns.append(app) } } }
         }
+        metrics.backgroundPass("patches")
     }
 
     /// One turn of `app`: the first pack of a channel's live release still to try gets its

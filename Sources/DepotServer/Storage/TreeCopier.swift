@@ -226,8 +226,8 @@ final class TreeCopier {
             return true
         }
         if let previous, Self.isRecord(relative), Int64(info.st_size) <= Self.recordLimit,
-           sameContent(input, size: Int(info.st_size), as: previous + "/" + relative),
-           link(previous + "/" + relative, to: to, size: Int64(info.st_size), mode: mode) {
+           let compared = sameContent(input, size: Int(info.st_size), as: previous + "/" + relative),
+           link(previous + "/" + relative, to: to, size: Int64(info.st_size), mode: mode, file: compared) {
             linked += 1
             linkedRecords += 1
             linkedBytes += Int64(info.st_size)
@@ -248,16 +248,20 @@ final class TreeCopier {
         return true
     }
 
-    /// Release records, written once and never changed (a release, its signed copy for a
-    /// channel, a statement, a root document: `apps/<app>/{releases,signed/<channel>,
-    /// statements/<channel>,roots}/NNNNNN.json`): a year of them is tens of thousands of small
-    /// files, each a write and an fsync per backup. With ``previous``, one whose bytes equal the
-    /// previous copy's file of that path is linked from it instead (compared in full: a number
-    /// is not a content's name, and a previous copy of another folder may hold other bytes).
+    /// Release records (a release, its signed copy for a channel, a statement, a root document:
+    /// `apps/<app>/{releases,signed/<channel>,statements/<channel>,roots}/NNNNNN.json`, the number
+    /// as ``DataFolder/releaseName(_:)`` writes it, six digits or more): a year of them is tens of
+    /// thousands of small files, each a write and an fsync per backup. Most never change (a
+    /// statement or a signed copy may be replaced whole, by a rename). With ``previous``, one
+    /// whose bytes equal the previous copy's file of that path is linked from it instead
+    /// (compared in full: a number is not a content's name, and a previous copy of another
+    /// folder may hold other bytes).
     static func isRecord(_ relative: String) -> Bool {
         let parts = relative.split(separator: "/", omittingEmptySubsequences: false)
-        guard parts.count >= 4, parts[0] == "apps", let last = parts.last, last.hasSuffix(".json"), last.count == 11,
-              last.prefix(6).allSatisfy(\.isNumber) else { return false }
+        guard parts.count >= 4, parts[0] == "apps", let last = parts.last, last.hasSuffix(".json") else { return false }
+        let digits = last.dropLast(5)
+        guard digits.count >= 6, digits.count <= 18, digits.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
+              let number = Int(digits), DataFolder.releaseName(number) == String(last) else { return false }
         switch (parts.count, parts[2]) {
         case (4, "releases"), (4, "roots"), (5, "signed"), (5, "statements"): return true
         default: return false
@@ -267,14 +271,15 @@ final class TreeCopier {
     /// Records larger than this are copied (a record is a few KiB; a manifest of 10,000 packs, megabytes).
     static let recordLimit: Int64 = 16 << 20
 
-    /// Whether `earlier` (a plain file, not reached through a link at its last name) holds
-    /// exactly the `size` bytes `input` holds; `input` is read from its start and left there.
-    private func sameContent(_ input: FileDescriptor, size: Int, as earlier: String) -> Bool {
+    /// The device and inode of `earlier` (a plain file, not reached through a link at its last
+    /// name) if it holds exactly the `size` bytes `input` holds, else nil; `input` is read from
+    /// its start and left there. The link made next must be that very file.
+    private func sameContent(_ input: FileDescriptor, size: Int, as earlier: String) -> (device: UInt64, inode: UInt64)? {
         let fd = open(earlier, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
-        guard fd >= 0 else { return false }
+        guard fd >= 0 else { return nil }
         defer { Glibc.close(fd) }
         var info = stat()
-        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG, Int(info.st_size) == size else { return false }
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG, Int(info.st_size) == size else { return nil }
         var mine = [UInt8](repeating: 0, count: size), theirs = [UInt8](repeating: 0, count: size)
         func readAll(_ descriptor: Int32, into bytes: inout [UInt8]) -> Bool {
             bytes.withUnsafeMutableBytes { buffer in
@@ -288,8 +293,8 @@ final class TreeCopier {
                 return true
             }
         }
-        guard size == 0 || (readAll(input.rawValue, into: &mine) && readAll(fd, into: &theirs)) else { return false }
-        return mine == theirs
+        guard size == 0 || (readAll(input.rawValue, into: &mine) && readAll(fd, into: &theirs)), mine == theirs else { return nil }
+        return (UInt64(info.st_dev), UInt64(info.st_ino))
     }
 
     /// Hard-links `earlier` (a blob or a record of the previous copy) at `to`, if it is what a
@@ -298,7 +303,7 @@ final class TreeCopier {
     /// (the link itself is checked after it is made, so a name swapped meanwhile is caught). A
     /// blob's name is its content's SHA-256, so the same name and size is the same content unless
     /// the previous copy was altered by its own owner (a record was compared before). False (nothing left at `to`): copy it.
-    private func link(_ earlier: String, to: String, size: Int64, mode: mode_t) -> Bool {
+    private func link(_ earlier: String, to: String, size: Int64, mode: mode_t, file: (device: UInt64, inode: UInt64)? = nil) -> Bool {
         let slash = earlier.lastIndex(of: "/")!
         let folder = open(String(earlier[..<slash]), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard folder >= 0 else { return false }
@@ -307,7 +312,7 @@ final class TreeCopier {
         var info = stat()
         let made = open(to, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         let fine = made >= 0 && fstat(made, &info) == 0 && info.st_mode & S_IFMT == S_IFREG && info.st_uid == geteuid() && Int64(info.st_size) == size
-            && info.st_mode & 0o7777 == mode
+            && info.st_mode & 0o7777 == mode && file.map { $0.device == UInt64(info.st_dev) && $0.inode == UInt64(info.st_ino) } ?? true
         if made >= 0 { Glibc.close(made) }
         if !fine { unlink(to) }
         return fine

@@ -70,7 +70,7 @@ final class IssuerKeys: Sendable {
     /// what to answer instead.
     func key(
         issuer: String, allowHTTP: Bool, keyID: String?, algorithm: JWSAlgorithm, issuedAt: Date? = nil,
-        now: ContinuousClock.Instant = .now, date: Date = WallClock.now()
+        now: ContinuousClock.Instant = .now, date: Date = Date()
     ) -> Lookup {
         let name = Array(issuer.utf8)
         let kid = keyID.map { Array($0.utf8) } ?? []

@@ -30,7 +30,7 @@ struct TokenExchange: Sendable {
     ///
     /// Every comparison of the issuer, the audience and the claims with a rule is byte for byte
     /// (`sameBytes`), and keys are fetched by the rule's spelling of the issuer.
-    func exchange(app: String, jwt: Substring, now: Date = WallClock.now(), admit: () throws -> Void = {}) throws -> Minted {
+    func exchange(app: String, jwt: Substring, now: Date = Date(), admit: () throws -> Void = {}) throws -> Minted {
         let token = try JSONWebToken(jwt)
         let rules = trust.rules(app)
         guard !rules.isEmpty else { throw OIDCRefusal("no_rule", "app \(app) trusts no OIDC issuer (depot apps trust)") }

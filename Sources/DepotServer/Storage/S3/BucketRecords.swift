@@ -124,7 +124,7 @@ extension BucketState {
     /// plus a day, which no honest origin issues, are named and not taken), so that no number
     /// this writer issues is one the bucket already holds (the mirror never uploads a number it
     /// finds there: replicas would go on serving the old bytes). Returns what to log.
-    func prepareWriter(_ folder: DataFolder, takeOver: Bool, interval: TimeInterval, now: Date = WallClock.now()) throws -> [String] {
+    func prepareWriter(_ folder: DataFolder, takeOver: Bool, interval: TimeInterval, now: Date = Date()) throws -> [String] {
         var notes: [String] = []
         if let note = try checkLease(folder, takeOver: takeOver, now: now) { notes.append(note) }
         // One listing of apps/ serves both looks (pointers and release numbers).
@@ -193,7 +193,7 @@ extension BucketState {
     }
 
     /// Writes this folder's lease, seen now.
-    func renewLease(_ folder: DataFolder, interval: TimeInterval, now: Date = WallClock.now()) throws {
+    func renewLease(_ folder: DataFolder, interval: TimeInterval, now: Date = Date()) throws {
         let lease = WriterLease(writer: try Self.writerID(folder), host: ProcessInfo.processInfo.hostName, data: folder.root, seen: now, interval: interval)
         let bytes = Array(try StoredJSON.compact.encode(lease))
         try S3Client.check(client.call("PUT", key: WriterLease.key, headers: ["content-type": "application/json"], body: .bytes(bytes), payloadSHA256: Hex.encode(SHA256Hasher.hash(bytes))), "writing \(WriterLease.key)")
