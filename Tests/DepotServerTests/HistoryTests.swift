@@ -143,4 +143,21 @@ struct HistoryTests {
         #expect(Eventually.wait { listings.kept("a", 7) != nil })
         #expect(loads.withLock { $0 } == 1)
     }
+
+    @Test("A busy app keeps the listings its channels' reports can name: after 80 releases, those outside every window are gone, beta's old live release and production's window stay")
+    func listingsFollowTheWindows() async throws {
+        try await withServer { origin in
+            #expect(try upload(origin, pack: "a", [1]).status == 201)
+            let promote = try request(origin, "POST", "/v1/apps/\(origin.app)/channels/beta?release=1", headers: ["Authorization: Bearer \(origin.token)"])
+            #expect((200..<300).contains(promote.status))
+            for round in 2...80 { #expect(try upload(origin, pack: "a", [UInt8(round)]).status == 201) }
+            let live = try #require(origin.server.origin.releases.channels(origin.app)["production"])
+            #expect(live >= 80)
+            let listings = origin.server.origin.reports.listings
+            let kept = (1...live).filter { listings.kept(origin.app, $0) != nil }
+            #expect(kept.contains(1) && kept.contains(live), "\(kept)")
+            #expect(kept.allSatisfy { $0 == 1 || $0 >= live - ReportBook.servedWindow }, "\(kept)")
+            #expect(kept.count < live - 10, "\(kept)")
+        }
+    }
 }

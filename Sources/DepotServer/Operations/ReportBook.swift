@@ -108,7 +108,15 @@ final class ReportBook: Sendable {
         let listings = ReleaseListings { [releases] app, version in try? releases.load(app, version).manifest }
         self.listings = listings
         // A release's listing is kept as it is published: reports about it never wait.
-        releases.published.withLock { $0 = { app, manifest in listings.keep(app, manifest) } }
+        // Each release's listing is kept as it is published (its reports come at once); those no
+        // report can name any more (outside every channel's window) go then.
+        releases.published.withLock {
+            $0 = { [releases] app, manifest in
+                listings.keep(app, manifest)
+                let windows = (Array(releases.channels(app).values) + [manifest.version]).map { max(0, $0 - Self.servedWindow)...$0 }
+                listings.forget(app, outside: windows)
+            }
+        }
         if let id = (try? FileSystem.readFile(folder.originID, limit: 64)).map({ String(decoding: $0, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines) }),
            id.utf8.count == 32, Hex.decode(id) != nil {
             originID = id
