@@ -11,7 +11,8 @@ cd "$root"
 # (the fixture writer and the release build wait too), polling every 30 s.
 quiet() {
   local said=
-  while pgrep -f 'swift-build|swift-test|swift-frontend' >/dev/null; do
+  # By process name (a command line naming --testing-library swift-testing is no build).
+  while pgrep -x swift-build >/dev/null || pgrep -x swift-test >/dev/null || pgrep -x swift-frontend >/dev/null; do
     [ -n "$said" ] || { echo "(waiting for another swift build or test to finish)" >&2; said=1; }
     sleep 30
   done
