@@ -122,15 +122,22 @@ extension System {
         #endif
     }
 
+    /// The name of a directory entry `readdir` returned, read in place up to its NUL. Never
+    /// `entry.pointee.d_name` (a copy of the whole 256-byte array): a record is as long as its
+    /// name (`d_reclen`), so the copy reads past a short one at the end of the buffer, and the
+    /// origin crashed there (a segfault in a year-long run, the buffer ending at a page).
+    package static func entryName(_ entry: UnsafeMutablePointer<dirent>) -> String {
+        let offset = MemoryLayout<dirent>.offset(of: \dirent.d_name)!
+        return String(cString: (UnsafeRawPointer(entry) + offset).assumingMemoryBound(to: CChar.self))
+    }
+
     /// Names in a folder, without `.` and `..`; nil if it cannot be read.
     static func directoryEntries(_ path: String) -> [String]? {
         guard let dir = opendir(path) else { return nil }
         defer { closedir(dir) }
         var names: [String] = []
         while let entry = readdir(dir) {
-            let name = withUnsafePointer(to: entry.pointee.d_name) {
-                $0.withMemoryRebound(to: CChar.self, capacity: MemoryLayout.size(ofValue: entry.pointee.d_name)) { String(cString: $0) }
-            }
+            let name = System.entryName(entry)
             if name != "." && name != ".." { names.append(name) }
         }
         return names

@@ -106,9 +106,7 @@ final class TreeCopier {
         defer { closedir(dir) }
         var names: [String] = []
         while let entry = readdir(dir) {
-            let name = withUnsafePointer(to: entry.pointee.d_name) {
-                $0.withMemoryRebound(to: CChar.self, capacity: MemoryLayout.size(ofValue: entry.pointee.d_name)) { String(cString: $0) }
-            }
+            let name = System.entryName(entry)
             if name != "." && name != ".." { names.append(name) }
         }
         return names.sorted()
