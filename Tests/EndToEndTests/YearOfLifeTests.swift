@@ -25,7 +25,17 @@ struct YearOfLifeTests {
         let plan = YearOfLife.Plan(days: 42, releasesPerDay: 9, restartEvery: 10, backupEvery: 7).fromEnvironment()
         var year = try YearOfLife(plan: plan, work: work.path)
         let began = ContinuousClock.now
-        let days = try year.live()
+        let days: [YearOfLife.Day]
+        do {
+            days = try year.live()
+        } catch {
+            // What the days so far left, and what the origin said last (a crash, a refusal).
+            let said = year.server.map { String($0.errorOutputSoFar().suffix(4_000)) } ?? ""
+            let partial = "year of life: \(plan), stopped on day \(year.days.count + 1): \(error)\n" + YearOfLife.table(year.days) + "\norigin's log, the end:\n" + said
+            print(partial)
+            if let out = ProcessInfo.processInfo.environment["DEPOT_YEAR_TABLE"] { try? FileSystem.writeAtomically(Array(partial.utf8), to: out) }
+            throw error
+        }
         let table = YearOfLife.table(days)
         print("year of life: \(plan), lived in \(ContinuousClock.now - began)\n" + table)
         if let out = ProcessInfo.processInfo.environment["DEPOT_YEAR_TABLE"] {
