@@ -208,9 +208,9 @@ struct YearOfLife {
     /// A binary pack's bytes at its `count`th publish: 8 KiB seeded by the pack, 64 bytes of it
     /// changed per publish (a patch from any of the last three is worth making).
     static func binary(_ pack: String, _ count: Int) -> [UInt8] {
-        var random = SplitMix(seed: pack.utf8.reduce(UInt64(7)) { $0 &* 31 &+ UInt64($1) })
+        var random = SeededRandom(seed: pack.utf8.reduce(UInt64(7)) { $0 &* 31 &+ UInt64($1) })
         var bytes = (0..<8_192).map { _ in UInt8(truncatingIfNeeded: random.next()) }
-        var change = SplitMix(seed: UInt64(count) &* 1_000_003)
+        var change = SeededRandom(seed: UInt64(count) &* 1_000_003)
         let at = Int(change.next() % UInt64(8_192 - 64))
         for offset in 0..<64 { bytes[at + offset] = UInt8(truncatingIfNeeded: change.next()) }
         return bytes + Array("publish \(count)".utf8)
@@ -375,17 +375,4 @@ struct YearOfLife {
 struct YearError: Error, CustomStringConvertible {
     let description: String
     init(_ description: String) { self.description = description }
-}
-
-/// A small seeded generator (SplitMix64).
-struct SplitMix {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
 }
