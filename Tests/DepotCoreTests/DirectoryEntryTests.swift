@@ -13,7 +13,7 @@ struct DirectoryEntryTests {
         let mapped = try #require(mmap(nil, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0))
         try #require(mapped != MAP_FAILED)
         defer { munmap(mapped, 2 * page) }
-        #expect(mprotect(mapped + page, page, PROT_NONE) == 0)
+        try #require(mprotect(mapped + page, page, PROT_NONE) == 0)
         let offset = try #require(MemoryLayout<dirent>.offset(of: \dirent.d_name))
         let name = Array("abcd".utf8) + [0]
         // The record aligned as readdir aligns it, its name's NUL the page's last byte.
@@ -33,5 +33,18 @@ struct DirectoryEntryTests {
         let names = (1...255).map { String(repeating: "n", count: $0) }
         for name in names { #expect(FileManager.default.createFile(atPath: folder + "/" + name, contents: nil)) }
         #expect(System.directoryEntries(folder)?.sorted() == names.sorted())
+    }
+
+    @Test("No source reads a directory entry's d_name but System.entryName (a copy of the array reads past short records)")
+    func noOtherReader() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path + "/Sources"
+        let files = try #require(FileManager.default.enumerator(atPath: root)).compactMap { $0 as? String }.filter { $0.hasSuffix(".swift") }
+        #expect(files.count > 50)
+        for file in files {
+            let text = try String(contentsOfFile: root + "/" + file, encoding: .utf8)
+            let uses = text.components(separatedBy: "\n").filter { $0.contains("d_name") && !$0.trimmingCharacters(in: .whitespaces).hasPrefix("///") }
+            let allowed = file == "DepotCore/Support/System+Paths.swift" ? uses.filter { !$0.contains("offset(of: \\dirent.d_name)") } : uses
+            #expect(allowed.isEmpty, "\(file): \(allowed)")
+        }
     }
 }

@@ -123,7 +123,7 @@ extension System {
     }
 
     /// The name of a directory entry `readdir` returned, read in place up to its NUL. Never
-    /// `entry.pointee.d_name` (a copy of the whole 256-byte array): a record is as long as its
+    /// `entry.pointee.d_name` (a copy of the whole array: 256 bytes on Linux, 1024 on Darwin): a record is as long as its
     /// name (`d_reclen`), so the copy reads past a short one at the end of the buffer, and the
     /// origin crashed there (a segfault in a year-long run, the buffer ending at a page).
     package static func entryName(_ entry: UnsafeMutablePointer<dirent>) -> String {

@@ -111,9 +111,12 @@ final class ReportBook: Sendable {
         // Each release's listing is kept as it is published (its reports come at once); those no
         // report can name any more (outside every channel's window) go then.
         releases.published.withLock {
-            $0 = { [releases] app, manifest in
+            $0 = { [weak releases] app, manifest in
                 listings.keep(app, manifest)
-                let windows = (Array(releases.channels(app).values) + [manifest.version]).map { max(0, $0 - Self.servedWindow)...$0 }
+                // The channels as the listings know them (in memory, no pointer read under the
+                // publish lock); none known (unreadable): nothing is let go.
+                guard let channels = try? releases?.history.snapshot(app).channels, !channels.isEmpty else { return }
+                let windows = (Array(channels.values) + [manifest.version]).filter { $0 > 0 }.map { max(0, $0 - Self.servedWindow)...$0 }
                 listings.forget(app, outside: windows)
             }
         }
