@@ -113,9 +113,9 @@ final class ReportBook: Sendable {
         releases.published.withLock {
             $0 = { [weak releases] app, manifest in
                 listings.keep(app, manifest)
-                // The channels as the listings know them (in memory, no pointer read under the
-                // publish lock); none known (unreadable): nothing is let go.
-                guard let channels = try? releases?.history.snapshot(app).channels, !channels.isEmpty else { return }
+                // The channels' pointers (a read each, under the publish lock); none read (the
+                // folder unreadable): nothing is let go.
+                guard let channels = releases?.channels(app), !channels.isEmpty else { return }
                 let windows = (Array(channels.values) + [manifest.version]).filter { $0 > 0 }.map { max(0, $0 - Self.servedWindow)...$0 }
                 listings.forget(app, outside: windows)
             }
