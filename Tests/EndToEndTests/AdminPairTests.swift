@@ -123,7 +123,17 @@ struct AdminPairTests {
             }),
             Command(name: "channels promote", local: false, arguments: { ["channels", "promote", "--channel", "pair-\($0)", "--release", "1"] + remote }, check: { output, _ in
                 let channel = try #require(word(output, prefix: "pair-"), "\(output)")
-                return (try? FileSystem.readText(data + "/apps/" + app + "/channels/" + channel)) == "1\n" ? nil : "channel \(channel) is not at release 1"
+                guard let text = try? FileSystem.readText(data + "/apps/" + app + "/channels/" + channel),
+                      let serving = Int(text.trimmingCharacters(in: .whitespacesAndNewlines)) else { return "channel \(channel) is gone" }
+                // Release 1, or a re-sign of its content published for the channel since (the
+                // origin signs every channel anew within a second of `keys rotate-signing`).
+                func packs(_ release: Int) -> [String]? {
+                    let path = data + "/apps/" + app + "/releases/" + String(format: "%06d.json", release)
+                    guard let bytes = try? FileSystem.readFile(path), let envelope = try? Envelope.decode(bytes),
+                          let payload = Data(base64Encoded: envelope.payload), let manifest = try? Manifest.decode(Array(payload)) else { return nil }
+                    return manifest.packs.map { "\($0.id) \($0.sha256)" }
+                }
+                return serving == 1 || (serving > 1 && packs(serving) != nil && packs(serving) == packs(1)) ? nil : "channel \(channel) is at release \(serving), not at release 1 or a re-sign of it"
             }),
             Command(name: "channels remove", local: false, arguments: { n in
                 let promoted = try Processes.run(depot, ["channels", "promote", "--channel", "gone-\(n)", "--release", "1"] + remote, environment: ["DEPOT_TOKEN": server.adminToken])

@@ -41,6 +41,8 @@ public struct DataFolder: Sendable {
     func head(_ id: String) -> String { app(id) + "/head" }
     /// The app's releases in compact form (``ReleaseCatalog``).
     func catalog(_ id: String) -> String { app(id) + "/catalog" }
+    /// The blobs the sweep found the retention's releases using (``RetainedBlobs``).
+    func retainedBlobs(_ id: String) -> String { app(id) + "/retained" }
     func channels(_ id: String) -> String { app(id) + "/channels" }
     /// Releases signed again for a channel they were promoted to: `signed/<channel>/NNNNNN.json`.
     func signedCopies(_ id: String, channel: String) -> String { app(id) + "/signed/" + channel }

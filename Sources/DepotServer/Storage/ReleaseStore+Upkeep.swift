@@ -69,23 +69,74 @@ extension ReleaseStore {
                 // restart), should the cached one ever differ from it.
                 if let pointed = try? load(app, version).manifest { for pack in pointed.allEntries { needed.formUnion(pack.blobs) } }
             }
-            // Releases published within the retention (their dates from the kept listings: no
-            // file read to learn them), and any file above the last listed one (written by
-            // another process meanwhile): a pass reads what the retention keeps, not the history.
-            let snapshot = try history.snapshot(app)
-            let cutoff = now.addingTimeInterval(-retention)
-            var recent = snapshot.releases.filter { $0.publishedAt >= cutoff }.map(\.version)
-            // Any release file the listings lack (one they could not read, one written since) is
-            // read here: a file that cannot be read fails the pass, which then removes nothing.
-            let listed = Set(snapshot.releases.map(\.version))
-            recent += Self.versions(in: folder.releases(app)).filter { !listed.contains($0) }
-            for version in recent {
-                let manifest = try load(app, version).manifest
-                if manifest.publishedAt >= cutoff || !listed.contains(version) { for pack in manifest.allEntries { needed.formUnion(pack.blobs) } }
-            }
+            needed.formUnion(try retainedBlobs(app, cutoff: now.addingTimeInterval(-retention)))
             for pack in try staging(app).upserts.values { needed.insert(pack.sha256) }
         }
         return needed
+    }
+
+    /// The blobs of `app`'s releases published at or after `cutoff`, and of any release file
+    /// above `head` (a publish in progress, another process's): from the sweep's record of the
+    /// last pass (``RetainedBlobs``) and the releases made since it, so that a pass reads what
+    /// changed, not the retention's releases again. Without a record that still holds (the
+    /// first pass, a restore, a longer retention), the releases within the retention are read
+    /// (their dates from the kept listings: no file read to learn them) and the record written.
+    /// A release file that cannot be read fails the pass, which then removes nothing.
+    func retainedBlobs(_ app: String, cutoff: Date) throws -> Set<String> {
+        let head = head(app)
+        let path = folder.retainedBlobs(app)
+        var extra = Set<String>()
+        var record: RetainedBlobs
+        var next: Int
+        let kept = RetainedBlobs.read(path).flatMap { kept in
+            kept.through <= head && kept.from <= cutoff && digest(app, kept.through) == kept.digest ? kept : nil
+        }
+        if let kept {
+            (record, next) = (kept, kept.through + 1)
+        } else {
+            record = RetainedBlobs(through: 0, digest: "", from: cutoff, lastUsed: [:])
+            let snapshot = try history.snapshot(app)
+            for release in snapshot.releases.sorted(by: { $0.version < $1.version }) where release.version <= head && release.publishedAt >= cutoff {
+                record.use(try load(app, release.version).manifest, cutoff: cutoff)
+            }
+            // Any release file the listings lack below their last one (one they could not
+            // read): read, and its blobs kept this pass whatever its date. Those above are
+            // read below.
+            let listed = Set(snapshot.releases.map(\.version))
+            next = (listed.max() ?? 0) + 1
+            for version in Self.versions(in: folder.releases(app)) where version < next && !listed.contains(version) {
+                let manifest = try load(app, version).manifest
+                record.use(manifest, cutoff: cutoff)
+                for pack in manifest.allEntries { extra.formUnion(pack.blobs) }
+            }
+            record.through = min(next - 1, head)
+        }
+        // The releases made since, through `head`; then any file above it, used this pass only.
+        var version = next
+        while version <= head || FileSystem.exists(folder.release(app, version)) {
+            defer { version += 1 }
+            guard FileSystem.exists(folder.release(app, version)) else { continue }
+            let manifest = try load(app, version).manifest
+            if version <= head {
+                record.use(manifest, cutoff: cutoff)
+                record.through = version
+            } else {
+                for pack in manifest.allEntries { extra.formUnion(pack.blobs) }
+            }
+        }
+        let uses = record.lastUsed.count
+        record.from = cutoff
+        record.lastUsed = record.lastUsed.filter { $0.value >= cutoff }
+        if kept == nil || record.through != kept?.through || record.lastUsed.count != uses, record.through >= 1, let digest = digest(app, record.through) {
+            record.digest = digest
+            try? record.write(to: path)
+        }
+        return extra.union(record.lastUsed.keys)
+    }
+
+    /// The SHA-256 of release `version`'s file, or nil when it cannot be read.
+    private func digest(_ app: String, _ version: Int) -> String? {
+        ReleaseCatalog.read(folder.release(app, version)).map { Hex.encode(SHA256Hasher.hash($0)) }
     }
 
     /// Builds every app's ``ReleaseHistory`` snapshot that is not kept (the maintenance thread,

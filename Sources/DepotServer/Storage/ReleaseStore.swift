@@ -146,8 +146,15 @@ public final class ReleaseStore: Sendable {
     /// passes are counted by (`BackgroundCostTests`).
     static let releaseFilesRead = Atomic<Int>(0)
 
+    /// The same count for the calling task alone (a test counting one call among others running).
+    final class ReadCount: Sendable {
+        let value = Atomic<Int>(0)
+    }
+    @TaskLocal static var taskReads: ReadCount?
+
     func load(path: String, _ version: Int) throws -> LiveManifest {
         Self.releaseFilesRead.add(1, ordering: .relaxed)
+        Self.taskReads?.value.add(1, ordering: .relaxed)
         let bytes = try FileSystem.readFile(path)
         let manifest = try Self.decodeManifest(bytes)
         return LiveManifest(version: version, envelope: bytes, etag: "\"" + Hex.encode(SHA256Hasher.hash(bytes)) + "\"", manifest: manifest, path: path)
