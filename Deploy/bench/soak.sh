@@ -17,7 +17,8 @@
 # Only loopback; everything started is stopped on exit.
 #   Deploy/bench/soak.sh [MINUTES] [PUBLISH_EVERY_SECONDS]     (defaults 60, 2)
 # To tell causes apart: PUBLISH_EVERY_SECONDS 0 runs the load alone, LOAD=0 the publisher alone,
-# SOAK_SERVE_OPTIONS adds depot serve options (e.g. --patch-depth 0).
+# SOAK_SERVE_OPTIONS adds depot serve options (e.g. --patch-depth 0); SOAK_PACK=zip publishes a
+# 12-entry zip pack (one entry changed each release) instead of 600 random bytes.
 # Writes the table to Deploy/bench/last-soak.txt.
 set -euo pipefail
 minutes=${1:-60}; every=${2:-2}
@@ -37,10 +38,26 @@ echo $((30 * scale)) > "$work/live"
 : > "$work/published"; : > "$work/failures"
 
 # publish: one new release (a new revision of pack soak); its number into $work/live.
+# SOAK_PACK=zip: the pack is a zip of 12 deflated entries of 16 KiB (written by Python's zipfile),
+# one entry changed each release, sent as application/zip, so that each release's patches are
+# made entry by entry (the zip patch format).
 publish() {
-  head -c 450 /dev/urandom | base64 -w0 > "$work/pack"
-  local code
-  code=$(curl -s -o "$work/publish.json" -w '%{http_code}' -X PUT --data-binary @"$work/pack" \
+  local code type=application/octet-stream
+  if [ "${SOAK_PACK:-}" = zip ]; then
+    type=application/zip
+    python3 - "$work/pack" "$(( $(wc -l < "$work/published") % 12 ))" <<'PY'
+import os, random, sys, zipfile
+path, changed = sys.argv[1], int(sys.argv[2])
+with zipfile.ZipFile(path + ".tmp", "w", zipfile.ZIP_DEFLATED) as z:
+    for i in range(12):
+        body = random.Random(i).randbytes(8192) + bytes(8192) if i != changed else os.urandom(8192) + bytes(8192)
+        z.writestr(f"level/entry-{i:02d}.bin", body)
+os.replace(path + ".tmp", path)
+PY
+  else
+    head -c 450 /dev/urandom | base64 -w0 > "$work/pack"
+  fi
+  code=$(curl -s -o "$work/publish.json" -w '%{http_code}' -X PUT --data-binary @"$work/pack" -H "Content-Type: $type" \
     -H "Authorization: Bearer $token" "$url/v1/apps/$app/packs/soak?release=true")
   if [ "$code" = 201 ]; then
     curl -sf "$url/v1/apps/$app/releases?limit=1" | python3 -c 'import json, sys; print(json.load(sys.stdin)["live"])' > "$work/live.next"
@@ -112,7 +129,7 @@ kill "${pids[-2]}" 2>/dev/null || true; wait "${pids[-2]}" 2>/dev/null || true
 
 {
   echo "AssetDepot soak, $(date -u +%Y-%m-%d), $(nproc) cores, $(uname -r), $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- Sources && [ -z "$(git ls-files --others --exclude-standard Sources)" ] || echo ' (Sources with uncommitted changes)'); release build of $(date -u -r "$depot" '+%H:%M UTC'), origin --threads 2 ${SOAK_SERVE_OPTIONS:-}"
-  echo "data: the history fixture at ${scale}x ($app: $((30 * scale)) releases before the run; $([ "$every" = 0 ] && echo "no publisher" || echo "a new release every ${every} s")); $([ "${LOAD:-1}" = 0 ] && echo "no load" || echo "wrk -t2 -c16 ${minutes} min, soak-mix.lua")"
+  echo "data: the history fixture at ${scale}x ($app: $((30 * scale)) releases before the run; $([ "$every" = 0 ] && echo "no publisher" || echo "a new release every ${every} s$([ "${SOAK_PACK:-}" = zip ] && echo ", a 12-entry zip pack, one entry changed")")); $([ "${LOAD:-1}" = 0 ] && echo "no load" || echo "wrk -t2 -c16 ${minutes} min, soak-mix.lua")"
   echo "origin: listening after $started s, its start-up work (patches looked for) done after $settled s ($settle_cpu CPU seconds)"
   echo "published: $(( $(wc -l < "$work/published") - published0 )) releases during the run, $(wc -l < "$work/failures") publishes failed$( [ -s "$work/failures" ] && echo ": $(head -3 "$work/failures" | tr '\n' ' ')")"
   if [ "${LOAD:-1}" = 0 ]; then echo "wrk: none (LOAD=0)"; else

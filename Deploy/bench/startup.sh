@@ -2,10 +2,11 @@
 # Start-up at any history (issue 63): a release-build origin with every default (patches on,
 # depth 3) started on the history fixture at SCALE (100: 3,000 releases of two apps, the last 64
 # of 3,500 packs, 300 channels each, a 10,000-pack app), three times:
-#   1. as an origin of an earlier version left it: no catalog (apps/*/catalog) and no patch
-#      state, so every release file is read once and the catalog written, and the patch maker
-#      looks at every channel's live packs once;
-#   2. restarted: the catalog and the patch state kept;
+#   1. as an origin of an earlier version left it: no catalog (apps/*/catalog), no patch state
+#      and no record of the retention's blobs (apps/*/retained), so every release file is read
+#      once and the catalog written, the patch maker looks at every channel's live packs once,
+#      and the first sweep reads the releases within the retention;
+#   2. restarted: the catalog, the patch state and the sweep's record kept;
 #   3. restarted again after one more release was published on the second run.
 # Each: seconds until it listens, then until its start-up work is done (its CPU time stops
 # growing: under 2 ticks in 2 s, so up to 2 s more than the work), the CPU seconds it took and
@@ -15,7 +16,7 @@ set -euo pipefail
 scale=${1:-100}
 source "$(dirname "$0")/history-lib.sh" startup
 fixture "$scale" "$work/data"
-rm -f "$work"/data/apps/*/catalog "$work"/data/apps/*/patch-state
+rm -f "$work"/data/apps/*/catalog "$work"/data/apps/*/patch-state "$work"/data/apps/*/retained
 echo "AssetDepot start-up benchmark, $(date -u +%Y-%m-%d), $(nproc) cores, $(git rev-parse --short HEAD); release build; fixture ${scale}x written in $fixture_seconds s"
 for run in 1 2 3; do
   serve "$work/data"

@@ -9,6 +9,7 @@ import Foundation
 /// apps/<app>/app.json      settings
 /// apps/<app>/releases/NNNNNN.json   signed envelopes, immutable
 /// apps/<app>/current       the live release number
+/// apps/<app>/catalog, patch-state, retained   caches of the release files (``ReleaseCatalog``, ``RetainedBlobs``)
 /// apps/<app>/roots/NNNNNN.json      root documents (signed offline), immutable
 /// apps/<app>/statements/<channel>/NNNNNN.json   release statements accepted for a protected channel
 /// apps/<app>/staging/      the draft of the next release, a file per staged pack

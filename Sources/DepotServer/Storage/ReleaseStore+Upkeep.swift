@@ -64,10 +64,14 @@ extension ReleaseStore {
         var needed = Set<String>()
         for app in FileSystem.contents(of: folder.apps) where FileSystem.isDirectory(folder.releases(app)) {
             for (channel, version) in channels(app) {
-                for pack in try current(app, channel: channel)?.manifest.allEntries ?? [] { needed.formUnion(pack.blobs) }
+                let serving = try current(app, channel: channel)
+                for pack in try serving?.manifest.allEntries ?? [] { needed.formUnion(pack.blobs) }
                 // And the release the pointer on disk names (what the channel serves after a
-                // restart), should the cached one ever differ from it.
-                if let pointed = try? load(app, version).manifest { for pack in pointed.allEntries { needed.formUnion(pack.blobs) } }
+                // restart), should the cached one ever differ from it (read only then: the same
+                // release is the copy signed for the channel, less the patches swept before).
+                if serving?.version != version, let pointed = try? load(app, version).manifest {
+                    for pack in pointed.allEntries { needed.formUnion(pack.blobs) }
+                }
             }
             needed.formUnion(try retainedBlobs(app, cutoff: now.addingTimeInterval(-retention)))
             for pack in try staging(app).upserts.values { needed.insert(pack.sha256) }
