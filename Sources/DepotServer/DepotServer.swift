@@ -16,6 +16,7 @@ public final class DepotServer: Sendable {
 
     /// Opens the data folder (creating its folders, cleaning what a crash left) and starts listening.
     public init(configuration: OriginConfiguration) throws {
+        MemoryTrim.configureAllocator()
         origin = try Origin(configuration: configuration)
         http = try HTTPServer(configuration: configuration.http, handler: origin)
         let host = configuration.http.host.contains(":") ? "[\(configuration.http.host)]" : configuration.http.host

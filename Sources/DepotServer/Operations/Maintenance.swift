@@ -169,7 +169,8 @@ public struct OfflineMaintenance {
 }
 
 /// Hands freed heap memory back to the system after work that allocated much and kept little
-/// (glibc keeps it otherwise, per thread arena, as resident memory).
+/// (glibc keeps it otherwise, per thread arena, as resident memory), and sets the allocator so
+/// that large buffers are never kept at all.
 enum MemoryTrim {
     static func afterLargeWork() {
         #if canImport(Glibc)
@@ -177,6 +178,26 @@ enum MemoryTrim {
         typealias Trim = @convention(c) (Int) -> Int32
         guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "malloc_trim") else { return }
         _ = unsafeBitCast(symbol, to: Trim.self)(0)
+        #endif
+    }
+
+    /// The threshold above which an allocation is a mapping of its own, returned to the system
+    /// when freed (glibc's `M_MMAP_THRESHOLD`).
+    static let mappedAbove = 256 << 10
+
+    /// Called once at start-up. Glibc raises its mmap threshold each time a mapped block is freed
+    /// (up to 32 MiB), after which the read-ahead and patch buffers (hundreds of KiB to MiBs,
+    /// freed at once) are carved from the thread arenas and stay resident: a soak showed 77 MiB
+    /// of arenas holding 20 MiB in use, and one `malloc_trim` took the origin from 102 to 75 MiB.
+    /// A fixed threshold turns that adjustment off. `MALLOC_MMAP_THRESHOLD_` in the environment,
+    /// when set, is the operator's and is left alone.
+    static func configureAllocator() {
+        #if canImport(Glibc)
+        guard getenv("MALLOC_MMAP_THRESHOLD_") == nil else { return }
+        typealias Option = @convention(c) (Int32, Int32) -> Int32
+        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "mallopt") else { return }
+        // M_MMAP_THRESHOLD (-3).
+        _ = unsafeBitCast(symbol, to: Option.self)(-3, Int32(mappedAbove))
         #endif
     }
 }

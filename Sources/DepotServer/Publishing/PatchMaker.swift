@@ -153,6 +153,9 @@ final class PatchMaker: Sendable {
             }
             if more { work.withLock { if !$0.turns.contains(app) { $0.turns.append(app) } } }
         }
+        // Decrypting, extracting and diffing freed far more than they keep: given back now, not
+        // at the next maintenance pass (an hour on the defaults).
+        MemoryTrim.afterLargeWork()
         metrics.backgroundPass("patches")
     }
 
