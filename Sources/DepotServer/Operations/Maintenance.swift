@@ -189,11 +189,12 @@ enum MemoryTrim {
     /// (up to 32 MiB), after which the read-ahead and patch buffers (hundreds of KiB to MiBs,
     /// freed at once) are carved from the thread arenas and stay resident: a soak showed 77 MiB
     /// of arenas holding 20 MiB in use, and one `malloc_trim` took the origin from 102 to 75 MiB.
-    /// A fixed threshold turns that adjustment off. `MALLOC_MMAP_THRESHOLD_` in the environment,
-    /// when set, is the operator's and is left alone.
+    /// A fixed threshold turns that adjustment off. A threshold the operator set in the
+    /// environment (`MALLOC_MMAP_THRESHOLD_`, or `glibc.malloc.mmap_threshold` in
+    /// `GLIBC_TUNABLES`) is left alone.
     static func configureAllocator() {
         #if canImport(Glibc)
-        guard getenv("MALLOC_MMAP_THRESHOLD_") == nil else { return }
+        guard getenv("MALLOC_MMAP_THRESHOLD_") == nil, getenv("GLIBC_TUNABLES").map({ String(cString: $0).contains("mmap_threshold") }) != true else { return }
         typealias Option = @convention(c) (Int32, Int32) -> Int32
         guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "mallopt") else { return }
         // M_MMAP_THRESHOLD (-3).

@@ -80,6 +80,14 @@ struct ReleaseCatalog {
         return Array(bytes[0..<count])
     }
 
+    /// Whether the folder holding `path` is a directory (not a link to one) this process's user
+    /// owns: only then does a cache get written into it.
+    static func ownFolder(of path: String) -> Bool {
+        var folder = stat()
+        return lstat(String(path[..<(path.lastIndex(of: "/") ?? path.endIndex)]), &folder) == 0
+            && folder.st_mode & S_IFMT == S_IFDIR && folder.st_uid == geteuid()
+    }
+
     /// Appends lines with one `write` (`O_APPEND`): a reader sees whole lines, or a torn last
     /// one it ignores. Not synced: a line lost to a power cut is read from its release file at
     /// the next start.
@@ -87,8 +95,7 @@ struct ReleaseCatalog {
     /// catalog the service user cannot write.
     func append(_ lines: [Line]) throws {
         guard !lines.isEmpty else { return }
-        var folder = stat()
-        guard stat(String(path[..<(path.lastIndex(of: "/") ?? path.endIndex)]), &folder) == 0, folder.st_uid == geteuid() else { return }
+        guard Self.ownFolder(of: path) else { return }
         let file = try FileDescriptor(path: path, flags: O_RDWR | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, mode: 0o644)
         defer { try? file.close() }
         // After a torn last line (a crash mid-append), a new line starts on its own.

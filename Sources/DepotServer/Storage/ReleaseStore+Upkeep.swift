@@ -89,6 +89,9 @@ extension ReleaseStore {
     func retainedBlobs(_ app: String, cutoff: Date) throws -> Set<String> {
         let head = head(app)
         let path = folder.retainedBlobs(app)
+        // The release files, by number: listed once (numbers jump by a billion after a restore's
+        // floor, so they are never walked one by one).
+        let files = Self.versions(in: folder.releases(app))
         var extra = Set<String>()
         var record: RetainedBlobs
         var next: Int
@@ -108,18 +111,16 @@ extension ReleaseStore {
             // read below.
             let listed = Set(snapshot.releases.map(\.version))
             next = (listed.max() ?? 0) + 1
-            for version in Self.versions(in: folder.releases(app)) where version < next && !listed.contains(version) {
+            for version in files where version < next && !listed.contains(version) {
                 let manifest = try load(app, version).manifest
                 record.use(manifest, cutoff: cutoff)
                 for pack in manifest.allEntries { extra.formUnion(pack.blobs) }
             }
             record.through = min(next - 1, head)
         }
-        // The releases made since, through `head`; then any file above it, used this pass only.
-        var version = next
-        while version <= head || FileSystem.exists(folder.release(app, version)) {
-            defer { version += 1 }
-            guard FileSystem.exists(folder.release(app, version)) else { continue }
+        // The releases made since, through `head`; then every file above it (a publish in
+        // progress, another process's), used this pass only.
+        for version in files where version >= next {
             let manifest = try load(app, version).manifest
             if version <= head {
                 record.use(manifest, cutoff: cutoff)
@@ -138,9 +139,10 @@ extension ReleaseStore {
         return extra.union(record.lastUsed.keys)
     }
 
-    /// The SHA-256 of release `version`'s file, or nil when it cannot be read.
+    /// The SHA-256 of release `version`'s file, or nil when it cannot be read (or is larger than
+    /// any envelope the origin writes).
     private func digest(_ app: String, _ version: Int) -> String? {
-        ReleaseCatalog.read(folder.release(app, version)).map { Hex.encode(SHA256Hasher.hash($0)) }
+        ReleaseCatalog.read(folder.release(app, version), limit: 64 << 20).map { Hex.encode(SHA256Hasher.hash($0)) }
     }
 
     /// Builds every app's ``ReleaseHistory`` snapshot that is not kept (the maintenance thread,

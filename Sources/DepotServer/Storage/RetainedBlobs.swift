@@ -78,11 +78,10 @@ struct RetainedBlobs: Equatable {
     }
 
     /// Writes the record (durably, replacing the file whole). Only the app folder's owner
-    /// writes: a command run as root beside the origin leaves no file the service user cannot
-    /// replace.
+    /// writes, the folder itself (not a link to one): a command run as root beside the origin
+    /// leaves no file the service user cannot replace, and writes nowhere a link points.
     func write(to path: String) throws {
-        var folder = stat()
-        guard stat(String(path[..<(path.lastIndex(of: "/") ?? path.endIndex)]), &folder) == 0, folder.st_uid == geteuid() else { return }
+        guard ReleaseCatalog.ownFolder(of: path) else { return }
         try FileSystem.writeAtomically(encoded(), to: path)
     }
 
