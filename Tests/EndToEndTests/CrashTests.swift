@@ -11,7 +11,12 @@ struct CrashTests {
     /// release's blobs are complete or swept (`swept`: garbage collection with no retention),
     /// never partial; the draft references stored blobs; no temporary file or upload survives a
     /// restart. Blobs are immutable: one hash check each is enough (`verified` carries them across rounds).
-    static func checkInvariants(data: String, app: String, keys: [Ed25519PublicKey], verified: inout Set<String>, swept: Bool = false) throws -> Int {
+    /// `restartedAt`: when the origin now running on `data` was started (before it, start-up
+    /// removed every temporary file): a temporary file made since is one of its own writes in
+    /// progress (its maintenance passes write caches such as `retained`), not a crash's leftover.
+    static func checkInvariants(
+        data: String, app: String, keys: [Ed25519PublicKey], verified: inout Set<String>, swept: Bool = false, restartedAt: Date? = nil
+    ) throws -> Int {
         let releases = data + "/apps/\(app)/releases"
         func number(_ path: String) -> Int? {
             (try? FileSystem.readFile(path)).flatMap { Int(String(decoding: $0, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) }
@@ -72,7 +77,15 @@ struct CrashTests {
             }
         }
         for folder in [data, data + "/apps/\(app)", data + "/apps/\(app)/staging", releases, data + "/keys"] + FileSystem.contents(of: data + "/blobs").map({ data + "/blobs/" + $0 }) {
-            #expect(!FileSystem.contents(of: folder).contains { $0.hasPrefix(".tmp-") }, "temporary file left in \(folder)")
+            let leftovers = FileSystem.contents(of: folder).filter { name in
+                guard name.hasPrefix(".tmp-") else { return false }
+                guard let restartedAt else { return true }
+                var info = stat()
+                // Gone meanwhile (a write that finished): not left.
+                guard stat(folder + "/" + name, &info) == 0 else { return false }
+                return Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9 < restartedAt.timeIntervalSince1970
+            }
+            #expect(leftovers.isEmpty, "temporary file left in \(folder): \(leftovers)")
         }
         return newest
     }
@@ -174,8 +187,9 @@ struct CrashTests {
             #expect(server.process.terminationReason == .uncaughtSignal, "round \(round)")
 
             // Restart: start-up removes what the crash left; then the invariants must hold.
+            let restartedAt = Date()
             server = try ServeProcess(data: data, environment: sweeping, bootstrap: false)
-            releasesSeen = try Self.checkInvariants(data: data, app: app, keys: keys, verified: &verified, swept: true)
+            releasesSeen = try Self.checkInvariants(data: data, app: app, keys: keys, verified: &verified, swept: true, restartedAt: restartedAt)
             // Nothing acknowledged is lost: each released upload is in the release it was told.
             for ack in acknowledged.withLock({ $0 }) {
                 let file = data + "/apps/\(app)/releases/" + String(format: "%06d.json", ack.release)

@@ -13,6 +13,7 @@ extension OriginCrashLab {
             let swept = try Processes.run(Processes.depotBinary, ["gc", "--data", data, "--retention-days", "0", "--grace-minutes", "0"])
             #expect(swept.status == 0, "\(what): gc before the restart: \(swept.stderr)")
         }
+        let restartedAt = Date()
         let server = try start()
         defer { stop(server) }
         let port = server.port
@@ -33,7 +34,7 @@ extension OriginCrashLab {
         }
         // A changed pack whose patch the crash left unmade: the restarted origin makes it.
         if sequence == .patchRelease, (manifest("/v1/apps/\(app)/manifest")?[pack: "movie"]?.revision ?? 0) > 1 { try waitForPatch(port) }
-        _ = try CrashTests.checkInvariants(data: data, app: app, keys: keys, verified: &verified, swept: true)
+        _ = try CrashTests.checkInvariants(data: data, app: app, keys: keys, verified: &verified, swept: true, restartedAt: restartedAt)
         for ack in acks {
             switch ack {
             case .released(let release, let pack, let sha256):
