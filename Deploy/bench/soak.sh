@@ -18,7 +18,7 @@
 #   Deploy/bench/soak.sh [MINUTES] [PUBLISH_EVERY_SECONDS]     (defaults 60, 2)
 # To tell causes apart: PUBLISH_EVERY_SECONDS 0 runs the load alone, LOAD=0 the publisher alone,
 # SOAK_SERVE_OPTIONS adds depot serve options (e.g. --patch-depth 0); SOAK_PACK=zip publishes a
-# 12-entry zip pack (one entry changed each release) instead of 600 random bytes.
+# 12-entry zip pack (one entry random each release, the others fixed) instead of 600 random bytes.
 # Writes the table to Deploy/bench/last-soak.txt.
 set -euo pipefail
 minutes=${1:-60}; every=${2:-2}
@@ -39,8 +39,9 @@ echo $((30 * scale)) > "$work/live"
 
 # publish: one new release (a new revision of pack soak); its number into $work/live.
 # SOAK_PACK=zip: the pack is a zip of 12 deflated entries of 16 KiB (written by Python's zipfile),
-# one entry changed each release, sent as application/zip, so that each release's patches are
-# made entry by entry (the zip patch format).
+# entry (n mod 12) random at the nth release and the others fixed (so a release differs from the
+# one before in two entries), sent as application/zip, so that each release's patches are made
+# entry by entry (the zip patch format).
 publish() {
   local code type=application/octet-stream
   if [ "${SOAK_PACK:-}" = zip ]; then
@@ -129,7 +130,7 @@ kill "${pids[-2]}" 2>/dev/null || true; wait "${pids[-2]}" 2>/dev/null || true
 
 {
   echo "AssetDepot soak, $(date -u +%Y-%m-%d), $(nproc) cores, $(uname -r), $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- Sources && [ -z "$(git ls-files --others --exclude-standard Sources)" ] || echo ' (Sources with uncommitted changes)'); release build of $(date -u -r "$depot" '+%H:%M UTC'), origin --threads 2 ${SOAK_SERVE_OPTIONS:-}"
-  echo "data: the history fixture at ${scale}x ($app: $((30 * scale)) releases before the run; $([ "$every" = 0 ] && echo "no publisher" || echo "a new release every ${every} s$([ "${SOAK_PACK:-}" = zip ] && echo ", a 12-entry zip pack, one entry changed")")); $([ "${LOAD:-1}" = 0 ] && echo "no load" || echo "wrk -t2 -c16 ${minutes} min, soak-mix.lua")"
+  echo "data: the history fixture at ${scale}x ($app: $((30 * scale)) releases before the run; $([ "$every" = 0 ] && echo "no publisher" || echo "a new release every ${every} s$([ "${SOAK_PACK:-}" = zip ] && echo ", a 12-entry zip pack, one entry random")")); $([ "${LOAD:-1}" = 0 ] && echo "no load" || echo "wrk -t2 -c16 ${minutes} min, soak-mix.lua")"
   echo "origin: listening after $started s, its start-up work (patches looked for) done after $settled s ($settle_cpu CPU seconds)"
   echo "published: $(( $(wc -l < "$work/published") - published0 )) releases during the run, $(wc -l < "$work/failures") publishes failed$( [ -s "$work/failures" ] && echo ": $(head -3 "$work/failures" | tr '\n' ' ')")"
   if [ "${LOAD:-1}" = 0 ]; then echo "wrk: none (LOAD=0)"; else
