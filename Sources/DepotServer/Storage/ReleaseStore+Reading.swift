@@ -7,6 +7,19 @@ import Synchronization
 /// file is decoded per request. A release's own route sends its bytes from memory (or its file
 /// by `sendfile` once the kept bytes are full) with its ETag and date kept per file version (a
 /// few stats per request). The listings' facts are ``ReleaseHistory``'s.
+/// The count of release files decoded (``ReleaseStore/load(path:_:)``).
+extension ReleaseStore {
+    /// Release files (and signed copies) read and decoded in this process: what background
+    /// passes are counted by (`BackgroundCostTests`).
+    static let releaseFilesRead = Atomic<Int>(0)
+
+    /// The same count for the calling task alone (a test counting one call among others running).
+    final class ReadCount: Sendable {
+        let value = Atomic<Int>(0)
+    }
+    @TaskLocal static var taskReads: ReadCount?
+}
+
 extension ReleaseStore {
     /// The ETag and publication date of one release file (kept per file version).
     struct ReleaseFileFacts: Sendable {

@@ -142,16 +142,6 @@ public final class ReleaseStore: Sendable {
         return try Manifest.decode(Array(payload))
     }
 
-    /// Release files (and signed copies) read and decoded in this process: what background
-    /// passes are counted by (`BackgroundCostTests`).
-    static let releaseFilesRead = Atomic<Int>(0)
-
-    /// The same count for the calling task alone (a test counting one call among others running).
-    final class ReadCount: Sendable {
-        let value = Atomic<Int>(0)
-    }
-    @TaskLocal static var taskReads: ReadCount?
-
     func load(path: String, _ version: Int) throws -> LiveManifest {
         Self.releaseFilesRead.add(1, ordering: .relaxed)
         Self.taskReads?.value.add(1, ordering: .relaxed)
